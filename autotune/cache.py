@@ -1,0 +1,329 @@
+"""The SQLite cache: nothing is compiled twice.
+
+Layout (one file, WAL mode, safe for several processes at once):
+
+* ``blobs``       content-addressed module bytes (zlib), stored once, keyed by SHA-256 of the bytes;
+* ``states``      (pipeline version, module fingerprint) -> metrics and the blob holding it;
+* ``transitions`` (pipeline version, state fingerprint, action) -> next state fingerprint, or a
+                  failure (status + compiler message). Two prefixes that reach the same module share
+                  everything after it, because the walk continues from the state, not the prefix;
+* ``results``     (pipeline version, module fingerprint, pass sequence) -> final state: the
+                  per-sequence record the design asks for, filled when a sequence is evaluated;
+* ``roots``       raw input fingerprint -> normalised fingerprint (the load round trip);
+* ``inventory``   the discovered pass inventory per XLA version;
+* ``runs``/``trials`` tuning runs and every trial they made (see ``autotune.tuner``).
+
+Integrity: every ``states`` and ``transitions`` row carries a checksum of its own fields and every
+blob is checked against its hash when read. A row that fails its check is deleted and reported as a
+miss, so the caller recomputes it; keys always include the pipeline version (XLA version and pass
+inventory), so a result never leaks to a different compiler.
+
+Writes use ``BEGIN IMMEDIATE`` (take the write lock up front, waiting up to ``busy_timeout``),
+which is what avoids SQLite's "database is locked" upgrade deadlock between concurrent writers.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sqlite3
+import threading
+import time
+import zlib
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import sqlite_utils
+
+from autotune.errors import BadInput, CacheError
+from autotune.metrics import Metrics
+
+SCHEMA_VERSION = 1
+DEFAULT_DB = ".autotune/cache.db"
+
+
+def default_path() -> Path:
+    return Path(os.environ.get("AUTOTUNE_DB", DEFAULT_DB))
+
+
+@dataclass(frozen=True)
+class Transition:
+    """One cached step: ``src --action--> dst`` or a failure of that step."""
+
+    src: str
+    action: str
+    dst: str | None
+    status: str  # ok | error | crash | timeout
+    message: str | None
+    seconds: float
+
+
+def _check(*fields) -> str:
+    return hashlib.sha1("\x1f".join("" if f is None else str(f) for f in fields).encode()).hexdigest()[:16]
+
+
+class Cache:
+    """Handle on one cache database file (or ``:memory:``)."""
+
+    def __init__(self, path: str | os.PathLike | None = None, busy_timeout: float = 60.0):
+        self.path = str(path if path is not None else default_path())
+        self._lock = threading.RLock()
+        if self.path != ":memory:":
+            p = Path(self.path)
+            if p.exists() and p.is_dir():
+                raise BadInput(f"{p}: cache path is a directory")
+            try:
+                p.parent.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise BadInput(f"{p}: cannot create cache directory ({exc.strerror})") from None
+            if p.exists() and p.stat().st_size > 0:
+                with open(p, "rb") as fh:
+                    if fh.read(16) != b"SQLite format 3\x00":
+                        raise CacheError(f"{p}: not an SQLite database (corrupted or foreign file); left untouched")
+        try:
+            conn = sqlite3.connect(self.path, timeout=busy_timeout, isolation_level=None, check_same_thread=False)
+            conn.execute(f"PRAGMA busy_timeout={int(busy_timeout * 1000)}")
+            self.db = sqlite_utils.Database(conn)
+            if self.path != ":memory:":
+                self.db.enable_wal()
+            conn.execute("PRAGMA synchronous=NORMAL")
+            self._ensure_schema()
+        except sqlite3.DatabaseError as exc:
+            raise CacheError(f"{self.path}: cannot use cache database ({exc}); left untouched") from None
+        self._transitions: dict[tuple[str, str, str], Transition] = {}
+        self._states: dict[tuple[str, str], Metrics] = {}
+        self.hits = 0
+        self.misses = 0
+        self.corrupt_rows = 0
+
+    # ---- schema ---------------------------------------------------------------------------------
+    def _ensure_schema(self) -> None:
+        db = self.db
+        with self.write():
+            db["meta"].create({"key": str, "value": str}, pk="key", if_not_exists=True)
+            row = db.execute("SELECT value FROM meta WHERE key='schema'").fetchone()
+            if row is None:
+                db.execute("INSERT INTO meta(key, value) VALUES ('schema', ?)", [str(SCHEMA_VERSION)])
+            elif int(row[0]) != SCHEMA_VERSION:
+                raise CacheError(f"{self.path}: cache schema {row[0]} is not {SCHEMA_VERSION}; use another --db")
+            db["blobs"].create({"hash": str, "data": bytes, "size": int}, pk="hash", if_not_exists=True)
+            db["states"].create(
+                {
+                    "version": str, "fp": str, "blob": str, "instructions": int, "flops": float,
+                    "transcendentals": float, "bytes_accessed": float, "opcodes": str, "check": str,
+                },
+                pk=("version", "fp"), if_not_exists=True,
+            )
+            db["transitions"].create(
+                {
+                    "version": str, "src": str, "action": str, "dst": str, "status": str,
+                    "message": str, "seconds": float, "created": float, "check": str,
+                },
+                pk=("version", "src", "action"), if_not_exists=True,
+            )
+            db["results"].create(
+                {
+                    "version": str, "module": str, "sequence": str, "state": str, "status": str,
+                    "failed_at": int, "message": str, "created": float,
+                },
+                pk=("version", "module", "sequence"), if_not_exists=True,
+            )
+            db["roots"].create({"version": str, "raw": str, "fp": str, "name": str}, pk=("version", "raw"), if_not_exists=True)
+            db["inventory"].create({"key": str, "json": str, "created": float}, pk="key", if_not_exists=True)
+            db["runs"].create(
+                {
+                    "id": str, "created": float, "updated": float, "status": str, "module": str, "module_name": str,
+                    "strategy": str, "objective": str, "budget": int, "seed": int, "max_length": int,
+                    "options": str, "version": str, "best_sequence": str, "best_cost": float, "summary": str,
+                },
+                pk="id", if_not_exists=True,
+            )
+            db["trials"].create(
+                {
+                    "run": str, "n": int, "sequence": str, "cost": float, "status": str, "cached": int,
+                    "state": str, "message": str, "seconds": float, "created": float,
+                },
+                pk=("run", "n"), if_not_exists=True,
+            )
+
+    @contextmanager
+    def write(self):
+        """An IMMEDIATE transaction, retried if another process holds the lock past the timeout."""
+        with self._lock:
+            for attempt in range(20):
+                try:
+                    self.db.execute("BEGIN IMMEDIATE")
+                    break
+                except sqlite3.OperationalError as exc:
+                    if "locked" not in str(exc) and "busy" not in str(exc):
+                        raise
+                    time.sleep(0.05 * (attempt + 1))
+            else:
+                raise CacheError(f"{self.path}: database stayed locked by another process")
+            try:
+                yield self.db
+            except BaseException:
+                self.db.execute("ROLLBACK")
+                raise
+            else:
+                self.db.execute("COMMIT")
+
+    # ---- blobs -------------------------------------------------------------------------------------
+    @staticmethod
+    def blob_hash(data: bytes) -> str:
+        return hashlib.sha256(data).hexdigest()
+
+    def put_blob(self, data: bytes) -> str:
+        key = self.blob_hash(data)
+        self.db.execute(
+            "INSERT OR IGNORE INTO blobs(hash, data, size) VALUES (?, ?, ?)", [key, zlib.compress(data, 1), len(data)]
+        )
+        return key
+
+    def get_blob(self, key: str) -> bytes | None:
+        row = self.db.execute("SELECT data FROM blobs WHERE hash=?", [key]).fetchone()
+        if row is None:
+            return None
+        try:
+            data = zlib.decompress(row[0])
+        except zlib.error:
+            data = b""
+        if self.blob_hash(data) != key:
+            self._drop("blobs", "hash=?", [key])
+            return None
+        return data
+
+    # ---- states -----------------------------------------------------------------------------------
+    def put_state(self, version: str, fp: str, proto: bytes, metrics: Metrics) -> None:
+        opcodes = json.dumps(dict(metrics.opcodes), sort_keys=True)
+        with self.write():
+            blob = self.put_blob(proto)
+            self.db.execute(
+                "INSERT OR REPLACE INTO states(version, fp, blob, instructions, flops, transcendentals, bytes_accessed, opcodes, \"check\")"
+                " VALUES (?,?,?,?,?,?,?,?,?)",
+                [version, fp, blob, metrics.instructions, metrics.flops, metrics.transcendentals, metrics.bytes_accessed,
+                 opcodes, _check(version, fp, blob, metrics.instructions, opcodes)],
+            )
+        self._states[(version, fp)] = metrics
+
+    def state_metrics(self, version: str, fp: str) -> Metrics | None:
+        key = (version, fp)
+        if key in self._states:
+            return self._states[key]
+        row = self.db.execute(
+            'SELECT blob, instructions, flops, transcendentals, bytes_accessed, opcodes, "check" FROM states WHERE version=? AND fp=?',
+            [version, fp],
+        ).fetchone()
+        if row is None:
+            return None
+        blob, n, flops, trans, nbytes, opcodes, check = row
+        if check != _check(version, fp, blob, n, opcodes):
+            self._drop("states", "version=? AND fp=?", [version, fp])
+            return None
+        metrics = Metrics.from_dict(
+            {"instructions": n, "flops": flops, "transcendentals": trans, "bytes_accessed": nbytes, "opcodes": opcodes}
+        )
+        self._states[key] = metrics
+        return metrics
+
+    def state_proto(self, version: str, fp: str) -> bytes | None:
+        row = self.db.execute("SELECT blob FROM states WHERE version=? AND fp=?", [version, fp]).fetchone()
+        if row is None:
+            return None
+        data = self.get_blob(row[0])
+        if data is None:  # the blob was corrupt or missing: the state must be recomputed
+            self._drop("states", "version=? AND fp=?", [version, fp])
+            self._states.pop((version, fp), None)
+        return data
+
+    # ---- transitions ------------------------------------------------------------------------------
+    def put_transition(self, version: str, t: Transition) -> None:
+        with self.write():
+            self.db.execute(
+                'INSERT OR REPLACE INTO transitions(version, src, action, dst, status, message, seconds, created, "check")'
+                " VALUES (?,?,?,?,?,?,?,?,?)",
+                [version, t.src, t.action, t.dst, t.status, t.message, t.seconds, time.time(),
+                 _check(version, t.src, t.action, t.dst, t.status)],
+            )
+        self._transitions[(version, t.src, t.action)] = t
+
+    def transition(self, version: str, src: str, action: str) -> Transition | None:
+        key = (version, src, action)
+        t = self._transitions.get(key)
+        if t is not None:
+            return t
+        row = self.db.execute(
+            'SELECT dst, status, message, seconds, "check" FROM transitions WHERE version=? AND src=? AND action=?',
+            [version, src, action],
+        ).fetchone()
+        if row is None:
+            return None
+        dst, status, message, seconds, check = row
+        if check != _check(version, src, action, dst, status):
+            self._drop("transitions", "version=? AND src=? AND action=?", [version, src, action])
+            return None
+        t = Transition(src, action, dst, status, message, seconds or 0.0)
+        self._transitions[key] = t
+        return t
+
+    def _drop(self, table: str, where: str, params: list) -> None:
+        self.corrupt_rows += 1
+        with self.write():
+            self.db.execute(f"DELETE FROM {table} WHERE {where}", params)
+
+    # ---- results / roots / inventory -------------------------------------------------------------
+    def put_result(self, version: str, module: str, sequence: tuple[str, ...], state: str | None, status: str,
+                   failed_at: int | None, message: str | None) -> None:
+        with self.write():
+            self.db.execute(
+                "INSERT OR REPLACE INTO results(version, module, sequence, state, status, failed_at, message, created)"
+                " VALUES (?,?,?,?,?,?,?,?)",
+                [version, module, ",".join(sequence), state, status, failed_at, message, time.time()],
+            )
+
+    def put_root(self, version: str, raw: str, fp: str, name: str) -> None:
+        with self.write():
+            self.db.execute("INSERT OR REPLACE INTO roots(version, raw, fp, name) VALUES (?,?,?,?)", [version, raw, fp, name])
+
+    def root(self, version: str, raw: str) -> str | None:
+        row = self.db.execute("SELECT fp FROM roots WHERE version=? AND raw=?", [version, raw]).fetchone()
+        return row[0] if row else None
+
+    def get_inventory(self, key: str) -> str | None:
+        row = self.db.execute("SELECT json FROM inventory WHERE key=?", [key]).fetchone()
+        return row[0] if row else None
+
+    def put_inventory(self, key: str, text: str) -> None:
+        with self.write():
+            self.db.execute("INSERT OR REPLACE INTO inventory(key, json, created) VALUES (?,?,?)", [key, text, time.time()])
+
+    # ---- stats -----------------------------------------------------------------------------------
+    def stats(self) -> dict:
+        def count(table: str) -> int:
+            return self.db.execute(f"SELECT COUNT(*) FROM {table}").fetchone()[0]
+
+        size = os.path.getsize(self.path) if self.path != ":memory:" and os.path.exists(self.path) else 0
+        failures = self.db.execute("SELECT status, COUNT(*) FROM transitions WHERE status != 'ok' GROUP BY status").fetchall()
+        return {
+            "path": self.path,
+            "file_bytes": size,
+            "blob_bytes": self.db.execute("SELECT COALESCE(SUM(size), 0) FROM blobs").fetchone()[0],
+            "blobs": count("blobs"),
+            "states": count("states"),
+            "transitions": count("transitions"),
+            "failed_transitions": dict(failures),
+            "results": count("results"),
+            "runs": count("runs"),
+            "trials": count("trials"),
+            "compiled_steps": count("transitions"),
+            "versions": [r[0] for r in self.db.execute("SELECT DISTINCT version FROM transitions").fetchall()],
+            "session": {"hits": self.hits, "misses": self.misses, "corrupt_rows_recomputed": self.corrupt_rows},
+        }
+
+    def close(self) -> None:
+        try:
+            self.db.conn.close()
+        except sqlite3.Error:
+            pass

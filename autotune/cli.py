@@ -1,0 +1,274 @@
+"""The ``autotune`` command line (click).
+
+Every command prints a table for people or JSON for machines (``--json``), exits 0 on success, 1
+when a check it ran says no, and 2 for bad usage or bad input, which always gets exactly one line
+on stderr and never a traceback.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import click
+
+from autotune.errors import AutotuneError, BadInput
+
+CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
+
+
+def _die(message: str, code: int = 2) -> None:
+    click.echo(f"autotune: error: {message}", err=True)
+    sys.exit(code)
+
+
+def db_option(f):
+    return click.option("--db", type=click.Path(dir_okay=False), default=None, envvar="AUTOTUNE_DB",
+                        help="Cache database (SQLite). Default: .autotune/cache.db or $AUTOTUNE_DB.")(f)
+
+
+def workers_option(f):
+    return click.option("--workers", type=click.IntRange(1, 64), default=None,
+                        help="Compiler worker processes (default: cores, at most 4).")(f)
+
+
+def json_option(f):
+    return click.option("--json", "as_json", is_flag=True, help="Machine-readable JSON output.")(f)
+
+
+def target_option(f):
+    return click.option("--include-target-specific", is_flag=True,
+                        help="Also offer target-specific passes (layout, fusion, ...) as actions.")(f)
+
+
+def _print_json(data) -> None:
+    click.echo(json.dumps(data, indent=2, sort_keys=False, default=str))
+
+
+def _console():
+    from rich.console import Console
+
+    return Console()
+
+
+def _load(path: str):
+    from autotune.module import load_path
+
+    return load_path(Path(path))
+
+
+def _metrics_row(metrics) -> dict:
+    return metrics.to_dict() if metrics is not None else None
+
+
+@click.group(context_settings=CONTEXT)
+@click.version_option(package_name="autotune")
+def cli() -> None:
+    """Autotune XLA's HLO pass ordering: search for the pass sequence that gives the best module."""
+
+
+# ---- passes -----------------------------------------------------------------------------------------
+@cli.command()
+@db_option
+@target_option
+@json_option
+def passes(db, include_target_specific, as_json) -> None:
+    """List the action vocabulary discovered from the installed XLA."""
+    from autotune import pipelines
+    from autotune.cache import Cache
+
+    cache = Cache(db)
+    try:
+        backend = pipelines.get("xla", cache=cache, include_target_specific=include_target_specific)
+        inv = backend.inventory
+        rows = [
+            {
+                "name": a.name,
+                "order": a.order,
+                "pipeline": " > ".join(reversed((inv.main_pipeline,) + a.path)) if not a.target_specific else "",
+                "macro": a.macro,
+                "target_specific": a.target_specific,
+            }
+            for a in inv.actions.values()
+        ]
+        if as_json:
+            _print_json({"xla_version": inv.xla_version, "pipeline_version": backend.version, "count": len(rows), "actions": rows})
+            return
+        from rich.table import Table
+
+        table = Table(title=f"{len(rows)} actions discovered from {inv.xla_version}")
+        table.add_column("#", justify="right")
+        table.add_column("action")
+        table.add_column("runs inside")
+        table.add_column("kind")
+        for i, r in enumerate(rows):
+            table.add_row(str(i), r["name"], r["pipeline"], "sub-pipeline" if r["macro"] else (r["target_specific"] or "pass"))
+        _console().print(table)
+    finally:
+        cache.close()
+
+
+# ---- baseline -------------------------------------------------------------------------------------------
+@cli.command()
+@click.argument("model", type=click.Path())
+@db_option
+@workers_option
+@json_option
+def baseline(model, db, workers, as_json) -> None:
+    """Measure MODEL as loaded and after XLA's default ordering of the same action set."""
+    from autotune.engine import open_engine
+
+    module = _load(model)
+    with open_engine(db, workers=workers or 1) as ev:
+        root = ev.prepare(module)
+        base = ev.metrics(root.fingerprint)
+        default = ev.default(root)
+        if not default.ok:
+            raise AutotuneError(f"XLA's default pipeline failed on {model}: {default.message}")
+        out = {
+            "module": module.name,
+            "fingerprint": root.fingerprint,
+            "pipeline_version": ev.version,
+            "input": _metrics_row(base),
+            "default": _metrics_row(default.metrics),
+            "default_reduction": base.instructions - default.metrics.instructions,
+        }
+    if as_json:
+        _print_json(out)
+        return
+    _metrics_table(f"{module.name}: XLA default ordering", [("input", base), ("XLA default", default.metrics)])
+
+
+def _metrics_table(title: str, rows) -> None:
+    from rich.table import Table
+
+    table = Table(title=title)
+    for col in ("", "instructions", "flops", "transcendentals", "bytes accessed"):
+        table.add_column(col, justify="right" if col else "left")
+    first = rows[0][1]
+    for label, m in rows:
+        delta = "" if m is first else f" ({m.instructions - first.instructions:+d})"
+        table.add_row(label, f"{m.instructions}{delta}", f"{m.flops:.4g}", f"{m.transcendentals:.4g}", f"{m.bytes_accessed:.4g}")
+    _console().print(table)
+
+
+# ---- apply ------------------------------------------------------------------------------------------------
+@cli.command()
+@click.argument("model", type=click.Path())
+@click.option("--passes", "pass_list", required=True, help="Comma-separated actions, applied in this order.")
+@click.option("-o", "--output", type=click.Path(dir_okay=False), default=None,
+              help="Write the resulting module (HLO text; .pb for a serialized proto).")
+@db_option
+@workers_option
+@target_option
+@json_option
+def apply(model, pass_list, output, db, workers, include_target_specific, as_json) -> None:
+    """Apply a pass sequence to MODEL and print the metrics before and after."""
+    from autotune.engine import open_engine
+
+    sequence = [p.strip() for p in pass_list.split(",") if p.strip()]
+    if not sequence:
+        raise BadInput("--passes is empty")
+    module = _load(model)
+    with open_engine(db, workers=workers or 1, include_target_specific=include_target_specific) as ev:
+        ev.pipeline.check_passes(sequence)
+        root = ev.prepare(module)
+        before = ev.metrics(root.fingerprint)
+        result = ev.evaluate(root, sequence)
+        if not result.ok:
+            if as_json:
+                _print_json({"module": module.name, "sequence": sequence, "status": result.status,
+                             "failed_at": result.failed_at, "message": result.message})
+            _die(f"pass '{sequence[result.failed_at]}' (step {result.failed_at + 1}) failed "
+                 f"[{result.status}]: {result.message}", 1)
+        tuned = ev.module(result.state, module.name)
+        if output:
+            _write_module(tuned, Path(output))
+        out = {
+            "module": module.name,
+            "sequence": sequence,
+            "status": "ok",
+            "before": _metrics_row(before),
+            "after": _metrics_row(result.metrics),
+            "steps_compiled": result.compiled,
+            "steps_cached": result.cached,
+            "output": output,
+        }
+    if as_json:
+        _print_json(out)
+        return
+    _metrics_table(f"{module.name}: {','.join(sequence)}", [("before", before), ("after", result.metrics)])
+    click.echo(f"steps compiled: {result.compiled}, from cache: {result.cached}" + (f"; wrote {output}" if output else ""))
+
+
+def _write_module(module, path: Path) -> None:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if path.suffix == ".pb":
+            path.write_bytes(module.proto)
+        else:
+            path.write_text(module.text())
+    except OSError as exc:
+        raise BadInput(f"{path}: cannot write ({exc.strerror or exc})") from None
+
+
+# ---- cache -------------------------------------------------------------------------------------------------
+@cli.group()
+def cache() -> None:
+    """Inspect the result cache."""
+
+
+@cache.command("stats")
+@db_option
+@json_option
+def cache_stats(db, as_json) -> None:
+    """Rows, sizes and failures stored in the cache database."""
+    from autotune.cache import Cache
+
+    c = Cache(db)
+    try:
+        stats = c.stats()
+    finally:
+        c.close()
+    stats.pop("session", None)
+    if as_json:
+        _print_json(stats)
+        return
+    from rich.table import Table
+
+    table = Table(title=f"cache {stats['path']}")
+    table.add_column("what")
+    table.add_column("value", justify="right")
+    for key, value in stats.items():
+        if key != "path":
+            table.add_row(key, str(value))
+    _console().print(table)
+
+
+def main(argv=None) -> None:
+    """Entry point: click in non-standalone mode so every error becomes one line and a code."""
+    try:
+        rv = cli.main(args=argv, prog_name="autotune", standalone_mode=False)
+    except click.exceptions.NoArgsIsHelpError as exc:
+        click.echo(exc.ctx.get_help() if exc.ctx else "autotune --help")
+        sys.exit(0)
+    except click.UsageError as exc:
+        _die(exc.format_message().splitlines()[0] if exc.format_message() else "bad usage", 2)
+    except click.exceptions.Abort:
+        _die("aborted", 130)
+    except click.exceptions.Exit as exc:
+        sys.exit(exc.exit_code)
+    except click.ClickException as exc:
+        _die(exc.format_message().splitlines()[0], exc.exit_code or 2)
+    except AutotuneError as exc:
+        _die(str(exc).splitlines()[0] if str(exc) else type(exc).__name__, exc.exit_code)
+    except KeyboardInterrupt:
+        _die("interrupted", 130)
+    except BrokenPipeError:
+        sys.exit(0)
+    sys.exit(rv if isinstance(rv, int) else 0)
+
+
+if __name__ == "__main__":
+    main()

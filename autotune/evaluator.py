@@ -1,0 +1,200 @@
+"""The Evaluator: a pass sequence in, a cached result out.
+
+``evaluate(root, sequence)`` walks the sequence one step at a time through the cache's transition
+table; only the uncached tail is compiled, in one worker job whose steps stream back and are stored
+as they arrive (a crash in step 7 keeps steps 1-6). ``evaluate_many`` does the same for a batch and
+spreads the tails over all workers, so independent sequences compile in parallel.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+from autotune.cache import Cache, Transition
+from autotune.errors import PassFailed
+from autotune.metrics import Metrics
+from autotune.module import Module
+from autotune.workers import StopJob
+
+IDENTITY = "<identity>"
+DEFAULT = "<default>"
+
+
+@dataclass(frozen=True)
+class Result:
+    """The outcome of one sequence on one module."""
+
+    module: str  # fingerprint of the (normalised) input
+    sequence: tuple[str, ...]
+    status: str  # ok | error | crash | timeout
+    state: str | None  # fingerprint of the resulting module (None when a step failed)
+    metrics: Metrics | None
+    failed_at: int | None = None
+    message: str | None = None
+    compiled: int = 0  # steps compiled for this call
+    cached: int = 0  # steps answered by the cache
+    seconds: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+
+@dataclass
+class EvaluatorStats:
+    sequences: int = 0
+    steps_compiled: int = 0
+    steps_cached: int = 0
+    compile_seconds: float = 0.0
+
+    @property
+    def hit_rate(self) -> float:
+        total = self.steps_compiled + self.steps_cached
+        return self.steps_cached / total if total else 0.0
+
+
+class Evaluator:
+    """Owns the cache and the pipeline's worker pool for one tuning session."""
+
+    def __init__(self, pipeline, cache: Cache):
+        self.pipeline = pipeline
+        self.cache = cache
+        self.stats = EvaluatorStats()
+
+    @property
+    def version(self) -> str:
+        return self.pipeline.version
+
+    # ---- modules ---------------------------------------------------------------------------------
+    def prepare(self, module: Module) -> Module:
+        """The normalised root of a loaded module (one XLA import round trip; cached)."""
+        version = self.version
+        fp = self.cache.root(version, module.fingerprint)
+        if fp is not None:
+            proto = self.cache.state_proto(version, fp)
+            if proto is not None and self.cache.state_metrics(version, fp) is not None:
+                return Module(module.name, proto, fp)
+        root = self.pipeline.normalize(module)
+        self.cache.put_state(version, root.fingerprint, root.proto, self.pipeline.measure(root))
+        self.cache.put_root(version, module.fingerprint, root.fingerprint, module.name)
+        return root
+
+    def module(self, fp: str, name: str = "module") -> Module:
+        proto = self.cache.state_proto(self.version, fp)
+        if proto is None:
+            raise KeyError(f"state {fp} is not in the cache")
+        return Module(name, proto, fp)
+
+    def metrics(self, fp: str) -> Metrics:
+        metrics = self.cache.state_metrics(self.version, fp)
+        if metrics is None:
+            raise KeyError(f"state {fp} is not in the cache")
+        return metrics
+
+    def default(self, root: Module) -> Result:
+        """XLA's default ordering on ``root`` (cached as the pseudo-action ``<default>``)."""
+        return self._evaluate_batch(root.fingerprint, [(DEFAULT,)], allow_internal=True)[0]
+
+    def final(self, state: str) -> Result:
+        """A state followed by XLA's default pipeline: what the backend will actually see."""
+        return self._evaluate_batch(state, [(DEFAULT,)], allow_internal=True)[0]
+
+    # ---- sequences ----------------------------------------------------------------------------------
+    def evaluate(self, root: Module, sequence: Sequence[str]) -> Result:
+        return self.evaluate_many(root, [sequence])[0]
+
+    def evaluate_many(self, root: Module, sequences: Sequence[Sequence[str]]) -> list[Result]:
+        seqs = [self.pipeline.check_passes(s) for s in sequences]
+        results = self._evaluate_batch(root.fingerprint, seqs)
+        for r in results:
+            self.cache.put_result(self.version, root.fingerprint, r.sequence, r.state, r.status, r.failed_at, r.message)
+        return results
+
+    def _evaluate_batch(self, root: str, seqs: list[tuple[str, ...]], allow_internal: bool = False) -> list[Result]:
+        """Evaluate sequences from ``root``, one step per worker job, cache consulted before each.
+
+        Each sequence advances through cached transitions as far as it can; its next uncached step
+        becomes a job. Identical steps (same state, same action) wanted by several sequences are
+        compiled once; when a job's result is stored, every sequence waiting on it walks on. Jobs
+        go to whichever worker is free, so independent sequences compile in parallel.
+        """
+        t0 = time.perf_counter()
+        version = self.version
+        n = len(seqs)
+        state = [root] * n
+        pos = [0] * n
+        compiled = [0] * n
+        cached = [0] * n
+        done: dict[int, Result] = {}
+        own: dict[int, tuple[str, str]] = {}  # a step this sequence itself just compiled
+        waiting: dict[tuple[str, str], list[int]] = {}
+        dispatcher = self.pipeline.dispatcher()
+
+        def advance(i: int) -> None:
+            seq = seqs[i]
+            while pos[i] < len(seq):
+                key = (state[i], seq[pos[i]])
+                t = self.cache.transition(version, *key)
+                if t is None or (t.status == "ok" and self.cache.state_metrics(version, t.dst) is None):
+                    break
+                if own.get(i) == key:
+                    own.pop(i)
+                else:
+                    cached[i] += 1
+                if t.status != "ok":
+                    done[i] = Result(root, seq, t.status, None, None, pos[i], t.message, compiled[i], cached[i])
+                    return
+                state[i] = t.dst
+                pos[i] += 1
+            if pos[i] == len(seq):
+                done[i] = Result(root, seq, "ok", state[i], self.metrics(state[i]), None, None, compiled[i], cached[i])
+                return
+            key = (state[i], seq[pos[i]])
+            if key in waiting:
+                waiting[key].append(i)
+                return
+            proto = self.cache.state_proto(version, key[0])
+            if proto is None:
+                raise KeyError(f"state {key[0]} vanished from the cache")
+            waiting[key] = [i]
+            dispatcher.submit(key, self.pipeline.step_job(proto, key[0], [key[1]]))
+
+        for i in range(n):
+            advance(i)
+        for key, item in dispatcher:
+            if item is StopJob:
+                waiters = waiting.pop(key, [])
+                if self.cache.transition(version, *key) is None:  # the job ended without an answer
+                    self._store(key, PassFailed("worker returned no result", "crash"))
+                if waiters:
+                    compiled[waiters[0]] += 1
+                    own[waiters[0]] = key
+                for i in waiters:
+                    advance(i)
+                continue
+            self._store(key, item)
+        elapsed = time.perf_counter() - t0
+        self.stats.sequences += n
+        self.stats.steps_cached += sum(cached)
+        self.cache.hits += sum(cached)
+        self.cache.misses += sum(compiled)
+        return [replace(done[i], seconds=elapsed) for i in range(n)]
+
+    def _store(self, key: tuple[str, str], item) -> None:
+        """Record one step's outcome (a StepOut or a PassFailed) as a transition and a state."""
+        version = self.version
+        src, action = key
+        if isinstance(item, PassFailed):
+            self.cache.put_transition(version, Transition(src, action, None, item.status, str(item), 0.0))
+        elif isinstance(item, BaseException):
+            raise item
+        elif item.status == "ok":
+            if self.cache.state_metrics(version, item.fingerprint) is None:
+                self.cache.put_state(version, item.fingerprint, item.proto, Metrics.from_dict(item.metrics))
+            self.cache.put_transition(version, Transition(src, action, item.fingerprint, "ok", None, item.seconds))
+        else:
+            self.cache.put_transition(version, Transition(src, action, None, "error", item.message, item.seconds))
+        self.stats.steps_compiled += 1
+        self.stats.compile_seconds += getattr(item, "seconds", 0.0)

@@ -1,0 +1,125 @@
+"""HLO module helpers that need only ``jaxlib._hlo`` (parsing, printing, fingerprints, counts).
+
+These run in the main process as well as in workers: importing ``jaxlib._hlo`` is cheap (~0.1 s)
+and does not start an XLA client. Anything that compiles lives in ``compiler.py`` and runs only in
+worker processes, where an XLA fatal error costs one process.
+"""
+
+from __future__ import annotations
+
+import collections
+import hashlib
+import re
+
+from autotune.errors import BadInput
+
+
+def _hlo():
+    from jaxlib import _hlo
+
+    return _hlo
+
+
+def parse_text(text: str):
+    """HLO text -> HloModule; a parse error becomes ``BadInput`` with XLA's first line."""
+    try:
+        return _hlo().hlo_module_from_text(text)
+    except Exception as exc:  # jaxlib raises XlaRuntimeError / ValueError variants
+        raise BadInput(f"not valid HLO text: {_first_line(exc)}") from None
+
+
+def parse_proto(data: bytes):
+    """Serialized HloModuleProto -> HloModule."""
+    try:
+        return _hlo().HloModule.from_serialized_hlo_module_proto(data)
+    except Exception as exc:
+        raise BadInput(f"not a valid serialized HloModuleProto: {_first_line(exc)}") from None
+
+
+def from_mlir(text: str | bytes) -> bytes:
+    """StableHLO/MHLO MLIR (text or bytecode) -> serialized HloModuleProto, via XLA's own importer."""
+    from jax._src.lib import _jax
+
+    try:
+        comp = _jax.mlir.mlir_module_to_xla_computation(text, use_tuple_args=False, return_tuple=False)
+    except Exception as exc:
+        raise BadInput(f"not a StableHLO/MHLO module XLA can import: {_first_line(exc)}") from None
+    return comp.as_serialized_hlo_module_proto()
+
+
+def _first_line(exc: BaseException) -> str:
+    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+    msg = lines[0] if lines else type(exc).__name__
+    return msg[:300]
+
+
+def _print_options(canonical: bool):
+    opts = _hlo().HloPrintOptions.canonical() if canonical else _hlo().HloPrintOptions()
+    opts.print_large_constants = True
+    opts.print_metadata = False
+    return opts
+
+
+def to_text(module) -> str:
+    """Parseable HLO text with every constant printed (the default elides large ones as {...})."""
+    return module.to_string(_print_options(canonical=False))
+
+
+_COMP_HEADER = re.compile(r"^(?:ENTRY )?(\S+) \{$", re.M)
+
+
+def canonical_text(module) -> str:
+    """Module text with metadata, instruction names, ids and computation names replaced.
+
+    XLA's canonical printer already renames instructions (tmp_N) and orders computations; it keeps
+    computation names and the module name, which differ between equal programs (region_0.12 vs
+    region_0.7), so both are replaced here by position. Constants are printed in full: two
+    programs that differ only in a constant's value are different programs.
+    """
+    text = module.to_string(_print_options(canonical=True))
+    header, _, body = text.partition("\n")
+    header = re.sub(r"^HloModule \S+?(,|$)", r"HloModule m\1", header)
+    names = _COMP_HEADER.findall(body)
+    if names:
+        mapping = {name: f"c{i}" for i, name in enumerate(names)}
+        pattern = re.compile(
+            r"(?<![\w.\-])(" + "|".join(re.escape(n) for n in sorted(mapping, key=len, reverse=True)) + r")(?![\w.\-])"
+        )
+        body = pattern.sub(lambda m: mapping[m.group(1)], body)
+    return header + "\n" + body
+
+
+def fingerprint(module) -> str:
+    """SHA-256 (hex, 32 chars) of ``canonical_text``: equal programs get equal keys."""
+    return hashlib.sha256(canonical_text(module).encode()).hexdigest()[:32]
+
+
+def opcode_histogram(module) -> dict[str, int]:
+    """Instructions per opcode over all computations (entry, nested, fused), HLO text spelling."""
+    counts: collections.Counter[str] = collections.Counter()
+    for comp in module.computations():
+        for inst in comp.instructions():
+            op = inst.opcode
+            name = _OPCODE_NAMES.get(op)
+            if name is None:
+                name = _OPCODE_NAMES[op] = _opcode_name(inst)
+            counts[name] += 1
+    return dict(sorted(counts.items()))
+
+
+_OPCODE_NAMES: dict = {}
+_OPCODE_IN_TEXT = re.compile(r"=\s.*?\s([a-z][a-z0-9\-]*)\(")
+
+
+def _opcode_name(inst) -> str:
+    """The opcode as HLO text spells it (kExp -> exponential), read once per opcode from XLA."""
+    m = _OPCODE_IN_TEXT.search(inst.to_string())
+    if m:
+        return m.group(1)
+    raw = inst.opcode.name[1:] if inst.opcode.name.startswith("k") else inst.opcode.name
+    return re.sub(r"(?<!^)(?=[A-Z])", "-", raw).lower()
+
+
+def instruction_count(module) -> int:
+    """Number of HLO instructions in all computations of the module."""
+    return sum(len(comp.instructions()) for comp in module.computations())

@@ -1,0 +1,162 @@
+"""The Module: an HLO program as bytes plus a name-independent fingerprint, and its loaders.
+
+A module is kept as a serialized ``HloModuleProto`` (compact, exact, and what XLA hands back). Its
+``fingerprint`` hashes XLA's canonical printout with metadata, names and ids replaced, so the same
+program always has the same cache key whatever it was called or however it was loaded.
+
+Loaders accept HLO text (``.hlo``/``.txt``), serialized HloModuleProto (``.pb``), StableHLO or MHLO
+MLIR (``.mlir``, text or bytecode) and a lowered JAX function (``jax.jit(f).lower(...)``). Loading
+only parses; ``Pipeline.normalize`` then applies the one conversion round trip that every compile
+applies anyway (the first round trip canonicalises, later ones are stable).
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from dataclasses import dataclass
+from pathlib import Path
+
+from autotune.errors import BadInput
+from autotune import hlo
+
+#: Inputs larger than this are refused before parsing (a model graph is far smaller).
+MAX_INPUT_BYTES = 512 * 1024 * 1024
+
+TEXT_SUFFIXES = (".hlo", ".txt")
+PROTO_SUFFIXES = (".pb", ".hlopb", ".proto")
+MLIR_SUFFIXES = (".mlir", ".mlirbc", ".stablehlo")
+
+
+@dataclass(frozen=True)
+class Module:
+    """An HLO module: serialized ``HloModuleProto`` bytes, a display name and its fingerprint."""
+
+    name: str
+    proto: bytes
+    fingerprint: str
+
+    @classmethod
+    def from_proto(cls, proto: bytes, name: str | None = None) -> "Module":
+        parsed = hlo.parse_proto(proto)
+        return cls(name or parsed.name, proto, hlo.fingerprint(parsed))
+
+    def hlo_module(self):
+        """The jaxlib ``HloModule`` object (parsed on demand, never stored: it is not picklable)."""
+        return hlo.parse_proto(self.proto)
+
+    def text(self) -> str:
+        """Parseable HLO text with all constants printed."""
+        return hlo.to_text(self.hlo_module())
+
+    def renamed(self, name: str) -> "Module":
+        return Module(name, self.proto, self.fingerprint)
+
+    def __repr__(self) -> str:
+        return f"Module({self.name!r}, fingerprint={self.fingerprint[:12]}, {len(self.proto)} bytes)"
+
+
+def load(source, name: str | None = None) -> Module:
+    """Load a module from a path, HLO/MLIR text, proto bytes, or a lowered JAX function.
+
+    Raises ``BadInput`` with a one-line reason for anything that is not a usable module.
+    """
+    if hasattr(source, "as_text") and hasattr(source, "compiler_ir"):  # jax.stages.Lowered
+        return _from_lowered(source, name)
+    if isinstance(source, (bytes, bytearray)):
+        return _from_bytes(bytes(source), name or "module", hint="")
+    if isinstance(source, str) and ("\n" in source or source.lstrip().startswith(("HloModule", "module"))):
+        return _from_text(source, name or "module", hint="")
+    if isinstance(source, (str, os.PathLike)):
+        return load_path(Path(source), name)
+    raise BadInput(f"cannot load a module from {type(source).__name__}")
+
+
+def load_path(path: Path, name: str | None = None) -> Module:
+    path = Path(path)
+    if not path.exists():
+        raise BadInput(f"{path}: no such file")
+    if path.is_dir():
+        raise BadInput(f"{path}: is a directory, expected a module file")
+    if not stat.S_ISREG(path.stat().st_mode):
+        raise BadInput(f"{path}: not a regular file")
+    size = path.stat().st_size
+    if size == 0:
+        raise BadInput(f"{path}: empty file")
+    if size > MAX_INPUT_BYTES:
+        raise BadInput(f"{path}: {size} bytes is larger than the {MAX_INPUT_BYTES >> 20} MiB input limit")
+    try:
+        data = path.read_bytes()
+    except PermissionError:
+        raise BadInput(f"{path}: permission denied") from None
+    except OSError as exc:
+        raise BadInput(f"{path}: cannot read ({exc.strerror or exc})") from None
+    stem = name or path.stem
+    suffix = path.suffix.lower()
+    try:
+        if suffix in PROTO_SUFFIXES:
+            return _from_proto(data, stem)
+        if suffix in MLIR_SUFFIXES:
+            return _from_mlir(data, stem)
+        if suffix in TEXT_SUFFIXES:
+            return _from_text(_decode(data, path), stem, hint="")
+        return _from_bytes(data, stem, hint=f" (unrecognised extension '{suffix or '(none)'}'; expected .hlo, .txt, .pb or .mlir)")
+    except BadInput as exc:
+        raise BadInput(f"{path}: {exc}") from None
+
+
+def _decode(data: bytes, path: Path | None = None) -> str:
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise BadInput(f"not UTF-8 text (invalid byte at offset {exc.start})") from None
+
+
+def _from_bytes(data: bytes, name: str, hint: str) -> Module:
+    """Content sniffing for inputs whose kind is not given by an extension."""
+    head = data[:4096].lstrip()
+    if head.startswith(b"HloModule"):
+        return _from_text(_decode(data), name, hint)
+    if head.startswith((b"module", b"func.func", b"#loc", b"MLIR", b"ML\xefR")) or b"stablehlo." in head or b"mhlo." in head:
+        return _from_mlir(data, name)
+    try:
+        return _from_proto(data, name)
+    except BadInput:
+        raise BadInput(f"not HLO text, MLIR or a serialized HloModuleProto{hint}") from None
+
+
+def _from_text(text: str, name: str, hint: str) -> Module:
+    stripped = text.lstrip()
+    if stripped.startswith(("module", "func.func", "#loc")) or "stablehlo." in stripped[:4096]:
+        return _from_mlir(text.encode(), name)
+    if not stripped.startswith("HloModule"):
+        raise BadInput(f"not HLO text: expected it to start with 'HloModule'{hint}")
+    module = hlo.parse_text(text)
+    return Module(name, module.as_serialized_hlo_module_proto(), hlo.fingerprint(module))
+
+
+def _from_proto(data: bytes, name: str) -> Module:
+    module = hlo.parse_proto(data)
+    if not module.computations():
+        raise BadInput("serialized HloModuleProto has no computations")
+    return Module(name, module.as_serialized_hlo_module_proto(), hlo.fingerprint(module))
+
+
+def _from_mlir(data: bytes, name: str) -> Module:
+    text: str | bytes = data
+    if not data.startswith(b"ML\xefR"):  # MLIR bytecode magic; anything else must be text
+        text = _decode(data)
+        if "stablehlo." not in text and "mhlo." not in text and "func.func" not in text:
+            raise BadInput("MLIR without StableHLO/MHLO operations (unsupported dialect)")
+    proto = hlo.from_mlir(text)
+    return _from_proto(proto, name)
+
+
+def _from_lowered(lowered, name: str | None) -> Module:
+    """A ``jax.jit(f).lower(...)`` result: its StableHLO goes through XLA's importer, like a compile."""
+    mlir_text = lowered.as_text()
+    module = _from_mlir(mlir_text.encode(), name or "jax_module")
+    if name is None:
+        parsed = hlo.parse_proto(module.proto)
+        module = module.renamed(parsed.name)
+    return module

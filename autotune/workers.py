@@ -1,0 +1,369 @@
+"""A small pool of compiler worker processes with crash isolation.
+
+Why not ``concurrent.futures`` or ``multiprocessing.Pool``: an XLA fatal error (CHECK failure,
+LOG(FATAL)) kills the whole process, and a hung pass never returns. A standard pool then breaks as a
+whole (``BrokenProcessPool``) or waits forever. Here each worker is a plain subprocess
+(``python -m autotune.workers``, so nothing from the caller's ``__main__`` is re-imported) talking
+over a socket pair with ``multiprocessing.connection``. The parent waits with a deadline per
+message; on a deadline or a dead socket it kills that one worker, turns the event into a
+``PassFailed`` (``timeout`` or ``crash``, with the last lines the compiler printed to stderr) and
+starts a replacement on the next request. Handlers may stream: a generator's items arrive one by
+one, so a crash in step 7 of a job still delivers steps 1-6.
+"""
+
+from __future__ import annotations
+
+import importlib
+import itertools
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from multiprocessing.connection import Connection, wait
+
+from autotune.errors import AutotuneError, PassFailed
+
+_FATAL_LINE = re.compile(r"^(F\d{4}|E\d{4}|Check failed|\*\*\* SIG|INTERNAL|.*RET_CHECK)", re.M)
+
+
+@dataclass(frozen=True)
+class Job:
+    """One request: ``handler.method(*args)``; ``per_item_timeout`` bounds each streamed item."""
+
+    method: str
+    args: tuple
+    per_item_timeout: float
+
+
+class _Worker:
+    _ids = itertools.count()
+
+    def __init__(self, factory: str, init_args: tuple, env: dict[str, str] | None, start_timeout: float):
+        self.id = next(self._ids)
+        parent_sock, child_sock = socket.socketpair()
+        self.stderr_path = os.path.join(tempfile.gettempdir(), f"autotune-worker-{os.getpid()}-{self.id}.log")
+        self._stderr = open(self.stderr_path, "wb")
+        full_env = dict(os.environ)
+        full_env.update(env or {})
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "autotune.workers", str(child_sock.fileno()), factory],
+            pass_fds=(child_sock.fileno(),),
+            stdin=subprocess.DEVNULL,
+            stdout=self._stderr,
+            stderr=self._stderr,
+            env=full_env,
+            start_new_session=True,  # a Ctrl-C in the terminal reaches the parent, which stops workers
+        )
+        child_sock.close()
+        self.conn = Connection(parent_sock.detach())
+        self.conn.send(init_args)
+        if not self.conn.poll(start_timeout):
+            self.kill()
+            raise AutotuneError(f"compiler worker did not start within {start_timeout:.0f}s")
+        try:
+            kind, payload = self.conn.recv()
+        except (EOFError, OSError):
+            self.kill()
+            raise AutotuneError(f"compiler worker failed to start: {self.stderr_tail()}") from None
+        if kind != "ready":
+            self.kill()
+            raise AutotuneError(f"compiler worker failed to start: {payload}")
+        self.pid = self.proc.pid
+
+    def stderr_tail(self, limit: int = 400) -> str:
+        """The compiler's own words: the most telling line of what the worker printed last."""
+        try:
+            with open(self.stderr_path, "rb") as fh:
+                fh.seek(0, os.SEEK_END)
+                fh.seek(max(0, fh.tell() - 20000))
+                text = fh.read().decode("utf-8", "replace")
+        except OSError:
+            return ""
+        lines = [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.strip().startswith("@")]
+        fatal = [ln for ln in lines if _FATAL_LINE.match(ln)]
+        pick = fatal[-1] if fatal else (lines[-1] if lines else "")
+        return pick[:limit]
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def kill(self) -> None:
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError, OSError):
+            pass
+        try:
+            self.proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            pass
+        self.close()
+
+    def close(self) -> None:
+        try:
+            self.conn.close()
+        except OSError:
+            pass
+        try:
+            self._stderr.close()
+            os.unlink(self.stderr_path)
+        except OSError:
+            pass
+
+    def describe_death(self) -> str:
+        code = self.proc.poll()
+        if code is None:
+            return "worker stopped answering"
+        if code < 0:
+            try:
+                return f"worker killed by {signal.Signals(-code).name}"
+            except ValueError:
+                return f"worker killed by signal {-code}"
+        return f"worker exited with code {code}"
+
+
+class WorkerPool:
+    """``size`` long-lived workers created by ``factory(*init_args)`` (a ``module:callable`` path)."""
+
+    def __init__(
+        self,
+        factory: str,
+        init_args: tuple = (),
+        size: int = 1,
+        env: dict[str, str] | None = None,
+        start_timeout: float = 180.0,
+    ):
+        self.factory, self.init_args, self.size = factory, init_args, max(1, int(size))
+        self.env, self.start_timeout = env, start_timeout
+        self._idle: list[_Worker] = []
+        self._all: list[_Worker] = []
+        self.crashes = 0
+        self.timeouts = 0
+        self.started = 0
+
+    # ---- lifecycle -----------------------------------------------------------------------------
+    def _spawn(self) -> _Worker:
+        worker = _Worker(self.factory, self.init_args, self.env, self.start_timeout)
+        self._all.append(worker)
+        self.started += 1
+        return worker
+
+    def _take(self) -> _Worker:
+        while self._idle:
+            worker = self._idle.pop()
+            if worker.alive():
+                return worker
+            self._discard(worker)
+        return self._spawn()
+
+    def _discard(self, worker: _Worker) -> None:
+        worker.kill()
+        if worker in self._all:
+            self._all.remove(worker)
+
+    def pids(self) -> list[int]:
+        return [w.pid for w in self._all if w.alive()]
+
+    def warm(self, n: int | None = None) -> None:
+        """Start workers ahead of time (they take ~1-2 s each to import jaxlib)."""
+        while len(self._all) < (n or self.size):
+            self._idle.append(self._spawn())
+
+    def close(self) -> None:
+        for worker in list(self._all):
+            try:
+                worker.conn.send(None)
+            except OSError:
+                pass
+        deadline = time.monotonic() + 3
+        for worker in list(self._all):
+            try:
+                worker.proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                pass
+            worker.kill()
+        self._all.clear()
+        self._idle.clear()
+
+    def __enter__(self) -> "WorkerPool":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # ---- requests --------------------------------------------------------------------------------
+    def call(self, method: str, *args, timeout: float = 600.0):
+        """Run one non-streaming request on a worker and return its result."""
+        items = list(self.stream(method, *args, timeout=timeout))
+        return items[-1] if items else None
+
+    def stream(self, method: str, *args, timeout: float = 600.0) -> Iterator:
+        """Yield the items of one (streaming) request; a death ends the stream with PassFailed."""
+        for _, item in self.run_many([Job(method, args, timeout)]):
+            if item is StopJob:
+                return
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+
+    def run_many(self, jobs: Sequence[Job], on_start: Callable[[int, int], None] | None = None) -> Iterator[tuple[int, object]]:
+        """Run a fixed list of jobs in parallel; yield ``(job_index, item)`` as items arrive."""
+        dispatcher = self.dispatcher(on_start)
+        for index, job in enumerate(jobs):
+            dispatcher.submit(index, job)
+        yield from dispatcher
+
+    def dispatcher(self, on_start: Callable[[object, int], None] | None = None) -> "Dispatcher":
+        return Dispatcher(self, on_start or self.on_start)
+
+    #: Test hook: called with (job key, worker pid) when a job is handed to a worker.
+    on_start: Callable[[object, int], None] | None = None
+
+
+class Dispatcher:
+    """Keeps every worker busy; jobs may be submitted while results are being consumed.
+
+    Iterating yields ``(key, item)``: an item is a handler's streamed value, or an exception
+    instance closing that job (``PassFailed`` for crashes/timeouts, an ``AutotuneError`` raised by
+    the handler). Every job ends with exactly one ``(key, StopJob)`` after its items. Iteration ends
+    when no job is queued or running.
+    """
+
+    def __init__(self, pool: WorkerPool, on_start):
+        self.pool = pool
+        self.on_start = on_start
+        self.queue: list[tuple[object, Job]] = []
+        self.running: dict[int, tuple[_Worker, object, Job, float]] = {}  # fd -> (worker, key, job, deadline)
+
+    def submit(self, key, job: Job) -> None:
+        self.queue.append((key, job))
+
+    def __iter__(self) -> Iterator[tuple[object, object]]:
+        pool = self.pool
+        running = self.running
+        try:
+            while self.queue or running:
+                while self.queue and len(running) < pool.size:
+                    key, job = self.queue.pop(0)
+                    worker = pool._take()
+                    worker.conn.send((0, job.method, job.args))
+                    running[worker.conn.fileno()] = (worker, key, job, time.monotonic() + job.per_item_timeout)
+                    if self.on_start:
+                        self.on_start(key, worker.pid)
+                now = time.monotonic()
+                timeout = max(0.0, min(d for (_, _, _, d) in running.values()) - now)
+                ready = wait([w.conn for (w, _, _, _) in running.values()], timeout=timeout)
+                if not ready:
+                    for fd, (worker, key, job, deadline) in list(running.items()):
+                        if time.monotonic() >= deadline:
+                            del running[fd]
+                            pool.timeouts += 1
+                            pool._discard(worker)
+                            yield key, PassFailed(f"step exceeded its {job.per_item_timeout:g}s limit; worker killed", "timeout")
+                            yield key, StopJob
+                    continue
+                for conn in ready:
+                    worker, key, job, _ = running[conn.fileno()]
+                    try:
+                        kind, payload = conn.recv()
+                    except (EOFError, OSError):
+                        del running[conn.fileno()]
+                        pool.crashes += 1
+                        try:
+                            worker.proc.wait(timeout=2)
+                        except subprocess.TimeoutExpired:
+                            pass
+                        detail = worker.stderr_tail()
+                        message = worker.describe_death() + (f": {detail}" if detail else "")
+                        pool._discard(worker)
+                        yield key, PassFailed(message, "crash")
+                        yield key, StopJob
+                        continue
+                    if kind == "item":
+                        running[conn.fileno()] = (worker, key, job, time.monotonic() + job.per_item_timeout)
+                        yield key, payload
+                    else:
+                        del running[conn.fileno()]
+                        pool._idle.append(worker)
+                        if kind == "error":
+                            yield key, _rebuild_error(payload)
+                        yield key, StopJob
+        finally:
+            # A consumer that stops early (or an interrupt) leaves workers mid-job: they cannot be
+            # reused safely, so they are killed; the pool starts fresh ones when needed.
+            for worker, _, _, _ in running.values():
+                pool._discard(worker)
+            running.clear()
+
+
+class _StopJob:
+    def __repr__(self) -> str:
+        return "StopJob"
+
+
+StopJob = _StopJob()
+
+
+def _rebuild_error(payload) -> AutotuneError:
+    cls_name, message, status = payload
+    if cls_name == "PassFailed":
+        return PassFailed(message, status or "error")
+    from autotune import errors
+
+    cls = getattr(errors, cls_name, AutotuneError)
+    try:
+        return cls(message)
+    except TypeError:
+        return AutotuneError(message)
+
+
+# ---- the worker side ---------------------------------------------------------------------------------
+def _serve(fd: int, factory: str) -> None:
+    conn = Connection(fd)
+    init_args = conn.recv()
+    try:
+        module_name, _, attr = factory.partition(":")
+        handler = getattr(importlib.import_module(module_name), attr)(*init_args)
+    except BaseException as exc:  # report start-up failures to the parent instead of dying silently
+        conn.send(("error", f"{type(exc).__name__}: {exc}"))
+        return
+    conn.send(("ready", os.getpid()))
+    while True:
+        try:
+            msg = conn.recv()
+        except (EOFError, OSError):
+            return
+        if msg is None:
+            return
+        index, method, args = msg
+        _truncate_stderr()
+        try:
+            result = getattr(handler, method)(*args)
+            if hasattr(result, "__next__"):
+                for item in result:
+                    conn.send(("item", item))
+            else:
+                conn.send(("item", result))
+            conn.send(("end", None))
+        except AutotuneError as exc:
+            conn.send(("error", (type(exc).__name__, str(exc), getattr(exc, "status", None))))
+        except Exception as exc:  # a bug or an unexpected compiler error: the job fails, the worker lives
+            conn.send(("error", ("AutotuneError", f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}", None)))
+
+
+def _truncate_stderr() -> None:
+    """Keep only the current job's compiler output, so a crash message is about this job."""
+    try:
+        os.ftruncate(2, 0)
+        os.lseek(2, 0, os.SEEK_SET)
+    except OSError:
+        pass
+
+
+if __name__ == "__main__":
+    _serve(int(sys.argv[1]), sys.argv[2])

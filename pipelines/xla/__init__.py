@@ -1,0 +1,165 @@
+"""XLA's HLO pass pipeline as a tuning backend (through jaxlib, CPU client).
+
+``XlaPipeline`` is the backend contract of the design: ``passes()``, ``apply``, ``default``,
+``measure``, ``normalize``, plus ``run_steps_many`` for the evaluator. Every compile happens in a
+``WorkerPool`` of processes running ``worker.XlaWorker``; this object only keeps the inventory and
+turns worker replies into ``Module``/``Metrics`` values.
+"""
+
+from __future__ import annotations
+
+import platform
+from collections.abc import Iterable, Iterator, Sequence
+
+from autotune.errors import PassFailed, UnknownName
+from autotune.metrics import Metrics
+from autotune.module import Module
+from autotune.pipelines.xla.inventory import PassInventory
+from autotune.workers import Job, StopJob, WorkerPool
+
+#: Bumped when the meaning of a cached step changes (capture method, fingerprint, metrics).
+ENGINE_VERSION = 3
+
+WORKER = "autotune.pipelines.xla.worker:XlaWorker"
+WORKER_ENV = {"JAX_PLATFORMS": "cpu", "XLA_FLAGS": "", "TF_CPP_MIN_LOG_LEVEL": "1"}
+
+
+def xla_version() -> str:
+    import jaxlib
+
+    return f"jaxlib-{jaxlib.__version__}-cpu-{platform.machine()}"
+
+
+class XlaPipeline:
+    """XLA CPU pipeline. ``cache`` (optional) stores the discovered inventory per XLA version."""
+
+    name = "xla"
+
+    def __init__(self, workers: int = 1, cache=None, include_target_specific: bool = False,
+                 step_timeout: float = 120.0, inventory: PassInventory | None = None):
+        self.workers = max(1, int(workers))
+        self.step_timeout = float(step_timeout)
+        self.include_target_specific = include_target_specific
+        self._cache = cache
+        self._inventory = inventory.with_target_specific(include_target_specific) if inventory else None
+        self._pool: WorkerPool | None = None
+
+    # ---- inventory ---------------------------------------------------------------------------------
+    @property
+    def inventory(self) -> PassInventory:
+        if self._inventory is None:
+            key = f"{xla_version()}:engine-{ENGINE_VERSION}"
+            text = self._cache.get_inventory(key) if self._cache is not None else None
+            if text is None:
+                with WorkerPool(WORKER, (None,), size=1, env=WORKER_ENV) as probe:
+                    names = probe.call("discover", timeout=300)
+                from autotune.pipelines.xla.worker import CAPTURE_PASS_NAME
+
+                inv = PassInventory.from_dump_names(xla_version(), names, capture_names=frozenset({CAPTURE_PASS_NAME}))
+                text = inv.to_json()
+                if self._cache is not None:
+                    self._cache.put_inventory(key, text)
+            self._inventory = PassInventory.from_json(text, self.include_target_specific)
+        return self._inventory
+
+    @property
+    def version(self) -> str:
+        """Part of every cache key: XLA version, platform, inventory digest and engine version."""
+        return f"xla:{xla_version()}:inv-{self.inventory.digest}:engine-{ENGINE_VERSION}"
+
+    def passes(self) -> tuple[str, ...]:
+        return self.inventory.names()
+
+    def check_passes(self, names: Iterable[str]) -> tuple[str, ...]:
+        known = self.inventory.actions
+        out = []
+        for name in names:
+            if name not in known:
+                raise UnknownName("pass", name, list(known) + list(self.inventory.all_names))
+            out.append(name)
+        return tuple(out)
+
+    # ---- workers ---------------------------------------------------------------------------------------
+    @property
+    def pool(self) -> WorkerPool:
+        if self._pool is None:
+            self._pool = WorkerPool(
+                WORKER, (self.inventory.to_json(), self.include_target_specific), size=self.workers, env=WORKER_ENV
+            )
+        return self._pool
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.close()
+            self._pool = None
+
+    def __enter__(self) -> "XlaPipeline":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # ---- the backend contract --------------------------------------------------------------------
+    def step_job(self, proto: bytes, key: str | None, actions: Sequence[str]) -> Job:
+        """A worker job applying ``actions`` to ``proto`` (``key``: its fingerprint, for reuse)."""
+        return Job("run_steps", (proto, key, list(actions)), self.step_timeout)
+
+    def dispatcher(self):
+        """A ``workers.Dispatcher`` over this pipeline's pool (jobs may be added while iterating)."""
+        return self.pool.dispatcher()
+
+    def run_steps_many(self, jobs: Sequence[tuple[bytes, str | None, Sequence[str]]]) -> Iterator[tuple[int, object]]:
+        """Run several step lists in parallel; yields ``(job, StepOut | PassFailed | StopJob)``."""
+        yield from self.pool.run_many([self.step_job(*job) for job in jobs])
+
+    def _steps(self, module: Module, actions: Sequence[str]) -> list:
+        outs = []
+        for _, item in self.run_steps_many([(module.proto, module.fingerprint, list(actions))]):
+            if item is StopJob:
+                break
+            if isinstance(item, PassFailed):
+                item.action = actions[len(outs)] if len(outs) < len(actions) else None
+                raise item
+            if isinstance(item, BaseException):
+                raise item
+            outs.append(item)
+        return outs
+
+    def apply(self, module: Module, passes: Sequence[str]) -> Module:
+        """Apply ``passes`` in order, one compile each (uncached; the Evaluator adds the cache)."""
+        passes = self.check_passes(passes)
+        if not passes:
+            return module
+        outs = self._steps(module, passes)
+        last = outs[-1]
+        if last.status != "ok":
+            raise PassFailed(f"pass '{last.action}' failed: {last.message}", "error", last.action)
+        return Module(module.name, last.proto, last.fingerprint)
+
+    def normalize(self, module: Module, rounds: int = 4) -> Module:
+        """Round-trip through XLA's importer (no HLO pass) until the fingerprint is stable."""
+        current = module
+        for _ in range(rounds):
+            out = self._steps(current, ["<identity>"])[-1]
+            if out.status != "ok":
+                raise PassFailed(f"XLA cannot import this module: {out.message}", "error")
+            nxt = Module(module.name, out.proto, out.fingerprint)
+            if nxt.fingerprint == current.fingerprint:
+                return nxt
+            current = nxt
+        return current
+
+    def default(self, module: Module) -> Module:
+        """XLA's own ordering of the same action set (its pre-layout target-independent pipeline)."""
+        out = self._steps(module, ["<default>"])[-1]
+        if out.status != "ok":
+            raise PassFailed(f"XLA's default pipeline failed on this module: {out.message}", "error", "<default>")
+        return Module(module.name, out.proto, out.fingerprint)
+
+    def measure(self, module: Module) -> Metrics:
+        data = self.pool.call("measure", module.proto, timeout=self.step_timeout)
+        return Metrics.from_dict(data)
+
+    def trace(self, module: Module, action: str) -> list[str]:
+        """Names of the per-pass dump files when ``action`` runs alone (which passes really ran)."""
+        return self.pool.call("trace", module.proto, action, timeout=self.step_timeout)

@@ -1,0 +1,203 @@
+"""The XLA side of a worker process: a warm CPU client with a capture hook.
+
+How one pass is applied (see ``xla-mechanics.md``): compile the module with
+``xla_disable_hlo_passes`` naming every known pass except the action and the sub-pipelines that hold
+it. A callback registered with ``jax.extend.xla.register_hlo_module_transformation`` at the
+pre-scheduler stage receives the module after those passes and raises, which aborts the compile
+before LLVM codegen (most of a compile's cost). The callback is process-global, so a flag decides
+whether a compile is such a probe; in a worker every compile is.
+
+This module is imported only inside worker processes (``autotune.workers``): an XLA fatal error
+here costs one process, never the run.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+from collections import OrderedDict
+from dataclasses import dataclass
+
+from autotune.errors import BadInput, PassFailed
+from autotune import hlo
+
+CAPTURE_PASS_NAME = "autotune-capture"
+
+#: A tiny program compiled once per XLA version to read the pass inventory from the dump.
+PROBE_HLO = """HloModule autotune_probe
+
+add {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}
+
+ENTRY main {
+  x = f32[4,8] parameter(0)
+  w = f32[8,8] parameter(1)
+  d = f32[4,8] dot(x, w), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  e = f32[4,8] exponential(d)
+  z = f32[] constant(0)
+  r = f32[4] reduce(e, z), dimensions={1}, to_apply=add
+  ROOT t = (f32[4], f32[4,8]) tuple(r, d)
+}
+"""
+
+
+class _Captured(Exception):
+    """Raised inside the hook to abort the compile once the module is in hand."""
+
+
+@dataclass(frozen=True)
+class StepOut:
+    """What a worker sends back for one step (picklable, no jaxlib objects)."""
+
+    action: str
+    status: str  # ok | error
+    fingerprint: str | None = None
+    proto: bytes | None = None
+    metrics: dict | None = None
+    message: str | None = None
+    seconds: float = 0.0
+
+
+class XlaWorker:
+    """Handler object served by ``autotune.workers``; its public methods are the requests."""
+
+    def __init__(self, inventory_json: str | None = None, include_target_specific: bool = False):
+        os.environ.setdefault("JAX_PLATFORMS", "cpu")
+        from jax._src import xla_bridge
+        from jax._src.lib import _jax
+        from jax.extend import xla as jex_xla
+
+        self._jax = _jax
+        self.backend = xla_bridge.get_backend("cpu")
+        self.devices = _jax.DeviceList(tuple(self.backend.devices()[:1]))
+        self._capturing = False
+        self._captured: bytes | None = None
+        jex_xla.register_hlo_module_transformation(self._hook, name=CAPTURE_PASS_NAME, platforms="cpu")
+        self.inventory = None
+        if inventory_json:
+            from autotune.pipelines.xla.inventory import PassInventory
+
+            self.inventory = PassInventory.from_json(inventory_json, include_target_specific)
+            self._overrides = {
+                name: [("xla_disable_hlo_passes", ",".join(self.inventory.disabled_for(a.keep)))]
+                for name, a in self.inventory.actions.items()
+            }
+            self._overrides["<identity>"] = [("xla_disable_hlo_passes", ",".join(self.inventory.disabled_for(set())))]
+            self._overrides["<default>"] = [
+                ("xla_disable_hlo_passes", ",".join(self.inventory.disabled_for(self.inventory.default_keep)))
+            ]
+        self._mlir_cache: OrderedDict[str, bytes] = OrderedDict()
+
+    # ---- the capture mechanism -----------------------------------------------------------------
+    def _hook(self, module_bytes: bytes):
+        if not self._capturing:
+            return None
+        self._captured = module_bytes
+        raise _Captured()
+
+    def _capture(self, mlir: bytes, overrides: list[tuple[str, str]]) -> bytes:
+        options = self._jax.CompileOptions()
+        options.env_option_overrides = overrides
+        self._captured = None
+        self._capturing = True
+        try:
+            self.backend.compile_and_load(mlir, self.devices, options)
+        except Exception as exc:
+            if self._captured is None:
+                raise PassFailed(_compiler_message(exc)) from None
+        finally:
+            self._capturing = False
+        if self._captured is None:
+            raise PassFailed("compile finished without reaching the capture stage")
+        return self._captured
+
+    def _to_mlir(self, proto: bytes, key: str | None) -> bytes:
+        if key is not None and key in self._mlir_cache:
+            self._mlir_cache.move_to_end(key)
+            return self._mlir_cache[key]
+        mlir = self._jax.mlir.hlo_to_stablehlo(proto)
+        if key is not None:
+            self._mlir_cache[key] = mlir
+            while len(self._mlir_cache) > 32:
+                self._mlir_cache.popitem(last=False)
+        return mlir
+
+    def _measure(self, module) -> dict:
+        metrics = {
+            "instructions": hlo.instruction_count(module),
+            "opcodes": hlo.opcode_histogram(module),
+        }
+        try:
+            cost = self._jax.hlo_module_cost_analysis(self.backend, module)
+            metrics.update(
+                flops=float(cost.get("flops", 0.0)),
+                transcendentals=float(cost.get("transcendentals", 0.0)),
+                bytes_accessed=float(cost.get("bytes accessed", 0.0)),
+            )
+        except Exception:
+            metrics.update(flops=float("nan"), transcendentals=float("nan"), bytes_accessed=float("nan"))
+        return metrics
+
+    # ---- requests ------------------------------------------------------------------------------
+    def ping(self) -> int:
+        return os.getpid()
+
+    def discover(self) -> list[str]:
+        """Compile the probe with a per-pass dump; return the dump's file names."""
+        with tempfile.TemporaryDirectory(prefix="autotune-dump-") as tmp:
+            proto = hlo.parse_text(PROBE_HLO).as_serialized_hlo_module_proto()
+            self._capture(
+                self._jax.mlir.hlo_to_stablehlo(proto),
+                [("xla_dump_to", tmp), ("xla_dump_hlo_pass_re", ".+")],
+            )
+            return sorted(os.listdir(tmp))
+
+    def trace(self, proto: bytes, action: str) -> list[str]:
+        """Apply one action with a per-pass dump and return the dump file names (isolation proof)."""
+        with tempfile.TemporaryDirectory(prefix="autotune-trace-") as tmp:
+            overrides = list(self._overrides[action]) + [("xla_dump_to", tmp), ("xla_dump_hlo_pass_re", ".+")]
+            self._capture(self._to_mlir(proto, None), overrides)
+            return sorted(os.listdir(tmp))
+
+    def measure(self, proto: bytes) -> dict:
+        module = hlo.parse_proto(proto)
+        return {"fingerprint": hlo.fingerprint(module), **self._measure(module)}
+
+    def run_steps(self, proto: bytes, key: str | None, actions: list[str]):
+        """Apply ``actions`` one compile each, starting from ``proto``; yield a StepOut per step.
+
+        ``key`` is the start state's fingerprint (lets the worker reuse its MLIR). Steps that
+        leave the module unchanged reuse the MLIR too: most passes are no-ops on a given module.
+        A failing step ends the stream (later steps have no defined input).
+        """
+        mlir = self._to_mlir(proto, key)
+        for i, action in enumerate(actions):
+            overrides = self._overrides.get(action)
+            if overrides is None:
+                raise BadInput(f"unknown pass '{action}'")
+            t0 = time.perf_counter()
+            try:
+                out = self._capture(mlir, overrides)
+            except PassFailed as exc:
+                yield StepOut(action, "error", message=str(exc), seconds=time.perf_counter() - t0)
+                return
+            module = hlo.parse_proto(out)
+            fp = hlo.fingerprint(module)
+            metrics = self._measure(module)
+            if i + 1 < len(actions) and fp != key:
+                mlir = self._to_mlir(out, fp)
+            key = fp
+            yield StepOut(action, "ok", fp, out, metrics, seconds=time.perf_counter() - t0)
+
+
+def _compiler_message(exc: BaseException) -> str:
+    """XLA's error status, first meaningful line, without Python traceback noise."""
+    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+    for ln in lines:
+        if not ln.startswith(("Traceback", "File ", "---", "For simplicity")):
+            return ln[:500]
+    return type(exc).__name__

@@ -1,0 +1,62 @@
+"""Shared fixtures: one cache database and one worker pool per test session (real XLA, no mocks)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+DATA = ROOT / "tests" / "data"
+EXAMPLES = ROOT / "examples"
+GPT2 = EXAMPLES / "gpt2_train_step.hlo"
+SMALL = DATA / "small_redundant.hlo"
+REAL = sorted((DATA / "real").glob("*.hlo"))
+
+
+@pytest.fixture(scope="session")
+def db_path(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("cache") / "cache.db"
+
+
+@pytest.fixture(scope="session")
+def engine(db_path):
+    """An Evaluator over a session-wide cache and two warm workers."""
+    from autotune.engine import open_engine
+
+    with open_engine(db_path, workers=2) as ev:
+        yield ev
+
+
+@pytest.fixture(scope="session")
+def pipeline(engine):
+    return engine.pipeline
+
+
+@pytest.fixture(scope="session")
+def gpt2_root(engine):
+    from autotune.module import load
+
+    return engine.prepare(load(GPT2))
+
+
+@pytest.fixture(scope="session")
+def small_root(engine):
+    from autotune.module import load
+
+    return engine.prepare(load(SMALL))
+
+
+def run_cli(*args: str, db: Path | None = None, timeout: float = 600, env: dict | None = None, cwd: Path | None = None):
+    """Run the real ``autotune`` CLI in a subprocess; returns CompletedProcess (text)."""
+    full_env = dict(os.environ)
+    if db is not None:
+        full_env["AUTOTUNE_DB"] = str(db)
+    full_env.update(env or {})
+    return subprocess.run(
+        [sys.executable, "-m", "autotune.cli", *args],
+        capture_output=True, text=True, timeout=timeout, env=full_env, cwd=cwd or ROOT,
+    )

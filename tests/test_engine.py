@@ -1,0 +1,138 @@
+"""Applying passes through the cache: counts move, nothing is compiled twice, crashes cost a worker."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import threading
+
+import pytest
+
+from autotune.errors import PassFailed
+from conftest import GPT2, SMALL, run_cli
+
+
+def test_algsimp_dce_cse_reduces_gpt2(engine, gpt2_root):
+    before = engine.metrics(gpt2_root.fingerprint).instructions
+    result = engine.evaluate(gpt2_root, ["algsimp", "dce", "cse"])
+    assert result.ok
+    assert result.metrics.instructions < before
+
+
+def test_default_ordering_is_measured(engine, gpt2_root):
+    before = engine.metrics(gpt2_root.fingerprint).instructions
+    default = engine.default(gpt2_root)
+    assert default.ok and default.metrics.instructions < before
+
+
+def test_cse_removes_the_duplicate(engine, small_root):
+    before = engine.metrics(small_root.fingerprint)
+    after = engine.evaluate(small_root, ["cse"]).metrics
+    assert after.instructions == before.instructions - 1
+    assert after.opcode_counts["exponential"] == before.opcode_counts["exponential"] - 1
+
+
+def test_second_evaluation_compiles_nothing(engine, gpt2_root):
+    seq = ["cse", "algsimp", "transpose-folding"]
+    first = engine.evaluate(gpt2_root, seq)
+    second = engine.evaluate(gpt2_root, seq)
+    assert second.compiled == 0 and second.cached == len(seq)
+    assert second.state == first.state
+
+
+def test_prefixes_reaching_the_same_state_share_later_work(engine, small_root):
+    # cse_barrier_expander leaves this module unchanged, so [noop, cse, dce] reaches the same state
+    # as [cse, dce] after the first step and must reuse the cached 'cse' and 'dce' steps.
+    engine.evaluate(small_root, ["cse", "dce"])
+    shared = engine.evaluate(small_root, ["cse_barrier_expander", "cse", "dce"])
+    assert shared.ok
+    assert shared.compiled <= 1
+    assert shared.state == engine.evaluate(small_root, ["cse", "dce"]).state
+
+
+def test_cli_second_apply_hits_cache(tmp_path):
+    db = tmp_path / "c.db"
+    first = run_cli("apply", "--passes", "cse,dce", str(SMALL), "--json", db=db)
+    assert first.returncode == 0, first.stderr
+    second = run_cli("apply", "--passes", "cse,dce", str(SMALL), "--json", db=db)
+    data = json.loads(second.stdout)
+    assert data["steps_compiled"] == 0 and data["steps_cached"] == 2
+    stats = json.loads(run_cli("cache", "stats", "--json", db=db).stdout)
+    assert stats["transitions"] == 2 and stats["states"] == 2  # dce changes nothing after cse
+
+
+def test_cli_baseline_and_apply_on_gpt2(tmp_path):
+    db = tmp_path / "c.db"
+    base = run_cli("baseline", str(GPT2), "--json", db=db)
+    assert base.returncode == 0, base.stderr
+    data = json.loads(base.stdout)
+    assert data["default"]["instructions"] < data["input"]["instructions"]
+    out = tmp_path / "tuned.hlo"
+    applied = run_cli("apply", "--passes", "algsimp,dce,cse", str(GPT2), "-o", str(out), "--json", db=db)
+    assert applied.returncode == 0, applied.stderr
+    data = json.loads(applied.stdout)
+    assert data["after"]["instructions"] < data["before"]["instructions"]
+    assert out.read_text().startswith("HloModule")
+
+
+def test_compiler_fatal_error_costs_one_worker(engine, gpt2_root):
+    """scatter_simplifier hits a CHECK failure (SIGABRT) on this module: a failed step, not a crash."""
+    crashes = engine.pipeline.pool.crashes
+    result = engine.evaluate(gpt2_root, ["dce", "scatter_simplifier", "cse"])
+    assert result.status == "crash" and result.failed_at == 1
+    assert "Check failed" in result.message
+    assert engine.pipeline.pool.crashes == crashes + 1
+    assert engine.evaluate(gpt2_root, ["cse", "dce"]).ok  # the pool replaced the worker
+    again = engine.evaluate(gpt2_root, ["dce", "scatter_simplifier", "cse"])
+    assert again.status == "crash" and again.compiled == 0  # the failure itself is cached
+
+
+def _signal_on_start(pipeline, sig):
+    """Send ``sig`` to the worker as soon as it receives the next job (i.e. mid-pass)."""
+    pool = pipeline.pool
+    pool.on_start = lambda key, pid: os.kill(pid, sig)
+    return lambda: setattr(pool, "on_start", None)
+
+
+def test_worker_killed_mid_pass_and_evaluator_carries_on(engine, small_root):
+    restore = _signal_on_start(engine.pipeline, signal.SIGKILL)
+    try:
+        result = engine.evaluate(small_root, ["tuple-simplifier", "cse"])
+    finally:
+        restore()
+    assert result.status == "crash" and "SIGKILL" in result.message
+    # The crash is recorded for that step; the next sequence evaluates normally.
+    assert engine.evaluate(small_root, ["cse", "tuple-simplifier"]).ok
+
+
+def test_hung_worker_times_out_and_is_replaced(tmp_path, small_root):
+    from autotune.engine import open_engine
+
+    with open_engine(tmp_path / "t.db", workers=1, step_timeout=3) as ev:
+        root = ev.prepare(small_root)
+        restore = _signal_on_start(ev.pipeline, signal.SIGSTOP)
+        try:
+            result = ev.evaluate(root, ["cse"])
+        finally:
+            restore()
+        assert result.status == "timeout"
+        assert ev.pipeline.pool.timeouts == 1
+        assert ev.evaluate(root, ["dce"]).ok
+
+
+def test_pass_error_is_a_failed_step(engine, gpt2_root):
+    result = engine.evaluate(gpt2_root, ["gather_simplifier"])
+    assert result.status == "error" and "RET_CHECK" in result.message
+
+
+def test_apply_raises_pass_failed(pipeline, gpt2_root):
+    with pytest.raises(PassFailed):
+        pipeline.apply(gpt2_root, ["gather_simplifier"])
+
+
+def test_parallel_batch_matches_sequential(engine, small_root):
+    seqs = [["cse"], ["dce", "cse"], ["algsimp"], ["tuple-simplifier", "dce"]]
+    batch = engine.evaluate_many(small_root, seqs)
+    single = [engine.evaluate(small_root, s) for s in seqs]
+    assert [r.state for r in batch] == [r.state for r in single]

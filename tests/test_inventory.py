@@ -1,0 +1,70 @@
+"""The action vocabulary is discovered from the installed XLA, and each action runs exactly its pass."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from autotune.pipelines.xla.inventory import _DUMP_NAME
+from conftest import run_cli
+
+REQUIRED = {"algsimp", "dce", "cse", "reshape-mover", "constant_folding"}
+
+
+def test_vocabulary_is_discovered_and_large_enough(pipeline):
+    names = pipeline.passes()
+    assert len(names) >= 50
+    assert REQUIRED <= set(names)
+    assert len(set(names)) == len(names)
+    # Target-specific passes are not actions by default ...
+    assert "layout-assignment" not in names and "fusion" not in names
+    assert not any(n.startswith("float-normalization") for n in names)
+
+
+def test_target_specific_passes_can_be_opted_in(pipeline):
+    inv = pipeline.inventory.with_target_specific(True)
+    names = inv.names()
+    assert {"layout-assignment", "fusion", "copy-insertion"} <= set(names)
+    assert set(pipeline.passes()) < set(names)
+    assert inv.actions["fusion"].target_specific
+
+
+def test_cli_passes_json(db_path):
+    proc = run_cli("passes", "--json", db=db_path)
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    names = [a["name"] for a in data["actions"]]
+    assert data["count"] == len(names) >= 50
+    assert REQUIRED <= set(names)
+
+
+def _ran(pipeline, module, action):
+    """(pipeline, pass) pairs that XLA reports as run when ``action`` is applied alone."""
+    names = pipeline.trace(module, action)
+    matches = [m for m in map(_DUMP_NAME.match, names) if m]
+    return [(m["pipeline"], m["after"]) for m in matches if m["after"] != "pipeline-start"]
+
+
+# One action per class of pass: a pass directly in the main pipeline, a pass inside a fixed-point
+# sub-pipeline, a pass XLA also places in top-level pipelines, an expander, and a whole sub-pipeline.
+@pytest.mark.parametrize("action", ["cse", "algsimp", "dce", "dot_decomposer", "call-inliner", "simplification"])
+def test_each_action_runs_exactly_its_pass(pipeline, small_root, action):
+    ran = _ran(pipeline, small_root, action)
+    passes = {name for _, name in ran}
+    spec = pipeline.inventory.actions[action]
+    assert action in passes, f"{action} did not run: {ran}"
+    if spec.macro:
+        allowed = spec.keep  # a sub-pipeline runs its own passes and nothing else
+    else:
+        allowed = {action, *spec.path}
+    assert passes <= allowed, f"{action} also ran {sorted(passes - allowed)}"
+
+
+def test_identity_runs_no_pass(pipeline, small_root):
+    assert _ran(pipeline, small_root, "<identity>") == []
+
+
+def test_dump_names_parse():
+    m = _DUMP_NAME.match("module_0002.jit_step.0061.simplification.after_algsimp.before_simplify-sorts.txt")
+    assert m and m["pipeline"] == "simplification" and m["after"] == "algsimp"
