@@ -213,6 +213,145 @@ def _write_module(module, path: Path) -> None:
         raise BadInput(f"{path}: cannot write ({exc.strerror or exc})") from None
 
 
+# ---- strategies / run ------------------------------------------------------------------------------
+@cli.command()
+@json_option
+def strategies(as_json) -> None:
+    """List the available search strategies (without importing them)."""
+    from autotune.strategy import available
+
+    infos = available()
+    if as_json:
+        _print_json([{"name": i.name, "target": i.target, "description": i.description, "source": i.source}
+                     for i in infos.values()])
+        return
+    for info in infos.values():
+        click.echo(f"{info.name:12s} {info.description}" + ("" if info.source == "builtin" else f"  [{info.source}]"))
+
+
+def _parse_options(pairs, **named) -> dict:
+    options = {k: v for k, v in named.items() if v is not None}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise BadInput(f"--option expects key=value, got '{pair}'")
+        options[key.strip().replace("-", "_")] = _coerce(value.strip())
+    return options
+
+
+def _coerce(value: str):
+    for cast in (int, float):
+        try:
+            return cast(value)
+        except ValueError:
+            pass
+    return {"true": True, "false": False}.get(value.lower(), value)
+
+
+@cli.command()
+@click.argument("model", type=click.Path(), required=False)
+@click.option("--strategy", "-s", default="random", show_default=True, help="Search strategy (see `autotune strategies`).")
+@click.option("--budget", "-b", type=int, default=200, show_default=True, help="Sequence evaluations, cache hits included.")
+@click.option("--time-limit", type=float, default=None, help="Stop after this many seconds.")
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--max-length", type=int, default=16, show_default=True, help="Longest pass sequence.")
+@click.option("--objective", default="final-ops", show_default=True,
+              help="final-ops | ops | cost | runtime (see README: Objectives).")
+@click.option("--out", "out_dir", type=click.Path(file_okay=False), default=None,
+              help="Directory for best_sequence.json, tuned.hlo and summary.json.")
+@click.option("--resume", default=None, help="Continue an interrupted run by its id.")
+@click.option("--sampler", default=None, help="optuna: sampler (tpe, random, cmaes, qmc, gp, nsga2).")
+@click.option("--optimizer", default=None, help="nevergrad: optimizer name (default DiscreteOnePlusOne).")
+@click.option("--policy", type=click.Path(dir_okay=False), default=None, help="ppo: a trained policy .zip.")
+@click.option("--shaping", is_flag=True, default=None, help="ppo: potential-based shaping from flops/transcendentals.")
+@click.option("--option", "-O", "extra", multiple=True, help="Strategy option key=value (repeatable).")
+@click.option("--no-validate", is_flag=True, help="Skip the validity check of the best sequence.")
+@db_option
+@workers_option
+@json_option
+def run(model, strategy, budget, time_limit, seed, max_length, objective, out_dir, resume, sampler, optimizer,
+        policy, shaping, extra, no_validate, db, workers, as_json) -> None:
+    """Tune MODEL's pass ordering with a search strategy and report the best sequence found."""
+    from autotune import objectives, strategy as strategy_mod
+    from autotune.engine import open_engine
+    from autotune.tuner import Interrupted, RichProgress, tune
+
+    if not resume and not model:
+        raise BadInput("give a MODEL to tune (or --resume RUN_ID)")
+    module = None if resume else _load(model)
+    options = _parse_options(extra, sampler=sampler, optimizer=optimizer, policy=policy, shaping=shaping)
+    if not resume:
+        strategy_mod.load(strategy)  # unknown names fail before any compile
+        objectives.get(objective)
+        if budget < 1:
+            raise BadInput(f"--budget must be a positive number of evaluations, not {budget}")
+        if max_length < 1:
+            raise BadInput("--max-length must be at least 1")
+    with open_engine(db, workers=workers) as ev:
+        progress = None if as_json else RichProgress()
+        try:
+            result = tune(ev, module, strategy=strategy, budget=budget, objective=objective, seed=seed,
+                          max_length=max_length, time_limit=time_limit, options=options, progress=progress,
+                          resume=resume, validate=not no_validate)
+        except Interrupted as exc:
+            if out_dir:
+                _write_outputs(ev, exc.partial, Path(out_dir))
+            _report(exc.partial, as_json, out_dir)
+            raise
+        if out_dir:
+            _write_outputs(ev, result, Path(out_dir))
+    _report(result, as_json, out_dir)
+
+
+def _write_outputs(ev, result, out: Path) -> None:
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        data = result.to_dict()
+        (out / "summary.json").write_text(json.dumps(data, indent=2))
+        (out / "best_sequence.json").write_text(json.dumps({
+            "module": result.module, "fingerprint": result.fingerprint, "objective": result.objective,
+            "sequence": list(result.best_sequence), "cost": result.best_cost, "default_cost": result.default_cost,
+            "pipeline_version": ev.version, "run_id": result.run_id, "valid": bool(result.validity and result.validity.get("ok")),
+        }, indent=2))
+        if result.best is not None:
+            (out / "tuned.hlo").write_text(ev.module(result.best.state, result.module).text())
+    except OSError as exc:
+        raise BadInput(f"{out}: cannot write outputs ({exc.strerror or exc})") from None
+
+
+def _report(result, as_json: bool, out_dir) -> None:
+    if as_json:
+        _print_json(result.to_dict())
+        return
+    from rich.table import Table
+
+    console = _console()
+    table = Table(title=f"{result.module}: {result.strategy}, {result.evaluations} evaluations, objective {result.objective}")
+    for col in ("", "raw ops", "final-ops", result.objective if result.objective not in ("ops", "final-ops") else "cost", "valid"):
+        table.add_column(col, justify="right" if col else "left")
+    inp, default = result.input, result.default
+    table.add_row("input", str(inp.instructions), str(default.instructions), "", "")
+    table.add_row("XLA default", str(default.instructions), str(default.instructions), f"{result.default_cost:g}", "yes")
+    if result.best:
+        b = result.best
+        valid = "-" if result.validity is None else ("yes" if result.validity.get("ok") else "NO")
+        table.add_row("best found", str(b.raw.instructions), str(b.final.instructions) if b.final else "fails",
+                      f"{b.cost:g}", valid)
+    else:
+        table.add_row("best found", "-", "-", "-", "none valid")
+    console.print(table)
+    imp_final, imp_raw = result.improvement(True), result.improvement(False)
+    if result.best:
+        console.print(f"best sequence ({len(result.best_sequence)} passes): {','.join(result.best_sequence)}")
+    def pct(x):
+        return "n/a" if x is None else f"{x:+.1%}"
+    console.print(f"reduction vs XLA default's reduction: final-ops {pct(imp_final)}, raw ops {pct(imp_raw)}")
+    for seq, reason in result.invalid:
+        console.print(f"[yellow]rejected (invalid):[/] {','.join(seq)}: {reason}")
+    console.print(f"run {result.run_id} ({result.status}): {result.seconds:.1f}s, steps compiled {result.steps_compiled}, "
+                  f"cache hit rate {result.cache_hit_rate:.0%}" + (f"; outputs in {out_dir}" if out_dir else ""))
+
+
 # ---- cache -------------------------------------------------------------------------------------------------
 @cli.group()
 def cache() -> None:
@@ -244,6 +383,20 @@ def cache_stats(db, as_json) -> None:
         if key != "path":
             table.add_row(key, str(value))
     _console().print(table)
+
+
+def _register_commands() -> None:
+    """Import every module in ``autotune.commands``; each adds its command(s) to ``cli``."""
+    import importlib
+    import pkgutil
+
+    import autotune.commands as commands
+
+    for info in pkgutil.iter_modules(commands.__path__):
+        importlib.import_module(f"autotune.commands.{info.name}")
+
+
+_register_commands()
 
 
 def main(argv=None) -> None:

@@ -95,11 +95,15 @@ class Evaluator:
 
     def default(self, root: Module) -> Result:
         """XLA's default ordering on ``root`` (cached as the pseudo-action ``<default>``)."""
-        return self._evaluate_batch(root.fingerprint, [(DEFAULT,)], allow_internal=True)[0]
+        return self._evaluate_batch([(root.fingerprint, (DEFAULT,))])[0]
 
     def final(self, state: str) -> Result:
         """A state followed by XLA's default pipeline: what the backend will actually see."""
-        return self._evaluate_batch(state, [(DEFAULT,)], allow_internal=True)[0]
+        return self.final_many([state])[0]
+
+    def final_many(self, states: Sequence[str]) -> list[Result]:
+        """``final`` for several states, compiled in parallel."""
+        return self._evaluate_batch([(s, (DEFAULT,)) for s in states])
 
     # ---- sequences ----------------------------------------------------------------------------------
     def evaluate(self, root: Module, sequence: Sequence[str]) -> Result:
@@ -107,13 +111,13 @@ class Evaluator:
 
     def evaluate_many(self, root: Module, sequences: Sequence[Sequence[str]]) -> list[Result]:
         seqs = [self.pipeline.check_passes(s) for s in sequences]
-        results = self._evaluate_batch(root.fingerprint, seqs)
+        results = self._evaluate_batch([(root.fingerprint, s) for s in seqs])
         for r in results:
             self.cache.put_result(self.version, root.fingerprint, r.sequence, r.state, r.status, r.failed_at, r.message)
         return results
 
-    def _evaluate_batch(self, root: str, seqs: list[tuple[str, ...]], allow_internal: bool = False) -> list[Result]:
-        """Evaluate sequences from ``root``, one step per worker job, cache consulted before each.
+    def _evaluate_batch(self, items: Sequence[tuple[str, tuple[str, ...]]]) -> list[Result]:
+        """Evaluate (start state, sequence) pairs, one step per worker job, cache consulted first.
 
         Each sequence advances through cached transitions as far as it can; its next uncached step
         becomes a job. Identical steps (same state, same action) wanted by several sequences are
@@ -122,8 +126,10 @@ class Evaluator:
         """
         t0 = time.perf_counter()
         version = self.version
-        n = len(seqs)
-        state = [root] * n
+        n = len(items)
+        roots = [root for root, _ in items]
+        seqs = [tuple(seq) for _, seq in items]
+        state = list(roots)
         pos = [0] * n
         compiled = [0] * n
         cached = [0] * n
@@ -144,12 +150,12 @@ class Evaluator:
                 else:
                     cached[i] += 1
                 if t.status != "ok":
-                    done[i] = Result(root, seq, t.status, None, None, pos[i], t.message, compiled[i], cached[i])
+                    done[i] = Result(roots[i], seq, t.status, None, None, pos[i], t.message, compiled[i], cached[i])
                     return
                 state[i] = t.dst
                 pos[i] += 1
             if pos[i] == len(seq):
-                done[i] = Result(root, seq, "ok", state[i], self.metrics(state[i]), None, None, compiled[i], cached[i])
+                done[i] = Result(roots[i], seq, "ok", state[i], self.metrics(state[i]), None, None, compiled[i], cached[i])
                 return
             key = (state[i], seq[pos[i]])
             if key in waiting:

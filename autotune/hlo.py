@@ -123,3 +123,26 @@ def _opcode_name(inst) -> str:
 def instruction_count(module) -> int:
     """Number of HLO instructions in all computations of the module."""
     return sum(len(comp.instructions()) for comp in module.computations())
+
+
+# HLO text spellings that the CamelCase -> kebab-case rule does not produce.
+_SPELLING = {
+    "kExp": "exponential", "kExpm1": "exponential-minus-one", "kLog1p": "log-plus-one", "kAtan2": "atan2",
+    "kFft": "fft", "kRoundNearestAfz": "round-nearest-afz", "kRoundNearestEven": "round-nearest-even",
+    "kIsFinite": "is-finite", "kClz": "count-leading-zeros", "kMulhi": "mulhi", "kCbrt": "cbrt",
+    "kTopK": "topk", "kRsqrt": "rsqrt",
+}
+
+
+def opcode_vocabulary() -> tuple[str, ...]:
+    """Every HLO opcode this jaxlib knows, in HLO text spelling, in a stable (sorted) order.
+
+    Learning strategies turn a module's opcode histogram into a fixed-length feature vector over
+    this vocabulary; it comes from jaxlib's own opcode enum, so it moves with the XLA version.
+    """
+    names = []
+    for member in dir(_hlo().HloOpcode):
+        if not member.startswith("k") or not member[1:2].isupper():
+            continue
+        names.append(_SPELLING.get(member) or re.sub(r"(?<!^)(?=[A-Z])", "-", member[1:]).lower())
+    return tuple(sorted(set(names)))

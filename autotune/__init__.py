@@ -1,0 +1,25 @@
+"""autotune: search XLA's own HLO pass orderings for the best module.
+
+The Python API a build script calls (all lazily imported, so ``import autotune`` is cheap)::
+
+    import autotune
+    module = autotune.load("model.hlo")            # or a jax.jit(f).lower(...) result
+    result = autotune.tune(module, strategy="greedy", budget=200)
+    tuned = autotune.apply(module, result.best_sequence)
+    report = autotune.validate(module, tuned)
+"""
+
+from __future__ import annotations
+
+__version__ = "0.1.0"
+
+import os as _os
+
+# jaxlib logs through absl; keep informational chatter (e.g. "Invalid stack_frame_id" when parsing
+# older HLO dumps) off the user's terminal unless they asked for it.
+_os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+from autotune.errors import AutotuneError, BadInput, CheckFailed, PassFailed  # noqa: E402
+from autotune.module import Module, load  # noqa: E402
+
+__all__ = ["AutotuneError", "BadInput", "CheckFailed", "Module", "PassFailed", "__version__", "load"]

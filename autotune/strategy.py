@@ -1,0 +1,266 @@
+"""The strategy plugin interface.
+
+A strategy proposes pass sequences and learns from their costs. It gets an ``Evaluate`` callable
+(sequence -> cost, lower is better), the ``SearchSpace`` and a seed; it never touches the
+compiler or the cache. The tuning loop in ``autotune.tuner`` owns budget accounting: when the
+budget is spent, ``Evaluate`` raises ``BudgetExhausted`` and the strategy's ``minimize`` returns.
+
+Plugins are one file each in ``strategies/`` (the ``autotune.strategies`` package), discovered by
+scanning that package's source for ``class ...(Strategy)`` definitions *without importing them*,
+so ``autotune strategies`` never imports torch. Third-party plugins register through the
+``autotune.strategies`` entry-point group (``name = "package.module:Class"``).
+"""
+
+from __future__ import annotations
+
+import abc
+import ast
+import importlib
+import importlib.metadata
+import math
+import random
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import ClassVar
+
+from autotune.errors import BadInput, UnknownName
+
+
+class BudgetExhausted(Exception):
+    """Raised by ``Evaluate`` once the evaluation budget (or the time limit) is spent."""
+
+
+@dataclass(frozen=True)
+class SearchSpace:
+    """Variable-length sequences over ``actions``, of length ``min_length``..``max_length``.
+
+    ``encode``/``decode`` map a sequence to a fixed-length integer vector of ``max_length``
+    slots, where value ``len(actions)`` (``stop``) ends the sequence: the encoding the
+    vector-based optimisers (optuna, nevergrad) search over.
+    """
+
+    actions: tuple[str, ...]
+    max_length: int
+    min_length: int = 1
+
+    def __post_init__(self):
+        if not self.actions:
+            raise BadInput("the search space has no actions")
+        if self.max_length < 1:
+            raise BadInput("--max-length must be at least 1")
+        if not 0 <= self.min_length <= self.max_length:
+            raise BadInput("min_length must be between 0 and max_length")
+
+    @property
+    def n_actions(self) -> int:
+        return len(self.actions)
+
+    @property
+    def stop(self) -> int:
+        return len(self.actions)
+
+    def index(self, action: str) -> int:
+        return self.actions.index(action)
+
+    def decode(self, codes: Sequence[int]) -> tuple[str, ...]:
+        """Integer slots -> sequence: read until the first ``stop`` (values are taken mod n+1)."""
+        out: list[str] = []
+        for code in codes[: self.max_length]:
+            code = int(code) % (self.n_actions + 1)
+            if code == self.stop:
+                break
+            out.append(self.actions[code])
+        if len(out) < self.min_length:
+            # Too short: take the first slots regardless of stop markers, skipping them.
+            out = [self.actions[int(c) % self.n_actions] for c in codes[: self.min_length]]
+        return tuple(out)
+
+    def encode(self, sequence: Sequence[str]) -> tuple[int, ...]:
+        """Sequence -> ``max_length`` slots, padded with ``stop``."""
+        if len(sequence) > self.max_length:
+            raise BadInput(f"sequence of length {len(sequence)} exceeds max_length {self.max_length}")
+        codes = [self.index(a) for a in sequence]
+        return tuple(codes + [self.stop] * (self.max_length - len(codes)))
+
+    def random_sequence(self, rng: random.Random) -> tuple[str, ...]:
+        length = rng.randint(max(1, self.min_length), self.max_length)
+        return tuple(rng.choice(self.actions) for _ in range(length))
+
+
+@dataclass(frozen=True)
+class Trial:
+    """One evaluation as a strategy sees it."""
+
+    sequence: tuple[str, ...]
+    cost: float
+    ok: bool  # False: a step failed (cost is then the failure penalty)
+
+
+class Evaluate(abc.ABC):
+    """What a strategy calls to score sequences. Provided by the tuner; never built by strategies."""
+
+    @abc.abstractmethod
+    def __call__(self, sequence: Sequence[str]) -> float:
+        """Cost of one sequence (lower is better). Raises ``BudgetExhausted`` when spent."""
+
+    @abc.abstractmethod
+    def many(self, sequences: Sequence[Sequence[str]]) -> list[float]:
+        """Costs of several sequences, compiled in parallel across workers.
+
+        Evaluates at most the remaining budget; if the batch is larger, the costs of the
+        evaluated prefix are recorded and ``BudgetExhausted`` is raised.
+        """
+
+    @property
+    @abc.abstractmethod
+    def remaining(self) -> int:
+        """Evaluations left in the budget."""
+
+    @property
+    @abc.abstractmethod
+    def failure_cost(self) -> float:
+        """The finite cost returned for a sequence whose step failed (worse than doing nothing)."""
+
+    @property
+    @abc.abstractmethod
+    def history(self) -> list[Trial]:
+        """Every trial so far, in order."""
+
+    def state_features(self, sequence: Sequence[str]):  # pragma: no cover - optional
+        """Features of the module after ``sequence`` (used by learning strategies such as PPO)."""
+        raise NotImplementedError
+
+
+class Strategy(abc.ABC):
+    """Base class of all strategies. Subclasses set ``name`` and implement ``minimize``.
+
+    Constructor keyword options come from the CLI (``--option key=value`` and strategy-specific
+    flags such as ``--sampler``/``--optimizer``); unknown options must raise ``BadInput``.
+    """
+
+    name: ClassVar[str] = ""
+    description: ClassVar[str] = ""
+    #: Strategies that learn from module features (PPO) get ``Evaluate.state_features``.
+    needs_features: ClassVar[bool] = False
+
+    def __init__(self, **options):
+        if options:
+            raise BadInput(f"strategy '{self.name}' takes no option(s) {', '.join(sorted(options))}")
+
+    @abc.abstractmethod
+    def minimize(self, evaluate: Evaluate, space: SearchSpace, seed: int) -> None:
+        """Search until ``evaluate`` raises ``BudgetExhausted`` (the tuner catches it) or done."""
+
+
+class AskTellStrategy(Strategy):
+    """The shared loop of ask/tell optimisers: ask a batch, evaluate it in parallel, tell the costs."""
+
+    #: Sequences asked per round; more keeps all workers busy, fewer learns faster.
+    batch_size: ClassVar[int] = 4
+
+    @abc.abstractmethod
+    def setup(self, space: SearchSpace, seed: int, budget: int) -> None:
+        """Create the underlying optimiser."""
+
+    @abc.abstractmethod
+    def ask(self, n: int) -> list:
+        """``n`` candidates (opaque tokens the strategy can later map back)."""
+
+    @abc.abstractmethod
+    def sequence_of(self, candidate) -> tuple[str, ...]:
+        """The pass sequence a candidate stands for."""
+
+    @abc.abstractmethod
+    def tell(self, candidate, cost: float) -> None:
+        """Report a candidate's cost."""
+
+    def minimize(self, evaluate: Evaluate, space: SearchSpace, seed: int) -> None:
+        self.setup(space, seed, evaluate.remaining)
+        while evaluate.remaining > 0:
+            candidates = self.ask(min(self.batch_size, evaluate.remaining))
+            if not candidates:
+                return
+            costs = evaluate.many([self.sequence_of(c) for c in candidates])
+            for candidate, cost in zip(candidates, costs):
+                self.tell(candidate, cost)
+
+
+# ---- discovery ------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class StrategyInfo:
+    name: str
+    target: str  # "module:Class"
+    description: str = ""
+    source: str = "builtin"  # builtin | entry-point
+
+
+def _strategies_dir() -> Path:
+    import autotune.strategies as pkg
+
+    return Path(next(iter(pkg.__path__)))
+
+
+def _scan_file(path: Path, package: str) -> list[StrategyInfo]:
+    """Find Strategy subclasses in a plugin file by reading its syntax tree (no import)."""
+    try:
+        tree = ast.parse(path.read_text())
+    except (OSError, SyntaxError):
+        return []
+    found = []
+    for node in tree.body:
+        if not isinstance(node, ast.ClassDef):
+            continue
+        bases = {getattr(b, "id", getattr(b, "attr", "")) for b in node.bases}
+        if not bases & {"Strategy", "AskTellStrategy"}:
+            continue
+        name = desc = None
+        for stmt in node.body:
+            if isinstance(stmt, (ast.Assign, ast.AnnAssign)):
+                targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
+                for t in targets:
+                    if isinstance(t, ast.Name) and isinstance(stmt.value, ast.Constant):
+                        if t.id == "name":
+                            name = stmt.value.value
+                        elif t.id == "description":
+                            desc = stmt.value.value
+        if name:
+            found.append(StrategyInfo(name, f"{package}.{path.stem}:{node.name}", desc or ""))
+    return found
+
+
+def available() -> dict[str, StrategyInfo]:
+    """Every strategy: built-in plugin files, then entry points (which may not shadow built-ins)."""
+    out: dict[str, StrategyInfo] = {}
+    for path in sorted(_strategies_dir().glob("*.py")):
+        if path.name.startswith("_"):
+            continue
+        for info in _scan_file(path, "autotune.strategies"):
+            out.setdefault(info.name, info)
+    for ep in importlib.metadata.entry_points(group="autotune.strategies"):
+        out.setdefault(ep.name, StrategyInfo(ep.name, ep.value, "", "entry-point"))
+    return out
+
+
+def load(name: str) -> type[Strategy]:
+    """Import and return the strategy class registered as ``name``."""
+    infos = available()
+    if name not in infos:
+        raise UnknownName("strategy", name, list(infos))
+    module_name, _, attr = infos[name].target.partition(":")
+    try:
+        cls = getattr(importlib.import_module(module_name), attr)
+    except (ImportError, AttributeError) as exc:
+        raise BadInput(f"strategy '{name}' cannot be loaded: {exc}") from None
+    if not (isinstance(cls, type) and issubclass(cls, Strategy)):
+        raise BadInput(f"strategy '{name}' ({infos[name].target}) is not a Strategy subclass")
+    return cls
+
+
+def create(name: str, **options) -> Strategy:
+    return load(name)(**options)
+
+
+def finite(cost: float, fallback: float) -> float:
+    """Optimisers dislike inf/nan: map them to ``fallback``."""
+    return fallback if cost is None or math.isnan(cost) or math.isinf(cost) else cost

@@ -1,0 +1,29 @@
+"""Random search: uniform sequences of uniform random length up to the maximum.
+
+The baseline every other strategy must beat at equal budget; also the strategy whose evaluations
+parallelise perfectly (a whole batch is independent).
+"""
+
+from __future__ import annotations
+
+import random
+
+from autotune.strategy import AskTellStrategy, SearchSpace
+
+
+class RandomSearch(AskTellStrategy):
+    name = "random"
+    description = "uniform random sequences of random length (baseline)"
+
+    def setup(self, space: SearchSpace, seed: int, budget: int) -> None:
+        self.space = space
+        self.rng = random.Random(seed)
+
+    def ask(self, n: int) -> list[tuple[str, ...]]:
+        return [self.space.random_sequence(self.rng) for _ in range(n)]
+
+    def sequence_of(self, candidate) -> tuple[str, ...]:
+        return candidate
+
+    def tell(self, candidate, cost: float) -> None:
+        pass
