@@ -8,6 +8,7 @@ on stderr and never a traceback.
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -170,6 +171,8 @@ def apply(model, pass_list, output, db, workers, include_target_specific, as_jso
     sequence = [p.strip() for p in pass_list.split(",") if p.strip()]
     if not sequence:
         raise BadInput("--passes is empty")
+    if output:
+        _check_writable(Path(output))
     module = _load(model)
     with open_engine(db, workers=workers or 1, include_target_specific=include_target_specific) as ev:
         ev.pipeline.check_passes(sequence)
@@ -200,6 +203,21 @@ def apply(model, pass_list, output, db, workers, include_target_specific, as_jso
         return
     _metrics_table(f"{module.name}: {','.join(sequence)}", [("before", before), ("after", result.metrics)])
     click.echo(f"steps compiled: {result.compiled}, from cache: {result.cached}" + (f"; wrote {output}" if output else ""))
+
+
+def _check_writable(path: Path, directory: bool = False) -> None:
+    """Refuse an output location before any work is done, so a typo costs nothing."""
+    if not directory and path.is_dir():
+        raise BadInput(f"{path}: is a directory, expected a file name")
+    if directory and path.exists() and not path.is_dir():
+        raise BadInput(f"{path}: exists and is not a directory")
+    parent = path if directory else path.parent
+    try:
+        parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise BadInput(f"{path}: cannot create {parent} ({exc.strerror or exc})") from None
+    if not os.access(parent, os.W_OK):
+        raise BadInput(f"{path}: {parent} is not writable")
 
 
 def _write_module(module, path: Path) -> None:
@@ -278,6 +296,8 @@ def run(model, strategy, budget, time_limit, seed, max_length, objective, out_di
 
     if not resume and not model:
         raise BadInput("give a MODEL to tune (or --resume RUN_ID)")
+    if out_dir:
+        _check_writable(Path(out_dir), directory=True)
     module = None if resume else _load(model)
     options = _parse_options(extra, sampler=sampler, optimizer=optimizer, policy=policy, shaping=shaping)
     if not resume:

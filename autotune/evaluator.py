@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from autotune.cache import Cache, Transition
-from autotune.errors import PassFailed
+from autotune.errors import BadInput, PassFailed
 from autotune.metrics import Metrics
 from autotune.module import Module
 from autotune.workers import StopJob
@@ -76,7 +76,10 @@ class Evaluator:
             proto = self.cache.state_proto(version, fp)
             if proto is not None and self.cache.state_metrics(version, fp) is not None:
                 return Module(module.name, proto, fp)
-        root = self.pipeline.normalize(module)
+        try:
+            root = self.pipeline.normalize(module)
+        except PassFailed as exc:  # the input itself does not go through XLA's importer
+            raise BadInput(f"{module.name}: {exc}") from None
         self.cache.put_state(version, root.fingerprint, root.proto, self.pipeline.measure(root))
         self.cache.put_root(version, module.fingerprint, root.fingerprint, module.name)
         return root

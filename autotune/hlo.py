@@ -48,9 +48,39 @@ def from_mlir(text: str | bytes) -> bytes:
 
 
 def _first_line(exc: BaseException) -> str:
+    """XLA's status line plus, for parse errors, the first concrete ``error:`` lines (where/what)."""
     lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
-    msg = lines[0] if lines else type(exc).__name__
-    return msg[:300]
+    if not lines:
+        return type(exc).__name__
+    msg = lines[0]
+    details = []
+    for ln in lines[1:]:
+        if "error:" in ln:
+            detail = ln.removeprefix("was parsing ").strip()
+            if detail not in details:
+                details.append(detail)
+        if len(details) == 2:
+            break
+    if msg.endswith(":"):
+        msg = f"{msg} {'; '.join(details)}" if details else f"{msg[:-1]} (XLA gave no detail)"
+    return msg[:400]
+
+
+_ARRAY_SHAPE = re.compile(r"\b(pred|s4|s8|s16|s32|s64|u4|u8|u16|u32|u64|f16|bf16|f32|f64|c64|c128|f8\w*)\[([\d,]*)\]")
+_BYTES = {"pred": 1, "s4": 1, "s8": 1, "s16": 2, "s32": 4, "s64": 8, "u4": 1, "u8": 1, "u16": 2, "u32": 4, "u64": 8,
+          "f16": 2, "bf16": 2, "f32": 4, "f64": 8, "c64": 8, "c128": 16}
+
+
+def largest_array_bytes(text: str) -> int:
+    """Bytes of the largest array shape written in HLO text (used to refuse absurd inputs early)."""
+    largest = 0
+    for dtype, dims in _ARRAY_SHAPE.findall(text):
+        size = _BYTES.get(dtype, 1)
+        for d in dims.split(","):
+            if d:
+                size *= int(d)
+        largest = max(largest, size)
+    return largest
 
 
 def _print_options(canonical: bool):

@@ -13,7 +13,10 @@ applies anyway (the first round trip canonicalises, later ones are stable).
 from __future__ import annotations
 
 import os
+import pickle
 import stat
+import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,6 +25,8 @@ from autotune import hlo
 
 #: Inputs larger than this are refused before parsing (a model graph is far smaller).
 MAX_INPUT_BYTES = 512 * 1024 * 1024
+#: An array shape larger than this (1 TiB) is a malformed or hostile input, not a model.
+MAX_ARRAY_BYTES = 1 << 40
 
 TEXT_SUFFIXES = (".hlo", ".txt")
 PROTO_SUFFIXES = (".pb", ".hlopb", ".proto")
@@ -41,6 +46,15 @@ class Module:
         parsed = hlo.parse_proto(proto)
         return cls(name or parsed.name, proto, hlo.fingerprint(parsed))
 
+
+def _checked(module, name: str) -> Module:
+    """Module from a parsed HloModule, refusing shapes no machine could hold."""
+    text = hlo.to_text(module)
+    largest = hlo.largest_array_bytes(text)
+    if largest > MAX_ARRAY_BYTES:
+        raise BadInput(f"an array shape needs {largest / 2**40:.3g} TiB; refusing (limit {MAX_ARRAY_BYTES >> 40} TiB)")
+    return Module(name, module.as_serialized_hlo_module_proto(), hlo.fingerprint(module))
+
     def hlo_module(self):
         """The jaxlib ``HloModule`` object (parsed on demand, never stored: it is not picklable)."""
         return hlo.parse_proto(self.proto)
@@ -59,14 +73,16 @@ class Module:
 def load(source, name: str | None = None) -> Module:
     """Load a module from a path, HLO/MLIR text, proto bytes, or a lowered JAX function.
 
-    Raises ``BadInput`` with a one-line reason for anything that is not a usable module.
+    Raises ``BadInput`` with a one-line reason for anything that is not a usable module. Parsing
+    runs in a separate process: XLA's parser CHECK-fails (aborting the process) on some malformed
+    inputs, and a bad file must cost an error message, never the caller's process.
     """
     if hasattr(source, "as_text") and hasattr(source, "compiler_ir"):  # jax.stages.Lowered
         return _from_lowered(source, name)
     if isinstance(source, (bytes, bytearray)):
-        return _from_bytes(bytes(source), name or "module", hint="")
+        return parse_isolated(bytes(source), "", name or "module")
     if isinstance(source, str) and ("\n" in source or source.lstrip().startswith(("HloModule", "module"))):
-        return _from_text(source, name or "module", hint="")
+        return parse_isolated(source.encode(), ".hlo" if source.lstrip().startswith("HloModule") else "", name or "module")
     if isinstance(source, (str, os.PathLike)):
         return load_path(Path(source), name)
     raise BadInput(f"cannot load a module from {type(source).__name__}")
@@ -91,18 +107,45 @@ def load_path(path: Path, name: str | None = None) -> Module:
         raise BadInput(f"{path}: permission denied") from None
     except OSError as exc:
         raise BadInput(f"{path}: cannot read ({exc.strerror or exc})") from None
-    stem = name or path.stem
-    suffix = path.suffix.lower()
     try:
-        if suffix in PROTO_SUFFIXES:
-            return _from_proto(data, stem)
-        if suffix in MLIR_SUFFIXES:
-            return _from_mlir(data, stem)
-        if suffix in TEXT_SUFFIXES:
-            return _from_text(_decode(data, path), stem, hint="")
-        return _from_bytes(data, stem, hint=f" (unrecognised extension '{suffix or '(none)'}'; expected .hlo, .txt, .pb or .mlir)")
+        return parse_isolated(data, path.suffix.lower(), name or path.stem)
     except BadInput as exc:
         raise BadInput(f"{path}: {exc}") from None
+
+
+def parse_isolated(data: bytes, suffix: str, name: str) -> Module:
+    """Run ``_parse`` in a child process (``python -m autotune.module``) and return its Module."""
+    env = dict(os.environ)
+    env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    env.setdefault("JAX_PLATFORMS", "cpu")
+    proc = subprocess.run(
+        [sys.executable, "-m", "autotune.module"], input=pickle.dumps((data, suffix, name)),
+        capture_output=True, env=env, timeout=600,
+    )
+    if proc.returncode == 0:
+        try:
+            kind, payload = pickle.loads(proc.stdout)
+        except Exception:
+            kind, payload = "error", "the parser process returned no result"
+        if kind == "ok":
+            return Module(*payload)
+        raise BadInput(payload)
+    fatal = [ln.strip() for ln in proc.stderr.decode("utf-8", "replace").splitlines()
+             if ln.startswith(("F", "E")) and ("Check failed" in ln or "] " in ln)]
+    detail = fatal[0].split("] ", 1)[-1] if fatal else f"exit status {proc.returncode}"
+    raise BadInput(f"XLA's parser crashed on this input: {detail[:300]}")
+
+
+def _parse(data: bytes, suffix: str, name: str) -> Module:
+    """In the child process: pick the format by extension, else by content."""
+    if suffix in PROTO_SUFFIXES:
+        return _from_proto(data, name)
+    if suffix in MLIR_SUFFIXES:
+        return _from_mlir(data, name)
+    if suffix in TEXT_SUFFIXES:
+        return _from_text(_decode(data), name, hint="")
+    hint = f" (unrecognised extension '{suffix}'; expected .hlo, .txt, .pb or .mlir)" if suffix else ""
+    return _from_bytes(data, name, hint=hint)
 
 
 def _decode(data: bytes, path: Path | None = None) -> str:
@@ -131,15 +174,14 @@ def _from_text(text: str, name: str, hint: str) -> Module:
         return _from_mlir(text.encode(), name)
     if not stripped.startswith("HloModule"):
         raise BadInput(f"not HLO text: expected it to start with 'HloModule'{hint}")
-    module = hlo.parse_text(text)
-    return Module(name, module.as_serialized_hlo_module_proto(), hlo.fingerprint(module))
+    return _checked(hlo.parse_text(text), name)
 
 
 def _from_proto(data: bytes, name: str) -> Module:
     module = hlo.parse_proto(data)
     if not module.computations():
         raise BadInput("serialized HloModuleProto has no computations")
-    return Module(name, module.as_serialized_hlo_module_proto(), hlo.fingerprint(module))
+    return _checked(module, name)
 
 
 def _from_mlir(data: bytes, name: str) -> Module:
@@ -154,9 +196,23 @@ def _from_mlir(data: bytes, name: str) -> Module:
 
 def _from_lowered(lowered, name: str | None) -> Module:
     """A ``jax.jit(f).lower(...)`` result: its StableHLO goes through XLA's importer, like a compile."""
-    mlir_text = lowered.as_text()
-    module = _from_mlir(mlir_text.encode(), name or "jax_module")
+    module = parse_isolated(lowered.as_text().encode(), ".mlir", name or "jax_module")
     if name is None:
-        parsed = hlo.parse_proto(module.proto)
-        module = module.renamed(parsed.name)
+        module = module.renamed(hlo.parse_proto(module.proto).name)
     return module
+
+
+def _child_main() -> None:
+    data, suffix, name = pickle.loads(sys.stdin.buffer.read())
+    try:
+        m = _parse(data, suffix, name)
+        result = ("ok", (m.name, m.proto, m.fingerprint))
+    except BadInput as exc:
+        result = ("error", str(exc))
+    except Exception as exc:  # anything else XLA raises is still a statement about the input
+        result = ("error", f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
+    sys.stdout.buffer.write(pickle.dumps(result))
+
+
+if __name__ == "__main__":
+    _child_main()
