@@ -95,28 +95,28 @@ def to_text(module) -> str:
     return module.to_string(_print_options(canonical=False))
 
 
-_COMP_HEADER = re.compile(r"^(?:ENTRY )?(\S+) \{$", re.M)
-
-
 def canonical_text(module) -> str:
-    """Module text with metadata, instruction names, ids and computation names replaced.
+    """Module text with metadata, instruction names, ids and computation names removed.
 
-    XLA's canonical printer already renames instructions (tmp_N) and orders computations; it keeps
-    computation names and the module name, which differ between equal programs (region_0.12 vs
-    region_0.7), so both are replaced here by position. Constants are printed in full: two
-    programs that differ only in a constant's value are different programs.
+    XLA's canonical printer renames instructions (tmp_N) and prints every called computation's
+    body inline at its call site (``to_apply=`` followed by the body), so references carry no
+    names. What remains name-dependent is each computation's header line and the order of the
+    computation blocks; here headers lose their names and the non-entry blocks are sorted by
+    content. Constants are printed in full: programs that differ only in a constant's value are
+    different programs. Dead computations are kept: they count as instructions.
     """
     text = module.to_string(_print_options(canonical=True))
     header, _, body = text.partition("\n")
     header = re.sub(r"^HloModule \S+?(,|$)", r"HloModule m\1", header)
-    names = _COMP_HEADER.findall(body)
-    if names:
-        mapping = {name: f"c{i}" for i, name in enumerate(names)}
-        pattern = re.compile(
-            r"(?<![\w.\-])(" + "|".join(re.escape(n) for n in sorted(mapping, key=len, reverse=True)) + r")(?![\w.\-])"
-        )
-        body = pattern.sub(lambda m: mapping[m.group(1)], body)
-    return header + "\n" + body
+    entry: list[str] = []
+    others: list[str] = []
+    for block in body.strip().split("\n\n"):
+        first, _, rest = block.partition("\n")
+        if first.startswith("ENTRY "):
+            entry.append("ENTRY {\n" + rest)
+        else:
+            others.append("{\n" + rest)
+    return "\n\n".join([header, *entry, *sorted(others)])
 
 
 def fingerprint(module) -> str:

@@ -46,15 +46,6 @@ class Module:
         parsed = hlo.parse_proto(proto)
         return cls(name or parsed.name, proto, hlo.fingerprint(parsed))
 
-
-def _checked(module, name: str) -> Module:
-    """Module from a parsed HloModule, refusing shapes no machine could hold."""
-    text = hlo.to_text(module)
-    largest = hlo.largest_array_bytes(text)
-    if largest > MAX_ARRAY_BYTES:
-        raise BadInput(f"an array shape needs {largest / 2**40:.3g} TiB; refusing (limit {MAX_ARRAY_BYTES >> 40} TiB)")
-    return Module(name, module.as_serialized_hlo_module_proto(), hlo.fingerprint(module))
-
     def hlo_module(self):
         """The jaxlib ``HloModule`` object (parsed on demand, never stored: it is not picklable)."""
         return hlo.parse_proto(self.proto)
@@ -68,6 +59,15 @@ def _checked(module, name: str) -> Module:
 
     def __repr__(self) -> str:
         return f"Module({self.name!r}, fingerprint={self.fingerprint[:12]}, {len(self.proto)} bytes)"
+
+
+def _checked(module, name: str) -> Module:
+    """Module from a parsed HloModule, refusing shapes no machine could hold."""
+    text = hlo.to_text(module)
+    largest = hlo.largest_array_bytes(text)
+    if largest > MAX_ARRAY_BYTES:
+        raise BadInput(f"an array shape needs {largest / 2**40:.3g} TiB; refusing (limit {MAX_ARRAY_BYTES >> 40} TiB)")
+    return Module(name, module.as_serialized_hlo_module_proto(), hlo.fingerprint(module))
 
 
 def load(source, name: str | None = None) -> Module:

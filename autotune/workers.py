@@ -44,13 +44,16 @@ class Job:
 class _Worker:
     _ids = itertools.count()
 
-    def __init__(self, factory: str, init_args: tuple, env: dict[str, str] | None, start_timeout: float):
+    def __init__(self, factory: str, init_args: tuple, env: dict[str, str] | None, start_timeout: float,
+                 cpu: int | None = None):
         self.id = next(self._ids)
         parent_sock, child_sock = socket.socketpair()
         self.stderr_path = os.path.join(tempfile.gettempdir(), f"autotune-worker-{os.getpid()}-{self.id}.log")
         self._stderr = open(self.stderr_path, "wb")
         full_env = dict(os.environ)
         full_env.update(env or {})
+        if cpu is not None:
+            full_env["AUTOTUNE_WORKER_CPU"] = str(cpu)
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "autotune.workers", str(child_sock.fileno()), factory],
             pass_fds=(child_sock.fileno(),),
@@ -75,6 +78,7 @@ class _Worker:
             self.kill()
             raise AutotuneError(f"compiler worker failed to start: {payload}")
         self.pid = self.proc.pid
+        self.cpu = cpu
 
     def stderr_tail(self, limit: int = 400) -> str:
         """The compiler's own words: the most telling line of what the worker printed last."""
@@ -137,9 +141,11 @@ class WorkerPool:
         size: int = 1,
         env: dict[str, str] | None = None,
         start_timeout: float = 180.0,
+        pin: bool = True,
     ):
         self.factory, self.init_args, self.size = factory, init_args, max(1, int(size))
         self.env, self.start_timeout = env, start_timeout
+        self.pin = pin
         self._idle: list[_Worker] = []
         self._all: list[_Worker] = []
         self.crashes = 0
@@ -148,7 +154,7 @@ class WorkerPool:
 
     # ---- lifecycle -----------------------------------------------------------------------------
     def _spawn(self) -> _Worker:
-        worker = _Worker(self.factory, self.init_args, self.env, self.start_timeout)
+        worker = _Worker(self.factory, self.init_args, self.env, self.start_timeout, self._free_cpu())
         self._all.append(worker)
         self.started += 1
         return worker
@@ -165,6 +171,24 @@ class WorkerPool:
         worker.kill()
         if worker in self._all:
             self._all.remove(worker)
+
+    def _free_cpu(self) -> int | None:
+        """Pin each worker to its own core when there are enough cores.
+
+        XLA's MLIR import spreads verification over a thread pool; two unpinned workers on two
+        cores then fight over both cores. One core each gives more throughput (bench/perf.py).
+        """
+        if not self.pin:
+            return None
+        try:
+            cpus = sorted(os.sched_getaffinity(0))
+        except (AttributeError, OSError):
+            return None
+        if self.size > len(cpus):
+            return None
+        taken = {w.cpu for w in self._all if w.alive()}
+        free = [c for c in cpus if c not in taken]
+        return free[0] if free else None
 
     def pids(self) -> list[int]:
         return [w.pid for w in self._all if w.alive()]
@@ -324,6 +348,12 @@ def _rebuild_error(payload) -> AutotuneError:
 
 # ---- the worker side ---------------------------------------------------------------------------------
 def _serve(fd: int, factory: str) -> None:
+    cpu = os.environ.get("AUTOTUNE_WORKER_CPU")
+    if cpu is not None and hasattr(os, "sched_setaffinity"):
+        try:
+            os.sched_setaffinity(0, {int(cpu)})
+        except OSError:
+            pass
     conn = Connection(fd)
     init_args = conn.recv()
     try:

@@ -18,7 +18,7 @@ from autotune.pipelines.xla.inventory import PassInventory
 from autotune.workers import Job, StopJob, WorkerPool
 
 #: Bumped when the meaning of a cached step changes (capture method, fingerprint, metrics).
-ENGINE_VERSION = 3
+ENGINE_VERSION = 4
 
 WORKER = "autotune.pipelines.xla.worker:XlaWorker"
 WORKER_ENV = {"JAX_PLATFORMS": "cpu", "XLA_FLAGS": "", "TF_CPP_MIN_LOG_LEVEL": "1"}

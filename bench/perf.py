@@ -1,0 +1,226 @@
+#!/usr/bin/env python
+"""Engine speed benchmark: writes results/perf.md and results/perf.json.
+
+Measures, on a small, a medium (the GPT-2-style example) and a large module:
+  * uncached single-step latency (median, p90) through the real Evaluator (worker pool + SQLite),
+  * cache-hit latency per step,
+  * where an uncached step's time goes (measured in-process, component by component),
+  * one full default XLA CPU compile of the same module, side by side, for scale,
+and on the medium module: sequence evaluations/s of a 200-sequence random search with a cold and a
+warm cache, the cache hit rate, the speed-up of 2 workers over 1, and peak memory (RSS high-water
+mark) of the evaluator and its workers.
+
+Timings are noisy on shared machines: every figure is a median over repetitions, and the headline
+numbers are ratios against a baseline measured in the same run.
+
+    python bench/perf.py [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import random
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from autotune.engine import open_engine  # noqa: E402
+from autotune.module import load  # noqa: E402
+from autotune.tuner import tune  # noqa: E402
+
+MODULES = {
+    "small": ROOT / "tests/data/real/hloenv_maml_train_step.hlo",
+    "medium": ROOT / "examples/gpt2_train_step.hlo",
+    "large": ROOT / "examples/gpt2_large_train_step.hlo",
+}
+
+
+def pct(values, q):
+    values = sorted(values)
+    if not values:
+        return float("nan")
+    k = min(len(values) - 1, max(0, int(round(q * (len(values) - 1)))))
+    return values[k]
+
+
+def rss_peak_kib(pid: int) -> int:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
+def step_latency(path: Path, tmp: Path, actions_limit: int | None) -> dict:
+    """Every action applied alone to the module, uncached then cached, through the Evaluator."""
+    with open_engine(tmp / f"steps-{path.stem}.db", workers=1) as ev:
+        root = ev.prepare(load(path))
+        ev.pipeline.pool.warm(1)
+        actions = list(ev.pipeline.passes())[:actions_limit]
+        cold, warm, worker = [], [], []
+        for a in actions:
+            t0 = time.perf_counter()
+            r = ev.evaluate(root, [a])
+            cold.append(time.perf_counter() - t0)
+            assert r.compiled == 1
+        for a in actions:
+            t0 = time.perf_counter()
+            r = ev.evaluate(root, [a])
+            warm.append(time.perf_counter() - t0)
+            assert r.compiled == 0
+        rows = ev.cache.db.execute("SELECT seconds FROM transitions WHERE status='ok'").fetchall()
+        worker = [s for (s,) in rows if s]
+        instructions = ev.metrics(root.fingerprint).instructions
+    return {
+        "module": path.name, "instructions": instructions, "steps": len(actions),
+        "uncached_ms": {"median": 1e3 * statistics.median(cold), "p90": 1e3 * pct(cold, 0.9)},
+        "worker_step_ms": {"median": 1e3 * statistics.median(worker), "p90": 1e3 * pct(worker, 0.9)},
+        "cache_hit_ms": {"median": 1e3 * statistics.median(warm), "p90": 1e3 * pct(warm, 0.9)},
+    }
+
+
+def breakdown(path: Path, repeats: int) -> dict:
+    """Where an uncached step's time goes, measured in-process on a warm XLA client."""
+    from autotune import hlo
+    from autotune.pipelines.xla import XlaPipeline
+    from autotune.pipelines.xla.worker import XlaWorker
+
+    inv = XlaPipeline(cache=None).inventory
+    w = XlaWorker(inv.to_json())
+    module = load(path)
+    proto = list(w.run_steps(module.proto, None, ["<identity>"]))[-1].proto  # normalised
+    mlir = w._to_mlir(proto, None)
+    from jax._src.lib import _jax
+
+    def med(fn):
+        fn()
+        ts = []
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            fn()
+            ts.append(time.perf_counter() - t0)
+        return 1e3 * statistics.median(ts)
+
+    cse = w._overrides["cse"]
+    out = w._capture(mlir, cse)
+    parsed = hlo.parse_proto(out)
+    res = {
+        "hlo_to_mlir_ms": med(lambda: w._jax.mlir.hlo_to_stablehlo(proto)),
+        "mlir_import_only_ms": med(lambda: _jax.mlir.mlir_module_to_xla_computation(mlir, use_tuple_args=False, return_tuple=False)),
+        "capture_compile_identity_ms": med(lambda: w._capture(mlir, w._overrides["<identity>"])),
+        "capture_compile_cse_ms": med(lambda: w._capture(mlir, cse)),
+        "parse_result_ms": med(lambda: hlo.parse_proto(out)),
+        "fingerprint_ms": med(lambda: hlo.fingerprint(parsed)),
+        "measure_ms": med(lambda: w._measure(parsed)),
+    }
+    t0 = time.perf_counter()
+    w.backend.compile_and_load(mlir, w.devices, w._jax.CompileOptions())
+    res["full_default_compile_ms"] = 1e3 * (time.perf_counter() - t0)
+    return res
+
+
+def throughput(path: Path, tmp: Path, workers: int, budget: int, seed: int) -> dict:
+    db = tmp / f"tp-{workers}-{seed}.db"
+    out = {}
+    with open_engine(db, workers=workers) as ev:
+        module = load(path)
+        ev.prepare(module)
+        ev.default(ev.prepare(module))
+        ev.pipeline.pool.warm(workers)
+        for label in ("cold", "warm"):
+            before = (ev.stats.steps_compiled, ev.stats.steps_cached)
+            t0 = time.perf_counter()
+            r = tune(ev, module, strategy="random", budget=budget, seed=seed, validate=False)
+            dt = time.perf_counter() - t0
+            compiled = ev.stats.steps_compiled - before[0]
+            cached = ev.stats.steps_cached - before[1]
+            out[label] = {
+                "seconds": dt, "evaluations_per_s": budget / dt, "steps_compiled": compiled, "steps_cached": cached,
+                "cache_hit_rate": cached / max(1, compiled + cached), "best": r.best_cost,
+            }
+        out["peak_rss_mib"] = {
+            "evaluator": rss_peak_kib(os.getpid()) / 1024,
+            "workers": [rss_peak_kib(p) / 1024 for p in ev.pipeline.pool.pids()],
+        }
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--quick", action="store_true", help="fewer actions and a smaller search (smoke run)")
+    ap.add_argument("--out", default=str(ROOT / "results"))
+    args = ap.parse_args()
+    repeats = 5 if args.quick else 15
+    budget = 40 if args.quick else 200
+    limit = 12 if args.quick else None
+    report = {"machine": {"python": platform.python_version(), "cpus": os.cpu_count(), "platform": platform.platform()},
+              "command": "python bench/perf.py" + (" --quick" if args.quick else ""), "modules": {}}
+    with tempfile.TemporaryDirectory(prefix="autotune-bench-") as tmpdir:
+        tmp = Path(tmpdir)
+        for size, path in MODULES.items():
+            if not path.exists():
+                print(f"skip {size}: {path} missing", file=sys.stderr)
+                continue
+            print(f"[{size}] {path.name}: step latency ...", file=sys.stderr)
+            entry = step_latency(path, tmp, limit)
+            print(f"[{size}] breakdown ...", file=sys.stderr)
+            entry["breakdown"] = breakdown(path, repeats)
+            entry["step_over_full_compile"] = entry["uncached_ms"]["median"] / entry["breakdown"]["full_default_compile_ms"]
+            report["modules"][size] = entry
+        medium = MODULES["medium"]
+        print("[medium] random search, 1 worker ...", file=sys.stderr)
+        one = throughput(medium, tmp, 1, budget, seed=1)
+        print("[medium] random search, 2 workers ...", file=sys.stderr)
+        two = throughput(medium, tmp, 2, budget, seed=1)
+        report["search"] = {"module": medium.name, "budget": budget, "workers_1": one, "workers_2": two,
+                            "speedup_2_over_1_cold": one["cold"]["seconds"] / two["cold"]["seconds"]}
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "perf.json").write_text(json.dumps(report, indent=2))
+    (out / "perf.md").write_text(render(report))
+    print((out / "perf.md").read_text())
+
+
+def render(r: dict) -> str:
+    lines = ["# Engine performance", "", f"Made by `{r['command']}` on {r['machine']['cpus']} CPUs, "
+             f"Python {r['machine']['python']}, {r['machine']['platform']}. Medians over repetitions; "
+             "see `perf.json` for every figure.", "",
+             "## One step (apply one pass), per module", "",
+             "| module | instructions | uncached step median / p90 (ms) | in-worker part (ms) | cache hit (ms) | full default compile (ms) | step / full compile |",
+             "|---|---:|---:|---:|---:|---:|---:|"]
+    for size, m in r["modules"].items():
+        lines.append(f"| {size}: {m['module']} | {m['instructions']} | {m['uncached_ms']['median']:.1f} / {m['uncached_ms']['p90']:.1f} "
+                     f"| {m['worker_step_ms']['median']:.1f} | {m['cache_hit_ms']['median']:.3f} "
+                     f"| {m['breakdown']['full_default_compile_ms']:.0f} | {m['step_over_full_compile']:.3f} |")
+    lines += ["", "## Where an uncached step's time goes (in-process, warm client)", "",
+              "| module | HLO->MLIR | MLIR import alone | capture compile, no pass | capture compile, cse | parse result | fingerprint | measure |",
+              "|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for size, m in r["modules"].items():
+        b = m["breakdown"]
+        lines.append(f"| {size} | {b['hlo_to_mlir_ms']:.1f} | {b['mlir_import_only_ms']:.1f} | {b['capture_compile_identity_ms']:.1f} "
+                     f"| {b['capture_compile_cse_ms']:.1f} | {b['parse_result_ms']:.1f} | {b['fingerprint_ms']:.1f} | {b['measure_ms']:.1f} |")
+    s = r["search"]
+    lines += ["", f"## Random search, {s['budget']} sequences on {s['module']}", "",
+              "| workers | cache | evaluations/s | steps compiled | cache hit rate | seconds |", "|---:|---|---:|---:|---:|---:|"]
+    for w in ("workers_1", "workers_2"):
+        for label in ("cold", "warm"):
+            x = s[w][label]
+            lines.append(f"| {w[-1]} | {label} | {x['evaluations_per_s']:.1f} | {x['steps_compiled']} | {x['cache_hit_rate']:.0%} | {x['seconds']:.1f} |")
+    lines += ["", f"Speed-up of 2 workers over 1 (cold): **{s['speedup_2_over_1_cold']:.2f}x**.", "",
+              "Peak RSS (MiB): evaluator " + f"{s['workers_2']['peak_rss_mib']['evaluator']:.0f}, workers "
+              + ", ".join(f"{x:.0f}" for x in s['workers_2']['peak_rss_mib']['workers']) + "."]
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    main()
