@@ -1,0 +1,105 @@
+"""The Python API a build script calls.
+
+Each function accepts a ``Module``, a path, HLO/MLIR text or a lowered JAX function
+(``jax.jit(f).lower(...)``). Each opens the cache and a worker pool for the call; to reuse them
+across calls (worker start-up is ~1-2 s), open a ``Session`` once::
+
+    with autotune.Session(cache=".autotune/cache.db") as s:
+        result = s.tune("model.hlo", strategy="greedy", budget=200)
+        tuned = s.apply("model.hlo", result.best_sequence)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from autotune.module import Module, load
+
+
+def _module(source) -> Module:
+    return source if isinstance(source, Module) else load(source)
+
+
+class Session:
+    """A cache plus a warm worker pool, shared by the calls made through it."""
+
+    def __init__(self, cache: str | Path | None = None, workers: int | None = None,
+                 include_target_specific: bool = False, step_timeout: float = 120.0):
+        from autotune.engine import open_engine
+
+        self._cm = open_engine(cache, workers=workers, include_target_specific=include_target_specific,
+                               step_timeout=step_timeout)
+        self.evaluator = self._cm.__enter__()
+
+    def close(self) -> None:
+        self._cm.__exit__(None, None, None)
+
+    def __enter__(self) -> "Session":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def passes(self) -> tuple[str, ...]:
+        """The action vocabulary discovered from the installed XLA."""
+        return self.evaluator.pipeline.passes()
+
+    def normalize(self, module) -> Module:
+        """The module after XLA's import round trip: the form every result is measured on."""
+        return self.evaluator.prepare(_module(module))
+
+    def tune(self, module, strategy: str = "random", budget: int = 200, objective: str = "final-ops", seed: int = 0,
+             max_length: int = 16, time_limit: float | None = None, options: dict | None = None,
+             progress: bool = False, validate: bool = True):
+        """Search the pass ordering of ``module``; returns ``autotune.tuner.TuneResult``."""
+        from autotune.tuner import RichProgress, tune as _tune
+
+        return _tune(self.evaluator, _module(module), strategy=strategy, budget=budget, objective=objective,
+                     seed=seed, max_length=max_length, time_limit=time_limit, options=options,
+                     progress=RichProgress() if progress else None, validate=validate)
+
+    def apply(self, module, sequence: Sequence[str]) -> Module:
+        """``module`` (normalised) after ``sequence``; raises ``PassFailed`` if a step fails."""
+        from autotune.errors import PassFailed
+
+        root = self.normalize(module)
+        result = self.evaluator.evaluate(root, list(sequence))
+        if not result.ok:
+            raise PassFailed(f"step {result.failed_at + 1} ({sequence[result.failed_at]}) failed: {result.message}",
+                             result.status, sequence[result.failed_at])
+        return self.evaluator.module(result.state, root.name)
+
+    def default(self, module) -> Module:
+        """``module`` after XLA's own ordering of the same passes (the baseline)."""
+        root = self.normalize(module)
+        return self.evaluator.module(self.evaluator.default(root).state, root.name)
+
+    def metrics(self, module):
+        """``Metrics`` of a module (instructions, per-opcode counts, flops, ...)."""
+        return self.evaluator.pipeline.measure(_module(module))
+
+    def validate(self, original, tuned, seed: int = 0):
+        """Compile both fully, run both on the same seeded inputs, compare every output."""
+        from autotune.validate import validate as _validate
+
+        return _validate(self.evaluator.pipeline, self.normalize(original), _module(tuned), seed=seed)
+
+
+def tune(module, strategy: str = "random", budget: int = 200, objective: str = "final-ops", seed: int = 0,
+         cache: str | Path | None = None, workers: int | None = None, **kwargs):
+    """One-shot ``Session(...).tune(...)``."""
+    with Session(cache, workers) as s:
+        return s.tune(module, strategy=strategy, budget=budget, objective=objective, seed=seed, **kwargs)
+
+
+def apply(module, sequence: Sequence[str], cache: str | Path | None = None, workers: int | None = 1) -> Module:
+    """One-shot ``Session(...).apply(...)``."""
+    with Session(cache, workers) as s:
+        return s.apply(module, sequence)
+
+
+def validate(original, tuned, seed: int = 0, cache: str | Path | None = None):
+    """One-shot ``Session(...).validate(...)``; returns ``autotune.validate.ValidationReport``."""
+    with Session(cache, 1) as s:
+        return s.validate(original, tuned, seed=seed)

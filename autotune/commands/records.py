@@ -1,0 +1,71 @@
+"""``autotune export`` and ``autotune check``: tuning records as a CI gate."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from autotune.cli import _check_writable, _console, _load, _print_json, cli, db_option, json_option, workers_option
+
+
+@cli.command()
+@click.argument("run_id")
+@click.option("-o", "--output", type=click.Path(dir_okay=False), required=True, help="Record file to write (JSON).")
+@db_option
+@json_option
+def export(run_id, output, db, as_json) -> None:
+    """Write the tuning record (lockfile) of a finished run."""
+    from autotune.engine import open_engine
+    from autotune.record import from_run
+
+    _check_writable(Path(output))
+    with open_engine(db, workers=1) as ev:
+        record = from_run(ev, run_id)
+    record.save(Path(output))
+    if as_json:
+        _print_json(record.to_dict())
+    else:
+        click.echo(f"wrote {output}: {record.module} ({record.fingerprint[:12]}), {len(record.sequence)} passes, "
+                   f"{record.objective} {record.metrics['cost']:g} vs default {record.metrics['default_cost']:g}"
+                   + ("" if record.valid else "  [NOT validated]"))
+
+
+@cli.command()
+@click.argument("model", type=click.Path())
+@click.option("--record", "record_path", type=click.Path(dir_okay=False), required=True, help="Tuning record (JSON).")
+@click.option("--max-regression", type=click.FloatRange(min=0), default=0.0, show_default=True,
+              help="Allowed worsening of the recorded metric, in percent.")
+@click.option("--no-validate", is_flag=True, help="Skip the output comparison.")
+@db_option
+@workers_option
+@json_option
+def check(model, record_path, max_regression, no_validate, db, workers, as_json) -> None:
+    """Re-apply a recorded sequence to MODEL with the installed XLA; exit 1 if it no longer holds."""
+    from autotune.engine import open_engine
+    from autotune.record import TuningRecord, check as run_check
+
+    record = TuningRecord.load(record_path)
+    module = _load(model)
+    with open_engine(db, workers=workers or 1) as ev:
+        result = run_check(ev, module, record, max_regression=max_regression, validate=not no_validate)
+    if as_json:
+        _print_json(result.to_dict())
+    else:
+        from rich.table import Table
+
+        table = Table(title=f"check {result.module} against {record_path}")
+        table.add_column("")
+        table.add_column("value")
+        table.add_row("fingerprint", "matches" if result.fingerprint == result.record_fingerprint else "CHANGED")
+        table.add_row(f"{record.objective} (recorded)", f"{result.recorded_cost:g}")
+        table.add_row(f"{record.objective} (now)", "-" if result.cost is None else f"{result.cost:g}")
+        table.add_row("XLA default (now)", "-" if result.default_cost is None else f"{result.default_cost:g}")
+        table.add_row("regression", "-" if result.regression is None else f"{result.regression:+.2%}")
+        table.add_row("valid", {None: "-", True: "yes", False: "NO"}[result.valid])
+        if result.pipeline_version != result.record_pipeline_version:
+            table.add_row("note", "recorded with another XLA/pipeline version")
+        _console().print(table)
+        click.echo("OK: the record holds" if result.ok else "FAILED: " + "; ".join(result.reasons))
+    sys.exit(0 if result.ok else 1)

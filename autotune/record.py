@@ -1,0 +1,195 @@
+"""Tuning records ("lockfiles"): a tuned sequence that a build can commit and check later.
+
+A record says: for the module with this fingerprint, with this XLA, this sequence gave these
+metrics and passed the validity check. ``autotune check MODEL --record R`` re-applies it with the
+installed XLA and fails (exit 1) if the module changed, the sequence fails, the outputs differ or
+the metric regressed: the CI gate. The JAX hook (``autotune.jax.use``) applies records to matching
+``jax.jit`` compiles.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from autotune.errors import BadInput
+
+FORMAT = 1
+
+
+@dataclass(frozen=True)
+class TuningRecord:
+    module: str  # display name
+    fingerprint: str  # normalised module fingerprint: what the record applies to
+    sequence: tuple[str, ...]
+    objective: str
+    pipeline_version: str
+    xla_version: str
+    autotune_version: str
+    metrics: dict  # input_ops, default_ops, tuned_ops, tuned_final_ops, cost, default_cost
+    valid: bool
+    run_id: str | None = None
+    created: float = field(default_factory=time.time)
+    format: int = FORMAT
+
+    def to_dict(self) -> dict:
+        data = asdict(self)
+        data["sequence"] = list(self.sequence)
+        return data
+
+    def dumps(self) -> str:
+        return json.dumps(self.to_dict(), indent=2) + "\n"
+
+    def save(self, path: Path) -> None:
+        try:
+            Path(path).write_text(self.dumps())
+        except OSError as exc:
+            raise BadInput(f"{path}: cannot write record ({exc.strerror or exc})") from None
+
+    @classmethod
+    def from_dict(cls, data: dict, source: str = "record") -> "TuningRecord":
+        if not isinstance(data, dict):
+            raise BadInput(f"{source}: not a tuning record (expected a JSON object)")
+        if data.get("format") != FORMAT:
+            raise BadInput(f"{source}: unsupported record format {data.get('format')!r} (expected {FORMAT})")
+        required = ("module", "fingerprint", "sequence", "objective", "pipeline_version", "metrics")
+        missing = [k for k in required if k not in data]
+        if missing:
+            raise BadInput(f"{source}: not a tuning record (missing {', '.join(missing)})")
+        seq = data["sequence"]
+        if not isinstance(seq, list) or not all(isinstance(s, str) and s for s in seq):
+            raise BadInput(f"{source}: 'sequence' must be a list of pass names")
+        if not isinstance(data["metrics"], dict):
+            raise BadInput(f"{source}: 'metrics' must be an object")
+        return cls(
+            module=str(data["module"]), fingerprint=str(data["fingerprint"]), sequence=tuple(seq),
+            objective=str(data["objective"]), pipeline_version=str(data["pipeline_version"]),
+            xla_version=str(data.get("xla_version", "")), autotune_version=str(data.get("autotune_version", "")),
+            metrics=dict(data["metrics"]), valid=bool(data.get("valid", False)), run_id=data.get("run_id"),
+            created=float(data.get("created", 0.0)),
+        )
+
+    @classmethod
+    def load(cls, path: str | Path) -> "TuningRecord":
+        path = Path(path)
+        if not path.is_file():
+            raise BadInput(f"{path}: no such record file")
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise BadInput(f"{path}: not a JSON tuning record ({str(exc).splitlines()[0]})") from None
+        return cls.from_dict(data, str(path))
+
+
+def from_run(evaluator, run_id: str) -> TuningRecord:
+    """Build a record from a finished run in the cache."""
+    import autotune
+    from autotune.pipelines.xla import xla_version
+    from autotune.tuner import load_run
+
+    run = load_run(evaluator.cache, run_id)
+    if not run.get("summary"):
+        raise BadInput(f"run '{run_id}' has not finished (status {run.get('status')}); nothing to export")
+    summary = json.loads(run["summary"])
+    best = summary.get("best")
+    if not best:
+        raise BadInput(f"run '{run_id}' found no valid sequence; nothing to export")
+    metrics = {
+        "input_ops": summary["input"]["instructions"],
+        "default_ops": summary["default"]["instructions"],
+        "tuned_ops": best["raw"]["instructions"],
+        "tuned_final_ops": best["final"]["instructions"] if best.get("final") else None,
+        "cost": best["cost"],
+        "default_cost": summary["default_cost"],
+    }
+    validity = summary.get("validity")
+    return TuningRecord(
+        module=run["module_name"], fingerprint=run["module"], sequence=tuple(best["sequence"]),
+        objective=run["objective"], pipeline_version=run["version"], xla_version=xla_version(),
+        autotune_version=autotune.__version__, metrics=metrics, valid=bool(validity and validity.get("ok")),
+        run_id=run_id,
+    )
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    ok: bool
+    reasons: tuple[str, ...]
+    module: str
+    fingerprint: str
+    record_fingerprint: str
+    sequence: tuple[str, ...]
+    recorded_cost: float
+    cost: float | None
+    default_cost: float | None
+    regression: float | None  # (cost - recorded) / recorded
+    max_regression: float
+    valid: bool | None
+    pipeline_version: str
+    record_pipeline_version: str
+
+    def to_dict(self) -> dict:
+        data = asdict(self)
+        data["sequence"] = list(self.sequence)
+        data["reasons"] = list(self.reasons)
+        return data
+
+
+def check(evaluator, module, record: TuningRecord, max_regression: float = 0.0, validate: bool = True,
+          seed: int = 0) -> CheckResult:
+    """Re-apply ``record`` to ``module`` with the installed XLA and say whether it still holds."""
+    from autotune import objectives
+    from autotune.tuner import validity_of
+
+    reasons: list[str] = []
+    root = evaluator.prepare(module)
+    base = dict(module=root.name, fingerprint=root.fingerprint, record_fingerprint=record.fingerprint,
+                sequence=record.sequence, recorded_cost=float(record.metrics.get("cost", float("nan"))),
+                max_regression=max_regression, pipeline_version=evaluator.version,
+                record_pipeline_version=record.pipeline_version)
+    if root.fingerprint != record.fingerprint:
+        return CheckResult(ok=False, reasons=("module changed: its fingerprint no longer matches the record",),
+                           cost=None, default_cost=None, regression=None, valid=None, **base)
+    unknown = [p for p in record.sequence if p not in evaluator.pipeline.passes()]
+    if unknown:
+        return CheckResult(ok=False, reasons=(f"passes no longer offered by this XLA: {', '.join(unknown)}",),
+                           cost=None, default_cost=None, regression=None, valid=None, **base)
+    result = evaluator.evaluate(root, record.sequence)
+    if not result.ok:
+        step = record.sequence[result.failed_at]
+        return CheckResult(ok=False, reasons=(f"sequence fails at step {result.failed_at + 1} ({step}): {result.message}",),
+                           cost=None, default_cost=None, regression=None, valid=None, **base)
+    obj = objectives.get(record.objective)
+    default = evaluator.default(root)
+    if obj.name == "runtime":
+        from autotune.runtime import measure_runtime
+
+        cost = measure_runtime(evaluator, result.state)
+        default_cost = measure_runtime(evaluator, default.state) if default.ok else None
+    else:
+        tuned_metrics = result.metrics
+        if obj.after_default:
+            final = evaluator.final(result.state)
+            if not final.ok:
+                reasons.append(f"XLA's default pipeline fails after the sequence: {final.message}")
+                tuned_metrics = None
+            else:
+                tuned_metrics = final.metrics
+        cost = obj.from_metrics(tuned_metrics) if tuned_metrics else None
+        default_cost = obj.from_metrics(default.metrics) if default.ok else None
+    regression = None
+    if cost is not None and base["recorded_cost"] > 0:
+        regression = (cost - base["recorded_cost"]) / base["recorded_cost"]
+        if regression > max_regression / 100.0 + 1e-12:
+            reasons.append(f"{record.objective} regressed by {regression:+.2%} "
+                           f"({base['recorded_cost']:g} -> {cost:g}; allowed {max_regression:g}%)")
+    valid = None
+    if validate:
+        report = validity_of(evaluator, root, result.state, seed)
+        valid = bool(report.get("ok"))
+        if not valid:
+            reasons.append(f"validity check failed: {report.get('reason') or 'outputs differ'}")
+    return CheckResult(ok=not reasons, reasons=tuple(reasons), cost=cost, default_cost=default_cost,
+                       regression=regression, valid=valid, **base)

@@ -1,0 +1,102 @@
+"""The JAX compile hook: a jitted function's compiled module reflects the tuned sequence."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import autotune
+from autotune import hlo
+import autotune.jax as autotune_jax
+from autotune.record import TuningRecord
+
+
+def attention_loss(p, x):
+    """A small two-head attention block: XLA's default ordering leaves room here (85 -> 81 ops)."""
+    q, k, v = x @ p["q"], x @ p["k"], x @ p["v"]
+    b, t, d = q.shape
+
+    def heads(z):
+        return z.reshape(b, t, 2, d // 2).transpose(0, 2, 1, 3)
+
+    a = jax.nn.softmax(heads(q) @ heads(k).transpose(0, 1, 3, 2) / 4.0, axis=-1)
+    o = (a @ heads(v)).transpose(0, 2, 1, 3).reshape(b, t, d)
+    return ((o @ p["o"]) ** 2).mean()
+
+
+f = jax.grad(attention_loss)
+_rng = np.random.default_rng(0)
+X = {n: jnp.asarray(_rng.normal(size=(8, 8)) * 0.3, jnp.float32) for n in "qkvo"}
+W = jnp.asarray(_rng.normal(size=(2, 4, 8)), jnp.float32)
+SEQUENCE = ("algsimp",)
+
+
+@pytest.fixture(scope="module")
+def record(engine):
+    root = engine.prepare(autotune.load(jax.jit(f).lower(X, W)))
+    tuned = engine.evaluate(root, SEQUENCE)
+    assert tuned.ok
+    # The sequence must change what XLA finally compiles, or the test could not tell the difference.
+    assert engine.final(tuned.state).state != engine.default(root).state
+    return TuningRecord(module="f", fingerprint=root.fingerprint, sequence=SEQUENCE, objective="final-ops",
+                        pipeline_version=engine.version, xla_version="", autotune_version=autotune.__version__,
+                        metrics={"cost": 0.0, "default_cost": 0.0}, valid=True), tuned.state
+
+
+def _compiled_text(backend_module_mlir) -> str:
+    from jax._src import xla_bridge
+    from jax._src.lib import _jax
+
+    backend = xla_bridge.get_backend("cpu")
+    exe = backend.compile_and_load(backend_module_mlir, _jax.DeviceList(tuple(backend.devices()[:1])), _jax.CompileOptions())
+    return _program(exe.hlo_modules()[0])
+
+
+def _program(module) -> str:
+    """Canonical text without the header line (which carries JAX's compile options)."""
+    return hlo.canonical_text(module).partition("\n")[2]
+
+
+def test_jit_compile_uses_the_tuned_module(engine, db_path, record):
+    rec, tuned_state = record
+    reference = f(X, W)
+    untuned_text = _program(jax.jit(f).lower(X, W).compile().runtime_executable().hlo_modules()[0])
+    with autotune_jax.use([rec], cache=db_path) as stats:
+        compiled = jax.jit(f).lower(X, W).compile()
+        out = jax.jit(f)(X, W)
+    assert stats.applied and stats.applied[0] == (rec.fingerprint, SEQUENCE)
+    assert not stats.errors
+    # What XLA compiled is exactly the tuned module's full compile ...
+    from jax._src.lib import _jax
+
+    tuned_mlir = _jax.mlir.hlo_to_stablehlo(engine.module(tuned_state).proto)
+    compiled_text = _program(compiled.runtime_executable().hlo_modules()[0])
+    assert compiled_text == _compiled_text(tuned_mlir)
+    assert compiled_text != untuned_text
+    # ... and it computes the same thing.
+    for name in "qkvo":
+        np.testing.assert_allclose(np.asarray(out[name]), np.asarray(reference[name]), rtol=1e-5, atol=1e-6)
+
+
+def test_other_functions_pass_through_untouched(db_path, record):
+    rec, _ = record
+
+    def g(x):
+        return jnp.sin(x) * 3.0
+
+    with autotune_jax.use([rec], cache=db_path) as stats:
+        out = jax.jit(g)(W)
+    assert stats.applied == [] and stats.passed_through >= 1
+    np.testing.assert_allclose(np.asarray(out), np.sin(np.asarray(W)) * 3.0, rtol=1e-6)
+
+
+def test_hook_is_removed_after_the_block(db_path, record):
+    from jax._src import compiler
+
+    original = compiler.backend_compile_and_load
+    rec, _ = record
+    with autotune_jax.use([rec], cache=db_path):
+        assert compiler.backend_compile_and_load is not original
+    assert compiler.backend_compile_and_load is original
