@@ -40,7 +40,7 @@ import sqlite_utils
 from autotune.errors import BadInput, CacheError
 from autotune.metrics import Metrics
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 DEFAULT_DB = ".autotune/cache.db"
 
 
@@ -136,7 +136,7 @@ class Cache:
                 {
                     "id": str, "created": float, "updated": float, "status": str, "module": str, "module_name": str,
                     "strategy": str, "objective": str, "budget": int, "seed": int, "max_length": int,
-                    "options": str, "version": str, "best_sequence": str, "best_cost": float, "summary": str,
+                    "options": str, "validate": int, "time_limit": float, "version": str, "best_sequence": str, "best_cost": float, "summary": str,
                 },
                 pk="id", if_not_exists=True,
             )
@@ -267,6 +267,14 @@ class Cache:
         t = Transition(src, action, dst, status, message, seconds or 0.0)
         self._transitions[key] = t
         return t
+
+    def forget_state(self, version: str, fp: str) -> None:
+        """Drop a state and every transition into it (its bytes were lost): it will be recomputed."""
+        with self.write():
+            self.db.execute("DELETE FROM transitions WHERE version=? AND dst=?", [version, fp])
+            self.db.execute("DELETE FROM states WHERE version=? AND fp=?", [version, fp])
+        self._states.pop((version, fp), None)
+        self._transitions = {k: t for k, t in self._transitions.items() if not (k[0] == version and t.dst == fp)}
 
     def _drop(self, table: str, where: str, params: list) -> None:
         self.corrupt_rows += 1

@@ -166,7 +166,13 @@ class Evaluator:
                 return
             proto = self.cache.state_proto(version, key[0])
             if proto is None:
-                raise KeyError(f"state {key[0]} vanished from the cache")
+                if key[0] == roots[i]:
+                    raise KeyError(f"the input module {key[0]} is no longer in the cache; load it again")
+                # Its bytes were corrupt or lost: forget how we got there and walk again from the root.
+                self.cache.forget_state(version, key[0])
+                state[i], pos[i] = roots[i], 0
+                advance(i)
+                return
             waiting[key] = [i]
             dispatcher.submit(key, self.pipeline.step_job(proto, key[0], [key[1]]))
 

@@ -417,6 +417,9 @@ def tune(
         strategy, objective, budget, seed = run["strategy"], run["objective"], run["budget"], run["seed"]
         max_length = run["max_length"]
         options = json.loads(run["options"] or "{}")
+        validate = validate and bool(run["validate"])
+        if time_limit is None and run["time_limit"]:
+            time_limit = run["time_limit"]
         replay = load_trials(cache, resume)
         run_id = resume
     else:
@@ -433,7 +436,8 @@ def tune(
     space = SearchSpace(evaluator.pipeline.passes(), max_length)
     _save_run(cache, run_id, created=time.time(), updated=time.time(), status="running", module=root.fingerprint,
               module_name=root.name, strategy=strategy, objective=objective, budget=budget, seed=seed,
-              max_length=max_length, options=options or {}, version=evaluator.version)
+              max_length=max_length, options=options or {}, version=evaluator.version, validate=int(validate),
+              time_limit=time_limit)
 
     tuner = _Tuner(evaluator, root, obj, budget, time_limit, run_id, replay, progress)
     tuner.strategy_name, tuner.seed = strategy, seed

@@ -56,7 +56,7 @@ def dtype_of(name: str) -> Any:
 # --------------------------------------------------------------------------------------------
 
 
-def layer_norm(x: jax.Array, gamma: jax.Array, beta: jax.Array, eps: float = 1e-5) -> jax.Array:
+def layer_norm(x: jax.Array, gamma: jax.Array, beta: jax.Array | None, eps: float = 1e-5) -> jax.Array:
     """Layer norm over the last axis, statistics in float32 (as mixed-precision training does).
 
     Computing the mean/variance in f32 and casting back is what makes bf16 graphs differ from f32
@@ -64,10 +64,12 @@ def layer_norm(x: jax.Array, gamma: jax.Array, beta: jax.Array, eps: float = 1e-
     """
     dtype = x.dtype
     xf = x.astype(jnp.float32)
-    mean = jnp.mean(xf, axis=-1, keepdims=True)
-    var = jnp.mean(jnp.square(xf - mean), axis=-1, keepdims=True)
-    y = (xf - mean) * lax.rsqrt(var + eps)
-    return (y * gamma.astype(jnp.float32) + beta.astype(jnp.float32)).astype(dtype)
+    centered = xf - jnp.mean(xf, axis=-1, keepdims=True)
+    var = jnp.mean(jnp.square(centered), axis=-1, keepdims=True)
+    y = centered * lax.rsqrt(var + eps) * gamma.astype(jnp.float32)
+    if beta is not None:
+        y = y + beta.astype(jnp.float32)
+    return y.astype(dtype)
 
 
 def gelu(x: jax.Array) -> jax.Array:
@@ -82,13 +84,15 @@ def dense(x: jax.Array, w: jax.Array, b: jax.Array | None = None) -> jax.Array:
 
 
 def cross_entropy(logits: jax.Array, labels: jax.Array, weights: jax.Array | None = None) -> jax.Array:
-    """Mean (or weighted mean) softmax cross-entropy, computed in float32.
+    """Mean (or weighted mean) softmax cross-entropy against integer labels, in float32.
 
-    ``take_along_axis`` lowers to a gather whose gradient is a scatter: both are deliberate, since
-    gather/scatter handling is where several XLA passes differ (and sometimes fail).
+    Labels are selected with a one-hot mask (iota == label) rather than a gather, the way most
+    JAX training loops write it: the model's gathers/scatters then come from embedding lookups
+    only, and the loss stays a compact reduce/elementwise graph.
     """
     logp = jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1)
-    nll = -jnp.take_along_axis(logp, labels[..., None], axis=-1)[..., 0]
+    onehot = jax.nn.one_hot(labels, logits.shape[-1], dtype=jnp.float32)
+    nll = -jnp.sum(onehot * logp, axis=-1)
     if weights is None:
         return jnp.mean(nll)
     w = weights.astype(jnp.float32)
@@ -105,9 +109,9 @@ def causal_mask(seq: int) -> jax.Array:
 def multi_head_attention(
     x: jax.Array,
     w_qkv: jax.Array,
-    b_qkv: jax.Array,
+    b_qkv: jax.Array | None,
     w_out: jax.Array,
-    b_out: jax.Array,
+    b_out: jax.Array | None,
     heads: int,
     mask: jax.Array | None,
 ) -> jax.Array:
@@ -131,6 +135,42 @@ def multi_head_attention(
 def normal(key: jax.Array, shape: tuple[int, ...], dtype: Any, std: float) -> jax.Array:
     """Seeded normal initializer (used by every family's ``init_params``)."""
     return (std * jax.random.normal(key, shape, jnp.float32)).astype(dtype)
+
+
+def norm_params(d: int, dtype: Any, bias: bool, prefix: str = "ln") -> dict[str, jax.Array]:
+    """Layer-norm gain (ones) and, when ``bias``, shift (zeros) named ``<prefix>_g``/``<prefix>_b``."""
+    out = {f"{prefix}_g": jnp.ones((d,), dtype)}
+    if bias:
+        out[f"{prefix}_b"] = jnp.zeros((d,), dtype)
+    return out
+
+
+def attention_params(key: jax.Array, d: int, dtype: Any, bias: bool, out_std: float) -> dict[str, jax.Array]:
+    """Fused QKV projection ``qkv_w`` [d, 3d] and output projection ``out_w`` [d, d] (+ biases)."""
+    k1, k2 = jax.random.split(key)
+    out = {"qkv_w": normal(k1, (d, 3 * d), dtype, 0.02), "out_w": normal(k2, (d, d), dtype, out_std)}
+    if bias:
+        out |= {"qkv_b": jnp.zeros((3 * d,), dtype), "out_b": jnp.zeros((d,), dtype)}
+    return out
+
+
+def mlp_params(key: jax.Array, d: int, hidden: int, dtype: Any, bias: bool, out_std: float) -> dict[str, jax.Array]:
+    """Two-layer MLP weights ``fc_w`` [d, hidden] and ``proj_w`` [hidden, d] (+ biases)."""
+    k1, k2 = jax.random.split(key)
+    out = {"fc_w": normal(k1, (d, hidden), dtype, 0.02), "proj_w": normal(k2, (hidden, d), dtype, out_std)}
+    if bias:
+        out |= {"fc_b": jnp.zeros((hidden,), dtype), "proj_b": jnp.zeros((d,), dtype)}
+    return out
+
+
+def attention(p: Mapping[str, jax.Array], x: jax.Array, heads: int, mask: jax.Array | None) -> jax.Array:
+    """:func:`multi_head_attention` with weights from an :func:`attention_params` dict."""
+    return multi_head_attention(x, p["qkv_w"], p.get("qkv_b"), p["out_w"], p.get("out_b"), heads, mask)
+
+
+def mlp(p: Mapping[str, jax.Array], x: jax.Array) -> jax.Array:
+    """``proj(gelu(fc(x)))`` with weights from an :func:`mlp_params` dict."""
+    return dense(gelu(dense(x, p["fc_w"], p.get("fc_b"))), p["proj_w"], p.get("proj_b"))
 
 
 # --------------------------------------------------------------------------------------------
@@ -330,7 +370,8 @@ def config_slug(cfg: Any, fields: Mapping[str, str], defaults: Any | None = None
 
     Fields mapped to a prefix ending in '?' are only spelled when they differ from ``defaults``,
     which keeps the common names short (``gpt2_train_l2_d64_h2_s32_b2_f32``) while still making
-    every distinct config a distinct name. A prefix of '' spells the bare value (dtype).
+    every distinct config a distinct name. A prefix of '' spells the bare value (dtype); a boolean
+    is spelled as the prefix itself or ``no<prefix>`` (``bias`` / ``nobias``).
     """
     parts: list[str] = []
     for field, prefix in fields.items():
@@ -339,7 +380,10 @@ def config_slug(cfg: Any, fields: Mapping[str, str], defaults: Any | None = None
             if defaults is not None and getattr(defaults, field) == value:
                 continue
             prefix = prefix[:-1]
-        parts.append(f"{prefix}{value}")
+        if isinstance(value, bool):
+            parts.append(prefix if value else f"no{prefix}")
+        else:
+            parts.append(f"{prefix}{value}")
     return "_".join(parts)
 
 

@@ -2,9 +2,14 @@
 and a GELU MLP, final layer norm, output head tied to the token embedding, cross-entropy loss.
 
 Why this shape: it is the canonical training workload people tune compilers for, and its training
-step contains everything the HLO pass pipeline has to deal with in one graph: gathers (embedding,
-labels) whose gradients are scatters, dot-heavy attention with reshapes/transposes, reductions
-(softmax, layer norm, loss), elementwise chains (GELU, Adam) and many parameters.
+step contains everything the HLO pass pipeline has to deal with in one graph: a gather (embedding
+lookup) whose gradient is a scatter-add, dot-heavy attention with reshapes/transposes, reductions
+(softmax, layer norm, loss), elementwise chains (GELU, the optimizer) and many parameters.
+
+Two knobs beyond the sizes come from nanoGPT's config and exist to vary graph *structure*, not
+just shapes: ``bias`` (biases in linears and layer norms, as GPT-2 had) and ``mlp_ratio=0``
+(attention-only blocks). ``layers=0`` is the "zero-layer transformer" (embedding straight into the
+tied head), the smallest member of the family.
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ import jax
 import jax.numpy as jnp
 
 from autotune.zoo import common
-from autotune.zoo.common import PyTree, Program
+from autotune.zoo.common import Program, PyTree
 
 FAMILY = "gpt2"
 
@@ -38,32 +43,42 @@ class GPT2Config:
     batch: int = 2
     vocab: int = 128
     mlp_ratio: int = 4
+    bias: bool = True
     optimizer: str = "adam"
     dtype: str = "f32"
 
     def __post_init__(self) -> None:
-        for field in ("layers", "d_model", "heads", "seq", "batch", "vocab"):
+        for field in ("d_model", "heads", "seq", "batch", "vocab"):
             if getattr(self, field) < 1:
                 raise ValueError(f"{field} must be >= 1, got {getattr(self, field)}")
-        if self.mlp_ratio < 0:
-            raise ValueError(f"mlp_ratio must be >= 0 (0: attention-only blocks), got {self.mlp_ratio}")
+        if self.layers < 0 or self.mlp_ratio < 0:
+            raise ValueError("layers and mlp_ratio must be >= 0")
         if self.d_model % self.heads:
             raise ValueError(f"d_model {self.d_model} is not divisible by heads {self.heads}")
         common.dtype_of(self.dtype)
         if self.optimizer not in common.OPTIMIZERS:
-            raise ValueError(f"unknown optimizer {self.optimizer!r}")
+            raise ValueError(f"unknown optimizer {self.optimizer!r}; expected one of {common.OPTIMIZERS}")
 
 
 _DEFAULT = GPT2Config()
 _SLUG = {
     "layers": "l", "d_model": "d", "heads": "h", "seq": "s", "batch": "b",
-    "vocab": "v?", "mlp_ratio": "m?", "optimizer": "?", "dtype": "",
+    "vocab": "v?", "mlp_ratio": "m?", "bias": "bias?", "optimizer": "?", "dtype": "",
 }
 
 
 def module_name(cfg: GPT2Config, kind: str) -> str:
     """Module/file name, e.g. ``gpt2_train_l2_d64_h2_s32_b2_f32`` (non-default extras spelled)."""
     return common.sanitize_name(f"{FAMILY}_{kind}_{common.config_slug(cfg, _SLUG, _DEFAULT)}")
+
+
+def supports(cfg: GPT2Config, kind: str) -> bool:
+    """Whether ``kind`` exists for ``cfg`` (no block without layers, no MLP when attention-only)."""
+    if kind in ("block", "attention"):
+        return cfg.layers >= 1
+    if kind == "mlp":
+        return cfg.layers >= 1 and cfg.mlp_ratio >= 1
+    return kind in KINDS
 
 
 def canonical(cfg: GPT2Config, kind: str) -> GPT2Config:
@@ -75,19 +90,21 @@ def canonical(cfg: GPT2Config, kind: str) -> GPT2Config:
     """
     if kind not in KINDS:
         raise ValueError(f"unknown kind {kind!r} for {FAMILY}; expected one of {KINDS}")
+    if not supports(cfg, kind):
+        raise ValueError(f"{FAMILY} config {cfg} has no {kind!r} sub-graph")
     d = _DEFAULT
     if kind == "train":
         return cfg
     if kind == "infer":
         return dataclasses.replace(cfg, optimizer=d.optimizer)
-    sub = dataclasses.replace(cfg, layers=1)
+    sub = dataclasses.replace(cfg, layers=1, vocab=d.vocab)
     if kind == "block":
-        return dataclasses.replace(sub, vocab=d.vocab)
+        return sub
     if kind == "attention":
-        return dataclasses.replace(sub, vocab=d.vocab, mlp_ratio=d.mlp_ratio)
+        return dataclasses.replace(sub, mlp_ratio=d.mlp_ratio)
     if kind == "mlp":
-        return dataclasses.replace(sub, vocab=d.vocab, heads=1)
-    return dataclasses.replace(sub, heads=1, mlp_ratio=d.mlp_ratio)  # loss
+        return dataclasses.replace(sub, heads=1)
+    return dataclasses.replace(cfg, layers=1, heads=1, mlp_ratio=d.mlp_ratio)  # loss: vocab matters
 
 
 # --------------------------------------------------------------------------------------------
@@ -95,24 +112,20 @@ def canonical(cfg: GPT2Config, kind: str) -> GPT2Config:
 # --------------------------------------------------------------------------------------------
 
 
+def _out_std(cfg: GPT2Config) -> float:
+    """GPT-2's scaled init of residual projections (0.02 / sqrt(2 * layers))."""
+    return 0.02 / (2 * max(cfg.layers, 1)) ** 0.5
+
+
 def _attn_params(cfg: GPT2Config, key: jax.Array) -> dict[str, jax.Array]:
     dt, d = common.dtype_of(cfg.dtype), cfg.d_model
-    k1, k2 = jax.random.split(key)
-    return {
-        "ln_g": jnp.ones((d,), dt), "ln_b": jnp.zeros((d,), dt),
-        "qkv_w": common.normal(k1, (d, 3 * d), dt, 0.02), "qkv_b": jnp.zeros((3 * d,), dt),
-        "out_w": common.normal(k2, (d, d), dt, 0.02 / (2 * cfg.layers) ** 0.5), "out_b": jnp.zeros((d,), dt),
-    }
+    return common.norm_params(d, dt, cfg.bias) | common.attention_params(key, d, dt, cfg.bias, _out_std(cfg))
 
 
 def _mlp_params(cfg: GPT2Config, key: jax.Array) -> dict[str, jax.Array]:
-    dt, d, h = common.dtype_of(cfg.dtype), cfg.d_model, cfg.d_model * cfg.mlp_ratio
-    k1, k2 = jax.random.split(key)
-    return {
-        "ln_g": jnp.ones((d,), dt), "ln_b": jnp.zeros((d,), dt),
-        "fc_w": common.normal(k1, (d, h), dt, 0.02), "fc_b": jnp.zeros((h,), dt),
-        "proj_w": common.normal(k2, (h, d), dt, 0.02 / (2 * cfg.layers) ** 0.5), "proj_b": jnp.zeros((d,), dt),
-    }
+    dt, d = common.dtype_of(cfg.dtype), cfg.d_model
+    hidden = d * cfg.mlp_ratio
+    return common.norm_params(d, dt, cfg.bias) | common.mlp_params(key, d, hidden, dt, cfg.bias, _out_std(cfg))
 
 
 def _block_params(cfg: GPT2Config, key: jax.Array) -> dict[str, dict[str, jax.Array]]:
@@ -124,23 +137,23 @@ def _block_params(cfg: GPT2Config, key: jax.Array) -> dict[str, dict[str, jax.Ar
 
 def _head_params(cfg: GPT2Config, key: jax.Array) -> dict[str, jax.Array]:
     dt, d = common.dtype_of(cfg.dtype), cfg.d_model
-    return {"ln_g": jnp.ones((d,), dt), "ln_b": jnp.zeros((d,), dt), "wte": common.normal(key, (cfg.vocab, d), dt, 0.02)}
+    return common.norm_params(d, dt, cfg.bias) | {"wte": common.normal(key, (cfg.vocab, d), dt, 0.02)}
 
 
 def init_params(cfg: GPT2Config, key: jax.Array | None = None) -> dict[str, Any]:
-    """Seeded parameters: ``{"wte", "wpe", "blocks": [...], "ln_f_g", "ln_f_b"}``.
+    """Seeded parameters: ``{"wte", "wpe", "blocks": [{"attn", "mlp"}, ...], "ln_f_g"[, "ln_f_b"]}``.
 
     ``wte`` is both the input embedding and the (tied) output projection, as in GPT-2.
     """
     key = jax.random.PRNGKey(common.SEED) if key is None else key
     dt, d = common.dtype_of(cfg.dtype), cfg.d_model
     k_wte, k_wpe, k_blocks = jax.random.split(key, 3)
+    block_keys = jax.random.split(k_blocks, cfg.layers) if cfg.layers else []
     return {
         "wte": common.normal(k_wte, (cfg.vocab, d), dt, 0.02),
         "wpe": common.normal(k_wpe, (cfg.seq, d), dt, 0.01),
-        "blocks": [_block_params(cfg, k) for k in jax.random.split(k_blocks, cfg.layers)],
-        "ln_f_g": jnp.ones((d,), dt),
-        "ln_f_b": jnp.zeros((d,), dt),
+        "blocks": [_block_params(cfg, k) for k in block_keys],
+        **common.norm_params(d, dt, cfg.bias, prefix="ln_f"),
     }
 
 
@@ -156,15 +169,13 @@ def param_specs(cfg: GPT2Config) -> PyTree:
 
 def attention_sublayer(p: dict[str, jax.Array], x: jax.Array, heads: int) -> jax.Array:
     """Pre-LN causal self-attention with residual: ``x + attn(ln(x))``."""
-    h = common.layer_norm(x, p["ln_g"], p["ln_b"])
-    mask = common.causal_mask(x.shape[1])[None, None]
-    return x + common.multi_head_attention(h, p["qkv_w"], p["qkv_b"], p["out_w"], p["out_b"], heads, mask)
+    h = common.layer_norm(x, p["ln_g"], p.get("ln_b"))
+    return x + common.attention(p, h, heads, common.causal_mask(x.shape[1])[None, None])
 
 
 def mlp_sublayer(p: dict[str, jax.Array], x: jax.Array) -> jax.Array:
     """Pre-LN GELU MLP with residual: ``x + proj(gelu(fc(ln(x))))``."""
-    h = common.layer_norm(x, p["ln_g"], p["ln_b"])
-    return x + common.dense(common.gelu(common.dense(h, p["fc_w"], p["fc_b"])), p["proj_w"], p["proj_b"])
+    return x + common.mlp(p, common.layer_norm(x, p["ln_g"], p.get("ln_b")))
 
 
 def block(p: dict[str, dict[str, jax.Array]], x: jax.Array, heads: int) -> jax.Array:
@@ -175,14 +186,20 @@ def block(p: dict[str, dict[str, jax.Array]], x: jax.Array, heads: int) -> jax.A
 
 def head_loss(p: dict[str, jax.Array], x: jax.Array, targets: jax.Array) -> jax.Array:
     """Final layer norm, tied output projection (``x @ wte.T``) and mean cross-entropy."""
-    h = common.layer_norm(x, p["ln_g"], p["ln_b"])
-    logits = jnp.einsum("bsd,vd->bsv", h, p["wte"])
-    return common.cross_entropy(logits, targets)
+    h = common.layer_norm(x, p["ln_g"], p.get("ln_b"))
+    return common.cross_entropy(jnp.einsum("bsd,vd->bsv", h, p["wte"]), targets)
+
+
+def _head(params: dict[str, Any]) -> dict[str, jax.Array]:
+    head = {"ln_g": params["ln_f_g"], "wte": params["wte"]}
+    if "ln_f_b" in params:
+        head["ln_b"] = params["ln_f_b"]
+    return head
 
 
 def hidden(params: dict[str, Any], tokens: jax.Array, cfg: GPT2Config) -> jax.Array:
-    """Embedding (gather from ``wte``) plus positions, then every block."""
-    x = jnp.take(params["wte"], tokens, axis=0) + params["wpe"][None]
+    """Embedding (a gather from ``wte``; its gradient is a scatter-add) plus positions, then blocks."""
+    x = params["wte"][tokens] + params["wpe"][None]
     for p in params["blocks"]:
         x = block(p, x, cfg.heads)
     return x
@@ -190,14 +207,14 @@ def hidden(params: dict[str, Any], tokens: jax.Array, cfg: GPT2Config) -> jax.Ar
 
 def logits_fn(params: dict[str, Any], tokens: jax.Array, cfg: GPT2Config) -> jax.Array:
     """Forward pass to next-token logits [batch, seq, vocab]."""
-    h = common.layer_norm(hidden(params, tokens, cfg), params["ln_f_g"], params["ln_f_b"])
-    return jnp.einsum("bsd,vd->bsv", h, params["wte"])
+    head = _head(params)
+    h = common.layer_norm(hidden(params, tokens, cfg), head["ln_g"], head.get("ln_b"))
+    return jnp.einsum("bsd,vd->bsv", h, head["wte"])
 
 
 def loss_fn(params: dict[str, Any], tokens: jax.Array, targets: jax.Array, cfg: GPT2Config) -> jax.Array:
     """Mean next-token cross-entropy of the whole model."""
-    head = {"ln_g": params["ln_f_g"], "ln_b": params["ln_f_b"], "wte": params["wte"]}
-    return head_loss(head, hidden(params, tokens, cfg), targets)
+    return head_loss(_head(params), hidden(params, tokens, cfg), targets)
 
 
 def train_step_fn(cfg: GPT2Config) -> Callable[..., tuple[PyTree, PyTree, jax.Array]]:
@@ -220,24 +237,23 @@ def program(cfg: GPT2Config, kind: str) -> Program:
     """The function and abstract arguments for ``kind`` of ``cfg`` (see :data:`KINDS`)."""
     cfg = canonical(cfg, kind)
     name = module_name(cfg, kind)
-    dt = common.dtype_of(cfg.dtype)
     b, s, d = cfg.batch, cfg.seq, cfg.d_model
     tokens = common.spec((b, s), jnp.int32)
-    act = common.spec((b, s, d), dt)
+    act = common.spec((b, s, d), common.dtype_of(cfg.dtype))
     key = jax.random.PRNGKey(common.SEED)
-    if kind in ("train", "infer"):
+    if kind == "infer":
+        return Program(name, lambda p, t: logits_fn(p, t, cfg), (param_specs(cfg), tokens))
+    if kind == "train":
         params = param_specs(cfg)
-        if kind == "infer":
-            return Program(name, lambda p, t: logits_fn(p, t, cfg), (params, tokens))
-        opt = common.optimizer_specs(cfg.optimizer, params)
-        return Program(name, train_step_fn(cfg), (params, opt, tokens, tokens))
+        return Program(name, train_step_fn(cfg), (params, common.optimizer_specs(cfg.optimizer, params), tokens, tokens))
     if kind == "loss":
         params = common.specs_of(lambda: _head_params(cfg, key))
         step = common.loss_train_step(head_loss, cfg.optimizer)
         return Program(name, step, (params, common.optimizer_specs(cfg.optimizer, params), act, tokens))
+    fn: Callable[..., jax.Array]
     if kind == "block":
         params = common.specs_of(lambda: _block_params(cfg, key))
-        fn: Callable[..., jax.Array] = lambda p, x: block(p, x, cfg.heads)  # noqa: E731
+        fn = lambda p, x: block(p, x, cfg.heads)  # noqa: E731
     elif kind == "attention":
         params = common.specs_of(lambda: _attn_params(cfg, key))
         fn = lambda p, x: attention_sublayer(p, x, cfg.heads)  # noqa: E731

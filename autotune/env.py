@@ -1,0 +1,259 @@
+"""Pass ordering as a gymnasium environment (the MDP of the 2023 paper, over this project's actions).
+
+One episode builds one pass sequence for one module:
+
+* **Episode sources.** The environment holds several ``Evaluate`` objects, one per module (from a
+  tuner run, or ``autotune.tuner.evaluation_session`` for any module). ``reset()`` draws one of
+  them with the environment's seeded RNG (``self.np_random``), so one policy trains over many
+  modules and a run is reproducible under ``reset(seed=...)``.
+* **Actions.** ``Discrete(n_actions + 1)``: action ``i < n_actions`` appends pass ``actions[i]``;
+  the last action is STOP. STOP, or reaching ``max_length`` passes, terminates the episode (the
+  step fraction is part of the observation, so the horizon is part of the state: termination, not
+  truncation).
+* **Cost and budget.** Appending a pass evaluates the whole sequence (``cost = evaluate(seq)``, one
+  budget unit, cache hits included; the prefix is a cache hit, so only the new step compiles).
+  STOP costs nothing. The cost of the empty sequence (the episode's starting cost) is measured once
+  per source, on its first episode, and shared by every environment holding the same
+  ``EpisodeSource``: one budget unit per module. When the budget is spent, ``evaluate`` raises
+  ``BudgetExhausted`` out of ``step``/``reset``; that is how a tuner run ends a training loop.
+* **Reward.** ``(previous cost - new cost) / scale`` with ``scale`` the episode's starting cost,
+  so the undiscounted return of an episode is the relative cost reduction of its final sequence
+  (``(c0 - c_T) / c0``) whatever the module's size. A failed sequence (cost ==
+  ``failure_cost``: a pass errored or crashed, or XLA's pipeline fails after it) ends the episode
+  with reward ``-failure_penalty`` and leaves the module state at the previous one, so failing is
+  always strictly worse than having chosen STOP one step earlier. The default penalty is the relative
+  surcharge the tuner itself puts on a failure, ``(failure_cost - c0) / c0`` (0.25 for the
+  default objectives), at least ``MIN_FAILURE_PENALTY``.
+* **Observation** (``Box`` float32, in ``[0, OBS_HIGH]``):
+
+  - per-opcode instruction counts of the current module over ``hlo.opcode_vocabulary()`` plus one
+    "other" bucket (opcodes this jaxlib does not list), **divided by the episode's initial
+    instruction count**. Dividing (rather than ``log1p``) makes the vector the module's composition
+    relative to where the episode started: a 15-instruction test module and an 800-instruction
+    GPT-2 step map to the same range and the same meaning, which is what lets one policy transfer
+    across module sizes; ``log1p`` would encode absolute size in every coordinate. The price is
+    resolution (removing one instruction of 800 moves a coordinate by 0.00125), which the cost
+    features below make explicit.
+  - with ``cost_features`` (default): instructions, flops, transcendentals and bytes accessed of the
+    current module relative to the initial one, as ``(x + 1) / (x0 + 1)`` (1.0 means unchanged; the
+    +1 guards modules without any flops or transcendentals; NaN from XLA's cost analysis reads 1.0);
+  - the step fraction ``len(sequence) / max_length``.
+
+* **Shaping** (``shaping=True``, the paper's best variant): adds the potential-based term
+  ``F = gamma * Phi(s') - Phi(s)`` with
+  ``Phi(s) = -(w_flops * flops(s) / flops(s0) + w_transcendentals * transcendentals(s) / transcendentals(s0))``;
+  a term whose initial value is zero or NaN is left out (no signal to scale). Ng, Harada & Russell
+  (1999, "Policy invariance under reward transformations") show that adding a potential difference
+  leaves the optimal policies unchanged: along any trajectory the shaping terms telescope to
+  ``gamma^T Phi(s_T) - Phi(s_0)``. In an episodic task that only holds if the potential of the
+  terminal (absorbing) state is zero, otherwise the agent is paid for *where* and *when* it stops;
+  so on terminating transitions (STOP, ``max_length``, failure) ``Phi(s') = 0`` and the shaped
+  return is exactly the base return minus the constant ``Phi(s_0)``. The shaping only redistributes
+  credit over the steps (flop and transcendental reductions pay immediately), which is what speeds
+  learning. ``gamma`` must equal the learner's discount factor (PPO's ``gamma``) for the telescoping
+  to hold under discounting.
+
+``info`` of every step holds ``cost``, ``sequence``, ``failed``, ``base_reward``, ``shaping`` and
+``source``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import gymnasium
+import numpy as np
+from gymnasium import spaces
+
+from autotune.errors import BadInput
+from autotune.hlo import opcode_vocabulary
+from autotune.metrics import Metrics
+from autotune.strategy import Evaluate
+
+ENV_ID = "autotune/PassOrdering-v0"
+#: Upper bound of every observation coordinate (values are clipped into the box).
+OBS_HIGH = 16.0
+#: Smallest penalty of a failed step (in units of the episode's starting cost).
+MIN_FAILURE_PENALTY = 0.1
+#: Extra observation coordinates after the opcode histogram.
+COST_FEATURES = ("instructions", "flops", "transcendentals", "bytes_accessed")
+
+
+@dataclass
+class EpisodeSource:
+    """One module episodes can start from: its ``Evaluate`` and (once measured) its starting cost."""
+
+    evaluate: Evaluate
+    name: str = "module"
+    start_cost: float | None = None  # cost of the empty sequence; measured on first use (1 evaluation)
+    episodes: int = 0
+    best_cost: float = math.inf
+    best_sequence: tuple[str, ...] = field(default=())
+
+    def initial_cost(self) -> float:
+        if self.start_cost is None:
+            self.start_cost = float(self.evaluate(()))
+            self._offer((), self.start_cost)
+        return self.start_cost
+
+    def _offer(self, sequence: tuple[str, ...], cost: float) -> None:
+        if cost < self.best_cost:
+            self.best_cost, self.best_sequence = cost, sequence
+
+
+def _ratio(x: float, x0: float) -> float:
+    if x is None or x0 is None or math.isnan(x) or math.isnan(x0):
+        return 1.0
+    return (x + 1.0) / (x0 + 1.0)
+
+
+def _term(x: float, x0: float) -> float:
+    """``x / x0`` for the potential, or 0 when there is nothing to scale by (x0 zero or NaN)."""
+    if x0 is None or math.isnan(x0) or x0 <= 0:
+        return 0.0
+    if x is None or math.isnan(x):
+        return 1.0
+    return x / x0
+
+
+class PassOrderingEnv(gymnasium.Env):
+    """Build a pass sequence step by step; see the module docstring for the MDP."""
+
+    metadata = {"render_modes": []}
+
+    def __init__(
+        self,
+        sources: Sequence[Evaluate | EpisodeSource],
+        actions: Sequence[str],
+        max_length: int = 16,
+        shaping: bool = False,
+        gamma: float = 0.99,
+        w_flops: float = 0.5,
+        w_transcendentals: float = 0.5,
+        cost_features: bool = True,
+        failure_penalty: float | None = None,
+        names: Sequence[str] | None = None,
+    ):
+        super().__init__()
+        if not sources:
+            raise BadInput("PassOrderingEnv needs at least one episode source")
+        if not actions:
+            raise BadInput("PassOrderingEnv needs at least one action")
+        if max_length < 1:
+            raise BadInput("max_length must be at least 1")
+        if not 0.0 < gamma <= 1.0:
+            raise BadInput(f"gamma must be in (0, 1], not {gamma}")
+        self.sources: list[EpisodeSource] = []
+        for k, s in enumerate(sources):
+            if isinstance(s, EpisodeSource):
+                self.sources.append(s)
+            else:
+                self.sources.append(EpisodeSource(s, names[k] if names else f"module{k}"))
+        self.actions = tuple(actions)
+        self.max_length = int(max_length)
+        self.shaping = bool(shaping)
+        self.gamma = float(gamma)
+        self.w_flops = float(w_flops)
+        self.w_transcendentals = float(w_transcendentals)
+        self.cost_features = bool(cost_features)
+        self.failure_penalty = failure_penalty
+        self.opcodes = opcode_vocabulary()
+        self._opcode_index = {op: i for i, op in enumerate(self.opcodes)}
+        self.obs_size = len(self.opcodes) + 1 + (len(COST_FEATURES) if self.cost_features else 0) + 1
+        self.observation_space = spaces.Box(0.0, OBS_HIGH, shape=(self.obs_size,), dtype=np.float32)
+        self.action_space = spaces.Discrete(len(self.actions) + 1)
+        self.stop = len(self.actions)
+        self.source: EpisodeSource | None = None
+        self._done = True
+
+    # ---- features -------------------------------------------------------------------------------
+    def observe(self, metrics: Metrics, steps: int) -> np.ndarray:
+        """The observation of a module state ``steps`` passes into the episode."""
+        m0 = self._m0
+        n0 = max(1, m0.instructions)
+        obs = np.zeros(self.obs_size, dtype=np.float64)
+        other = len(self.opcodes)
+        for op, count in metrics.opcodes:
+            obs[self._opcode_index.get(op, other)] += count
+        obs[: other + 1] /= n0
+        k = other + 1
+        if self.cost_features:
+            for name in COST_FEATURES:
+                obs[k] = _ratio(float(getattr(metrics, name)), float(getattr(m0, name)))
+                k += 1
+        obs[k] = steps / self.max_length
+        return np.clip(obs, 0.0, OBS_HIGH).astype(np.float32)
+
+    def potential(self, metrics: Metrics) -> float:
+        """``Phi(s)`` of a (non-terminal) state: minus the weighted relative flops and transcendentals."""
+        m0 = self._m0
+        return -(self.w_flops * _term(metrics.flops, m0.flops)
+                 + self.w_transcendentals * _term(metrics.transcendentals, m0.transcendentals))
+
+    # ---- gymnasium API ----------------------------------------------------------------------------
+    def reset(self, *, seed: int | None = None, options: dict | None = None):
+        super().reset(seed=seed)
+        options = options or {}
+        if "source" in options:
+            index = int(options["source"])
+        else:
+            index = int(self.np_random.integers(len(self.sources))) if len(self.sources) > 1 else 0
+        self.source = self.sources[index]
+        evaluate = self.source.evaluate
+        self._m0 = evaluate.input_metrics
+        self._c0 = self.source.initial_cost()  # may raise BudgetExhausted (first episode only)
+        self._scale = self._c0 if self._c0 > 0 else 1.0
+        fail = (evaluate.failure_cost - self._c0) / self._scale
+        self._failure_penalty = (float(self.failure_penalty) if self.failure_penalty is not None
+                                 else max(MIN_FAILURE_PENALTY, fail))
+        self.sequence: tuple[str, ...] = ()
+        self.cost = self._c0
+        self.metrics = self._m0
+        self._done = False
+        self.source.episodes += 1
+        return self.observe(self.metrics, 0), {"source": self.source.name, "cost": self.cost, "sequence": ()}
+
+    def step(self, action):
+        if self._done:
+            raise RuntimeError("the episode has ended: call reset()")
+        action = int(action)
+        if not 0 <= action <= self.stop:
+            raise ValueError(f"action {action} is outside Discrete({self.stop + 1})")
+        phi = self.potential(self.metrics) if self.shaping else 0.0
+        failed = False
+        if action == self.stop:
+            base = 0.0
+            terminated = True
+        else:
+            seq = self.sequence + (self.actions[action],)
+            cost = float(self.source.evaluate(seq))  # raises BudgetExhausted when the budget is spent
+            metrics = self.source.evaluate.metrics(seq) if cost != self.source.evaluate.failure_cost else None
+            if metrics is None or math.isnan(cost):
+                failed = True
+                base = -self._failure_penalty
+                terminated = True
+            else:
+                base = (self.cost - cost) / self._scale
+                self.sequence, self.cost, self.metrics = seq, cost, metrics
+                self.source._offer(seq, cost)
+                terminated = len(seq) >= self.max_length
+        shaping = 0.0
+        if self.shaping:
+            phi_next = 0.0 if terminated else self.potential(self.metrics)
+            shaping = self.gamma * phi_next - phi
+        self._done = terminated
+        info = {"source": self.source.name, "cost": self.cost, "sequence": self.sequence, "failed": failed,
+                "base_reward": base, "shaping": shaping}
+        obs = self.observe(self.metrics, len(self.sequence))
+        return obs, float(base + shaping), terminated, False, info
+
+
+def register() -> None:
+    """Register ``autotune/PassOrdering-v0`` with gymnasium (idempotent)."""
+    if ENV_ID not in gymnasium.registry:
+        gymnasium.register(id=ENV_ID, entry_point="autotune.env:PassOrderingEnv")
+
+
+register()

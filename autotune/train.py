@@ -1,0 +1,266 @@
+"""Train one pass-ordering policy over many modules, save it, load it back for zero-shot tuning.
+
+``train_policy`` opens one evaluation session per module (``autotune.tuner.evaluation_session``:
+trials are recorded in the cache like any run's, so training also fills the cache), builds one
+``PassOrderingEnv`` whose ``reset`` draws a module per episode, and trains a stable-baselines3
+algorithm (PPO, A2C or DQN) on it. It writes the SB3 ``.zip`` and a JSON sidecar next to it
+(``<zip>.json``, e.g. ``policy.zip.json``) that records what the policy's inputs and outputs mean:
+the algorithm, the action vocabulary (the pipeline's passes, in order: action ``i`` of the policy),
+the opcode vocabulary (the observation's coordinates), ``max_length``, shaping settings, gamma and
+the pipeline version. ``load_policy`` refuses (``BadInput``) a policy whose vocabularies differ
+from the installed pipeline's: a policy's outputs are indices, and the same index would silently
+name another pass.
+
+stable-baselines3 and torch are imported inside the functions only: ``import autotune.train`` is
+cheap and never imports torch.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from autotune.errors import BadInput
+from autotune.module import Module
+
+ALGOS = ("ppo", "a2c", "dqn")
+SIDECAR_FORMAT = 1
+
+#: Small defaults that learn something within a few hundred environment steps.
+DEFAULT_HYPERPARAMS: dict[str, dict] = {
+    "ppo": {"n_steps": 32, "batch_size": 32, "n_epochs": 4, "learning_rate": 3e-4, "gamma": 0.99,
+            "gae_lambda": 0.95, "ent_coef": 0.01, "clip_range": 0.2, "net_arch": 64},
+    "a2c": {"n_steps": 8, "learning_rate": 7e-4, "gamma": 0.99, "gae_lambda": 1.0, "ent_coef": 0.01,
+            "net_arch": 64},
+    "dqn": {"learning_rate": 1e-3, "gamma": 0.99, "buffer_size": 20_000, "learning_starts": 32, "batch_size": 32,
+            "train_freq": 4, "target_update_interval": 128, "exploration_fraction": 0.3,
+            "exploration_final_eps": 0.05, "net_arch": 64},
+}
+#: Settings of the environment (not the algorithm) accepted alongside the hyperparameters.
+ENV_OPTIONS = {"w_flops": 0.5, "w_transcendentals": 0.5}
+
+
+def sidecar_path(zip_path: Path) -> Path:
+    return Path(str(zip_path) + ".json")
+
+
+def zip_path_of(out: Path) -> Path:
+    """SB3 appends ``.zip`` to a name without it; say so up front."""
+    out = Path(out)
+    return out if out.suffix == ".zip" else out.with_name(out.name + ".zip")
+
+
+def check_hyperparams(algo: str, options: dict) -> tuple[dict, dict]:
+    """Split ``options`` into (algorithm hyperparameters, env options) with defaults; BadInput on unknowns."""
+    if algo not in ALGOS:
+        raise BadInput(f"unknown algorithm '{algo}' (choose from {', '.join(ALGOS)})")
+    hp = dict(DEFAULT_HYPERPARAMS[algo])
+    env = dict(ENV_OPTIONS)
+    for key, value in options.items():
+        if key in hp:
+            default = hp[key]
+            hp[key] = _typed(algo, key, value, default)
+        elif key in env:
+            env[key] = _typed(algo, key, value, env[key])
+        else:
+            known = sorted([*hp, *env])
+            raise BadInput(f"{algo}: unknown option '{key}' (known: {', '.join(known)})")
+    return hp, env
+
+
+def _typed(algo: str, key: str, value, default):
+    if isinstance(value, bool):
+        raise BadInput(f"{algo}: {key} must be a number, not {value!r}")
+    if isinstance(default, int):
+        if not isinstance(value, int) and not (isinstance(value, float) and value.is_integer()):
+            raise BadInput(f"{algo}: {key} must be an integer, not {value!r}")
+        value = int(value)
+        if value < (0 if key == "learning_starts" else 1):
+            raise BadInput(f"{algo}: {key} must be positive, not {value}")
+        return value
+    if not isinstance(value, (int, float)) or math.isnan(value) or value < 0:
+        raise BadInput(f"{algo}: {key} must be a non-negative number, not {value!r}")
+    value = float(value)
+    if key == "gamma" and not 0 < value <= 1:
+        raise BadInput(f"{algo}: gamma must be in (0, 1], not {value}")
+    if key in ("learning_rate", "clip_range") and value <= 0:
+        raise BadInput(f"{algo}: {key} must be positive, not {value}")
+    return value
+
+
+def make_model(algo: str, env, seed: int, hyperparams: dict):
+    """A fresh SB3 model of ``algo`` on ``env`` (CPU, seeded, silent)."""
+    from stable_baselines3 import A2C, DQN, PPO
+
+    hp = dict(hyperparams)
+    width = hp.pop("net_arch")
+    kwargs = dict(policy_kwargs={"net_arch": [width, width]}, seed=seed, device="cpu", verbose=0)
+    if algo == "ppo":
+        return PPO("MlpPolicy", env, **hp, **kwargs)
+    if algo == "a2c":
+        return A2C("MlpPolicy", env, **hp, **kwargs)
+    if algo == "dqn":
+        return DQN("MlpPolicy", env, **hp, **kwargs)
+    raise BadInput(f"unknown algorithm '{algo}' (choose from {', '.join(ALGOS)})")
+
+
+def read_sidecar(zip_path: Path) -> dict:
+    zip_path = Path(zip_path)
+    if not zip_path.is_file():
+        raise BadInput(f"{zip_path}: no such policy file")
+    side = sidecar_path(zip_path)
+    if not side.is_file():
+        raise BadInput(f"{zip_path}: missing its sidecar {side.name} (written by `autotune train`)")
+    try:
+        meta = json.loads(side.read_text())
+    except (OSError, ValueError) as exc:
+        raise BadInput(f"{side}: not a readable policy sidecar ({exc})") from None
+    if not isinstance(meta, dict) or meta.get("algo") not in ALGOS or not isinstance(meta.get("actions"), list):
+        raise BadInput(f"{side}: not a policy sidecar (needs algo and actions)")
+    return meta
+
+
+def check_vocabulary(meta: dict, actions: Sequence[str], zip_path: Path) -> None:
+    """BadInput unless the policy's action and opcode vocabularies are the installed ones."""
+    from autotune.hlo import opcode_vocabulary
+
+    theirs, ours = list(meta.get("actions") or []), list(actions)
+    if theirs != ours:
+        missing = [a for a in theirs if a not in ours]
+        extra = [a for a in ours if a not in theirs]
+        detail = (f"{len(missing)} of its actions unknown here (e.g. {missing[0]})" if missing else
+                  f"{len(extra)} actions here it never saw (e.g. {extra[0]})" if extra else "the same actions in another order")
+        raise BadInput(f"{zip_path}: policy action vocabulary differs from this pipeline's ({detail}; "
+                       f"trained with {meta.get('pipeline_version', '?')}); retrain it with `autotune train`")
+    if list(meta.get("opcodes") or []) != list(opcode_vocabulary()):
+        raise BadInput(f"{zip_path}: policy opcode vocabulary differs from this jaxlib's "
+                       f"(trained with {meta.get('pipeline_version', '?')}); retrain it with `autotune train`")
+
+
+def load_model(zip_path: Path, meta: dict, env, seed: int, overrides: dict | None = None):
+    """Load the SB3 model of a checked sidecar onto ``env`` (the algorithm comes from the sidecar)."""
+    from stable_baselines3 import A2C, DQN, PPO
+
+    cls = {"ppo": PPO, "a2c": A2C, "dqn": DQN}[meta["algo"]]
+    try:
+        model = cls.load(str(zip_path), env=env, device="cpu", custom_objects=overrides or None)
+    except (ValueError, KeyError, OSError, RuntimeError) as exc:
+        raise BadInput(f"{zip_path}: cannot load this {meta['algo']} policy: {str(exc).splitlines()[0] if str(exc) else exc}") from None
+    model.set_random_seed(seed)
+    return model
+
+
+class _StepCallback:
+    """SB3 callback factory (built lazily: importing the callback base imports torch)."""
+
+    @staticmethod
+    def make(progress, env, timesteps: int, stats=None):
+        from stable_baselines3.common.callbacks import BaseCallback
+
+        class Callback(BaseCallback):
+            def __init__(self):
+                super().__init__()
+                self.t0 = time.perf_counter()
+                self.returns: list[float] = []
+                self._ret = 0.0
+
+            def _on_step(self) -> bool:
+                for r, done in zip(self.locals.get("rewards", []), self.locals.get("dones", [])):
+                    self._ret += float(r)
+                    if done:
+                        self.returns.append(self._ret)
+                        self._ret = 0.0
+                if progress is not None:
+                    best = min((s.best_cost / s.start_cost for s in env.sources if s.start_cost), default=None)
+                    elapsed = max(1e-9, time.perf_counter() - self.t0)
+                    progress.update(min(self.num_timesteps, timesteps), best, self.num_timesteps / elapsed,
+                                    stats.hit_rate if stats is not None else 0.0)
+                return True
+
+        return Callback()
+
+
+def train_policy(
+    evaluator,
+    modules: list[Module],
+    out: Path,
+    timesteps: int = 2048,
+    seed: int = 0,
+    shaping: bool = False,
+    objective: str = "final-ops",
+    algo: str = "ppo",
+    max_length: int = 16,
+    progress=None,
+    options: dict | None = None,
+) -> dict:
+    """Train one ``algo`` policy over ``modules``; write ``out`` (.zip) and its sidecar; return stats.
+
+    ``progress`` is an ``autotune.tuner.Progress`` (or None); ``options`` are hyperparameters
+    (see ``DEFAULT_HYPERPARAMS``) and the shaping weights ``w_flops``/``w_transcendentals``.
+    Every environment step is one evaluation in its module's session (cache hits included).
+    """
+    from autotune import objectives
+    from autotune.env import EpisodeSource, PassOrderingEnv
+    from autotune.tuner import evaluation_session
+
+    if not modules:
+        raise BadInput("no modules to train on")
+    if timesteps < 1:
+        raise BadInput(f"--timesteps must be positive, not {timesteps}")
+    if max_length < 1:
+        raise BadInput("--max-length must be at least 1")
+    objectives.get(objective)
+    hp, env_opts = check_hyperparams(algo, options or {})
+    zip_path = zip_path_of(out)
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    t0 = time.perf_counter()
+    try:
+        roots = [evaluator.prepare(m) for m in modules]
+        sources = [EpisodeSource(evaluation_session(evaluator, r, objective=objective), r.name) for r in roots]
+        actions = evaluator.pipeline.passes()
+        env = PassOrderingEnv(sources, actions, max_length=max_length, shaping=shaping, gamma=hp["gamma"], **env_opts)
+        model = make_model(algo, env, seed, hp)
+        callback = _StepCallback.make(progress, env, timesteps, evaluator.stats)
+        if progress is not None:
+            progress.start(timesteps, f"{algo} on {len(modules)} module(s)")
+        try:
+            model.learn(total_timesteps=timesteps, callback=callback)
+        finally:
+            if progress is not None:
+                progress.stop()
+        zip_path.parent.mkdir(parents=True, exist_ok=True)
+        model.save(str(zip_path))
+    finally:
+        torch.set_num_threads(threads)
+    from autotune.hlo import opcode_vocabulary
+
+    meta = {
+        "format": SIDECAR_FORMAT, "algo": algo, "shaping": bool(shaping), "gamma": hp["gamma"],
+        "w_flops": env_opts["w_flops"], "w_transcendentals": env_opts["w_transcendentals"],
+        "max_length": max_length, "objective": objective, "cost_features": env.cost_features,
+        "observation_size": env.obs_size, "actions": list(actions), "opcodes": list(opcode_vocabulary()),
+        "pipeline_version": evaluator.version, "timesteps": int(model.num_timesteps), "seed": seed,
+        "hyperparameters": hp, "modules": [{"name": r.name, "fingerprint": r.fingerprint} for r in roots],
+    }
+    side = sidecar_path(zip_path)
+    side.write_text(json.dumps(meta, indent=2))
+    returns = callback.returns
+    tail = returns[-20:]
+    return {
+        "algo": algo, "policy": str(zip_path), "sidecar": str(side), "timesteps": int(model.num_timesteps),
+        "episodes": len(returns), "mean_return_last20": (sum(tail) / len(tail)) if tail else None,
+        "shaping": bool(shaping), "objective": objective, "seed": seed, "max_length": max_length,
+        "seconds": time.perf_counter() - t0,
+        "evaluations": sum(len(s.evaluate.history) for s in sources),
+        "modules": [
+            {"name": s.name, "episodes": s.episodes, "start_cost": s.start_cost,
+             "best_cost": None if math.isinf(s.best_cost) else s.best_cost, "best_sequence": list(s.best_sequence)}
+            for s in sources
+        ],
+    }
