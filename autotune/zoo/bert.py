@@ -181,7 +181,9 @@ def head_loss(p: dict[str, Any], x: jax.Array, labels: jax.Array, weights: jax.A
     return common.cross_entropy(mlm_logits(p["mlm"], p["word"], x), labels, weights)
 
 
-def encode(params: dict[str, Any], tokens: jax.Array, types: jax.Array, attention_mask: jax.Array, cfg: BertConfig) -> jax.Array:
+def encode(
+    params: dict[str, Any], tokens: jax.Array, types: jax.Array, attention_mask: jax.Array, cfg: BertConfig
+) -> jax.Array:
     """Embeddings (three gathers, summed, layer-normed) followed by every block."""
     e = params["embed"]
     x = e["word"][tokens] + e["pos"][None] + e["type"][types]
@@ -233,7 +235,8 @@ def program(cfg: BertConfig, kind: str) -> Program:
     key = jax.random.PRNGKey(common.SEED)
     if kind == "infer":
         def infer(params: PyTree, tokens: jax.Array, types: jax.Array, attention_mask: jax.Array) -> jax.Array:
-            return mlm_logits(params["mlm"], params["embed"]["word"], encode(params, tokens, types, attention_mask, cfg))
+            x = encode(params, tokens, types, attention_mask, cfg)
+            return mlm_logits(params["mlm"], params["embed"]["word"], x)
 
         return Program(name, infer, (param_specs(cfg), ids, ids, ids))
     if kind == "train":

@@ -13,7 +13,7 @@ Reproducibility rules every family follows:
   closed over, so no large constant is baked into the HLO and no real data is materialized.
 * The lowered text carries no source locations (``debug_info=False``), so the bytes do not depend
   on the checkout path; the module is renamed to a sanitized config name.
-* Pytrees are plain dicts (JAX flattens them in sorted-key order), so argument order is stable.
+* Pytrees are plain dicts (flattened in sorted-key order) and lists, so argument order is stable.
 """
 
 from __future__ import annotations
@@ -86,13 +86,12 @@ def dense(x: jax.Array, w: jax.Array, b: jax.Array | None = None) -> jax.Array:
 def cross_entropy(logits: jax.Array, labels: jax.Array, weights: jax.Array | None = None) -> jax.Array:
     """Mean (or weighted mean) softmax cross-entropy against integer labels, in float32.
 
-    Labels are selected with a one-hot mask (iota == label) rather than a gather, the way most
-    JAX training loops write it: the model's gathers/scatters then come from embedding lookups
-    only, and the loss stays a compact reduce/elementwise graph.
+    Labels are picked with ``take_along_axis``, as ``optax.softmax_cross_entropy_with_integer_labels``
+    does: a batched gather whose gradient is a batched scatter. Both are deliberate, since
+    gather/scatter handling is where several XLA passes differ (and some fail outright).
     """
     logp = jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1)
-    onehot = jax.nn.one_hot(labels, logits.shape[-1], dtype=jnp.float32)
-    nll = -jnp.sum(onehot * logp, axis=-1)
+    nll = -jnp.take_along_axis(logp, labels[..., None], axis=-1)[..., 0]
     if weights is None:
         return jnp.mean(nll)
     w = weights.astype(jnp.float32)
@@ -268,7 +267,8 @@ def optimizer_init(name: str, params: PyTree) -> dict[str, PyTree]:
     """
     base, flat = _split_name(name)
     if flat:
-        params = {"flat": jax.ShapeDtypeStruct((sum(math.prod(p.shape) for p in jax.tree.leaves(params)),), jnp.float32)}
+        size = sum(math.prod(p.shape) for p in jax.tree.leaves(params))
+        params = {"flat": jax.ShapeDtypeStruct((size,), jnp.float32)}
     return adam_init(params) if base == "adam" else sgd_init(params)
 
 

@@ -245,7 +245,8 @@ def program(cfg: GPT2Config, kind: str) -> Program:
         return Program(name, lambda p, t: logits_fn(p, t, cfg), (param_specs(cfg), tokens))
     if kind == "train":
         params = param_specs(cfg)
-        return Program(name, train_step_fn(cfg), (params, common.optimizer_specs(cfg.optimizer, params), tokens, tokens))
+        opt = common.optimizer_specs(cfg.optimizer, params)
+        return Program(name, train_step_fn(cfg), (params, opt, tokens, tokens))
     if kind == "loss":
         params = common.specs_of(lambda: _head_params(cfg, key))
         step = common.loss_train_step(head_loss, cfg.optimizer)

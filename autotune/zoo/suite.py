@@ -1,0 +1,383 @@
+"""The benchmark suite: a fixed grid of zoo modules, a leak-free train/test split, and a generator.
+
+Why a fixed grid: strategies are compared (and learned strategies trained) on the suite, so the
+set of modules must be the same on every machine and every run for a given jax version. The grid
+is written out below, not sampled; :func:`configs` only canonicalizes and de-duplicates it.
+
+Why a grouped split: a learned strategy evaluated on a module whose model configuration it was
+trained on (the same model's ``infer`` graph, say) measures memorization. :func:`split` assigns
+whole model configurations (all kinds of one config) to one side.
+
+Instruction counts: every grid entry lowers to 100..20,000 instructions (checked by the tests on a
+sample and by :func:`generate` on everything it writes); sizes that matter to the count (layers,
+blocks, optimizer, dtype, bias/MLP variants) are varied on purpose, while shapes (width, heads,
+sequence, batch, vocabulary, image) vary alongside so that no two modules are the same program.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import hashlib
+import json
+import os
+import sys
+import time
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+MIN_INSTRUCTIONS = 100
+MAX_INSTRUCTIONS = 20_000
+
+OPTIMIZERS = ("adam", "sgd", "adam_flat", "sgd_flat")
+DTYPES = ("f32", "bf16")
+
+
+@dataclass(frozen=True)
+class SuiteEntry:
+    """One module of the suite: ``name`` is also the module name and the file stem."""
+
+    name: str
+    family: str
+    kind: str
+    config: Any  # a family config dataclass (frozen, hashable)
+
+    def config_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self.config)
+
+    def group(self) -> str:
+        """The model configuration this entry belongs to, ignoring the kind (the split's unit)."""
+        return json.dumps({"family": self.family, "config": self.config_dict()}, sort_keys=True)
+
+
+@dataclass(frozen=True)
+class ManifestEntry:
+    """What :func:`generate` wrote for one entry."""
+
+    name: str
+    family: str
+    kind: str
+    config: dict[str, Any]
+    instructions: int
+    sha256: str
+    split: str
+    file: str
+    jax_version: str
+
+
+@dataclass
+class Manifest:
+    """Everything :func:`generate` wrote (``entries``) and skipped (with the reason)."""
+
+    jax_version: str
+    entries: list[ManifestEntry] = field(default_factory=list)
+    skipped: list[dict[str, Any]] = field(default_factory=list)
+    seconds: float = 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "jax_version": self.jax_version,
+            "count": len(self.entries),
+            "entries": [dataclasses.asdict(e) for e in self.entries],
+            "skipped": self.skipped,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Manifest:
+        return cls(
+            jax_version=data["jax_version"],
+            entries=[ManifestEntry(**e) for e in data["entries"]],
+            skipped=list(data.get("skipped", [])),
+        )
+
+
+def load_manifest(out_dir: str | os.PathLike[str]) -> Manifest:
+    """Read ``manifest.json`` of a generated suite directory."""
+    return Manifest.from_json(json.loads((Path(out_dir) / "manifest.json").read_text(encoding="utf-8")))
+
+
+def modules(out_dir: str | os.PathLike[str], side: str | None = None) -> list[Path]:
+    """Paths of a generated suite's modules, optionally only one side of the split ('train'/'test')."""
+    if side not in (None, "train", "test"):
+        raise ValueError(f"side must be 'train', 'test' or None, got {side!r}")
+    manifest = load_manifest(out_dir)
+    return [Path(out_dir) / e.file for e in manifest.entries if side is None or e.split == side]
+
+
+# --------------------------------------------------------------------------------------------
+# The grid
+# --------------------------------------------------------------------------------------------
+
+# Shapes cycle independently of the structural axes (different cycle lengths), so every depth is
+# seen with several widths/sequence lengths and every optimizer/dtype with several shapes.
+_GPT2_SHAPES: tuple[dict[str, int], ...] = (
+    {"d_model": 64, "heads": 2, "seq": 32, "batch": 2, "vocab": 128},
+    {"d_model": 128, "heads": 4, "seq": 64, "batch": 4, "vocab": 256},
+    {"d_model": 256, "heads": 8, "seq": 128, "batch": 2, "vocab": 512},
+    {"d_model": 96, "heads": 3, "seq": 48, "batch": 8, "vocab": 384},
+    {"d_model": 192, "heads": 6, "seq": 32, "batch": 4, "vocab": 1024},
+)
+_GPT2_VARIANTS: tuple[dict[str, Any], ...] = ({}, {"bias": False}, {"mlp_ratio": 2}, {"mlp_ratio": 0, "bias": False})
+_GPT2_LAYERS = (0, 1, 2, 3, 4, 6, 8, 12, 16)
+
+_BERT_SHAPES: tuple[dict[str, int], ...] = (
+    {"d_model": 64, "heads": 2, "seq": 32, "batch": 2, "vocab": 128},
+    {"d_model": 128, "heads": 4, "seq": 64, "batch": 4, "vocab": 512},
+    {"d_model": 256, "heads": 4, "seq": 128, "batch": 2, "vocab": 1024},
+    {"d_model": 192, "heads": 6, "seq": 48, "batch": 8, "vocab": 256},
+    {"d_model": 96, "heads": 2, "seq": 64, "batch": 4, "vocab": 384, "type_vocab": 4},
+)
+_BERT_VARIANTS: tuple[dict[str, Any], ...] = ({}, {"mlp_ratio": 2})
+_BERT_LAYERS = (1, 2, 3, 4, 6, 8, 12)
+
+_RESNET_SHAPES: tuple[dict[str, int], ...] = (
+    {"width": 8, "image": 16, "batch": 2},
+    {"width": 16, "image": 32, "batch": 4},
+    {"width": 12, "image": 24, "batch": 8, "classes": 100},
+    {"width": 32, "image": 32, "batch": 2},
+    {"width": 8, "image": 64, "batch": 4, "channels": 1},
+)
+_RESNET_DEPTHS = ((1, 1), (1, 2), (2, 1), (2, 2), (3, 1), (3, 2), (3, 3), (4, 1), (4, 2), (4, 4))
+
+#: Model configurations per depth. Each config contributes every kind it supports.
+_PER_DEPTH = 5
+
+
+def _excluded(family_name: str, cfg: Any, kind: str) -> bool:
+    """Grid points left out because they fall below MIN_INSTRUCTIONS by construction.
+
+    A zero-layer GPT-2's forward pass is one gather and one dot (~60 instructions); its training
+    step and loss sub-graph are large enough and stay in.
+    """
+    return family_name == "gpt2" and kind == "infer" and cfg.layers == 0
+
+
+
+def _cycle(j: int) -> dict[str, Any]:
+    """Optimizer and dtype of the j-th config of a family: all 8 pairs in every 8 consecutive j."""
+    return {"optimizer": OPTIMIZERS[j % len(OPTIMIZERS)], "dtype": DTYPES[(j // len(OPTIMIZERS)) % len(DTYPES)]}
+
+
+def _model_configs() -> list[tuple[str, Any]]:
+    """The raw grid: (family, model config) in a fixed order, before kinds and de-duplication."""
+    from autotune.zoo import BertConfig, GPT2Config, ResNetConfig
+
+    out: list[tuple[str, Any]] = []
+    j = 0
+    for layers in _GPT2_LAYERS:
+        for _ in range(_PER_DEPTH):
+            shape = _GPT2_SHAPES[j % len(_GPT2_SHAPES)]
+            variant = _GPT2_VARIANTS[(j // 2) % len(_GPT2_VARIANTS)]
+            out.append(("gpt2", GPT2Config(layers=layers, **shape, **variant, **_cycle(j))))
+            j += 1
+    j = 0
+    for layers in _BERT_LAYERS:
+        for _ in range(_PER_DEPTH):
+            shape = _BERT_SHAPES[j % len(_BERT_SHAPES)]
+            variant = _BERT_VARIANTS[(j // 3) % len(_BERT_VARIANTS)]
+            out.append(("bert", BertConfig(layers=layers, **shape, **variant, **_cycle(j))))
+            j += 1
+    j = 0
+    for stages, blocks in _RESNET_DEPTHS:
+        for _ in range(_PER_DEPTH):
+            shape = _RESNET_SHAPES[j % len(_RESNET_SHAPES)]
+            out.append(("resnet", ResNetConfig(stages=stages, blocks=blocks, **shape, **_cycle(j))))
+            j += 1
+    return out
+
+
+def configs() -> list[SuiteEntry]:
+    """Every suite entry, in a fixed order (no lowering happens here).
+
+    Each model configuration contributes each kind its family supports, canonicalized (sub-graphs
+    do not depend on e.g. the layer count); an entry whose canonical form was already produced by
+    an earlier configuration is the same program and is kept only once.
+    """
+    from autotune.zoo import family
+
+    entries: list[SuiteEntry] = []
+    seen: set[tuple[str, str, Any]] = set()
+    for fam_name, cfg in _model_configs():
+        fam = family(fam_name)
+        for kind in fam.KINDS:
+            if not fam.supports(cfg, kind) or _excluded(fam_name, cfg, kind):
+                continue
+            canon = fam.canonical(cfg, kind)
+            key = (fam_name, kind, canon)
+            if key in seen:
+                continue
+            seen.add(key)
+            entries.append(SuiteEntry(fam.module_name(canon, kind), fam_name, kind, canon))
+    names = [e.name for e in entries]
+    if len(set(names)) != len(names):  # module names are file names: they must be unique
+        raise AssertionError("suite module names are not unique")
+    return entries
+
+
+def split(entries: Sequence[SuiteEntry], seed: int = 0, test_fraction: float = 0.25) -> dict[str, list[str]]:
+    """Seeded train/test split of entry names that never splits a model configuration.
+
+    Entries are grouped by :meth:`SuiteEntry.group` (family + config, kind ignored). Groups are
+    ordered by a seeded hash of their key (so a group's place does not depend on which other
+    groups exist) and taken into ``test`` in that order until it holds ``test_fraction`` of the
+    modules; everything else is ``train``. Both lists are sorted by name.
+    """
+    if not 0.0 <= test_fraction <= 1.0:
+        raise ValueError(f"test_fraction must be within [0, 1], got {test_fraction}")
+    groups: dict[str, list[str]] = {}
+    for e in entries:
+        groups.setdefault(e.group(), []).append(e.name)
+
+    def rank(key: str) -> str:
+        return hashlib.sha256(f"{seed}\0{key}".encode()).hexdigest()
+
+    target = test_fraction * len(entries)
+    test: list[str] = []
+    train: list[str] = []
+    for key in sorted(groups, key=rank):
+        names = groups[key]
+        if len(test) < target and len(test) + len(names) / 2 <= target:
+            test.extend(names)
+        else:
+            train.extend(names)
+    return {"train": sorted(train), "test": sorted(test)}
+
+
+# --------------------------------------------------------------------------------------------
+# Generation
+# --------------------------------------------------------------------------------------------
+
+
+def lower_entry(family_name: str, kind: str, config: dict[str, Any]) -> str:
+    """Lower one entry given as plain data (picklable, so it can run in a worker process)."""
+    from autotune.zoo import config_from_dict, lower
+
+    return lower(family_name, kind, config_from_dict(family_name, config))
+
+
+def _lower_args(e: SuiteEntry) -> tuple[str, str, dict[str, Any]]:
+    return (e.family, e.kind, e.config_dict())
+
+
+def _lowered(entries: Sequence[SuiteEntry], jobs: int) -> Iterable[tuple[SuiteEntry, str]]:
+    """(entry, HLO text) in entry order, lowered in ``jobs`` worker processes (or inline for 1)."""
+    if jobs <= 1 or len(entries) <= 1:
+        for e in entries:
+            yield e, lower_entry(*_lower_args(e))
+        return
+    import multiprocessing
+
+    # spawn: forking a process that has already initialized JAX's runtime threads is unsafe.
+    ctx = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(max_workers=jobs, mp_context=ctx) as pool:
+        futures = [pool.submit(lower_entry, *_lower_args(e)) for e in entries]
+        for e, fut in zip(entries, futures, strict=True):
+            yield e, fut.result()
+
+
+def generate(
+    out_dir: str | os.PathLike[str],
+    limit: int | None = None,
+    families: Iterable[str] | None = None,
+    progress: Callable[[int, int, str], None] | None = None,
+    jobs: int | None = None,
+    seed: int = 0,
+    test_fraction: float = 0.25,
+) -> Manifest:
+    """Write ``<name>.hlo`` for each suite entry plus ``manifest.json`` into ``out_dir``.
+
+    ``families`` keeps only those families; ``limit`` keeps the first N entries after that. The
+    split is computed over the whole suite (not the selection), so a module's side never depends on
+    which subset was generated. An entry whose instruction count falls outside
+    [MIN_INSTRUCTIONS, MAX_INSTRUCTIONS] (possible only with another jax version) is not written
+    and is listed under ``skipped``. ``progress(done, total, name)`` is called after each module.
+    """
+    import jax
+
+    start = time.perf_counter()
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    everything = configs()
+    sides = split(everything, seed=seed, test_fraction=test_fraction)
+    side_of = {n: side for side, names in sides.items() for n in names}
+    chosen = everything
+    if families is not None:
+        wanted = set(families)
+        from autotune.zoo import FAMILIES
+
+        unknown = sorted(wanted - set(FAMILIES))
+        if unknown:
+            raise ValueError(f"unknown model families {unknown}; expected some of {sorted(FAMILIES)}")
+        chosen = [e for e in chosen if e.family in wanted]
+    if limit is not None:
+        chosen = chosen[: max(limit, 0)]
+    jobs = min(os.cpu_count() or 1, 4) if jobs is None else jobs
+
+    from autotune.zoo.common import count_instructions, sha256_text
+
+    manifest = Manifest(jax_version=jax.__version__)
+    for i, (e, text) in enumerate(_lowered(chosen, jobs), 1):
+        count = count_instructions(text)
+        if not MIN_INSTRUCTIONS <= count <= MAX_INSTRUCTIONS:
+            manifest.skipped.append({"name": e.name, "instructions": count, "reason": "instruction count out of range"})
+        else:
+            path = out / f"{e.name}.hlo"
+            path.write_text(text, encoding="utf-8")
+            manifest.entries.append(
+                ManifestEntry(
+                    name=e.name, family=e.family, kind=e.kind, config=e.config_dict(), instructions=count,
+                    sha256=sha256_text(text), split=side_of[e.name], file=path.name, jax_version=jax.__version__,
+                )
+            )
+        if progress is not None:
+            progress(i, len(chosen), e.name)
+    manifest.seconds = time.perf_counter() - start
+    text = json.dumps(manifest.to_json(), indent=1) + "\n"
+    (out / "manifest.json").write_text(text, encoding="utf-8")
+    return manifest
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m autotune.zoo.suite DIR [--limit N] [--family F] [--jobs J]``."""
+    parser = argparse.ArgumentParser(prog="python -m autotune.zoo.suite", description=__doc__.splitlines()[0])
+    parser.add_argument("out_dir", help="directory to write <name>.hlo files and manifest.json into")
+    parser.add_argument("--limit", type=int, default=None, help="generate only the first N entries")
+    parser.add_argument("--family", action="append", dest="families", help="only this family (repeatable)")
+    parser.add_argument("--jobs", type=int, default=None, help="worker processes (default: CPUs, at most 4)")
+    parser.add_argument("--seed", type=int, default=0, help="split seed (default 0)")
+    parser.add_argument("--list", action="store_true", help="print the entries and their split, generate nothing")
+    parser.add_argument("--quiet", action="store_true", help="no per-module progress on stderr")
+    args = parser.parse_args(argv)
+    if args.list:
+        entries = configs()
+        sides = split(entries, seed=args.seed)
+        side_of = {n: s for s, names in sides.items() for n in names}
+        for e in entries:
+            print(f"{side_of[e.name]:5} {e.family:6} {e.kind:9} {e.name}")
+        return 0
+
+    def report(done: int, total: int, name: str) -> None:
+        print(f"[{done}/{total}] {name}", file=sys.stderr, flush=True)
+
+    try:
+        manifest = generate(
+            args.out_dir, limit=args.limit, families=args.families, jobs=args.jobs, seed=args.seed,
+            progress=None if args.quiet else report,
+        )
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    counts = [e.instructions for e in manifest.entries]
+    span = f"{min(counts)}..{max(counts)} instructions" if counts else "nothing"
+    print(
+        f"wrote {len(manifest.entries)} modules ({span}, {len(manifest.skipped)} skipped) to {args.out_dir} "
+        f"in {manifest.seconds:.1f}s"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
