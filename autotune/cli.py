@@ -444,4 +444,8 @@ def main(argv=None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    # Run the imported module's main, not this __main__ copy: commands in autotune.commands register
+    # themselves on ``autotune.cli.cli``, which is a different object from ``__main__.cli``.
+    import autotune.cli
+
+    autotune.cli.main()

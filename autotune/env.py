@@ -12,9 +12,9 @@ One episode builds one pass sequence for one module:
   truncation).
 * **Cost and budget.** Appending a pass evaluates the whole sequence (``cost = evaluate(seq)``, one
   budget unit, cache hits included; the prefix is a cache hit, so only the new step compiles).
-  STOP costs nothing. The cost of the empty sequence (the episode's starting cost) is measured once
-  per source, on its first episode, and shared by every environment holding the same
-  ``EpisodeSource``: one budget unit per module. When the budget is spent, ``evaluate`` raises
+  STOP costs nothing. The cost of the empty sequence (the episode's starting cost) comes free from
+  ``Evaluate.empty_cost`` (the tuner measures it anyway as its baseline) and is shared by every
+  environment holding the same ``EpisodeSource``. When the budget is spent, ``evaluate`` raises
   ``BudgetExhausted`` out of ``step``/``reset``; that is how a tuner run ends a training loop.
 * **Reward.** ``(previous cost - new cost) / scale`` with ``scale`` the episode's starting cost,
   so the undiscounted return of an episode is the relative cost reduction of its final sequence
@@ -87,15 +87,14 @@ class EpisodeSource:
 
     evaluate: Evaluate
     name: str = "module"
-    start_cost: float | None = None  # cost of the empty sequence; measured on first use (1 evaluation)
+    start_cost: float | None = None  # cost of the empty sequence (free: ``Evaluate.empty_cost``)
     episodes: int = 0
     best_cost: float = math.inf
     best_sequence: tuple[str, ...] = field(default=())
 
     def initial_cost(self) -> float:
         if self.start_cost is None:
-            self.start_cost = float(self.evaluate(()))
-            self._offer((), self.start_cost)
+            self.start_cost = float(self.evaluate.empty_cost)  # no budget: the tuner knows it already
         return self.start_cost
 
     def _offer(self, sequence: tuple[str, ...], cost: float) -> None:

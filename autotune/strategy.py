@@ -127,6 +127,11 @@ class Evaluate(abc.ABC):
     def history(self) -> list[Trial]:
         """Every trial so far, in order."""
 
+    @property
+    @abc.abstractmethod
+    def empty_cost(self) -> float:
+        """Cost of the module as it is (the empty sequence), free of charge: no budget is spent."""
+
     def state_features(self, sequence: Sequence[str]):  # pragma: no cover - optional
         """Features of the module after ``sequence`` (used by learning strategies such as PPO)."""
         raise NotImplementedError

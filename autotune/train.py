@@ -7,7 +7,7 @@ algorithm (PPO, A2C or DQN) on it. It writes the SB3 ``.zip`` and a JSON sidecar
 (``<zip>.json``, e.g. ``policy.zip.json``) that records what the policy's inputs and outputs mean:
 the algorithm, the action vocabulary (the pipeline's passes, in order: action ``i`` of the policy),
 the opcode vocabulary (the observation's coordinates), ``max_length``, shaping settings, gamma and
-the pipeline version. ``load_policy`` refuses (``BadInput``) a policy whose vocabularies differ
+the pipeline version. ``check_vocabulary`` refuses (``BadInput``) a policy whose vocabularies differ
 from the installed pipeline's: a policy's outputs are indices, and the same index would silently
 name another pass.
 
@@ -31,7 +31,7 @@ SIDECAR_FORMAT = 1
 
 #: Small defaults that learn something within a few hundred environment steps.
 DEFAULT_HYPERPARAMS: dict[str, dict] = {
-    "ppo": {"n_steps": 32, "batch_size": 32, "n_epochs": 4, "learning_rate": 3e-4, "gamma": 0.99,
+    "ppo": {"n_steps": 32, "batch_size": 16, "n_epochs": 10, "learning_rate": 1e-3, "gamma": 0.99,
             "gae_lambda": 0.95, "ent_coef": 0.01, "clip_range": 0.2, "net_arch": 64},
     "a2c": {"n_steps": 8, "learning_rate": 7e-4, "gamma": 0.99, "gae_lambda": 1.0, "ent_coef": 0.01,
             "net_arch": 64},
@@ -132,7 +132,8 @@ def check_vocabulary(meta: dict, actions: Sequence[str], zip_path: Path) -> None
         missing = [a for a in theirs if a not in ours]
         extra = [a for a in ours if a not in theirs]
         detail = (f"{len(missing)} of its actions unknown here (e.g. {missing[0]})" if missing else
-                  f"{len(extra)} actions here it never saw (e.g. {extra[0]})" if extra else "the same actions in another order")
+                  f"{len(extra)} actions here it never saw (e.g. {extra[0]})" if extra else
+                  "the same actions in another order")
         raise BadInput(f"{zip_path}: policy action vocabulary differs from this pipeline's ({detail}; "
                        f"trained with {meta.get('pipeline_version', '?')}); retrain it with `autotune train`")
     if list(meta.get("opcodes") or []) != list(opcode_vocabulary()):
@@ -148,7 +149,8 @@ def load_model(zip_path: Path, meta: dict, env, seed: int, overrides: dict | Non
     try:
         model = cls.load(str(zip_path), env=env, device="cpu", custom_objects=overrides or None)
     except (ValueError, KeyError, OSError, RuntimeError) as exc:
-        raise BadInput(f"{zip_path}: cannot load this {meta['algo']} policy: {str(exc).splitlines()[0] if str(exc) else exc}") from None
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise BadInput(f"{zip_path}: cannot load this {meta['algo']} policy: {first}") from None
     model.set_random_seed(seed)
     return model
 
@@ -222,7 +224,8 @@ def train_policy(
     t0 = time.perf_counter()
     try:
         roots = [evaluator.prepare(m) for m in modules]
-        sources = [EpisodeSource(evaluation_session(evaluator, r, objective=objective), r.name) for r in roots]
+        sources = [EpisodeSource(evaluation_session(evaluator, m, objective=objective), r.name)
+                   for m, r in zip(modules, roots)]
         actions = evaluator.pipeline.passes()
         env = PassOrderingEnv(sources, actions, max_length=max_length, shaping=shaping, gamma=hp["gamma"], **env_opts)
         model = make_model(algo, env, seed, hp)

@@ -195,6 +195,10 @@ class RunEvaluate(Evaluate):
         return self.t.failure_cost
 
     @property
+    def empty_cost(self) -> float:
+        return self.t.empty_cost()
+
+    @property
     def history(self) -> list[Trial]:
         return [Trial(r.sequence, r.cost, r.status == "ok") for r in self.t.records]
 
@@ -231,6 +235,12 @@ class _Tuner:
         self.failure_cost = FAILURE_FACTOR * self.default_cost + 1.0
         self._state_of: dict[tuple[str, ...], str | None] = {(): root.fingerprint}
         self._final: dict[str, Result] = {}
+        self._empty_cost: float | None = None
+
+    def empty_cost(self) -> float:
+        if self._empty_cost is None:
+            self._empty_cost = self.cost_of_state(self.root.fingerprint)
+        return self._empty_cost
 
     def time_up(self) -> bool:
         return self.deadline is not None and time.monotonic() >= self.deadline

@@ -1,0 +1,97 @@
+"""``autotune train``: train one pass-ordering policy (PPO, A2C or DQN) over many modules."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from autotune.cli import (
+    _check_writable, _console, _load, _parse_options, _print_json, cli, db_option, json_option, workers_option,
+)
+from autotune.errors import BadInput
+
+MODULE_SUFFIXES = (".hlo",)
+
+
+def _module_paths(values) -> list[Path]:
+    """Every ``.hlo`` of each directory (sorted), and each file as given; duplicates once."""
+    paths: list[Path] = []
+    for value in values:
+        p = Path(value)
+        if p.is_dir():
+            found = sorted(f for f in p.iterdir() if f.suffix.lower() in MODULE_SUFFIXES and f.is_file())
+            if not found:
+                raise BadInput(f"{p}: no .hlo modules in this directory")
+            paths.extend(found)
+        elif p.exists():
+            paths.append(p)
+        else:
+            raise BadInput(f"{p}: no such file or directory")
+    return list(dict.fromkeys(paths))
+
+
+@cli.command()
+@click.argument("more", nargs=-1, type=click.Path(), metavar="[MODULES]...")
+@click.option("--strategy", "-s", "algo", type=click.Choice(["ppo", "a2c", "dqn"]), default="ppo", show_default=True,
+              help="Learning algorithm (stable-baselines3).")
+@click.option("--modules", "-m", multiple=True, type=click.Path(),
+              help="A directory of .hlo modules or a module file (repeatable; more can follow as arguments).")
+@click.option("-o", "--output", type=click.Path(dir_okay=False), required=True,
+              help="Policy file to write (.zip; its sidecar is written as <output>.json).")
+@click.option("--timesteps", type=int, default=2048, show_default=True,
+              help="Environment steps (each appended pass is one evaluation, cache hits included).")
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--shaping", is_flag=True, help="Potential-based reward shaping from flops/transcendentals.")
+@click.option("--max-length", type=int, default=16, show_default=True, help="Longest pass sequence (episode length).")
+@click.option("--objective", default="final-ops", show_default=True,
+              help="final-ops | ops | cost | runtime (see `autotune run`).")
+@click.option("--option", "-O", "extra", multiple=True, help="Hyperparameter key=value (repeatable), e.g. n_steps=64.")
+@db_option
+@workers_option
+@json_option
+def train(more, algo, modules, output, timesteps, seed, shaping, max_length, objective, extra, db, workers,
+          as_json) -> None:
+    """Train one policy over MODULES, for zero-shot use with `autotune run --strategy ppo --policy`."""
+    from autotune import objectives
+    from autotune.engine import open_engine
+    from autotune.train import check_hyperparams, train_policy, zip_path_of
+
+    paths = _module_paths([*modules, *more])
+    if not paths:
+        raise BadInput("give modules to train on (--modules DIR_OR_FILE ...)")
+    if timesteps < 1:
+        raise BadInput(f"--timesteps must be positive, not {timesteps}")
+    if max_length < 1:
+        raise BadInput("--max-length must be at least 1")
+    objectives.get(objective)
+    options = _parse_options(extra)
+    check_hyperparams(algo, options)
+    out = zip_path_of(Path(output))
+    _check_writable(out)
+    loaded = [_load(str(p)) for p in paths]  # BadInput names the bad file
+    progress = None
+    if not as_json:
+        from autotune.tuner import RichProgress
+
+        progress = RichProgress()
+    with open_engine(db, workers=workers) as ev:
+        stats = train_policy(ev, loaded, out, timesteps=timesteps, seed=seed, shaping=shaping, objective=objective,
+                             algo=algo, max_length=max_length, progress=progress, options=options)
+    if as_json:
+        _print_json(stats)
+        return
+    from rich.table import Table
+
+    table = Table(title=f"{algo} policy: {stats['timesteps']} steps, {stats['episodes']} episodes, "
+                        f"{stats['seconds']:.1f}s" + (", shaped" if shaping else ""))
+    for col in ("module", "episodes", f"start {objective}", "best found", "best sequence"):
+        table.add_column(col, justify="left" if col in ("module", "best sequence") else "right")
+    for m in stats["modules"]:
+        best = m["best_cost"]
+        table.add_row(m["name"], str(m["episodes"]), f"{m['start_cost']:g}" if m["start_cost"] is not None else "-",
+                      f"{best:g}" if best is not None else "-", ",".join(m["best_sequence"]) or "(none)")
+    _console().print(table)
+    ret = stats["mean_return_last20"]
+    click.echo(f"wrote {stats['policy']} and {Path(stats['sidecar']).name}"
+               + (f"; mean return of the last 20 episodes {ret:+.4f}" if ret is not None else ""))

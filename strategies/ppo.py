@@ -1,0 +1,154 @@
+"""PPO (stable-baselines3) on the pass-ordering MDP of ``autotune.env``: the 2023 paper's method.
+
+Every environment step appends one pass and costs one evaluation (cache hits included); STOP is
+free. The episode's starting cost (the empty sequence) is free (``Evaluate.empty_cost``). The tuner keeps
+the best sequence of every evaluation, so all of PPO's exploratory rollouts count as search.
+
+Two modes:
+
+* **From scratch** (no ``policy``): PPO trains on this module alone with
+  ``model.learn(total_timesteps=remaining)`` until the budget is spent.
+* **Zero-shot** (``policy=PATH``, a ``.zip`` written by ``autotune train``; PPO, A2C or DQN, the
+  algorithm read from the sidecar ``PATH.json``): the policy is rolled out deterministically on the
+  module first (at most ``max_length`` evaluations); then, with ``finetune`` (default true) and budget
+  left, it keeps learning on this module, alternating ``learn`` chunks of ``2 * n_steps`` steps with
+  deterministic roll-outs of the updated policy. A policy trained with another action or opcode
+  vocabulary is refused (``BadInput``).
+
+How the budget ends training: ``RunEvaluate`` raises ``BudgetExhausted`` inside ``env.step``; it
+propagates out of ``collect_rollouts`` and ``learn`` (SB3 has no cleanup there that matters: the
+half-filled rollout buffer and the vector env are thrown away with the model, and ``torch.no_grad``
+is a context manager that exits on the exception) and out of ``minimize`` to the tuner, which
+catches it. The process-wide torch thread count is set to 1 for the run (determinism, and the
+compiler workers own the cores) and restored in a ``finally``.
+
+Determinism: SB3's ``seed=`` (python, numpy, torch and the action space), the environment's reset
+seed, one torch thread and a deterministic cache make two runs with the same seed ask the same
+sequences.
+
+Options: ``policy`` (path), ``finetune`` (bool, default true), ``shaping`` (bool; default false, or
+the policy's own setting), ``n_steps`` (32), ``batch_size`` (16), ``n_epochs`` (10),
+``learning_rate`` (1e-3), ``gamma`` (0.99, also the shaping discount), ``gae_lambda`` (0.95),
+``ent_coef`` (0.01), ``clip_range`` (0.2), ``net_arch`` (hidden width, 64), ``w_flops`` and
+``w_transcendentals`` (shaping weights, 0.5 each).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+from stable_baselines3.common.utils import set_random_seed
+
+from autotune.env import EpisodeSource, PassOrderingEnv
+from autotune.errors import BadInput
+from autotune.strategy import Evaluate, SearchSpace, Strategy
+from autotune.train import check_hyperparams, check_vocabulary, load_model, make_model, read_sidecar
+
+
+class PPOStrategy(Strategy):
+    name = "ppo"
+    description = "PPO over the pass-ordering MDP; --policy for a trained policy (zero-shot + fine-tune)"
+
+    def __init__(self, policy: str | None = None, finetune: bool = True, shaping: bool | None = None, **rest):
+        if policy is not None and not isinstance(policy, (str, Path)):
+            raise BadInput(f"ppo: policy must be a path, not {policy!r}")
+        if not isinstance(finetune, bool):
+            raise BadInput(f"ppo: finetune must be true or false, not {finetune!r}")
+        if shaping is not None and not isinstance(shaping, bool):
+            raise BadInput(f"ppo: shaping must be true or false, not {shaping!r}")
+        self.hyperparams, self.env_options = check_hyperparams("ppo", rest)  # BadInput on unknown options
+        self.given = set(rest)
+        self.policy = Path(policy) if policy is not None else None
+        self.finetune = finetune
+        self.shaping = shaping
+        self.meta = None
+        if self.policy is not None:
+            self.meta = read_sidecar(self.policy)  # a missing file fails before any compile
+
+    def minimize(self, evaluate: Evaluate, space: SearchSpace, seed: int) -> None:
+        threads = torch.get_num_threads()
+        torch.set_num_threads(1)
+        try:
+            set_random_seed(seed)
+            source = EpisodeSource(evaluate, "module")
+            if self.policy is None:
+                self._from_scratch(source, evaluate, space, seed)
+            else:
+                self._zero_shot(source, evaluate, space, seed)
+        finally:
+            torch.set_num_threads(threads)
+
+    def _env(self, source: EpisodeSource, space: SearchSpace, shaping: bool, gamma: float, env_options: dict):
+        return PassOrderingEnv([source], space.actions, max_length=space.max_length, shaping=shaping, gamma=gamma,
+                               **env_options)
+
+    def _from_scratch(self, source, evaluate: Evaluate, space: SearchSpace, seed: int) -> None:
+        hp = self.hyperparams
+        env = self._env(source, space, bool(self.shaping), hp["gamma"], self.env_options)
+        model = make_model("ppo", env, seed, hp)
+        _learn_until_spent(model, evaluate, chunk=None)
+
+    def _zero_shot(self, source, evaluate: Evaluate, space: SearchSpace, seed: int) -> None:
+        meta = self.meta
+        check_vocabulary(meta, space.actions, self.policy)
+        gamma = float(meta.get("gamma", self.hyperparams["gamma"]))
+        shaping = bool(meta.get("shaping", False)) if self.shaping is None else self.shaping
+        env_options = {k: meta.get(k, v) for k, v in self.env_options.items()}
+        env_options.update({k: self.env_options[k] for k in self.given if k in self.env_options})
+        train_env = self._env(source, space, shaping, gamma, env_options)
+        overrides = _overrides(meta["algo"], self.hyperparams, self.given)
+        model = load_model(self.policy, meta, train_env, seed, overrides)
+        rollout_env = self._env(source, space, shaping, gamma, env_options)
+        rollout_env.reset(seed=seed)
+        _rollout(model, rollout_env)
+        if not self.finetune:
+            return
+        chunk = 2 * int(getattr(model, "n_steps", 0) or self.hyperparams["n_steps"])
+        _learn_until_spent(model, evaluate, chunk=chunk, after=lambda: _rollout(model, rollout_env))
+
+
+def _overrides(algo: str, hp: dict, given: set[str]) -> dict:
+    """Hyperparameters replaced when a saved policy is fine-tuned here (small rollouts; explicit options)."""
+    out = {}
+    if algo == "ppo":
+        out.update(n_steps=hp["n_steps"], batch_size=hp["batch_size"], n_epochs=hp["n_epochs"])
+    elif algo == "a2c":
+        out.update(n_steps=min(hp["n_steps"], 8))
+    elif algo == "dqn":
+        # Learn from the first transition, and mostly exploit the trained Q-function (a fresh
+        # schedule would start again from epsilon = 1, i.e. random actions).
+        out.update(learning_starts=0, exploration_initial_eps=0.1, exploration_final_eps=0.05)
+    for key in ("learning_rate", "ent_coef", "clip_range", "gae_lambda"):
+        if key in given and (algo != "dqn" or key == "learning_rate") and not (algo == "a2c" and key == "clip_range"):
+            out[key] = hp[key]
+    return out
+
+
+def _rollout(model, env: PassOrderingEnv) -> None:
+    """One deterministic episode of the current policy (each appended pass is one evaluation)."""
+    obs, _ = env.reset()
+    done = False
+    while not done:
+        action, _ = model.predict(obs, deterministic=True)
+        obs, _, terminated, truncated, _ = env.step(int(action))
+        done = terminated or truncated
+
+
+def _learn_until_spent(model, evaluate: Evaluate, chunk: int | None, after=None) -> None:
+    """``learn`` until ``BudgetExhausted`` propagates out of it (or until learning spends nothing).
+
+    ``learn`` can return with budget left: its step count includes STOP actions, which cost no
+    evaluation. It is called again (continuing its step counter) while the budget shrinks; a call
+    that spends nothing means the policy only stops, and the search ends there.
+    """
+    first = True
+    while evaluate.remaining > 0:
+        before = evaluate.remaining
+        steps = before if chunk is None else min(chunk, before)
+        model.learn(total_timesteps=steps, reset_num_timesteps=first)
+        first = False
+        if after is not None:
+            after()
+        if evaluate.remaining >= before:
+            return
