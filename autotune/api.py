@@ -81,7 +81,7 @@ class Session:
 
     def validate(self, original, tuned, seed: int = 0):
         """Compile both fully, run both on the same seeded inputs, compare every output."""
-        from autotune.validate import validate as _validate
+        from autotune.validation import validate as _validate
 
         return _validate(self.evaluator.pipeline, self.normalize(original), _module(tuned), seed=seed)
 
@@ -100,6 +100,6 @@ def apply(module, sequence: Sequence[str], cache: str | Path | None = None, work
 
 
 def validate(original, tuned, seed: int = 0, cache: str | Path | None = None):
-    """One-shot ``Session(...).validate(...)``; returns ``autotune.validate.ValidationReport``."""
+    """One-shot ``Session(...).validate(...)``; returns ``autotune.validation.ValidationReport``."""
     with Session(cache, 1) as s:
         return s.validate(original, tuned, seed=seed)

@@ -14,14 +14,11 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import random
 import secrets
-import signal
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
-from pathlib import Path
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 
 from autotune import objectives as objectives_mod
 from autotune import strategy as strategy_mod
@@ -539,7 +536,7 @@ def validity_of(evaluator: Evaluator, root: Module, state: str, seed: int = 0) -
     row = cache.db.execute("SELECT report FROM validity WHERE key=?", [key]).fetchone()
     if row:
         return json.loads(row[0])
-    from autotune.validate import validate as run_validation
+    from autotune.validation import validate as run_validation
 
     report = run_validation(evaluator.pipeline, root, evaluator.module(state, root.name), seed=seed).to_dict()
     with cache.write() as db:

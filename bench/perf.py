@@ -22,7 +22,6 @@ import argparse
 import json
 import os
 import platform
-import random
 import statistics
 import sys
 import tempfile

@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import shutil
 import sqlite3
-import stat
 import subprocess
 import sys
 from pathlib import Path

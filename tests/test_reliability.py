@@ -11,7 +11,7 @@ import sys
 import time
 from pathlib import Path
 
-from conftest import ROOT, SMALL, run_cli
+from conftest import ROOT, run_cli
 
 GPT2_SMALLER = ROOT / "tests" / "data" / "real" / "hloenv_maml_train_step.hlo"
 

@@ -163,3 +163,29 @@ class XlaPipeline:
     def trace(self, module: Module, action: str) -> list[str]:
         """Names of the per-pass dump files when ``action`` runs alone (which passes really ran)."""
         return self.pool.call("trace", module.proto, action, timeout=self.step_timeout)
+
+    # ---- full compile and execution (validation, runtime objective) --------------------------------
+    #: Seconds allowed for one full compile plus its runs: codegen of a 10k-instruction module
+    #: takes tens of seconds on a small machine, and a slow module may be timed several times.
+    run_timeout: float = 600.0
+
+    def execute(self, module: Module, seed: int = 0, floats: str = "normal", int_high: int = 4) -> list:
+        """Compile ``module`` with XLA's full CPU pipeline and run it once on seeded random inputs.
+
+        ``floats`` picks how float parameters are drawn (``runner.FLOAT_DISTRIBUTIONS``), integers
+        are drawn from [0, ``int_high``) (see ``runner.INT_HIGH`` for why small indices).
+        Returns every output (tuples flattened) as a numpy array. A compile or run error raises
+        ``PassFailed`` ("error"); a compiler crash or a run past ``run_timeout`` raises ``PassFailed``
+        ("crash"/"timeout"); unusable inputs (too large, token parameters) raise ``BadInput``.
+        """
+        return self.pool.call("execute", module.proto, int(seed), floats, int(int_high), timeout=self.run_timeout)
+
+    def compiles(self, module: Module) -> bool:
+        """True if the full default pipeline compiles ``module``; raises ``PassFailed`` otherwise."""
+        return bool(self.pool.call("compiles", module.proto, timeout=self.run_timeout))
+
+    def time(self, module: Module, seed: int = 0, repeats: int = 5, warmup: int = 1, floats: str = "normal",
+             int_high: int = 4) -> dict:
+        """Run time of the fully compiled module: ``seconds`` per repeat, ``median``, ``p90``, ``min``."""
+        return self.pool.call("time", module.proto, int(seed), int(repeats), int(warmup), floats, int(int_high),
+                              timeout=self.run_timeout)

@@ -193,6 +193,27 @@ class XlaWorker:
             key = fp
             yield StepOut(action, "ok", fp, out, metrics, seconds=time.perf_counter() - t0)
 
+    # ---- full compile and execution (validation, runtime objective; see runner.py) ----------------
+    def execute(self, proto: bytes, seed: int = 0, floats: str = "normal", int_high: int = 4) -> list:
+        """Full default compile, one run on seeded random inputs; all outputs as numpy arrays."""
+        from autotune.pipelines.xla import runner
+
+        return runner.execute(self, proto, seed, floats, int_high)
+
+    def time(self, proto: bytes, seed: int = 0, repeats: int = 5, warmup: int = 1, floats: str = "normal",
+             int_high: int = 4) -> dict:
+        """Full default compile, then ``warmup`` untimed and ``repeats`` timed runs (seconds)."""
+        from autotune.pipelines.xla import runner
+
+        return runner.time_execution(self, proto, seed, repeats, warmup, floats, int_high)
+
+    def compiles(self, proto: bytes) -> bool:
+        """True if the full default pipeline (codegen included) accepts the module; else PassFailed."""
+        from autotune.pipelines.xla import runner
+
+        runner.cached_compile(self, proto)  # a later execute/time of the same module reuses it
+        return True
+
 
 def _compiler_message(exc: BaseException) -> str:
     """XLA's error status, first meaningful line, without Python traceback noise."""

@@ -1,0 +1,215 @@
+"""``autotune compare``: several strategies on many modules at equal budgets, with a written report."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from autotune.cli import _check_writable, _console, _coerce, _load, _print_json, cli, db_option, json_option, workers_option
+from autotune.errors import AutotuneError, BadInput
+
+MODULE_SUFFIXES = (".hlo",)
+
+
+def module_paths(values, split: str | None = None) -> list[Path]:
+    """Files as given; for a directory every ``.hlo`` in it (sorted), or with ``split`` the modules of
+    that side of its suite manifest. Duplicates are kept once."""
+    paths: list[Path] = []
+    for value in values:
+        p = Path(value)
+        if p.is_dir():
+            if split is not None:
+                if not (p / "manifest.json").is_file():
+                    raise BadInput(f"{p}: --split needs a suite directory with manifest.json (autotune suite generate)")
+                from autotune.zoo.suite import modules as suite_modules
+
+                try:
+                    found = suite_modules(p, split)
+                except (OSError, ValueError, KeyError, TypeError) as exc:
+                    raise BadInput(f"{p}/manifest.json: unreadable ({exc})") from None
+                missing = [f for f in found if not f.is_file()]
+                if missing:
+                    raise BadInput(f"{missing[0]}: listed in {p}/manifest.json but missing")
+                if not found:
+                    raise BadInput(f"{p}: no {split} modules in its manifest")
+            else:
+                found = sorted(f for f in p.iterdir() if f.suffix.lower() in MODULE_SUFFIXES and f.is_file())
+                if not found:
+                    raise BadInput(f"{p}: no .hlo modules in this directory")
+            paths.extend(found)
+        elif p.exists():
+            if split is not None:
+                raise BadInput(f"{p}: --split applies to suite directories, not to single files")
+            paths.append(p)
+        else:
+            raise BadInput(f"{p}: no such file or directory")
+    return list(dict.fromkeys(paths))
+
+
+def parse_seeds(text: str) -> list[int]:
+    try:
+        seeds = [int(s) for s in text.split(",") if s.strip()]
+    except ValueError:
+        raise BadInput(f"--seeds expects comma-separated integers, got '{text}'") from None
+    if not seeds:
+        raise BadInput("--seeds is empty")
+    return list(dict.fromkeys(seeds))
+
+
+def parse_strategy_options(pairs) -> dict:
+    """``LABEL.KEY=VALUE`` pairs -> {label: {key: value}}."""
+    out: dict[str, dict] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        label, dot, name = key.partition(".")
+        if not sep or not dot or not label.strip() or not name.strip():
+            raise BadInput(f"--option expects STRATEGY.KEY=VALUE, got '{pair}'")
+        out.setdefault(label.strip(), {})[name.strip().replace("-", "_")] = _coerce(value.strip())
+    return out
+
+
+class RichCompareProgress:
+    """One rich display: a bar over runs, and a bar over the evaluations of the run in flight."""
+
+    def __init__(self):
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        self._rp = Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                            TextColumn("{task.fields[info]}"), TimeElapsedColumn(), transient=False)
+        self._runs = None
+        self._evals = None
+
+    def start(self, total: int) -> None:
+        self._rp.start()
+        self._runs = self._rp.add_task("runs", total=total, info="")
+
+    def run_started(self, index: int, label: str, module: str, seed: int, budget: int) -> None:
+        self._rp.update(self._runs, description=f"runs: {label} / {module[:48]} / seed {seed}")
+        if self._evals is None:
+            self._evals = self._rp.add_task("evaluations", total=budget, info="")
+        self._rp.reset(self._evals, total=budget, info="")
+
+    def run_finished(self, index: int, row) -> None:
+        imp = row.improvement(True)
+        last = "error" if row.error else ("n/a" if imp is None else f"{imp:+.1%}")
+        self._rp.update(self._runs, advance=1, info=f"last: {last}")
+
+    def tune_progress(self):
+        from autotune.tuner import Progress
+
+        outer = self
+
+        class _Evals(Progress):
+            def start(self, total, description):
+                outer._rp.update(outer._evals, total=total)
+
+            def update(self, done, best, rate, hit_rate):
+                outer._rp.update(outer._evals, completed=done,
+                                 info=f"best {'-' if best is None else f'{best:g}'}  {rate:.1f} eval/s  hits {hit_rate:.0%}")
+
+        return _Evals()
+
+    def stop(self) -> None:
+        self._rp.stop()
+
+
+@cli.command("compare")
+@click.argument("modules", nargs=-1, type=click.Path(), metavar="MODULES...")
+@click.option("--strategies", "-s", "strategy_list", default="random,greedy,optuna,nevergrad,ppo", show_default=True,
+              help="Comma-separated strategies (see `autotune strategies`).")
+@click.option("--budget", "-b", type=int, default=50, show_default=True,
+              help="Sequence evaluations per run (every strategy, module and seed), cache hits included.")
+@click.option("--seeds", default="0", show_default=True, help="Comma-separated seeds; every run is repeated per seed.")
+@click.option("--time-limit", type=float, default=None, help="Stop each run after this many seconds.")
+@click.option("--objective", default="final-ops", show_default=True,
+              help="final-ops | ops | cost | runtime (see README: Objectives).")
+@click.option("--max-length", type=int, default=16, show_default=True, help="Longest pass sequence.")
+@click.option("--split", type=click.Choice(["train", "test"]), default=None,
+              help="For suite directories: only this side of the manifest's train/test split.")
+@click.option("--option", "-O", "extra", multiple=True,
+              help="Strategy option STRATEGY.KEY=VALUE (repeatable), e.g. ppo.policy=policy.zip.")
+@click.option("--out", "out_dir", type=click.Path(file_okay=False), default="results/compare", show_default=True,
+              help="Directory for report.md, report.html, comparison.json and the plots.")
+@click.option("--no-validate", is_flag=True, help="Skip the validity check of each run's best sequence.")
+@db_option
+@workers_option
+@json_option
+def compare_cmd(modules, strategy_list, budget, seeds, time_limit, objective, max_length, split, extra, out_dir,
+                no_validate, db, workers, as_json) -> None:
+    """Compare search strategies on MODULES (.hlo files or directories) at equal budgets; write a report."""
+    from autotune import objectives
+    from autotune.compare import compare, resolve
+    from autotune.engine import open_engine
+    from autotune.report import write_report
+
+    strategies = [s.strip() for s in strategy_list.split(",") if s.strip()]
+    if not strategies:
+        raise BadInput("--strategies is empty")
+    if budget < 1:
+        raise BadInput(f"--budget must be a positive number of evaluations, not {budget}")
+    if max_length < 1:
+        raise BadInput("--max-length must be at least 1")
+    if time_limit is not None and time_limit <= 0:
+        raise BadInput("--time-limit must be positive")
+    seed_list = parse_seeds(seeds)
+    objectives.get(objective)
+    options = parse_strategy_options(extra)
+    resolve(strategies, options)  # unknown strategies or options fail before any work
+    if not modules:
+        raise BadInput("give MODULES to compare on (.hlo files or directories)")
+    paths = module_paths(modules, split)
+    out = Path(out_dir)
+    _check_writable(out, directory=True)
+    loaded = [_load(str(p)) for p in paths]  # BadInput names the bad file
+    names = [m.name for m in loaded]
+    if len(set(names)) != len(names):
+        dup = next(n for n in names if names.count(n) > 1)
+        raise BadInput(f"two modules are named '{dup}'; module names must be unique in a comparison")
+
+    progress = None if as_json else RichCompareProgress()
+    with open_engine(db, workers=workers) as ev:
+        comp = compare(ev, loaded, strategies, budget=budget, seeds=seed_list, objective=objective,
+                       time_limit=time_limit, max_length=max_length, options_per_strategy=options,
+                       validate=not no_validate, progress=progress)
+    try:
+        files = write_report(comp, out, title=f"Strategy comparison: {', '.join(comp.strategies)}")
+    except OSError as exc:
+        raise BadInput(f"{out}: cannot write the report ({exc.strerror or exc})") from None
+    if as_json:
+        data = comp.to_dict()
+        for r in data["runs"]:
+            r.pop("history", None)
+        data["report"] = {"markdown": str(files.markdown), "html": str(files.html), "json": str(files.json),
+                          "images": [str(p) for p in files.images.values()]}
+        _print_json(data)
+    else:
+        _summary(comp, files)
+    if comp.status == "interrupted":
+        raise Interrupted()
+
+
+class Interrupted(AutotuneError):
+    exit_code = 130
+
+    def __init__(self):
+        super().__init__("interrupted; the report covers the runs that finished")
+
+
+def _summary(comp, files) -> None:
+    from rich.table import Table
+
+    from autotune.compare import PAPER
+    from autotune.report import _metric_cell, pct
+
+    table = Table(title=f"{len(comp.modules)} modules x {len(comp.seeds)} seed(s), budget {comp.budget}, "
+                        f"objective {comp.objective}: improvement over XLA default's reduction (geomean)")
+    for col in ("strategy", "raw ops", "final-ops", "win/tie/loss", "invalid", "evals", "time", "cache hits"):
+        table.add_column(col, justify="left" if col == "strategy" else "right")
+    for s in comp.summaries:
+        table.add_row(s.strategy, _metric_cell(s.raw), _metric_cell(s.final), f"{s.wins}/{s.ties}/{s.losses}",
+                      str(s.validity_failures), str(s.evaluations), f"{s.seconds:.0f}s", f"{s.cache_hit_rate:.0%}")
+    console = _console()
+    console.print(table)
+    console.print(f"paper (2023, raw ops, PPO + shaping): GPT-2 {pct(PAPER['gpt2'])}, mixed {pct(PAPER['mixed'])}")
+    console.print(f"report: {files.markdown} (also report.html, comparison.json and the plots in {files.html.parent})")

@@ -1,0 +1,499 @@
+"""Write a ``Comparison`` as a report: Markdown, self-contained HTML, JSON and PNG plots.
+
+``write_report(comparison, out_dir)`` writes into ``out_dir``:
+
+* ``report.md``: for the repository (images linked relatively, so it renders on GitHub);
+* ``report.html``: self-contained (the PNGs embedded as base64 data URIs, a little CSS);
+* ``comparison.json``: ``Comparison.to_dict()`` (reload with ``Comparison.from_dict``);
+* ``convergence.png``: best-so-far objective / XLA default's objective vs evaluations, per strategy
+  (median over modules x seeds, interquartile band);
+* ``per_module.png``: final-ops improvement per module, bars grouped by strategy;
+* ``families.png``: final-ops improvement per model family, one box per strategy.
+
+Both documents are built from one list of blocks (``Heading``, ``Para``, ``Table``, ``Image``,
+``Code``, ``Bullets``), so they always say the same thing. Inline text may use ``code`` and
+**bold**; callers (``bench/paper.py``) can add their own blocks before and after the standard ones.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import json
+import math
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from autotune.compare import PAPER, Comparison, StrategySummary
+
+FAMILY_ORDER = ("gpt2", "bert", "resnet", "other")
+FAMILY_LABEL = {"gpt2": "GPT-2", "bert": "BERT", "resnet": "ResNet", "other": "other"}
+
+
+# ---- blocks -----------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Heading:
+    text: str
+    level: int = 2
+
+
+@dataclass(frozen=True)
+class Para:
+    text: str
+
+
+@dataclass(frozen=True)
+class Bullets:
+    items: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Code:
+    text: str
+    lang: str = ""
+
+
+@dataclass(frozen=True)
+class Table:
+    header: tuple[str, ...]
+    rows: tuple[tuple[str, ...], ...]
+    align: str = ""  # one of l/r per column; default: first left, rest right
+    caption: str = ""
+
+
+@dataclass(frozen=True)
+class Image:
+    file: str  # a file name inside the output directory
+    alt: str
+
+
+Block = Heading | Para | Bullets | Code | Table | Image
+
+
+def to_markdown(blocks: Sequence[Block]) -> str:
+    out: list[str] = []
+    for b in blocks:
+        if isinstance(b, Heading):
+            out.append("#" * b.level + " " + b.text)
+        elif isinstance(b, Para):
+            out.append(b.text)
+        elif isinstance(b, Bullets):
+            out.append("\n".join(f"* {item}" for item in b.items))
+        elif isinstance(b, Code):
+            out.append(f"```{b.lang}\n{b.text.rstrip()}\n```")
+        elif isinstance(b, Table):
+            align = _align(b)
+            lines = []
+            if b.caption:
+                lines.append(b.caption + "\n")
+            lines.append("| " + " | ".join(_md_cell(h) for h in b.header) + " |")
+            lines.append("|" + "|".join("---:" if a == "r" else "---" for a in align) + "|")
+            lines += ["| " + " | ".join(_md_cell(c) for c in row) + " |" for row in b.rows]
+            out.append("\n".join(lines))
+        elif isinstance(b, Image):
+            out.append(f"![{b.alt}]({b.file})")
+    return "\n\n".join(out) + "\n"
+
+
+def _md_cell(text: str) -> str:
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def _align(t: Table) -> str:
+    return t.align or ("l" + "r" * (len(t.header) - 1))
+
+
+_INLINE = re.compile(r"`([^`]+)`|\*\*([^*]+)\*\*|\[([^\]]+)\]\(([^)\s]+)\)")
+
+
+def _inline_html(text: str) -> str:
+    out, pos = [], 0
+    for m in _INLINE.finditer(text):
+        out.append(html.escape(text[pos:m.start()]))
+        if m.group(1) is not None:
+            out.append(f"<code>{html.escape(m.group(1))}</code>")
+        elif m.group(2) is not None:
+            out.append(f"<strong>{html.escape(m.group(2))}</strong>")
+        else:
+            out.append(f'<a href="{html.escape(m.group(4))}">{html.escape(m.group(3))}</a>')
+        pos = m.end()
+    out.append(html.escape(text[pos:]))
+    return "".join(out)
+
+
+CSS = """
+body{font-family:-apple-system,BlinkMacSystemFont,"Segoe UI",Helvetica,Arial,sans-serif;max-width:1100px;
+margin:2em auto;padding:0 1em;color:#1f2328;line-height:1.45}
+h1,h2,h3{border-bottom:1px solid #d0d7de;padding-bottom:.2em}
+table{border-collapse:collapse;margin:1em 0;font-size:.9em}
+th,td{border:1px solid #d0d7de;padding:.3em .6em}th{background:#f6f8fa}
+td.r,th.r{text-align:right}tr:nth-child(even) td{background:#fbfcfd}
+code{background:#f6f8fa;padding:.1em .3em;border-radius:4px;font-size:.9em}
+pre{background:#f6f8fa;padding:.8em;overflow:auto;border-radius:6px}pre code{background:none;padding:0}
+img{max-width:100%;height:auto;border:1px solid #eee;margin:.5em 0}caption{text-align:left;padding:.3em 0}
+""".strip()
+
+
+def to_html(blocks: Sequence[Block], title: str, images: dict[str, bytes]) -> str:
+    """Self-contained HTML; ``images`` maps an ``Image.file`` to its PNG bytes (embedded)."""
+    body: list[str] = []
+    for b in blocks:
+        if isinstance(b, Heading):
+            body.append(f"<h{b.level}>{_inline_html(b.text)}</h{b.level}>")
+        elif isinstance(b, Para):
+            body.append(f"<p>{_inline_html(b.text)}</p>")
+        elif isinstance(b, Bullets):
+            body.append("<ul>" + "".join(f"<li>{_inline_html(i)}</li>" for i in b.items) + "</ul>")
+        elif isinstance(b, Code):
+            body.append(f"<pre><code>{html.escape(b.text.rstrip())}</code></pre>")
+        elif isinstance(b, Table):
+            align = _align(b)
+            cap = f"<caption>{_inline_html(b.caption)}</caption>" if b.caption else ""
+            head = "".join(f'<th class="{a}">{_inline_html(h)}</th>' for h, a in zip(b.header, align))
+            rows = "".join(
+                "<tr>" + "".join(f'<td class="{a}">{_inline_html(str(c))}</td>' for c, a in zip(row, align)) + "</tr>"
+                for row in b.rows
+            )
+            body.append(f"<table>{cap}<thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>")
+        elif isinstance(b, Image):
+            data = images.get(b.file)
+            if data is None:
+                body.append(f"<p><em>(missing image {html.escape(b.file)})</em></p>")
+            else:
+                uri = "data:image/png;base64," + base64.b64encode(data).decode("ascii")
+                body.append(f'<figure><img src="{uri}" alt="{html.escape(b.alt)}"></figure>')
+    return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>'
+            f"<style>{CSS}</style></head>\n<body>\n" + "\n".join(body) + "\n</body></html>\n")
+
+
+# ---- numbers -------------------------------------------------------------------------------------------
+def pct(x: float | None, digits: int = 1) -> str:
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "n/a"
+    return f"{x * 100:+.{digits}f}%"
+
+
+def _metric_cell(m) -> str:
+    """``+3.2%`` with the geometric mean's caveats (floored runs, excluded modules) in brackets."""
+    if m is None:
+        return "-"
+    notes = []
+    if m.floored_runs:
+        notes.append(f"{m.floored_runs} floored")
+    if m.excluded_modules:
+        notes.append(f"{m.excluded_modules} excl.")
+    return pct(m.improvement) + (f" ({', '.join(notes)})" if notes else "")
+
+
+def _family_metric(s: StrategySummary, family: str, kind: str):
+    d = s.by_family.get(family)
+    return d.get(kind) if d else None
+
+
+def paper_table(comp: Comparison) -> Table:
+    """The paper's numbers next to ours (GPT-2 modules and all modules, raw and final-ops)."""
+    rows = [("paper (2023): PPO + reward shaping", pct(PAPER["gpt2"]), pct(PAPER["mixed"]), "not reported",
+             "not reported")]
+    for s in comp.summaries:
+        rows.append((f"ours: {s.strategy}", _metric_cell(_family_metric(s, "gpt2", "raw")), _metric_cell(s.raw),
+                     _metric_cell(_family_metric(s, "gpt2", "final")), _metric_cell(s.final)))
+    return Table(("", "GPT-2, raw ops", "mixed, raw ops", "GPT-2, final-ops", "mixed, final-ops"), tuple(rows),
+                 caption="Geometric mean over modules of (tuned reduction / XLA default's reduction), minus 1. "
+                         "'mixed' = every module compared (the paper: GPT-2, BERT and ResNet graphs).")
+
+
+def overview_table(comp: Comparison) -> Table:
+    rows = []
+    for s in comp.summaries:
+        rows.append((
+            s.strategy, str(s.budget), _metric_cell(s.raw), _metric_cell(s.final),
+            f"{s.wins}/{s.ties}/{s.losses}", str(s.validity_failures),
+            f"{s.evaluations} ({s.mean_evaluations:.1f}/run)", f"{s.seconds:.0f}s", f"{s.cache_hit_rate:.0%}",
+        ))
+    return Table(("strategy", "budget", "paper metric, raw ops", "paper metric, final-ops",
+                  f"win/tie/loss vs XLA ({comp.objective})", "validity failures", "evaluations", "wall time",
+                  "cache hits"), tuple(rows))
+
+
+def strategy_table(comp: Comparison, s: StrategySummary) -> Table:
+    rows: list[tuple[str, str]] = [
+        ("strategy plugin" + (" and options" if s.options else ""),
+         f"`{s.base_strategy}`" + (" " + ", ".join(f"`{k}={v}`" for k, v in s.options.items()) if s.options else "")),
+        ("runs (modules x seeds)", f"{s.runs} ({s.modules} x {len(comp.seeds)})" + (f", {s.errors} errored" if s.errors else "")),
+        ("budget per run / evaluations spent", f"{s.budget} / {s.evaluations} ({s.mean_evaluations:.1f} per run)"),
+        ("paper metric, raw ops (geomean ratio - 1)",
+         f"{pct(s.raw.improvement)} (ratio {_num(s.raw.geomean_ratio)}; {s.raw.modules} modules, "
+         f"{s.raw.floored_runs} runs floored, {s.raw.excluded_modules} modules excluded)"),
+        ("paper metric, final-ops (geomean ratio - 1)",
+         f"{pct(s.final.improvement)} (ratio {_num(s.final.geomean_ratio)}; {s.final.modules} modules, "
+         f"{s.final.floored_runs} runs floored, {s.final.excluded_modules} modules excluded)"),
+    ]
+    for fam in FAMILY_ORDER:
+        if fam in s.by_family:
+            rows.append((f"{FAMILY_LABEL[fam]}: raw ops / final-ops",
+                         f"{_metric_cell(s.by_family[fam]['raw'])} / {_metric_cell(s.by_family[fam]['final'])}"))
+    rows += [
+        (f"best {comp.objective} / XLA default's (geomean over runs)", _num(s.objective_geomean)),
+        (f"wins / ties / losses vs XLA default ({comp.objective})", f"{s.wins} / {s.ties} / {s.losses}"),
+        ("validity failures (runs whose best was rejected)", str(s.validity_failures)),
+        ("runs left with no sequence (none evaluated ok, or none valid)", str(s.no_valid_best)),
+        ("wall time (sum over runs, validation included)", f"{s.seconds:.1f}s"),
+        ("steps compiled / from cache (hit rate)", f"{s.steps_compiled} / {s.steps_cached} ({s.cache_hit_rate:.0%})"),
+    ]
+    return Table(("", s.strategy), tuple(rows), align="ll")
+
+
+def module_table(comp: Comparison) -> Table:
+    """Per module: sizes and each strategy's final-ops (raw ops) improvement, seeds averaged."""
+    header = ["module", "input", "XLA default", *[f"{s.strategy}" for s in comp.summaries]]
+    rows = []
+    for m in comp.modules:
+        cells = [f"`{m.name}`", _int(m.input_ops), _int(m.default_ops)]
+        for s in comp.summaries:
+            f = s.final.per_module.get(m.name)
+            r = s.raw.per_module.get(m.name)
+            cells.append("-" if f is None else f"{pct(f - 1)} ({pct(r - 1) if r is not None else 'n/a'})")
+        rows.append(tuple(cells))
+    return Table(tuple(header), tuple(rows),
+                 caption="Improvement over XLA's default reduction per module: final-ops (raw ops in brackets), "
+                         "seed-averaged ratio minus 1, floored as described above.")
+
+
+def _duration(seconds: float) -> str:
+    return f"{seconds:.0f}s" if seconds < 120 else f"{seconds / 60:.1f} min"
+
+
+def _num(x) -> str:
+    return "n/a" if x is None else f"{x:.4f}"
+
+
+def _int(x) -> str:
+    return "-" if x is None else str(x)
+
+
+def method_bullets(comp: Comparison) -> tuple[str, ...]:
+    return (
+        "**Metric** (the 2023 paper's): per module, ratio = (input - tuned) / (input - XLA default) instructions; "
+        "a strategy's score is the geometric mean of the ratio over modules, minus 1 (so +10% means 10% more "
+        "instructions removed than XLA's default ordering removes). Reported on **raw ops** (right after the "
+        "sequence; the paper's) and on **final-ops** (after the sequence followed by XLA's default pipeline: what "
+        "the backend sees; the honest number).",
+        *((f"**Raw ops under `{comp.objective}`**: the search minimised `{comp.objective}`, so the raw-ops figures "
+           "are those of the sequences chosen for it (ties on the objective are broken by evaluation order, not by raw "
+           "ops); they are not the paper's protocol, which minimises raw ops (`--objective ops`).",)
+          if comp.objective != "ops" else ()),
+        "**Seeds**: each module's ratios are averaged over seeds first.",
+        f"**Ratios <= 0** (nothing removed, or more instructions than the input): floored at {comp.ratio_floor:g} "
+        "before averaging, counted as `floored` (a heavy penalty on purpose). **Modules where XLA's default removes "
+        "nothing** have no ratio: left out and counted as `excl.`. A run with no valid sequence counts as the "
+        "untuned module: raw ratio 0 (floored), final-ops ratio 1.",
+        f"**Win / tie / loss**: the run's best `{comp.objective}` against XLA's default ordering's on the same module.",
+        "**Validity failures**: runs whose best candidate failed the validity check (full compile + same outputs on "
+        "random inputs) and was replaced by the next best." + ("" if comp.validate else " (Validation was OFF.)"),
+        "**Budget**: sequence evaluations per run, cache hits included; all runs share one cache, so a step "
+        "compiled once is never compiled again (the strategy order is rotated per module so no strategy always "
+        "meets the cold cache). Wall time therefore depends on order; evaluations and results do not.",
+        "**Convergence plot**: best-so-far objective divided by XLA default's objective on the same module "
+        "(1.0 = XLA default, lower is better), median over modules x seeds with the interquartile band; a run that "
+        "stopped before its budget keeps its last value, and before its first successful evaluation a run reads 1.0 "
+        "(XLA's default is what would be shipped).",
+    )
+
+
+def standard_blocks(comp: Comparison, images: Sequence[str] = ("convergence.png", "per_module.png", "families.png"),
+                    heading_level: int = 2) -> list[Block]:
+    h = heading_level
+    families = sorted({m.family for m in comp.modules}, key=lambda f: FAMILY_ORDER.index(f) if f in FAMILY_ORDER else 9)
+    blocks: list[Block] = [
+        Para(f"{len(comp.modules)} modules ({', '.join(f'{sum(m.family == f for m in comp.modules)} {FAMILY_LABEL.get(f, f)}' for f in families)}), "
+             f"strategies {', '.join(f'`{s}`' for s in comp.strategies)}, budget {comp.budget} evaluations per run, "
+             f"seeds {', '.join(map(str, comp.seeds))}, objective `{comp.objective}`, max sequence length "
+             f"{comp.max_length}" + (f", time limit {comp.time_limit:g}s per run" if comp.time_limit else "")
+             + f"; {len(comp.runs)} runs in {_duration(comp.seconds)}"
+             + (f" with {comp.pipeline_version}" if comp.pipeline_version else "") + "."
+             + (" **The comparison was interrupted; the numbers cover the runs that finished.**"
+                if comp.status == "interrupted" else "")),
+        Heading("Against the paper", h),
+        paper_table(comp),
+        Heading("Summary", h),
+        overview_table(comp),
+    ]
+    for name, alt in zip(images, ("best-so-far vs evaluations", "improvement per module", "improvement per family")):
+        blocks.append(Image(name, alt))
+    blocks.append(Heading("Per strategy", h))
+    for s in comp.summaries:
+        blocks += [Heading(s.strategy, h + 1), strategy_table(comp, s)]
+    blocks += [Heading("Per module", h), module_table(comp), Heading("Method", h), Bullets(method_bullets(comp))]
+    return blocks
+
+
+# ---- plots ------------------------------------------------------------------------------------------------
+def _colors(labels: Sequence[str]) -> dict[str, tuple]:
+    import matplotlib
+
+    cmap = matplotlib.colormaps["tab10"]
+    return {label: cmap(i % 10) for i, label in enumerate(labels)}
+
+
+def plot_convergence(comp: Comparison, path: Path) -> None:
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    colors = _colors(comp.strategies)
+    fig, ax = plt.subplots(figsize=(9, 5.2))
+    for k, s in enumerate(comp.summaries):
+        rows = [r for r in comp.rows(s.strategy) if r.ok and r.default_cost]
+        if not rows:
+            continue
+        n = max(s.budget, max(len(r.history) for r in rows), 1)
+        mat = np.full((len(rows), n), np.nan)
+        for i, r in enumerate(rows):
+            # Before the first successful evaluation (or with none at all) the fallback is XLA's default: 1.0.
+            vals = [1.0 if h is None else h / r.default_cost for h in r.history] or [1.0]
+            vals = vals + [vals[-1]] * (n - len(vals))
+            mat[i, :] = vals[:n]
+        x = np.arange(1, n + 1)
+        valid_cols = ~np.all(np.isnan(mat), axis=0)
+        if not valid_cols.any():
+            continue
+        with np.errstate(all="ignore"):
+            import warnings
+
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", RuntimeWarning)
+                med = np.nanmedian(mat, axis=0)
+                q1 = np.nanpercentile(mat, 25, axis=0)
+                q3 = np.nanpercentile(mat, 75, axis=0)
+        c = colors[s.strategy]
+        ax.plot(x[valid_cols], med[valid_cols], color=c, lw=2, ls=("-", "--", "-.", ":")[k % 4],
+                label=f"{s.strategy} (n={len(rows)})")
+        ax.fill_between(x[valid_cols], q1[valid_cols], q3[valid_cols], color=c, alpha=0.18, lw=0)
+    ax.axhline(1.0, color="black", ls="--", lw=1, label="XLA default")
+    ax.set_xlabel("evaluations (sequences scored, cache hits included)")
+    ax.set_ylabel(f"best-so-far {comp.objective} / XLA default's")
+    ax.set_title(f"Best-so-far {comp.objective} vs evaluations\n(median over modules x seeds, band: interquartile range; lower is better)")
+    ax.grid(alpha=0.3)
+    ax.legend(loc="best", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def plot_per_module(comp: Comparison, path: Path) -> None:
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    colors = _colors(comp.strategies)
+    modules = [m.name for m in comp.modules]
+    k = len(comp.summaries)
+    bars = max(1, len(modules) * max(1, k))
+    fig, ax = plt.subplots(figsize=(10, min(60.0, max(4.0, 0.08 * bars + 0.25 * len(modules) + 2.0))))
+    y = np.arange(len(modules))
+    bar = 0.8 / max(1, k)
+    every = []
+    for j, s in enumerate(comp.summaries):
+        vals = [100 * (s.final.per_module[m] - 1) if m in s.final.per_module else np.nan for m in modules]
+        every += [v for v in vals if not np.isnan(v)]
+        pos = y - 0.4 + bar * (j + 0.5)
+        ax.barh(pos, vals, height=bar, color=colors[s.strategy], label=s.strategy)
+        # a tick at each bar's end, so a 0% bar (as good as XLA) is still visible
+        ax.scatter(vals, pos, marker="|", s=max(20, 300 * bar), color=colors[s.strategy], zorder=3)
+    lo, hi = min(every + [0.0]), max(every + [0.0])
+    pad = 0.08 * ((hi - lo) or 1.0)
+    ax.set_xlim(lo - pad, hi + pad)
+    ax.axvline(0, color="black", lw=1)
+    ax.set_yticks(y)
+    ax.set_yticklabels(modules, fontsize=7 if len(modules) > 15 else 8)
+    ax.invert_yaxis()
+    ax.set_xlabel("final-ops improvement over XLA default's reduction (%)  [ratio - 1]")
+    ax.set_ylabel("module")
+    ax.set_title("Final-ops improvement per module\n(seed-averaged; 0% = as good as XLA's default ordering; right is better)")
+    ax.grid(axis="x", alpha=0.3)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, title="strategy")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110, bbox_inches="tight")
+    plt.close(fig)
+
+
+def plot_families(comp: Comparison, path: Path) -> None:
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    colors = _colors(comp.strategies)
+    fams = [f for f in FAMILY_ORDER if any(m.family == f for m in comp.modules)] or ["other"]
+    fig, axes = plt.subplots(1, len(fams), figsize=(max(7.0, 4.2 * len(fams)), 5.0), squeeze=False, sharey=True)
+    rng = np.random.default_rng(0)
+    for ax, fam in zip(axes[0], fams):
+        names = [m.name for m in comp.modules if m.family == fam]
+        data, labels = [], []
+        for s in comp.summaries:
+            data.append([100 * (s.final.per_module[n] - 1) for n in names if n in s.final.per_module])
+            labels.append(s.strategy)
+        positions = np.arange(1, len(data) + 1)
+        nonempty = [(p, d, l) for p, d, l in zip(positions, data, labels) if d]
+        if nonempty:
+            bp = ax.boxplot([d for _, d, _ in nonempty], positions=[p for p, _, _ in nonempty], widths=0.6,
+                            patch_artist=True, showfliers=False)
+            for patch, (_, _, l) in zip(bp["boxes"], nonempty):
+                patch.set_facecolor(colors[l])
+                patch.set_alpha(0.45)
+            for p, d, l in nonempty:
+                ax.scatter(p + rng.uniform(-0.15, 0.15, len(d)), d, s=12, color=colors[l], zorder=3)
+        ax.axhline(0, color="black", lw=1, ls="--")
+        ax.set_xticks(positions)
+        ax.set_xticklabels(labels, rotation=30, ha="right", fontsize=8)
+        ax.set_title(f"{FAMILY_LABEL.get(fam, fam)} ({len(names)} modules)")
+        ax.set_xlabel("strategy")
+        ax.grid(axis="y", alpha=0.3)
+    axes[0][0].set_ylabel("final-ops improvement over XLA default (%)")
+    fig.suptitle("Final-ops improvement per model family\n(box per strategy; one point per module, seed-averaged)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+PLOTS = {"convergence.png": plot_convergence, "per_module.png": plot_per_module, "families.png": plot_families}
+
+
+def write_plots(comp: Comparison, out_dir: Path) -> dict[str, Path]:
+    import matplotlib
+
+    matplotlib.use("Agg", force=True)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths = {}
+    for name, fn in PLOTS.items():
+        fn(comp, out_dir / name)
+        paths[name] = out_dir / name
+    return paths
+
+
+# ---- the entry point -------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class ReportFiles:
+    markdown: Path
+    html: Path
+    json: Path
+    images: dict[str, Path] = field(default_factory=dict)
+
+
+def write_report(comp: Comparison, out_dir, title: str = "Strategy comparison", before: Sequence[Block] = (),
+                 after: Sequence[Block] = (), markdown_name: str = "report.md", image_prefix: str = "") -> ReportFiles:
+    """Write report.md, report.html, comparison.json and the PNGs into ``out_dir``.
+
+    ``before``/``after`` are extra blocks around the standard ones. ``markdown_name`` may point
+    elsewhere (e.g. ``../README.md``); ``image_prefix`` is then the images' path relative to it.
+    """
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    images = write_plots(comp, out)
+    (out / "comparison.json").write_text(json.dumps(comp.to_dict(), indent=1, default=str) + "\n")
+    blocks = [Heading(title, 1), *before, *standard_blocks(comp, tuple(image_prefix + n for n in PLOTS)), *after]
+    md_path = (out / markdown_name).resolve()
+    md_path.parent.mkdir(parents=True, exist_ok=True)
+    md_path.write_text(to_markdown(blocks))
+    data = {image_prefix + n: p.read_bytes() for n, p in images.items()}
+    html_path = out / "report.html"
+    html_path.write_text(to_html(blocks, title, data))
+    return ReportFiles(md_path, html_path, out / "comparison.json", images)

@@ -1,0 +1,318 @@
+"""Does the tuned module still compute what the original computes?
+
+A pass sequence is only a result once the tuned module (1) compiles with XLA's complete default
+CPU pipeline, codegen included, and (2) returns the same outputs as the original on the same
+inputs. (1) is not a formality: passes applied out of their usual context can leave a module that
+later stages reject (``xla-mechanics.md`` section 6 has a real case). (2) catches passes that change
+semantics when run out of order or outside their sub-pipeline.
+
+Both modules run in a worker process (``XlaPipeline.execute``) on seeded random inputs built from
+the entry signature (``pipelines.xla.runner.random_inputs``), then the outputs are compared here
+with dtype-aware tolerances (``tolerance``). Random inputs test one point of the input space; that
+is evidence, not proof. ``seed`` picks another point.
+
+Inputs that make the original's outputs non-finite make the comparison weak (NaN == NaN passes),
+so ``validate`` retries the original with other input distributions and keeps the one with the
+fewest non-finite outputs. Both common causes were seen on real modules: the GPT-2 example is an
+Adam step whose second moment goes through rsqrt (negative random moments -> NaN in every updated
+weight; non-negative floats fix it), and DLRM looks up a 3-row embedding with ``jnp.take`` whose
+"fill" mode returns NaN for index 3 (smaller integers fix it).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import OrderedDict
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from autotune.errors import BadInput, PassFailed
+
+#: Input distributions ``validate`` tries, in order, while the original's outputs are not finite:
+#: (float distribution, integer upper bound). The first is the default of ``runner.random_inputs``.
+INPUT_LADDER: tuple[tuple[str, int], ...] = (
+    ("normal", 4), ("positive", 4), ("normal", 2), ("positive", 2), ("normal", 1), ("positive", 1),
+)
+
+
+# ---- tolerances ------------------------------------------------------------------------------------
+def _category(dtype) -> str:
+    """bool | int | float | complex | other, for numpy and ml_dtypes types alike."""
+    dtype = np.dtype(dtype)
+    if dtype == np.bool_:
+        return "bool"
+    name = dtype.name
+    if dtype.kind in "iu" or name in ("int4", "uint4", "int2", "uint2"):
+        return "int"
+    if dtype.kind == "c":
+        return "complex"
+    if dtype.kind == "f" or name.startswith(("float", "bfloat")):
+        return "float"
+    return "other"
+
+
+def tolerance(dtype) -> tuple[float, float]:
+    """``(rtol, atol)`` for comparing an output of this dtype: ok when ``|t - o| <= atol + rtol * |o|``.
+
+    - bool, integers: exact. Integer arithmetic has no rounding, so any difference is a real one.
+    - f32: rtol 1e-3, atol 1e-4. Passes like algsimp, reshape-mover or dot decomposition legally
+      reassociate sums, fold constants and swap exp(a)*exp(b) for exp(a+b); each changes rounding
+      by a few ulps (f32 eps = 1.2e-7), and a deep network (softmax, layer norm, a backward pass)
+      amplifies that by up to ~1e3-1e4 near cancellations. 1e-3 is ~8000 ulps: loose enough for
+      that, yet a real change (a constant, a dropped term, a wrong operand) moves values by far
+      more. atol covers outputs that cancel to ~0, where a relative bound is meaningless.
+    - f64: rtol 1e-9, atol 1e-10: the same reasoning at eps = 2.2e-16, with a wide margin.
+    - f16: rtol 1e-2, atol 2e-3 (~10 ulps, eps = 9.8e-4). bf16: rtol 5e-2, atol 1e-2 (~6 ulps,
+      eps = 7.8e-3): XLA CPU computes narrow floats in f32 and rounds, so a moved convert or a
+      reassociated sum changes results by whole ulps, which are coarse in these types.
+    - other narrow floats (f8, f4): two ulps relative, one absolute.
+    - complex: the tolerance of its component type, applied to the complex difference.
+    """
+    dtype = np.dtype(dtype)
+    cat = _category(dtype)
+    if cat in ("bool", "int", "other"):
+        return 0.0, 0.0
+    if cat == "complex":
+        return tolerance(np.float64 if dtype.itemsize == 16 else np.float32)
+    if dtype == np.float64:
+        return 1e-9, 1e-10
+    if dtype == np.float32:
+        return 1e-3, 1e-4
+    if dtype == np.float16:
+        return 1e-2, 2e-3
+    if dtype.name == "bfloat16":
+        return 5e-2, 1e-2
+    import ml_dtypes
+
+    eps = float(ml_dtypes.finfo(dtype).eps)
+    return 2 * eps, eps
+
+
+# ---- reports -----------------------------------------------------------------------------------------
+def _json_float(x: float) -> float | None:
+    """Strict JSON has no inf/NaN: such a diff becomes null (the report's reason says what it was)."""
+    return float(x) if math.isfinite(x) else None
+
+
+@dataclass(frozen=True)
+class OutputDiff:
+    """How one output of the tuned module compares with the original's.
+
+    ``max_abs_diff`` is inf where a non-finite value differs (NaN vs number, inf vs -inf); NaN == NaN
+    and equal infinities count as equal. ``max_rel_diff`` is ``|t - o| / max(|o|, atol)`` over finite
+    pairs (the atol floor keeps exact zeros in the original from making it meaningless).
+    ``mismatches`` counts elements outside the tolerance. NaN for shape/dtype mismatches.
+    """
+
+    index: int
+    shape: tuple[int, ...]
+    dtype: str
+    max_abs_diff: float
+    max_rel_diff: float
+    mismatches: int
+    ok: bool
+
+    def to_dict(self) -> dict:
+        data = asdict(self)
+        data["shape"] = list(self.shape)
+        data["max_abs_diff"] = _json_float(self.max_abs_diff)
+        data["max_rel_diff"] = _json_float(self.max_rel_diff)
+        return data
+
+
+@dataclass(frozen=True)
+class ValidationReport:
+    """The answer to "does the tuned module compute the same thing?".
+
+    ``reason`` is one line for a person (None when ok). ``outputs`` has one entry per output when
+    both modules ran. ``seed`` and ``n_inputs`` (parameter leaves) say which inputs were used;
+    ``inputs`` names their distribution (``runner.random_inputs`` arguments).
+    """
+
+    ok: bool
+    reason: str | None
+    outputs: tuple[OutputDiff, ...]
+    seed: int
+    n_inputs: int
+    inputs: str = "floats=normal,ints=[0,4)"
+
+    def to_dict(self) -> dict:
+        return {
+            "ok": self.ok, "reason": self.reason, "outputs": [o.to_dict() for o in self.outputs],
+            "seed": self.seed, "n_inputs": self.n_inputs, "inputs": self.inputs,
+        }
+
+
+# ---- comparison ----------------------------------------------------------------------------------------
+def _type_str(shape, dtype) -> str:
+    return f"{np.dtype(dtype).name}[{','.join(map(str, shape))}]"
+
+
+def _diff_one(index: int, orig: np.ndarray, tuned: np.ndarray) -> tuple[OutputDiff, str | None]:
+    shape, dtype = tuple(orig.shape), np.dtype(orig.dtype)
+    nan = float("nan")
+    if np.dtype(tuned.dtype) != dtype:
+        return (OutputDiff(index, shape, dtype.name, nan, nan, int(orig.size), False),
+                f"output {index} has dtype {np.dtype(tuned.dtype).name} in the tuned module, {dtype.name} in the original")
+    if tuple(tuned.shape) != shape:
+        return (OutputDiff(index, shape, dtype.name, nan, nan, int(orig.size), False),
+                f"output {index} has shape {_type_str(tuned.shape, dtype)} in the tuned module, "
+                f"{_type_str(shape, dtype)} in the original")
+    cat = _category(dtype)
+    rtol, atol = tolerance(dtype)
+    if orig.size == 0:
+        return OutputDiff(index, shape, dtype.name, 0.0, 0.0, 0, True), None
+    if cat in ("bool", "int", "other"):
+        if cat == "other":
+            a = np.frombuffer(np.ascontiguousarray(orig).tobytes(), np.uint8)
+            b = np.frombuffer(np.ascontiguousarray(tuned).tobytes(), np.uint8)
+            bad = int(np.count_nonzero(a != b))
+            max_abs = 1.0 if bad else 0.0
+        else:
+            a, b = orig.astype(np.float64), tuned.astype(np.float64)
+            bad = int(np.count_nonzero(orig != tuned))
+            max_abs = float(np.max(np.abs(a - b))) if bad else 0.0
+        max_rel = float(np.max(np.abs(a - b) / np.maximum(np.abs(a), 1.0))) if bad and cat == "int" else max_abs
+    else:
+        wide = np.complex128 if cat == "complex" else np.float64
+        a, b = orig.astype(wide), tuned.astype(wide)
+        finite = np.isfinite(a) & np.isfinite(b)
+        both_nan = np.isnan(a) & np.isnan(b)
+        same_inf = ~finite & ~np.isnan(a) & ~np.isnan(b) & (a == b)
+        nonfinite_bad = ~finite & ~both_nan & ~same_inf
+        with np.errstate(invalid="ignore", over="ignore"):
+            diff = np.where(finite, np.abs(a - b), 0.0)
+            rel = diff / np.maximum(np.abs(a), atol if atol > 0 else np.finfo(np.float64).tiny)
+            close = finite & (diff <= atol + rtol * np.abs(a))
+        bad = int(np.count_nonzero(finite & ~close) + np.count_nonzero(nonfinite_bad))
+        max_abs = math.inf if nonfinite_bad.any() else float(diff.max())
+        max_rel = math.inf if nonfinite_bad.any() else float(rel.max())
+    ok = bad == 0
+    reason = None
+    if not ok:
+        what = f"{bad} of {orig.size} elements differ"
+        if cat in ("float", "complex"):
+            what += f" beyond rtol={rtol:g}, atol={atol:g} (max abs diff {max_abs:.3g}, max rel diff {max_rel:.3g})"
+        elif cat == "int":
+            what += f" (max abs diff {max_abs:g})"
+        reason = f"output {index} ({_type_str(shape, dtype)}): {what}"
+    return OutputDiff(index, shape, dtype.name, max_abs, max_rel, bad, ok), reason
+
+
+def compare(original_outputs, tuned_outputs, seed: int = 0, n_inputs: int = 0,
+            inputs: str = "floats=normal,ints=[0,4)") -> ValidationReport:
+    """Compare two lists of output arrays elementwise with ``tolerance(dtype)``.
+
+    A different number of outputs, or an output with another shape or dtype, is a mismatch with a
+    reason saying which. The report's reason names the first failing output (and how many others).
+    """
+    orig = [np.asarray(x) for x in original_outputs]
+    tuned = [np.asarray(x) for x in tuned_outputs]
+    if len(orig) != len(tuned):
+        return ValidationReport(False, f"the tuned module has {len(tuned)} outputs, the original {len(orig)}",
+                                (), seed, n_inputs, inputs)
+    diffs, reasons = [], []
+    for i, (a, b) in enumerate(zip(orig, tuned)):
+        d, r = _diff_one(i, a, b)
+        diffs.append(d)
+        if r:
+            reasons.append(r)
+    reason = None
+    if reasons:
+        reason = reasons[0] + (f"; and {len(reasons) - 1} more output(s) differ" if len(reasons) > 1 else "")
+    return ValidationReport(not reasons, reason, tuple(diffs), seed, n_inputs, inputs)
+
+
+# ---- running both modules -------------------------------------------------------------------------------
+def _nonfinite(outputs) -> int:
+    n = 0
+    for x in outputs:
+        if _category(x.dtype) in ("float", "complex") and x.size:
+            n += int(np.count_nonzero(~np.isfinite(np.asarray(x).astype(
+                np.complex128 if _category(x.dtype) == "complex" else np.float64))))
+    return n
+
+
+def _describe(floats: str, int_high: int) -> str:
+    return f"floats={floats},ints=[0,{int_high})"
+
+
+#: Original outputs per (pipeline version, fingerprint, seed): a tuning run validates several
+#: candidates against the same original, which need not be recompiled and rerun each time.
+_ORIGINAL_CACHE: OrderedDict = OrderedDict()
+_ORIGINAL_CACHE_SIZE = 4
+_ORIGINAL_CACHE_MAX_BYTES = 256 << 20
+
+
+def _original_outputs(pipeline, original, seed: int, specs) -> tuple[list[np.ndarray], str, int]:
+    """Run the original, retrying other input distributions while its outputs are not finite.
+
+    Returns ``(outputs, floats, int_high)``. Any failure of the original is ``BadInput``: the input
+    itself cannot run, so nothing can be validated against it.
+    """
+    key = (getattr(pipeline, "version", None), original.fingerprint, int(seed))
+    hit = _ORIGINAL_CACHE.get(key)
+    if hit is not None and hit[3] == original.proto:
+        _ORIGINAL_CACHE.move_to_end(key)
+        return hit[0], hit[1], hit[2]
+    has_float = any(_category(s.dtype) in ("float", "complex") for s in specs)
+    has_int = any(_category(s.dtype) == "int" for s in specs)
+    best = None
+    for floats, int_high in INPUT_LADDER:
+        if (floats != "normal" and not has_float) or (int_high != INPUT_LADDER[0][1] and not has_int):
+            continue
+        try:
+            outs = pipeline.execute(original, seed=seed, floats=floats, int_high=int_high)
+        except PassFailed as exc:
+            raise BadInput(f"the original module itself does not compile and run with XLA's full pipeline: {exc}") from None
+        except BadInput as exc:
+            raise BadInput(f"the original module cannot be run for validation: {exc}") from None
+        bad = _nonfinite(outs)
+        if best is None or bad < best[3]:
+            best = (outs, floats, int_high, bad)
+        if bad == 0:
+            break
+    outs, floats, int_high, _ = best
+    if sum(x.nbytes for x in outs) <= _ORIGINAL_CACHE_MAX_BYTES:
+        _ORIGINAL_CACHE[key] = (outs, floats, int_high, original.proto)
+        while len(_ORIGINAL_CACHE) > _ORIGINAL_CACHE_SIZE:
+            _ORIGINAL_CACHE.popitem(last=False)
+    return outs, floats, int_high
+
+
+def validate(pipeline, original, tuned, seed: int = 0) -> ValidationReport:
+    """Run ``original`` and ``tuned`` (``Module``s) on the same seeded inputs and compare the outputs.
+
+    The tuned module failing to compile fully, crashing the compiler or failing to run is a
+    not-ok report whose reason carries the compiler's words (a search outcome). The original
+    failing is ``BadInput``: the input itself cannot run, so there is nothing to validate against.
+    A tuned module whose parameters differ from the original's is not ok (no common inputs).
+    """
+    from autotune.pipelines.xla import runner
+
+    seed = int(seed)
+    try:
+        specs = runner.parameter_specs(original.proto)
+    except BadInput as exc:
+        raise BadInput(f"the original module cannot be run for validation: {exc}") from None
+    n_inputs = len(specs)
+    orig_outs, floats, int_high = _original_outputs(pipeline, original, seed, specs)
+    described = _describe(floats, int_high)
+    try:
+        tuned_specs = runner.parameter_specs(tuned.proto)
+    except BadInput as exc:
+        return ValidationReport(False, f"tuned module: {exc}", (), seed, n_inputs, described)
+    if [(s.shape, s.dtype) for s in tuned_specs] != [(s.shape, s.dtype) for s in specs]:
+        return ValidationReport(False, "the tuned module's parameters differ from the original's "
+                                f"({len(tuned_specs)} vs {len(specs)} parameter leaves)", (), seed, n_inputs, described)
+    try:
+        tuned_outs = pipeline.execute(tuned, seed=seed, floats=floats, int_high=int_high)
+    except PassFailed as exc:
+        kind = {"crash": "crashes the compiler", "timeout": "timed out"}.get(getattr(exc, "status", "error"),
+                                                                           "fails to compile or run")
+        return ValidationReport(False, f"the tuned module {kind} with XLA's full pipeline: {exc}", (), seed,
+                                n_inputs, described)
+    except BadInput as exc:
+        return ValidationReport(False, f"the tuned module cannot be run: {exc}", (), seed, n_inputs, described)
+    return compare(orig_outs, tuned_outs, seed=seed, n_inputs=n_inputs, inputs=described)

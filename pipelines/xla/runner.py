@@ -1,0 +1,289 @@
+"""Compile a module with XLA's full CPU pipeline and run it: the ground truth behind validation
+and the ``runtime`` objective.
+
+Everything here that compiles or executes runs INSIDE a worker process (``worker.XlaWorker``
+delegates to it): a full compile goes through LLVM codegen, where an XLA fatal error would kill the
+process. ``random_inputs`` needs only ``jaxlib._hlo`` and also runs in the main process (tests use
+it to show that a seed fixes the inputs).
+
+jaxlib 0.10.2 calls used (checked on this version):
+
+- ``_jax.mlir.hlo_to_stablehlo(proto)`` then ``client.compile_and_load(mlir, DeviceList, CompileOptions())``
+  -> ``LoadedExecutable`` (the default pipeline; the worker's capture hook is inactive because
+  ``worker._capturing`` is False).
+- Inputs: ``_jax.batched_device_put(ShapedArray, SingleDeviceSharding, [ndarray], [device],
+  committed=True, force_copy=True, enable_x64=True)``. ``jax.device_put`` would canonicalise f64/s64
+  to f32/s32 (x64 is off in the worker) and so feed the executable the wrong types.
+- Run: ``exe.execute_sharded(list_of_arrays)`` -> ``ExecuteResults``;
+  ``.disassemble_into_single_device_arrays()`` -> one list per output (one array per device).
+- The HLO -> StableHLO conversion flattens tuples: a tuple-shaped entry parameter becomes its
+  leaves as separate arguments (depth-first), and a (nested) tuple result comes back as its leaves.
+  ``random_inputs`` therefore produces one array per leaf, in that order.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import time
+from collections import OrderedDict
+from dataclasses import dataclass
+
+import numpy as np
+
+from autotune.errors import BadInput, PassFailed
+
+#: Refuse to build random inputs larger than this (a validation run must fit next to the model).
+MAX_INPUT_BYTES = 2 << 30
+
+#: Integer (and unsigned) parameters are drawn from [0, INT_HIGH) by default. Integer entry
+#: parameters of real models are overwhelmingly indices: token ids for an embedding lookup, labels
+#: for a one-hot, gather/dynamic-slice starts. Values that are valid positions in any dimension of
+#: size >= 4 exercise the real data path. Large random integers would mostly be out of range: XLA
+#: clamps a raw gather (so the comparison would only see edge rows), and ``jnp.take``'s default
+#: "fill" mode turns them into NaN rows (a vacuous NaN == NaN comparison). Small non-negative values
+#: also keep integer loop bounds, step counters and shift amounts harmless. Tables smaller than 4
+#: exist (DLRM's 3-row gender embedding), so callers may lower the bound (``int_high``).
+INT_HIGH = 4
+
+#: How float parameters are drawn. ``normal``: standard normal, both signs (the default: sign
+#: matters to relu/abs/max/select paths). ``positive``: |standard normal|, for modules whose
+#: parameters must be non-negative to give finite results (Adam's second moment goes through
+#: sqrt/rsqrt: a train step fed negative moments returns NaN in every updated weight, and NaN ==
+#: NaN would make the comparison vacuous). ``autotune.validation`` picks ``positive`` only when the
+#: original's outputs under ``normal`` are not finite.
+FLOAT_DISTRIBUTIONS = ("normal", "positive")
+
+
+@dataclass(frozen=True)
+class ParamSpec:
+    """One leaf of an entry parameter: where it comes from, its shape and numpy dtype."""
+
+    path: str  # "p3" or "p3{1,0}" for a leaf inside a tuple parameter
+    shape: tuple[int, ...]
+    dtype: np.dtype
+
+    @property
+    def nbytes(self) -> int:
+        return math.prod(self.shape) * self.dtype.itemsize
+
+
+def _compiler_message(exc: BaseException) -> str:
+    """XLA's error status, first meaningful line, without Python traceback noise."""
+    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+    for ln in lines:
+        if not ln.startswith(("Traceback", "File ", "---", "For simplicity", "The stack trace")):
+            return ln[:500]
+    return type(exc).__name__
+
+
+# ---- inputs ----------------------------------------------------------------------------------------
+def parameter_specs(proto: bytes) -> list[ParamSpec]:
+    """The entry computation's parameter leaves, in the order the compiled executable takes them.
+
+    Read from the module's program shape (``XlaComputation(proto).program_shape()``), which is the
+    entry computation's signature. Tuple parameters are flattened depth-first, matching the
+    HLO -> StableHLO conversion. Token and dynamic-shaped parameters cannot be fed random data and
+    are refused with ``BadInput``.
+    """
+    from jaxlib import _hlo
+
+    try:
+        program_shape = _hlo.XlaComputation(proto).program_shape()
+    except Exception as exc:
+        raise BadInput(f"cannot read the module's entry signature: {_compiler_message(exc)}") from None
+    specs: list[ParamSpec] = []
+
+    def walk(shape, param: int, index: tuple[int, ...]) -> None:
+        if shape.is_tuple():
+            for i, sub in enumerate(shape.tuple_shapes()):
+                walk(sub, param, (*index, i))
+            return
+        path = f"p{param}" + ("{" + ",".join(map(str, index)) + "}" if index else "")
+        if shape.is_token():
+            raise BadInput(f"entry parameter {path} is a token; cannot run it on random inputs")
+        if not shape.is_array():
+            raise BadInput(f"entry parameter {path} has an unsupported shape {shape}")
+        if shape.is_dynamic():
+            raise BadInput(f"entry parameter {path} has a dynamic shape {shape}; cannot run it on random inputs")
+        try:
+            dtype = np.dtype(shape.numpy_dtype())
+        except Exception:
+            raise BadInput(f"entry parameter {path} has an element type numpy cannot hold: {shape}") from None
+        specs.append(ParamSpec(path, tuple(int(d) for d in shape.dimensions()), dtype))
+
+    for param, shape in enumerate(program_shape.parameter_shapes()):
+        walk(shape, param, ())
+    return specs
+
+
+def _random_array(rng: np.random.Generator, shape: tuple[int, ...], dtype: np.dtype, floats: str,
+                  int_high: int) -> np.ndarray:
+    if dtype == np.bool_:
+        return rng.random(shape) < 0.5
+    if dtype.kind in "iu" or dtype.name in ("int4", "uint4", "int2", "uint2"):
+        return rng.integers(0, int_high, size=shape, dtype=np.int64).astype(dtype)
+    wide = np.float64 if dtype.itemsize == 16 or dtype == np.float64 else np.float32
+
+    def draw():
+        x = rng.standard_normal(shape, dtype=wide)
+        return np.abs(x) if floats == "positive" else x
+
+    if dtype.kind == "c":
+        return (draw() + 1j * draw()).astype(dtype)
+    # f32/f64 directly; the narrow floats (f16, bf16, f8*: ml_dtypes) drawn in f32 and rounded.
+    return draw().astype(dtype, copy=False)
+
+
+def random_inputs(proto: bytes, seed: int = 0, floats: str = "normal", int_high: int = INT_HIGH) -> list[np.ndarray]:
+    """Deterministic random arguments for the entry computation (one array per parameter leaf).
+
+    Each leaf gets its own generator seeded with ``(seed, leaf index)``, so a given seed always
+    gives the same arrays and a module's inputs do not shift when another parameter changes size.
+    Floats are standard normal (rounded to bf16/f16/f8 via ml_dtypes where needed; its absolute
+    value with ``floats="positive"``), complex numbers have such real and imaginary parts, integers
+    are uniform in [0, ``int_high``) (default ``INT_HIGH``: see there for why), bools are fair coin
+    flips. Inputs above ``MAX_INPUT_BYTES`` are refused with ``BadInput`` before any allocation.
+    """
+    if floats not in FLOAT_DISTRIBUTIONS:
+        raise BadInput(f"unknown float distribution '{floats}' (expected one of {', '.join(FLOAT_DISTRIBUTIONS)})")
+    int_high = int(int_high)
+    if not 1 <= int_high <= 127:
+        raise BadInput(f"int_high must be in [1, 127] (got {int_high})")
+    specs = parameter_specs(proto)
+    total = sum(s.nbytes for s in specs)
+    if total > MAX_INPUT_BYTES:
+        raise BadInput(f"random inputs for this module would need {total / 2**30:.2f} GiB "
+                       f"(limit {MAX_INPUT_BYTES / 2**30:g} GiB); refusing to run it")
+    base = int(seed) % (1 << 63)
+    return [_random_array(np.random.default_rng([base, i]), s.shape, s.dtype, floats, int_high)
+            for i, s in enumerate(specs)]
+
+
+# ---- compile and run (worker side) --------------------------------------------------------------------
+def compile_full(worker, proto: bytes):
+    """Compile ``proto`` with XLA's complete default CPU pipeline (incl. codegen) -> LoadedExecutable.
+
+    Any conversion or compile error becomes ``PassFailed(<XLA's first line>, "error")``: passes
+    applied out of their usual context can leave a module that later stages reject, and that is a
+    fact about the tuned module, not a bug of the tool.
+    """
+    if getattr(worker, "_capturing", False):  # a probe compile in progress would abort this one
+        raise PassFailed("internal: full compile requested while a capture is active", "error")
+    jax_ = worker._jax
+    try:
+        mlir = jax_.mlir.hlo_to_stablehlo(proto)
+    except Exception as exc:
+        raise PassFailed(f"XLA cannot convert the module for compilation: {_compiler_message(exc)}", "error") from None
+    try:
+        return worker.backend.compile_and_load(mlir, worker.devices, jax_.CompileOptions())
+    except Exception as exc:
+        raise PassFailed(_compiler_message(exc), "error") from None
+
+
+#: Executables kept per worker. Validation runs the same original once per candidate and may
+#: retry it with other input distributions; a request that follows on the same worker (the pool
+#: hands sequential requests to the most recently idle worker) then skips codegen.
+EXE_CACHE_SIZE = 4
+
+
+def cached_compile(worker, proto: bytes):
+    """``compile_full`` through a small per-worker LRU keyed by the proto's hash.
+
+    Returns ``(executable, seconds the compile took when it was built)``. Failures are not cached.
+    """
+    cache = getattr(worker, "_runner_exe_cache", None)
+    if cache is None:
+        cache = worker._runner_exe_cache = OrderedDict()
+    key = hashlib.sha256(proto).hexdigest()
+    if key in cache:
+        cache.move_to_end(key)
+        return cache[key]
+    t0 = time.perf_counter()
+    exe = compile_full(worker, proto)
+    cache[key] = (exe, time.perf_counter() - t0)
+    while len(cache) > EXE_CACHE_SIZE:
+        cache.popitem(last=False)
+    return cache[key]
+
+
+def _device_put(worker, arrays: list[np.ndarray]) -> list:
+    """Copy host arrays to the worker's device with their exact dtypes (x64 included)."""
+    from jax._src import core
+    from jax.sharding import SingleDeviceSharding
+
+    device = worker.devices[0]
+    sharding = SingleDeviceSharding(device)
+    return [
+        worker._jax.batched_device_put(core.ShapedArray(a.shape, a.dtype), sharding, [a], [device],
+                                       True, True, enable_x64=True)
+        for a in arrays
+    ]
+
+
+def _run(exe, args: list) -> list:
+    try:
+        results = exe.execute_sharded(args)
+        outs = [per_device[0] for per_device in results.disassemble_into_single_device_arrays()]
+        for out in outs:
+            out.block_until_ready()
+    except Exception as exc:
+        raise PassFailed(f"execution failed: {_compiler_message(exc)}", "error") from None
+    return outs
+
+
+def _check_arity(exe, inputs: list) -> None:
+    """The executable must take exactly the leaves ``random_inputs`` built (a guard on the flattening)."""
+    try:
+        expected = len(exe.get_parameter_layouts())
+    except Exception:
+        return
+    if expected != len(inputs):
+        raise PassFailed(f"the compiled module takes {expected} arguments but its signature has {len(inputs)} "
+                         f"parameter leaves", "error")
+
+
+def execute(worker, proto: bytes, seed: int = 0, floats: str = "normal", int_high: int = INT_HIGH) -> list[np.ndarray]:
+    """Full compile (cached), run once on ``random_inputs(...)``; all outputs (tuples flattened) as numpy."""
+    inputs = random_inputs(proto, seed, floats, int_high)
+    exe, _ = cached_compile(worker, proto)
+    _check_arity(exe, inputs)
+    outs = _run(exe, _device_put(worker, inputs))
+    return [np.array(o) for o in outs]
+
+
+def time_execution(worker, proto: bytes, seed: int = 0, repeats: int = 5, warmup: int = 1,
+                   floats: str = "normal", int_high: int = INT_HIGH) -> dict:
+    """Wall time of ``repeats`` runs after ``warmup`` untimed ones (one compile, not timed in the runs).
+
+    Each timed interval covers launching the executable and blocking until every output is ready.
+    Inputs stay on the device between runs unless the module donates them (input/output aliasing
+    deletes donated arguments); then fresh copies are placed before the next run, outside the timer.
+    """
+    repeats = max(1, int(repeats))
+    warmup = max(0, int(warmup))
+    inputs = random_inputs(proto, seed, floats, int_high)
+    exe, compile_seconds = cached_compile(worker, proto)
+    _check_arity(exe, inputs)
+    args = _device_put(worker, inputs)
+    seconds: list[float] = []
+    for i in range(warmup + repeats):
+        if any(a.is_deleted() for a in args):
+            args = _device_put(worker, inputs)
+        start = time.perf_counter()
+        outs = _run(exe, args)
+        elapsed = time.perf_counter() - start
+        del outs
+        if i >= warmup:
+            seconds.append(elapsed)
+    arr = np.asarray(seconds)
+    return {
+        "seconds": seconds,
+        "median": float(np.median(arr)),
+        "p90": float(np.percentile(arr, 90)),
+        "min": float(arr.min()),
+        "mean": float(arr.mean()),
+        "repeats": repeats,
+        "warmup": warmup,
+        "compile_seconds": compile_seconds,  # of the compile that built the executable (maybe earlier)
+    }

@@ -1,0 +1,109 @@
+"""Tuning records as a CI gate: export, check (0 / 1 / 2), validate command."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from conftest import GPT2, SMALL, run_cli
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("rec")
+    db = tmp / "c.db"
+    proc = run_cli("run", "--strategy", "greedy", "--budget", "60", "--max-length", "3", str(SMALL), "--json", db=db)
+    assert proc.returncode == 0, proc.stderr
+    run_id = json.loads(proc.stdout)["run_id"]
+    record = tmp / "tuned.json"
+    proc = run_cli("export", run_id, "-o", str(record), db=db)
+    assert proc.returncode == 0, proc.stderr
+    return db, record, tmp
+
+
+def test_record_contents(exported):
+    _, record, _ = exported
+    data = json.loads(record.read_text())
+    assert data["format"] == 1 and data["valid"] is True
+    assert data["sequence"] and data["pipeline_version"].startswith("xla:")
+    assert {"input_ops", "default_ops", "tuned_ops", "tuned_final_ops", "cost", "default_cost"} <= set(data["metrics"])
+
+
+def test_check_passes_on_unchanged_module(exported):
+    db, record, _ = exported
+    proc = run_cli("check", str(SMALL), "--record", str(record), "--json", db=db)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    data = json.loads(proc.stdout)
+    assert data["ok"] and data["valid"] and data["regression"] == 0.0
+
+
+def test_check_fails_on_edited_module(exported):
+    db, record, tmp = exported
+    edited = tmp / "edited.hlo"
+    edited.write_text(SMALL.read_text().replace("constant(3)", "constant(4)"))
+    proc = run_cli("check", str(edited), "--record", str(record), db=db)
+    assert proc.returncode == 1
+    assert "module changed" in proc.stdout
+
+
+def test_check_fails_on_regression_and_tolerates_within_limit(exported):
+    db, record, tmp = exported
+    data = json.loads(record.read_text())
+    data["metrics"]["cost"] = data["metrics"]["cost"] * 0.9  # pretend the record was 10% better
+    tighter = tmp / "tighter.json"
+    tighter.write_text(json.dumps(data))
+    failed = run_cli("check", str(SMALL), "--record", str(tighter), "--json", db=db)
+    assert failed.returncode == 1 and "regressed" in " ".join(json.loads(failed.stdout)["reasons"])
+    allowed = run_cli("check", str(SMALL), "--record", str(tighter), "--max-regression", "20", db=db)
+    assert allowed.returncode == 0, allowed.stdout
+
+
+def test_check_fails_when_the_sequence_fails(exported):
+    db, record, tmp = exported
+    data = json.loads(record.read_text())
+    gpt2_record = dict(data)
+    # A record whose sequence hits XLA's RET_CHECK on the GPT-2 module (gather_simplifier).
+    from autotune.api import Session
+
+    with Session(db, 1) as s:
+        gpt2_record["fingerprint"] = s.normalize(str(GPT2)).fingerprint
+    gpt2_record["sequence"] = ["gather_simplifier"]
+    path = tmp / "failing.json"
+    path.write_text(json.dumps(gpt2_record))
+    proc = run_cli("check", str(GPT2), "--record", str(path), "--no-validate", "--json", db=db)
+    assert proc.returncode == 1
+    assert "fails at step 1" in json.loads(proc.stdout)["reasons"][0]
+
+
+@pytest.mark.parametrize("content", ["not json", "[]", '{"format": 1}', '{"format": 99, "module": "x"}',
+                                     '{"format": 1, "module": "m", "fingerprint": "f", "sequence": "cse", '
+                                     '"objective": "final-ops", "pipeline_version": "v", "metrics": {}}'])
+def test_check_bad_record_is_bad_input(exported, content):
+    db, _, tmp = exported
+    path = tmp / "bad.json"
+    path.write_text(content)
+    proc = run_cli("check", str(SMALL), "--record", str(path), db=db)
+    assert proc.returncode == 2
+    assert len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr
+
+
+def test_check_missing_record_and_bad_export(exported):
+    db, _, tmp = exported
+    assert run_cli("check", str(SMALL), "--record", str(tmp / "nope.json"), db=db).returncode == 2
+    assert run_cli("export", "no-such-run", "-o", str(tmp / "x.json"), db=db).returncode == 2
+
+
+def test_validate_command(exported, tmp_path):
+    db, _, _ = exported
+    tuned = tmp_path / "tuned.hlo"
+    assert run_cli("apply", "--passes", "cse,dce", str(SMALL), "-o", str(tuned), db=db).returncode == 0
+    ok = run_cli("validate", str(SMALL), str(tuned), "--json", db=db)
+    assert ok.returncode == 0, ok.stderr
+    assert json.loads(ok.stdout)["ok"]
+    wrong = tmp_path / "wrong.hlo"
+    wrong.write_text(tuned.read_text().replace("constant(5)", "constant(6)"))
+    assert "constant(6)" in wrong.read_text()
+    bad = run_cli("validate", str(SMALL), str(wrong), db=db)
+    assert bad.returncode == 1 and "MISMATCH" in bad.stdout
+    assert run_cli("validate", str(SMALL), str(tmp_path / "missing.hlo"), db=db).returncode == 2
