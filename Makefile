@@ -5,6 +5,8 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 EXAMPLE ?= examples/gpt2_train_step.hlo
 DEMO_DB ?= .autotune/demo.db
+DEMO_STRATEGY ?= nevergrad
+DEMO_BUDGET ?= 150
 
 .PHONY: demo test install clean bench suite results
 
@@ -18,9 +20,8 @@ install: $(STAMP)
 
 ## demo: set up, then tune the bundled GPT-2-style training step and print the result.
 demo: $(STAMP)
-	$(BIN)/autotune passes
 	$(BIN)/autotune baseline $(EXAMPLE) --db $(DEMO_DB)
-	$(BIN)/autotune apply --passes algsimp,dce,cse $(EXAMPLE) --db $(DEMO_DB) -o out/demo_tuned.hlo
+	$(BIN)/autotune run --strategy $(DEMO_STRATEGY) --budget $(DEMO_BUDGET) $(EXAMPLE) --db $(DEMO_DB) --out out/demo
 
 ## test: set up with test extras, then run the whole test suite.
 test: $(STAMP)

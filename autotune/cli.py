@@ -363,6 +363,9 @@ def _report(result, as_json: bool, out_dir) -> None:
     imp_final, imp_raw = result.improvement(True), result.improvement(False)
     if result.best:
         console.print(f"best sequence ({len(result.best_sequence)} passes): {','.join(result.best_sequence)}")
+    if not result.beats_default:
+        console.print(f"[yellow]No sequence beat XLA's default ordering on {result.objective} in {result.evaluations} "
+                      "evaluations: keep XLA's default.[/]")
     def pct(x):
         return "n/a" if x is None else f"{x:+.1%}"
     console.print(f"reduction vs XLA default's reduction: final-ops {pct(imp_final)}, raw ops {pct(imp_raw)}")

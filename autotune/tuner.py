@@ -82,6 +82,11 @@ class TuneResult:
         return self.best.sequence if self.best else ()
 
     @property
+    def beats_default(self) -> bool:
+        """True when the best valid sequence is strictly better than XLA's default ordering."""
+        return self.best is not None and self.best.cost < self.default_cost
+
+    @property
     def best_cost(self) -> float:
         return self.best.cost if self.best else self.default_cost
 
@@ -118,7 +123,7 @@ class TuneResult:
             "strategy": self.strategy, "objective": self.objective, "seed": self.seed, "budget": self.budget,
             "evaluations": self.evaluations, "status": self.status,
             "input": self.input.to_dict(), "default": self.default.to_dict(), "default_cost": self.default_cost,
-            "best": best, "validity": self.validity,
+            "best": best, "beats_default": self.beats_default, "validity": self.validity,
             "invalid": [{"sequence": list(s), "reason": r} for s, r in self.invalid],
             "improvement_final_ops": self.improvement(True), "improvement_raw_ops": self.improvement(False),
             "seconds": self.seconds, "steps_compiled": self.steps_compiled, "steps_cached": self.steps_cached,

@@ -167,6 +167,25 @@ class XlaWorker:
         module = hlo.parse_proto(proto)
         return {"fingerprint": hlo.fingerprint(module), **self._measure(module)}
 
+    def run_plain(self, text: str, actions: list[str]) -> list[str | None]:
+        """The straightforward method, kept as the reference the fast path is tested against.
+
+        Every step starts from HLO *text*: parse, convert to MLIR, one capture compile, print the
+        result back to text; no MLIR reuse, no fingerprint-keyed caches. Returns the fingerprint
+        after each step (None from the first failing step on).
+        """
+        out: list[str | None] = []
+        for action in actions:
+            try:
+                proto = hlo.parse_text(text).as_serialized_hlo_module_proto()
+                result = self._capture(self._jax.mlir.hlo_to_stablehlo(proto), self._overrides[action])
+            except PassFailed:
+                return out + [None] * (len(actions) - len(out))
+            module = hlo.parse_proto(result)
+            out.append(hlo.fingerprint(module))
+            text = hlo.to_text(module)
+        return out
+
     def run_steps(self, proto: bytes, key: str | None, actions: list[str]):
         """Apply ``actions`` one compile each, starting from ``proto``; yield a StepOut per step.
 
