@@ -78,10 +78,10 @@ class Cache:
                 p.parent.mkdir(parents=True, exist_ok=True)
             except OSError as exc:
                 raise BadInput(f"{p}: cannot create cache directory ({exc.strerror})") from None
-            if p.exists() and p.stat().st_size > 0:
-                with open(p, "rb") as fh:
-                    if fh.read(16) != b"SQLite format 3\x00":
-                        raise CacheError(f"{p}: not an SQLite database (corrupted or foreign file); left untouched")
+            # No plain open()/read() of the file here: closing any descriptor of a file drops every
+            # POSIX lock this process holds on it, including the locks of SQLite connections already
+            # open on it; another process could then delete their WAL (seen: "database disk image is
+            # malformed"). SQLite itself recognises a foreign file without writing to it.
         try:
             conn = sqlite3.connect(self.path, timeout=busy_timeout, isolation_level=None, check_same_thread=False)
             conn.execute(f"PRAGMA busy_timeout={int(busy_timeout * 1000)}")
@@ -91,6 +91,8 @@ class Cache:
             conn.execute("PRAGMA synchronous=NORMAL")
             self._ensure_schema()
         except sqlite3.DatabaseError as exc:
+            if "not a database" in str(exc):
+                raise CacheError(f"{self.path}: not an SQLite database (corrupted or foreign file); left untouched") from None
             raise CacheError(f"{self.path}: cannot use cache database ({exc}); left untouched") from None
         self._transitions: dict[tuple[str, str, str], Transition] = {}
         self._states: dict[tuple[str, str], Metrics] = {}

@@ -41,8 +41,12 @@ One episode builds one pass sequence for one module:
 
 * **Shaping** (``shaping=True``, the paper's best variant): adds the potential-based term
   ``F = gamma * Phi(s') - Phi(s)`` with
-  ``Phi(s) = -(w_flops * flops(s) / flops(s0) + w_transcendentals * transcendentals(s) / transcendentals(s0))``;
-  a term whose initial value is zero or NaN is left out (no signal to scale). Ng, Harada & Russell
+  ``Phi(s) = w_flops * (1 - flops(s) / flops(s0)) + w_transcendentals * (1 - transcendentals(s) / transcendentals(s0))``,
+  the weighted relative reduction of flops and transcendentals since the episode's start; a term
+  whose initial value is zero or NaN is left out (no signal to scale). ``Phi(s0) = 0`` matters in
+  practice: with ``Phi(s) = -flops(s)/flops(s0) - ...`` (same differences, offset by a constant)
+  a STOP at the first step is paid ``-Phi(s0) = +1`` at once, and the trained policies learned to
+  stop immediately on every module; with the start at zero, stopping early earns nothing. Ng, Harada & Russell
   (1999, "Policy invariance under reward transformations") show that adding a potential difference
   leaves the optimal policies unchanged: along any trajectory the shaping terms telescope to
   ``gamma^T Phi(s_T) - Phi(s_0)``. In an episodic task that only holds if the potential of the
@@ -108,13 +112,11 @@ def _ratio(x: float, x0: float) -> float:
     return (x + 1.0) / (x0 + 1.0)
 
 
-def _term(x: float, x0: float) -> float:
-    """``x / x0`` for the potential, or 0 when there is nothing to scale by (x0 zero or NaN)."""
-    if x0 is None or math.isnan(x0) or x0 <= 0:
+def _reduction(x: float, x0: float) -> float:
+    """``1 - x / x0`` for the potential, or 0 when there is nothing to scale by (x0 zero or NaN)."""
+    if x0 is None or math.isnan(x0) or x0 <= 0 or x is None or math.isnan(x):
         return 0.0
-    if x is None or math.isnan(x):
-        return 1.0
-    return x / x0
+    return 1.0 - x / x0
 
 
 class PassOrderingEnv(gymnasium.Env):
@@ -186,10 +188,10 @@ class PassOrderingEnv(gymnasium.Env):
         return np.clip(obs, 0.0, OBS_HIGH).astype(np.float32)
 
     def potential(self, metrics: Metrics) -> float:
-        """``Phi(s)`` of a (non-terminal) state: minus the weighted relative flops and transcendentals."""
+        """``Phi(s)`` of a (non-terminal) state: the weighted relative flop/transcendental reduction."""
         m0 = self._m0
-        return -(self.w_flops * _term(metrics.flops, m0.flops)
-                 + self.w_transcendentals * _term(metrics.transcendentals, m0.transcendentals))
+        return (self.w_flops * _reduction(metrics.flops, m0.flops)
+                + self.w_transcendentals * _reduction(metrics.transcendentals, m0.transcendentals))
 
     # ---- gymnasium API ----------------------------------------------------------------------------
     def reset(self, *, seed: int | None = None, options: dict | None = None):

@@ -57,7 +57,9 @@ def test_shaping_is_gamma_phi_next_minus_phi_on_a_real_step(engine):
     c0 = session.empty_cost  # the empty sequence, free of budget
 
     def phi(m):
-        return -(wf * m.flops / m0.flops + wt * m.transcendentals / m0.transcendentals)
+        return wf * (1 - m.flops / m0.flops) + wt * (1 - m.transcendentals / m0.transcendentals)
+
+    assert phi(m0) == 0.0  # the start has zero potential: stopping at once earns nothing
 
     # cse merges the duplicated exponential: transcendentals halve, so the potential rises.
     _, reward, terminated, _, info = env.step(env.actions.index("cse"))

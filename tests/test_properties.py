@@ -102,12 +102,35 @@ def test_evaluator_recomputes_after_corruption(engine, small_root):
     assert again.compiled == 1 and again.state == first.state
 
 
-def test_evaluator_recomputes_a_state_whose_blob_was_lost(engine, small_root):
-    first = engine.evaluate(small_root, ["cse", "tuple-simplifier"])
-    cache = engine.cache
-    blob = cache.db.execute("SELECT blob FROM states WHERE fp=?", [first.state]).fetchone()[0]
-    with cache.write() as db:
-        db.execute("UPDATE blobs SET data=? WHERE hash=?", [zlib.compress(b"rot"), blob])
-    again = engine.evaluate(small_root, ["cse", "tuple-simplifier", "dce"])
-    assert again.ok and again.compiled >= 2
-    assert engine.evaluate(small_root, ["cse", "tuple-simplifier"]).state == first.state
+def test_evaluator_recomputes_a_state_whose_blob_was_lost(tmp_path, small_root):
+    from autotune.engine import open_engine
+
+    with open_engine(tmp_path / "own.db", workers=1) as ev:  # its own cache: nothing else cached there
+        root = ev.prepare(small_root)
+        first = ev.evaluate(root, ["cse", "tuple-simplifier"])
+        blob = ev.cache.db.execute("SELECT blob FROM states WHERE fp=?", [first.state]).fetchone()[0]
+        with ev.cache.write() as db:
+            db.execute("UPDATE blobs SET data=? WHERE hash=?", [zlib.compress(b"rot"), blob])
+        again = ev.evaluate(root, ["cse", "tuple-simplifier", "dce"])  # dce needs the lost bytes
+        assert again.ok and again.compiled >= 2
+        assert ev.evaluate(root, ["cse", "tuple-simplifier"]).state == first.state
+
+
+def test_a_second_handle_in_the_process_keeps_the_first_safe(tmp_path):
+    """Regression: opening the cache file a second time in one process (the JAX hook does) must not
+    drop the first connection's locks, or another process may delete the WAL under it."""
+    import os
+    import subprocess
+    import sys
+
+    db = tmp_path / "c.db"
+    first = Cache(db)
+    first.put_transition("v1", Transition("a" * 32, "cse", "b" * 32, "ok", None, 0.1))
+    Cache(db).close()
+    subprocess.run([sys.executable, "-c", f"from autotune.cache import Cache; Cache({str(db)!r}).close()"], check=True)
+    assert os.path.exists(str(db) + "-wal")  # the other process saw it was not the last user
+    first._transitions.clear()
+    first.put_transition("v1", Transition("c" * 32, "dce", "d" * 32, "ok", None, 0.1))
+    assert first.transition("v1", "a" * 32, "cse").dst == "b" * 32
+    assert first.db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+    first.close()
