@@ -11,6 +11,7 @@ Layout (one file, WAL mode, safe for several processes at once):
                   per-sequence record the design asks for, filled when a sequence is evaluated;
 * ``roots``       raw input fingerprint -> normalised fingerprint (the load round trip);
 * ``inventory``   the discovered pass inventory per XLA version;
+* ``reports``     other measurements keyed by what they depend on (validity checks, runtimes);
 * ``runs``/``trials`` tuning runs and every trial they made (see ``autotune.tuner``).
 
 Integrity: every ``states`` and ``transitions`` row carries a checksum of its own fields and every
@@ -40,7 +41,7 @@ import sqlite_utils
 from autotune.errors import BadInput, CacheError
 from autotune.metrics import Metrics
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 DEFAULT_DB = ".autotune/cache.db"
 
 
@@ -134,6 +135,8 @@ class Cache:
             )
             db["roots"].create({"version": str, "raw": str, "fp": str, "name": str}, pk=("version", "raw"), if_not_exists=True)
             db["inventory"].create({"key": str, "json": str, "created": float}, pk="key", if_not_exists=True)
+            db["reports"].create({"kind": str, "key": str, "report": str, "created": float}, pk=("kind", "key"),
+                                 if_not_exists=True)
             db["runs"].create(
                 {
                     "id": str, "created": float, "updated": float, "status": str, "module": str, "module_name": str,
@@ -308,6 +311,16 @@ class Cache:
     def put_inventory(self, key: str, text: str) -> None:
         with self.write():
             self.db.execute("INSERT OR REPLACE INTO inventory(key, json, created) VALUES (?,?,?)", [key, text, time.time()])
+
+    def get_report(self, kind: str, key: str) -> dict | None:
+        """A cached measurement (validation report, runtime, ...) keyed by its inputs."""
+        row = self.db.execute("SELECT report FROM reports WHERE kind=? AND key=?", [kind, key]).fetchone()
+        return json.loads(row[0]) if row else None
+
+    def put_report(self, kind: str, key: str, report: dict) -> None:
+        with self.write():
+            self.db.execute("INSERT OR REPLACE INTO reports(kind, key, report, created) VALUES (?,?,?,?)",
+                            [kind, key, json.dumps(report), time.time()])
 
     # ---- stats -----------------------------------------------------------------------------------
     def stats(self) -> dict:

@@ -9,22 +9,17 @@ per run configuration.
 
 from __future__ import annotations
 
-import json
 
 REPEATS = 5
 WARMUP = 1
 
 
 def measure_runtime(evaluator, state: str, seed: int = 0, repeats: int = REPEATS, warmup: int = WARMUP) -> float:
-    cache = evaluator.cache
+    """Median runtime in microseconds of the fully compiled module ``state`` (cached)."""
     key = f"{evaluator.version}|{state}|{seed}|{repeats}|{warmup}"
-    with cache.write() as db:
-        db.execute("CREATE TABLE IF NOT EXISTS runtimes (key TEXT PRIMARY KEY, report TEXT)")
-    row = cache.db.execute("SELECT report FROM runtimes WHERE key=?", [key]).fetchone()
-    if row:
-        return float(json.loads(row[0])["median_us"])
-    timing = evaluator.pipeline.time(evaluator.module(state), seed=seed, repeats=repeats, warmup=warmup)
-    report = {**timing, "median_us": 1e6 * float(timing["median"])}
-    with cache.write() as db:
-        db.execute("INSERT OR REPLACE INTO runtimes(key, report) VALUES (?, ?)", [key, json.dumps(report)])
-    return report["median_us"]
+    report = evaluator.cache.get_report("runtime", key)
+    if report is None:
+        timing = evaluator.pipeline.time(evaluator.module(state), seed=seed, repeats=repeats, warmup=warmup)
+        report = {**timing, "median_us": 1e6 * float(timing["median"])}
+        evaluator.cache.put_report("runtime", key, report)
+    return float(report["median_us"])

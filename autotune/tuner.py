@@ -533,19 +533,13 @@ def _summarise(tuner: _Tuner, status: str, validate: bool, validation_seed: int)
 
 def validity_of(evaluator: Evaluator, root: Module, state: str, seed: int = 0) -> dict:
     """Validate (full compile + same outputs on random inputs), cached per (root, state, seed)."""
-    cache = evaluator.cache
-    version = evaluator.version
-    key = f"{version}|{root.fingerprint}|{state}|{seed}"
-    with cache.write() as db:
-        db.execute("CREATE TABLE IF NOT EXISTS validity (key TEXT PRIMARY KEY, report TEXT)")
-    row = cache.db.execute("SELECT report FROM validity WHERE key=?", [key]).fetchone()
-    if row:
-        return json.loads(row[0])
-    from autotune.validation import validate as run_validation
+    key = f"{evaluator.version}|{root.fingerprint}|{state}|{seed}"
+    report = evaluator.cache.get_report("validity", key)
+    if report is None:
+        from autotune.validation import validate as run_validation
 
-    report = run_validation(evaluator.pipeline, root, evaluator.module(state, root.name), seed=seed).to_dict()
-    with cache.write() as db:
-        db.execute("INSERT OR REPLACE INTO validity(key, report) VALUES (?, ?)", [key, json.dumps(report)])
+        report = run_validation(evaluator.pipeline, root, evaluator.module(state, root.name), seed=seed).to_dict()
+        evaluator.cache.put_report("validity", key, report)
     return report
 
 

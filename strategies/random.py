@@ -14,6 +14,9 @@ from autotune.strategy import AskTellStrategy, SearchSpace
 class RandomSearch(AskTellStrategy):
     name = "random"
     description = "uniform random sequences of random length (baseline)"
+    #: Nothing is learned between batches, so a large batch costs nothing and keeps every worker
+    #: busy while the slowest sequence of a batch finishes (bench: 2 workers 1.39x -> 1.77x over 1).
+    batch_size = 16
 
     def setup(self, space: SearchSpace, seed: int, budget: int) -> None:
         self.space = space
