@@ -59,6 +59,44 @@ def _load(path: str):
     return load_path(Path(path))
 
 
+MODULE_SUFFIXES = (".hlo",)
+
+
+def module_paths(values, split: str | None = None) -> list[Path]:
+    """Files as given; for a directory every ``.hlo`` in it (sorted), or with ``split`` the modules of
+    that side of its suite manifest. Duplicates are kept once."""
+    paths: list[Path] = []
+    for value in values:
+        p = Path(value)
+        if p.is_dir():
+            if split is not None:
+                if not (p / "manifest.json").is_file():
+                    raise BadInput(f"{p}: --split needs a suite directory with manifest.json (autotune suite generate)")
+                from autotune.zoo.suite import modules as suite_modules
+
+                try:
+                    found = suite_modules(p, split)
+                except (OSError, ValueError, KeyError, TypeError) as exc:
+                    raise BadInput(f"{p}/manifest.json: unreadable ({exc})") from None
+                missing = [f for f in found if not f.is_file()]
+                if missing:
+                    raise BadInput(f"{missing[0]}: listed in {p}/manifest.json but missing")
+                if not found:
+                    raise BadInput(f"{p}: no {split} modules in its manifest")
+            else:
+                found = sorted(f for f in p.iterdir() if f.suffix.lower() in MODULE_SUFFIXES and f.is_file())
+                if not found:
+                    raise BadInput(f"{p}: no .hlo modules in this directory")
+            paths.extend(found)
+        elif p.exists():
+            if split is not None:
+                raise BadInput(f"{p}: --split applies to suite directories, not to single files")
+            paths.append(p)
+        else:
+            raise BadInput(f"{p}: no such file or directory")
+    return list(dict.fromkeys(paths))
+
+
 def _metrics_row(metrics) -> dict:
     return metrics.to_dict() if metrics is not None else None
 
@@ -284,11 +322,12 @@ def _coerce(value: str):
 @click.option("--shaping", is_flag=True, default=None, help="ppo: potential-based shaping from flops/transcendentals.")
 @click.option("--option", "-O", "extra", multiple=True, help="Strategy option key=value (repeatable).")
 @click.option("--no-validate", is_flag=True, help="Skip the validity check of the best sequence.")
+@click.option("--no-prune", is_flag=True, help="Report the best sequence as found, without dropping useless passes.")
 @db_option
 @workers_option
 @json_option
 def run(model, strategy, budget, time_limit, seed, max_length, objective, out_dir, resume, sampler, optimizer,
-        policy, shaping, extra, no_validate, db, workers, as_json) -> None:
+        policy, shaping, extra, no_validate, no_prune, db, workers, as_json) -> None:
     """Tune MODEL's pass ordering with a search strategy and report the best sequence found."""
     from autotune import objectives, strategy as strategy_mod
     from autotune.engine import open_engine
@@ -312,7 +351,7 @@ def run(model, strategy, budget, time_limit, seed, max_length, objective, out_di
         try:
             result = tune(ev, module, strategy=strategy, budget=budget, objective=objective, seed=seed,
                           max_length=max_length, time_limit=time_limit, options=options, progress=progress,
-                          resume=resume, validate=not no_validate)
+                          resume=resume, validate=not no_validate, prune=not no_prune)
         except Interrupted as exc:
             if out_dir:
                 _write_outputs(ev, exc.partial, Path(out_dir))
@@ -363,6 +402,8 @@ def _report(result, as_json: bool, out_dir) -> None:
     imp_final, imp_raw = result.improvement(True), result.improvement(False)
     if result.best:
         console.print(f"best sequence ({len(result.best_sequence)} passes): {','.join(result.best_sequence)}")
+        if result.best.found and result.best.found != result.best.sequence:
+            console.print(f"  (pruned from the {len(result.best.found)} passes found: the others changed nothing)")
     if not result.beats_default:
         console.print(f"[yellow]No sequence beat XLA's default ordering on {result.objective} in {result.evaluations} "
                       "evaluations: keep XLA's default.[/]")

@@ -53,6 +53,7 @@ class Candidate:
     raw: Metrics
     final: Metrics | None
     cost: float
+    found: tuple[str, ...] = ()  # the sequence as the strategy found it, before pruning
 
 
 @dataclass(frozen=True)
@@ -113,6 +114,7 @@ class TuneResult:
         if self.best:
             best = {
                 "sequence": list(self.best.sequence),
+                "found_sequence": list(self.best.found or self.best.sequence),
                 "cost": self.best.cost,
                 "state": self.best.state,
                 "raw": self.best.raw.to_dict(),
@@ -335,6 +337,24 @@ class _Tuner:
         self.progress.update(len(self.records), self.best.cost if self.best else None,
                              len(self.records) / elapsed, stats.hit_rate)
 
+    def prune(self, sequence: tuple[str, ...], cost: float) -> tuple[tuple[str, ...], str, float]:
+        """Drop passes that do not help: one backward sweep, keeping a removal when the cost does
+        not get worse. Searches return sequences padded with passes that change nothing (most
+        passes are no-ops on most modules); a user should ship the short sequence. Costs at most
+        ``len(sequence)`` evaluations outside the budget (not recorded as trials)."""
+        current, state = sequence, self._state_of.get(sequence)
+        for i in reversed(range(len(current))):
+            if len(current) <= 1:
+                break
+            candidate = current[:i] + current[i + 1:]
+            result = self.ev.evaluate_many(self.root, [candidate])[0]
+            if not result.ok:
+                continue
+            c = self.cost_of_state(result.state)
+            if not math.isnan(c) and c <= cost:
+                current, state, cost = candidate, result.state, c
+        return current, state, cost
+
     def _truncate_replay(self, n: int) -> None:
         self.replay = self.replay[:n]
         with self.ev.cache.write() as db:
@@ -409,10 +429,13 @@ def tune(
     resume: str | None = None,
     validate: bool = True,
     validation_seed: int = 0,
+    prune: bool = True,
 ) -> TuneResult:
     """Search for the best pass sequence for ``module`` with ``strategy``.
 
-    ``budget`` counts sequence evaluations, cache hits included. With ``resume=RUN_ID`` every
+    ``budget`` counts sequence evaluations, cache hits included. ``prune`` shortens the best
+    sequence afterwards (passes whose removal does not worsen the cost are dropped; at most its
+    length in extra evaluations, outside the budget). With ``resume=RUN_ID`` every
     other setting is taken from the recorded run and its completed trials are replayed.
     """
     cache = evaluator.cache
@@ -469,8 +492,9 @@ def tune(
         progress.stop()
     if status == "interrupted":
         _save_run(cache, run_id, status="interrupted", updated=time.time())
-        raise Interrupted(run_id, _summarise(tuner, status, validate=False, validation_seed=validation_seed))
-    result = _summarise(tuner, status, validate, validation_seed)
+        raise Interrupted(run_id, _summarise(tuner, status, validate=False, validation_seed=validation_seed,
+                                             prune=False))
+    result = _summarise(tuner, status, validate, validation_seed, prune)
     _save_run(cache, run_id, status=status, updated=time.time(),
               best_sequence=",".join(result.best_sequence), best_cost=result.best_cost, summary=result.to_dict())
     return result
@@ -496,7 +520,7 @@ def _seed_everything(seed: int) -> None:
         pass
 
 
-def _summarise(tuner: _Tuner, status: str, validate: bool, validation_seed: int) -> TuneResult:
+def _summarise(tuner: _Tuner, status: str, validate: bool, validation_seed: int, prune: bool = True) -> TuneResult:
     ev = tuner.ev
     invalid: list[tuple[tuple[str, ...], str]] = []
     best: Candidate | None = None
@@ -509,6 +533,10 @@ def _summarise(tuner: _Tuner, status: str, validate: bool, validation_seed: int)
         seen.add(rec.state)
         if len(seen) > 8:  # give up after 8 distinct rejected candidates
             break
+        found = rec.sequence
+        if prune and rec.cost < tuner.default_cost and tuner.objective.name != "runtime":
+            seq, state, cost = tuner.prune(rec.sequence, rec.cost)
+            rec = replace(rec, sequence=seq, state=state, cost=cost)
         report = None
         if validate:
             report = validity_of(ev, tuner.root, rec.state, validation_seed)
@@ -517,7 +545,8 @@ def _summarise(tuner: _Tuner, status: str, validate: bool, validation_seed: int)
                 _mark_invalid(ev.cache, tuner.run_id, rec.state, report.get("reason"))
                 continue
         final = tuner.final_of([rec.state])[rec.state]
-        best = Candidate(rec.sequence, rec.state, ev.metrics(rec.state), final.metrics if final.ok else None, rec.cost)
+        best = Candidate(rec.sequence, rec.state, ev.metrics(rec.state), final.metrics if final.ok else None, rec.cost,
+                         found)
         validity = report
         break
     stats = ev.stats

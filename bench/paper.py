@@ -238,6 +238,19 @@ def write(main, ops_comp, data: dict, results: Path, log=print) -> None:
              "potential-based reward shaping best)."),
         Heading("Where we stand", 2),
         Bullets(tuple(standing(main, ops_comp))),
+        Heading("Other reports in this directory", 2),
+        Bullets((
+            "[`real/report.md`](real/report.md): the same strategies on the five real third-party modules of "
+            "`tests/data/real` (modules autotune did not generate), budget 200, objective final-ops. There every "
+            "strategy beats XLA's default on DLRM (929 -> 913 instructions at best) and MAML (126 -> 125) and ties "
+            "on the other three. Regenerate: `autotune compare --strategies random,greedy,optuna,nevergrad,ppo "
+            "--budget 200 tests/data/real/ --out results/real`.",
+            "[`compare/report.md`](compare/report.md): the bundled GPT-2, BERT and ResNet examples, budget 50. "
+            "Regenerate: `autotune compare --strategies random,greedy,optuna,nevergrad,ppo --budget 50 "
+            "examples/gpt2_train_step.hlo examples/bert_encoder_step.hlo examples/resnet_train_step.hlo "
+            "--out results/compare`.",
+            "[`perf.md`](perf.md): engine speed (`python bench/perf.py`).",
+        )),
         Heading("Regenerate", 2),
         Code(data["command"], "sh"),
         Para(f"Ran in {t['total'] / 60:.1f} min on {data['cpus']} CPU cores with `{data['pipeline_version']}` "

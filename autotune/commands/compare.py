@@ -6,45 +6,11 @@ from pathlib import Path
 
 import click
 
-from autotune.cli import _check_writable, _console, _coerce, _load, _print_json, cli, db_option, json_option, workers_option
+from autotune.cli import (
+    _check_writable, _console, _coerce, _load, _print_json, cli, db_option, json_option, module_paths, workers_option,
+)
 from autotune.errors import AutotuneError, BadInput
 
-MODULE_SUFFIXES = (".hlo",)
-
-
-def module_paths(values, split: str | None = None) -> list[Path]:
-    """Files as given; for a directory every ``.hlo`` in it (sorted), or with ``split`` the modules of
-    that side of its suite manifest. Duplicates are kept once."""
-    paths: list[Path] = []
-    for value in values:
-        p = Path(value)
-        if p.is_dir():
-            if split is not None:
-                if not (p / "manifest.json").is_file():
-                    raise BadInput(f"{p}: --split needs a suite directory with manifest.json (autotune suite generate)")
-                from autotune.zoo.suite import modules as suite_modules
-
-                try:
-                    found = suite_modules(p, split)
-                except (OSError, ValueError, KeyError, TypeError) as exc:
-                    raise BadInput(f"{p}/manifest.json: unreadable ({exc})") from None
-                missing = [f for f in found if not f.is_file()]
-                if missing:
-                    raise BadInput(f"{missing[0]}: listed in {p}/manifest.json but missing")
-                if not found:
-                    raise BadInput(f"{p}: no {split} modules in its manifest")
-            else:
-                found = sorted(f for f in p.iterdir() if f.suffix.lower() in MODULE_SUFFIXES and f.is_file())
-                if not found:
-                    raise BadInput(f"{p}: no .hlo modules in this directory")
-            paths.extend(found)
-        elif p.exists():
-            if split is not None:
-                raise BadInput(f"{p}: --split applies to suite directories, not to single files")
-            paths.append(p)
-        else:
-            raise BadInput(f"{p}: no such file or directory")
-    return list(dict.fromkeys(paths))
 
 
 def parse_seeds(text: str) -> list[int]:

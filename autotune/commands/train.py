@@ -7,28 +7,11 @@ from pathlib import Path
 import click
 
 from autotune.cli import (
-    _check_writable, _console, _load, _parse_options, _print_json, cli, db_option, json_option, workers_option,
+    _check_writable, _console, _load, _parse_options, _print_json, cli, db_option, json_option, module_paths,
+    workers_option,
 )
 from autotune.errors import BadInput
 
-MODULE_SUFFIXES = (".hlo",)
-
-
-def _module_paths(values) -> list[Path]:
-    """Every ``.hlo`` of each directory (sorted), and each file as given; duplicates once."""
-    paths: list[Path] = []
-    for value in values:
-        p = Path(value)
-        if p.is_dir():
-            found = sorted(f for f in p.iterdir() if f.suffix.lower() in MODULE_SUFFIXES and f.is_file())
-            if not found:
-                raise BadInput(f"{p}: no .hlo modules in this directory")
-            paths.extend(found)
-        elif p.exists():
-            paths.append(p)
-        else:
-            raise BadInput(f"{p}: no such file or directory")
-    return list(dict.fromkeys(paths))
 
 
 @cli.command()
@@ -39,6 +22,8 @@ def _module_paths(values) -> list[Path]:
               help="A directory of .hlo modules or a module file (repeatable; more can follow as arguments).")
 @click.option("-o", "--output", type=click.Path(dir_okay=False), required=True,
               help="Policy file to write (.zip; its sidecar is written as <output>.json).")
+@click.option("--split", type=click.Choice(["train", "test"]), default=None,
+              help="For a suite directory: only the modules of this side of its train/test split.")
 @click.option("--timesteps", type=int, default=2048, show_default=True,
               help="Environment steps (each appended pass is one evaluation, cache hits included).")
 @click.option("--seed", type=int, default=0, show_default=True)
@@ -50,14 +35,14 @@ def _module_paths(values) -> list[Path]:
 @db_option
 @workers_option
 @json_option
-def train(more, algo, modules, output, timesteps, seed, shaping, max_length, objective, extra, db, workers,
+def train(more, algo, modules, output, split, timesteps, seed, shaping, max_length, objective, extra, db, workers,
           as_json) -> None:
     """Train one policy over MODULES, for zero-shot use with `autotune run --strategy ppo --policy`."""
     from autotune import objectives
     from autotune.engine import open_engine
     from autotune.train import check_hyperparams, train_policy, zip_path_of
 
-    paths = _module_paths([*modules, *more])
+    paths = module_paths([*modules, *more], split)
     if not paths:
         raise BadInput("give modules to train on (--modules DIR_OR_FILE ...)")
     if timesteps < 1:
