@@ -8,7 +8,10 @@ DEMO_DB ?= .autotune/demo.db
 DEMO_STRATEGY ?= nevergrad
 DEMO_BUDGET ?= 150
 
-.PHONY: demo test install clean bench suite results
+RECORD_MODEL ?= tests/data/real/xla_dlrm_train_step.hlo
+RECORD ?= examples/xla_dlrm_train_step.tuned.json
+
+.PHONY: demo test install clean bench paper tune-record check-record
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -27,8 +30,23 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(BIN)/python -m pytest -q
 
+## tune-record: tune RECORD_MODEL once and write its tuning record (then commit the record).
+tune-record: $(STAMP)
+	mkdir -p out
+	$(BIN)/autotune run --strategy optuna --budget 200 $(RECORD_MODEL) --db $(DEMO_DB) --json > out/record-run.json
+	$(BIN)/autotune export $$($(BIN)/python -c "import json; print(json.load(open('out/record-run.json'))['run_id'])") \
+		-o $(RECORD) --db $(DEMO_DB)
+
+## check-record: the CI gate; exits 1 if the committed record no longer holds with the installed XLA.
+check-record: $(STAMP)
+	$(BIN)/autotune check $(RECORD_MODEL) --record $(RECORD) --max-regression 1 --db $(DEMO_DB)
+
+## bench: engine speed figures -> results/perf.md; paper: the 2023 protocol (quick preset) -> results/README.md
 bench: $(STAMP)
 	$(BIN)/python bench/perf.py
+
+paper: $(STAMP)
+	$(BIN)/python bench/paper.py --quick
 
 clean:
 	rm -rf $(VENV) .autotune out .pytest_cache

@@ -51,7 +51,9 @@ def _trials(db: Path, run: str) -> list[tuple]:
     return _rows(db, "SELECT n, sequence, cost, status FROM trials WHERE run=? ORDER BY n", (run,))
 
 
-RUN = ["run", "--strategy", "random", "--budget", "40", "--seed", "5", "--max-length", "6", "--no-validate", "--json"]
+BUDGET = 150  # long enough that a kill lands mid-run even on a fast machine
+RUN = ["run", "--strategy", "random", "--budget", str(BUDGET), "--seed", "5", "--max-length", "6", "--no-validate",
+       "--json"]
 
 
 def test_kill9_then_resume_keeps_every_trial(tmp_path):
@@ -61,12 +63,12 @@ def test_kill9_then_resume_keeps_every_trial(tmp_path):
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
     before = _trials(db, run_id)
-    assert 10 <= len(before) < 40
+    assert 10 <= len(before) < BUDGET
     resumed = run_cli("run", "--resume", run_id, "--json", db=db)
     assert resumed.returncode == 0, resumed.stderr
     data = json.loads(resumed.stdout)
     after = _trials(db, run_id)
-    assert data["evaluations"] == 40 and len(after) == 40
+    assert data["evaluations"] == BUDGET and len(after) == BUDGET
     assert after[: len(before)] == before  # nothing completed before the kill was lost or redone
     # Same seed, uninterrupted, in a fresh cache: the same trials and the same answer.
     fresh = run_cli(*RUN, str(GPT2_SMALLER), db=tmp_path / "fresh.db")
@@ -90,7 +92,7 @@ def test_ctrl_c_stops_cleanly_and_says_how_to_resume(tmp_path):
     assert _rows(db, "SELECT status FROM runs WHERE id=?", (run_id,))[0][0] == "interrupted"
     resumed = run_cli("run", "--resume", run_id, "--json", db=db)
     assert resumed.returncode == 0, resumed.stderr
-    assert len(_trials(db, run_id)) == 40
+    assert len(_trials(db, run_id)) == BUDGET
 
 
 def test_four_runs_share_one_cache(tmp_path):
