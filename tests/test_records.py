@@ -107,3 +107,15 @@ def test_validate_command(exported, tmp_path):
     bad = run_cli("validate", str(SMALL), str(wrong), db=db)
     assert bad.returncode == 1 and "MISMATCH" in bad.stdout
     assert run_cli("validate", str(SMALL), str(tmp_path / "missing.hlo"), db=db).returncode == 2
+
+
+def test_committed_example_record_holds(tmp_path):
+    """The repository's own CI gate (`make check-record`): the committed DLRM record still holds."""
+    from conftest import ROOT
+
+    proc = run_cli("check", str(ROOT / "tests/data/real/xla_dlrm_train_step.hlo"), "--record",
+                   str(ROOT / "examples/xla_dlrm_train_step.tuned.json"), "--max-regression", "1", "--json",
+                   db=tmp_path / "c.db")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    data = json.loads(proc.stdout)
+    assert data["ok"] and data["valid"] and data["cost"] < data["default_cost"]
