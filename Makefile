@@ -21,10 +21,12 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
-## demo: set up, then tune the bundled GPT-2-style training step and print the result.
+## demo: set up, then tune the bundled GPT-2-style training step and print the result; then the
+## same on the DLRM training step (a third-party module), where a better ordering exists.
 demo: $(STAMP)
 	$(BIN)/autotune baseline $(EXAMPLE) --db $(DEMO_DB)
 	$(BIN)/autotune run --strategy $(DEMO_STRATEGY) --budget $(DEMO_BUDGET) $(EXAMPLE) --db $(DEMO_DB) --out out/demo
+	$(BIN)/autotune run --strategy $(DEMO_STRATEGY) --budget $(DEMO_BUDGET) $(RECORD_MODEL) --db $(DEMO_DB) --out out/demo-dlrm
 
 ## test: set up with test extras, then run the whole test suite.
 test: $(STAMP)

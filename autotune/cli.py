@@ -371,6 +371,7 @@ def _write_outputs(ev, result, out: Path) -> None:
             "module": result.module, "fingerprint": result.fingerprint, "objective": result.objective,
             "sequence": list(result.best_sequence), "cost": result.best_cost, "default_cost": result.default_cost,
             "pipeline_version": ev.version, "run_id": result.run_id, "valid": bool(result.validity and result.validity.get("ok")),
+            "beats_default": result.beats_default,
         }, indent=2))
         if result.best is not None:
             (out / "tuned.hlo").write_text(ev.module(result.best.state, result.module).text())
@@ -391,25 +392,28 @@ def _report(result, as_json: bool, out_dir) -> None:
     inp, default = result.input, result.default
     table.add_row("input", str(inp.instructions), str(default.instructions), "", "")
     table.add_row("XLA default", str(default.instructions), str(default.instructions), f"{result.default_cost:g}", "yes")
-    if result.best:
+    if result.best and result.beats_default:
         b = result.best
         valid = "-" if result.validity is None else ("yes" if result.validity.get("ok") else "NO")
         table.add_row("best found", str(b.raw.instructions), str(b.final.instructions) if b.final else "fails",
                       f"{b.cost:g}", valid)
     else:
-        table.add_row("best found", "-", "-", "-", "none valid")
+        table.add_row("best found", "-", "-", "-", "= XLA default")
     console.print(table)
-    imp_final, imp_raw = result.improvement(True), result.improvement(False)
-    if result.best:
-        console.print(f"best sequence ({len(result.best_sequence)} passes): {','.join(result.best_sequence)}")
+    if result.best and result.beats_default:
+        n = len(result.best_sequence)
+        console.print(f"best sequence ({n} pass{'es' if n != 1 else ''}): {','.join(result.best_sequence)}")
         if result.best.found and result.best.found != result.best.sequence:
             console.print(f"  (pruned from the {len(result.best.found)} passes found: the others changed nothing)")
-    if not result.beats_default:
+        imp_final, imp_raw = result.improvement(True), result.improvement(False)
+
+        def pct(x):
+            return "n/a" if x is None else f"{x:+.1%}"
+
+        console.print(f"reduction vs XLA default's reduction: final-ops {pct(imp_final)}, raw ops {pct(imp_raw)}")
+    else:
         console.print(f"[yellow]No sequence beat XLA's default ordering on {result.objective} in {result.evaluations} "
                       "evaluations: keep XLA's default.[/]")
-    def pct(x):
-        return "n/a" if x is None else f"{x:+.1%}"
-    console.print(f"reduction vs XLA default's reduction: final-ops {pct(imp_final)}, raw ops {pct(imp_raw)}")
     for seq, reason in result.invalid:
         console.print(f"[yellow]rejected (invalid):[/] {','.join(seq)}: {reason}")
     console.print(f"run {result.run_id} ({result.status}): {result.seconds:.1f}s, steps compiled {result.steps_compiled}, "
