@@ -266,6 +266,13 @@ def create(name: str, **options) -> Strategy:
     return load(name)(**options)
 
 
+def positive_int(strategy: str, key: str, value) -> int:
+    """Validate an integer option of a strategy (booleans are not integers here)."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise BadInput(f"{strategy}: {key} must be a positive integer, not {value!r}")
+    return value
+
+
 def finite(cost: float, fallback: float) -> float:
     """Optimisers dislike inf/nan: map them to ``fallback``."""
     return fallback if cost is None or math.isnan(cost) or math.isinf(cost) else cost

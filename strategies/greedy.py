@@ -27,7 +27,7 @@ Options: ``patience`` (int >= 1, default 1), ``restarts`` (bool, default true).
 from __future__ import annotations
 
 from autotune.errors import BadInput
-from autotune.strategy import Evaluate, SearchSpace, Strategy, finite
+from autotune.strategy import Evaluate, SearchSpace, Strategy, finite, positive_int
 
 
 class GreedySearch(Strategy):
@@ -36,8 +36,7 @@ class GreedySearch(Strategy):
 
     def __init__(self, patience: int = 1, restarts: bool = True, **rest):
         super().__init__(**rest)
-        if isinstance(patience, bool) or not isinstance(patience, int) or patience < 1:
-            raise BadInput(f"greedy: patience must be a positive integer, not {patience!r}")
+        positive_int("greedy", "patience", patience)
         if not isinstance(restarts, bool):
             raise BadInput(f"greedy: restarts must be true or false, not {restarts!r}")
         self.patience = patience

@@ -40,16 +40,10 @@ import nevergrad as ng
 import numpy as np
 
 from autotune.errors import BadInput, UnknownName
-from autotune.strategy import AskTellStrategy, Evaluate, SearchSpace, finite
+from autotune.strategy import AskTellStrategy, Evaluate, SearchSpace, finite, positive_int
 
 DEFAULT_OPTIMIZER = "DiscreteOnePlusOne"
 ENCODINGS = ("transition", "choice")
-
-
-def _positive_int(key: str, value) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise BadInput(f"nevergrad: {key} must be a positive integer, not {value!r}")
-    return value
 
 
 class NevergradSearch(AskTellStrategy):
@@ -70,8 +64,8 @@ class NevergradSearch(AskTellStrategy):
                 raise UnknownName("nevergrad optimizer", optimizer, sorted(registry))
             optimizer = by_lower[optimizer.lower()]
         self.optimizer_name = optimizer
-        self.batch_size = _positive_int("batch_size", batch_size)
-        self.max_retries = _positive_int("max_retries", max_retries)
+        self.batch_size = positive_int("nevergrad", "batch_size", batch_size)
+        self.max_retries = positive_int("nevergrad", "max_retries", max_retries)
         self._failure_cost = float("inf")
 
     def setup(self, space: SearchSpace, seed: int, budget: int) -> None:

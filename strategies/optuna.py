@@ -43,17 +43,11 @@ import warnings
 import optuna
 
 from autotune.errors import BadInput, UnknownName
-from autotune.strategy import AskTellStrategy, BudgetExhausted, Evaluate, SearchSpace, finite
+from autotune.strategy import AskTellStrategy, BudgetExhausted, Evaluate, SearchSpace, finite, positive_int
 
 SAMPLERS = ("tpe", "random", "cmaes", "qmc", "gp", "nsga2", "nsga3")
 ENCODINGS = ("categorical", "integer")
 _NUMERIC_SAMPLERS = ("cmaes", "qmc")
-
-
-def _positive_int(strategy: str, key: str, value) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise BadInput(f"{strategy}: {key} must be a positive integer, not {value!r}")
-    return value
 
 
 class OptunaSearch(AskTellStrategy):
@@ -83,9 +77,9 @@ class OptunaSearch(AskTellStrategy):
         self.sampler_name = sampler
         self.storage = storage
         self.study_name = None if study_name is None else str(study_name)
-        self.batch_size = _positive_int(self.name, "batch_size", batch_size)
-        self.n_startup_trials = _positive_int(self.name, "n_startup_trials", n_startup_trials)
-        self.max_retries = _positive_int(self.name, "max_retries", max_retries)
+        self.batch_size = positive_int(self.name, "batch_size", batch_size)
+        self.n_startup_trials = positive_int(self.name, "n_startup_trials", n_startup_trials)
+        self.max_retries = positive_int(self.name, "max_retries", max_retries)
         self.encoding = encoding
         self._failure_cost = float("inf")
 
