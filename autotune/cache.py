@@ -322,6 +322,25 @@ class Cache:
             self.db.execute("INSERT OR REPLACE INTO reports(kind, key, report, created) VALUES (?,?,?,?)",
                             [kind, key, json.dumps(report), time.time()])
 
+    def prune(self, failures: bool = False, other_versions_than: str | None = None) -> dict[str, int]:
+        """Delete failed steps (so they are retried) and/or everything of other pipeline versions,
+        then blobs no state refers to any more. Returns the number of rows deleted per table."""
+        deleted: dict[str, int] = {}
+        with self.write():
+            if failures:
+                deleted["failed transitions"] = self.db.execute(
+                    "DELETE FROM transitions WHERE status != 'ok'").rowcount
+            if other_versions_than is not None:
+                for table in ("transitions", "states", "results", "roots"):
+                    deleted[table] = deleted.get(table, 0) + self.db.execute(
+                        f"DELETE FROM {table} WHERE version != ?", [other_versions_than]).rowcount
+            deleted["blobs"] = self.db.execute(
+                "DELETE FROM blobs WHERE hash NOT IN (SELECT blob FROM states)").rowcount
+        self._transitions.clear()
+        self._states.clear()
+        self.db.execute("VACUUM")
+        return deleted
+
     # ---- stats -----------------------------------------------------------------------------------
     def stats(self) -> dict:
         def count(table: str) -> int:

@@ -467,6 +467,37 @@ def _register_commands() -> None:
 _register_commands()
 
 
+@cache.command("prune")
+@click.option("--failures", is_flag=True, help="Forget failed steps (crashes, timeouts, errors) so they are retried.")
+@click.option("--other-versions", is_flag=True, help="Delete results of other XLA/pipeline versions.")
+@db_option
+@json_option
+def cache_prune(failures, other_versions, db, as_json) -> None:
+    """Shrink the cache: failed steps, other versions' results, and module blobs nothing refers to."""
+    from autotune.cache import Cache
+
+    version = None
+    if other_versions:
+        from autotune import pipelines
+
+        c = Cache(db)
+        try:
+            version = pipelines.get("xla", cache=c).version
+        finally:
+            c.close()
+    c = Cache(db)
+    try:
+        before = c.stats()["file_bytes"]
+        deleted = c.prune(failures=failures, other_versions_than=version)
+        after = c.stats()["file_bytes"]
+    finally:
+        c.close()
+    if as_json:
+        _print_json({"deleted": deleted, "file_bytes_before": before, "file_bytes_after": after})
+    else:
+        click.echo(", ".join(f"{n} {what}" for what, n in deleted.items()) + f" deleted; {before} -> {after} bytes")
+
+
 def main(argv=None) -> None:
     """Entry point: click in non-standalone mode so every error becomes one line and a code."""
     try:

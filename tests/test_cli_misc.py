@@ -1,0 +1,67 @@
+"""Smaller CLI surfaces: third-party strategy plugins through entry points, cache pruning."""
+
+from __future__ import annotations
+
+import json
+
+from conftest import GPT2, SMALL, run_cli
+
+PLUGIN = '''
+from autotune.strategy import AskTellStrategy
+
+
+class FirstPassOnly(AskTellStrategy):
+    """A third-party strategy: always the first action, repeated (deterministic, trivially)."""
+
+    name = "first-pass"
+
+    def setup(self, space, seed, budget):
+        self.space = space
+        self.n = 0
+
+    def ask(self, n):
+        out = []
+        for _ in range(n):
+            self.n += 1
+            out.append((self.space.actions[0],) * (1 + self.n % self.space.max_length))
+        return out
+
+    def sequence_of(self, candidate):
+        return candidate
+
+    def tell(self, candidate, cost):
+        pass
+'''
+
+
+def _install_plugin(root):
+    """A real installed distribution (dist-info with entry_points.txt), found through PYTHONPATH."""
+    (root / "thirdparty_autotune").mkdir()
+    (root / "thirdparty_autotune" / "__init__.py").write_text(PLUGIN)
+    info = root / "thirdparty_autotune-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: thirdparty-autotune\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text("[autotune.strategies]\nfirst-pass = thirdparty_autotune:FirstPassOnly\n")
+    return {"PYTHONPATH": str(root)}
+
+
+def test_third_party_strategy_registers_through_an_entry_point(tmp_path):
+    env = _install_plugin(tmp_path)
+    listed = json.loads(run_cli("strategies", "--json", env=env).stdout)
+    entry = {s["name"]: s for s in listed}["first-pass"]
+    assert entry["source"] == "entry-point" and entry["target"] == "thirdparty_autotune:FirstPassOnly"
+    proc = run_cli("run", "--strategy", "first-pass", "--budget", "4", "--max-length", "3", str(SMALL),
+                   "--no-validate", "--json", db=tmp_path / "c.db", env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["evaluations"] == 4
+
+
+def test_cache_prune_forgets_failures(tmp_path):
+    db = tmp_path / "c.db"
+    failed = run_cli("apply", "--passes", "gather_simplifier", str(GPT2), db=db)
+    assert failed.returncode == 1 and "failed" in failed.stderr
+    assert json.loads(run_cli("cache", "stats", "--json", db=db).stdout)["failed_transitions"] == {"error": 1}
+    pruned = json.loads(run_cli("cache", "prune", "--failures", "--other-versions", "--json", db=db).stdout)
+    assert pruned["deleted"]["failed transitions"] == 1
+    stats = json.loads(run_cli("cache", "stats", "--json", db=db).stdout)
+    assert stats["failed_transitions"] == {} and stats["states"] >= 1  # the good work stays
