@@ -108,6 +108,15 @@ class Evaluator:
         """``final`` for several states, compiled in parallel."""
         return self._evaluate_batch([(s, (DEFAULT,)) for s in states])
 
+    def steps(self, pairs: Sequence[tuple[str, str]]) -> list[Result]:
+        """One action applied to one state, for each ``(state fingerprint, action)`` pair, in parallel.
+
+        The building block of an exhaustive search over distinct states: sequences that reach the
+        same module share everything after it, so a breadth-first walk expands each state once.
+        """
+        actions = self.pipeline.check_passes([a for _, a in pairs])
+        return self._evaluate_batch([(s, (a,)) for (s, _), a in zip(pairs, actions)])
+
     # ---- sequences ----------------------------------------------------------------------------------
     def evaluate(self, root: Module, sequence: Sequence[str]) -> Result:
         return self.evaluate_many(root, [sequence])[0]

@@ -185,6 +185,20 @@ class _StepCallback:
         return Callback()
 
 
+def check_training(algo: str, timesteps: int, max_length: int, objective: str,
+                   options: dict | None) -> tuple[dict, dict]:
+    """Every training argument checked before any worker starts (BadInput names the bad one);
+    returns ``check_hyperparams``'s (hyperparameters, environment options)."""
+    from autotune import objectives
+
+    if timesteps < 1:
+        raise BadInput(f"--timesteps must be positive, not {timesteps}")
+    if max_length < 1:
+        raise BadInput("--max-length must be at least 1")
+    objectives.get(objective)
+    return check_hyperparams(algo, options or {})
+
+
 def train_policy(
     evaluator,
     modules: list[Module],
@@ -204,18 +218,12 @@ def train_policy(
     (see ``DEFAULT_HYPERPARAMS``) and the shaping weights ``w_flops``/``w_transcendentals``.
     Every environment step is one evaluation in its module's session (cache hits included).
     """
-    from autotune import objectives
     from autotune.env import EpisodeSource, PassOrderingEnv
     from autotune.tuner import evaluation_session
 
     if not modules:
         raise BadInput("no modules to train on")
-    if timesteps < 1:
-        raise BadInput(f"--timesteps must be positive, not {timesteps}")
-    if max_length < 1:
-        raise BadInput("--max-length must be at least 1")
-    objectives.get(objective)
-    hp, env_opts = check_hyperparams(algo, options or {})
+    hp, env_opts = check_training(algo, timesteps, max_length, objective, options)
     zip_path = zip_path_of(out)
     import torch
 

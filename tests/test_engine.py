@@ -9,7 +9,7 @@ import signal
 import pytest
 
 from autotune.errors import PassFailed
-from conftest import GPT2, SMALL, run_cli
+from conftest import GPT2, ROOT, SMALL, run_cli
 
 
 def test_algsimp_dce_cse_reduces_gpt2(engine, gpt2_root):
@@ -135,3 +135,44 @@ def test_parallel_batch_matches_sequential(engine, small_root):
     batch = engine.evaluate_many(small_root, seqs)
     single = [engine.evaluate(small_root, s) for s in seqs]
     assert [r.state for r in batch] == [r.state for r in single]
+
+
+def test_successors_are_single_steps_from_each_state(engine, small_root):
+    after_cse = engine.evaluate(small_root, ["cse"]).state
+    got = engine.steps([(s, a) for s in (small_root.fingerprint, after_cse) for a in ("cse", "dce")])
+    want = [engine.evaluate(small_root, s) for s in (["cse"], ["dce"], ["cse", "cse"], ["cse", "dce"])]
+    assert [r.state for r in got] == [r.state for r in want]
+
+
+def test_exhaustive_search_finds_the_best_short_sequence(engine):
+    """The breadth-first walk agrees with evaluating its best sequence directly, and no sequence it
+    covers beats it (checked on every length-1 sequence)."""
+    from autotune.explore import explore
+    from autotune.module import load
+
+    out = explore(engine, load(SMALL), depth=2)
+    root = engine.prepare(load(SMALL))
+    n = len(engine.pipeline.passes())
+    assert out.sequences_covered == 1 + n + n ** 2
+    assert out.default_final_ops == engine.default(root).metrics.instructions
+    assert out.best_final_ops <= out.default_final_ops
+    best = engine.evaluate(root, out.best_sequence)
+    assert engine.final(best.state).metrics.instructions == out.best_final_ops
+    assert best.metrics.instructions == out.best_raw_ops
+    singles = engine.evaluate_many(root, [[a] for a in engine.pipeline.passes()])
+    finals = engine.final_many([r.state for r in singles if r.ok])
+    assert min(f.metrics.instructions for f in finals) >= out.best_final_ops
+    assert out.distinct_states == 1 + sum(lv.new_states for lv in out.levels)
+    assert out.levels[0].steps == n and out.levels[1].steps == n * out.levels[0].new_states
+
+
+def test_cli_explore_finds_a_better_ordering_on_maml(tmp_path):
+    """On the real MAML module one pass before XLA's default beats it (126 -> 125 final-ops)."""
+    r = run_cli("explore", "--depth", "1", str(ROOT / "tests/data/real/hloenv_maml_train_step.hlo"), "--json",
+                db=tmp_path / "c.db")
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["improved"] and out["best_final_ops"] < out["default_final_ops"]
+    assert len(out["best_sequence"]) == 1 and out["valid"] is True
+    bad = run_cli("explore", "--depth", "0", str(SMALL), db=tmp_path / "c.db")
+    assert bad.returncode == 2 and "Traceback" not in bad.stderr

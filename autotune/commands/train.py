@@ -38,20 +38,14 @@ from autotune.errors import BadInput
 def train(more, algo, modules, output, split, timesteps, seed, shaping, max_length, objective, extra, db, workers,
           as_json) -> None:
     """Train one policy over MODULES, for zero-shot use with `autotune run --strategy ppo --policy`."""
-    from autotune import objectives
     from autotune.engine import open_engine
-    from autotune.train import check_hyperparams, train_policy, zip_path_of
+    from autotune.train import check_training, train_policy, zip_path_of
 
     paths = module_paths([*modules, *more], split)
     if not paths:
         raise BadInput("give modules to train on (--modules DIR_OR_FILE ...)")
-    if timesteps < 1:
-        raise BadInput(f"--timesteps must be positive, not {timesteps}")
-    if max_length < 1:
-        raise BadInput("--max-length must be at least 1")
-    objectives.get(objective)
     options = _parse_options(extra)
-    check_hyperparams(algo, options)
+    check_training(algo, timesteps, max_length, objective, options)
     out = zip_path_of(Path(output))
     _check_writable(out)
     loaded = [_load(str(p)) for p in paths]  # BadInput names the bad file

@@ -45,14 +45,9 @@ class BertConfig:
     dtype: str = "f32"
 
     def __post_init__(self) -> None:
-        for field in ("layers", "d_model", "heads", "seq", "batch", "vocab", "type_vocab", "mlp_ratio"):
-            if getattr(self, field) < 1:
-                raise ValueError(f"{field} must be >= 1, got {getattr(self, field)}")
+        common.check_config(self, ("layers", "d_model", "heads", "seq", "batch", "vocab", "type_vocab", "mlp_ratio"))
         if self.d_model % self.heads:
             raise ValueError(f"d_model {self.d_model} is not divisible by heads {self.heads}")
-        common.dtype_of(self.dtype)
-        if self.optimizer not in common.OPTIMIZERS:
-            raise ValueError(f"unknown optimizer {self.optimizer!r}; expected one of {common.OPTIMIZERS}")
 
 
 _DEFAULT = BertConfig()

@@ -43,6 +43,16 @@ OPTIMIZERS: tuple[str, ...] = ("adam", "sgd", "adam_flat", "sgd_flat")
 SEED = 0
 
 
+def check_config(cfg: Any, positive: tuple[str, ...]) -> None:
+    """The checks every family's config shares: ``positive`` fields >= 1, a known dtype and optimizer."""
+    for field in positive:
+        if getattr(cfg, field) < 1:
+            raise ValueError(f"{field} must be >= 1, got {getattr(cfg, field)}")
+    dtype_of(cfg.dtype)
+    if cfg.optimizer not in OPTIMIZERS:
+        raise ValueError(f"unknown optimizer {cfg.optimizer!r}; expected one of {OPTIMIZERS}")
+
+
 def dtype_of(name: str) -> Any:
     """Map a config dtype spelling ('f32', 'bf16') to the JAX dtype; reject anything else early."""
     try:

@@ -48,16 +48,11 @@ class GPT2Config:
     dtype: str = "f32"
 
     def __post_init__(self) -> None:
-        for field in ("d_model", "heads", "seq", "batch", "vocab"):
-            if getattr(self, field) < 1:
-                raise ValueError(f"{field} must be >= 1, got {getattr(self, field)}")
+        common.check_config(self, ("d_model", "heads", "seq", "batch", "vocab"))
         if self.layers < 0 or self.mlp_ratio < 0:
             raise ValueError("layers and mlp_ratio must be >= 0")
         if self.d_model % self.heads:
             raise ValueError(f"d_model {self.d_model} is not divisible by heads {self.heads}")
-        common.dtype_of(self.dtype)
-        if self.optimizer not in common.OPTIMIZERS:
-            raise ValueError(f"unknown optimizer {self.optimizer!r}; expected one of {common.OPTIMIZERS}")
 
 
 _DEFAULT = GPT2Config()

@@ -52,14 +52,9 @@ class ResNetConfig:
     dtype: str = "f32"
 
     def __post_init__(self) -> None:
-        for field in ("stages", "blocks", "width", "image", "batch", "classes", "channels"):
-            if getattr(self, field) < 1:
-                raise ValueError(f"{field} must be >= 1, got {getattr(self, field)}")
+        common.check_config(self, ("stages", "blocks", "width", "image", "batch", "classes", "channels"))
         if self.image % 2 ** (self.stages - 1):
             raise ValueError(f"image {self.image} cannot be halved {self.stages - 1} times")
-        common.dtype_of(self.dtype)
-        if self.optimizer not in common.OPTIMIZERS:
-            raise ValueError(f"unknown optimizer {self.optimizer!r}; expected one of {common.OPTIMIZERS}")
 
 
 _DEFAULT = ResNetConfig()
