@@ -77,8 +77,12 @@ def explore(ev, module: Module, depth: int = 2, progress: Progress | None = None
             if f.ok:
                 final_ops[s] = f.metrics.instructions
 
-    score([root.fingerprint])
-    default_final = final_ops[root.fingerprint]
+    default = ev.default(root)
+    if not default.ok:
+        from autotune.errors import AutotuneError
+
+        raise AutotuneError(f"XLA's default pipeline fails on this module: {default.message}")
+    final_ops[root.fingerprint] = default_final = default.metrics.instructions
     frontier, levels = [root.fingerprint], []
     for d in range(1, depth + 1):
         pairs = [(s, a) for s in frontier for a in actions]
