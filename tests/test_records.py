@@ -119,3 +119,22 @@ def test_committed_example_record_holds(tmp_path):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     data = json.loads(proc.stdout)
     assert data["ok"] and data["valid"] and data["cost"] < data["default_cost"]
+
+
+def test_runs_lists_the_run_that_export_took(exported, tmp_path):
+    db, record, _ = exported
+    rec = json.loads(record.read_text())
+    proc = run_cli("runs", "--json", db=db)
+    assert proc.returncode == 0, proc.stderr
+    rows = json.loads(proc.stdout)
+    run = next(r for r in rows if r["fingerprint"] == rec["fingerprint"])
+    assert run["strategy"] == "greedy" and run["status"] == "finished"
+    assert run["evaluations"] == run["budget"] == 60
+    assert run["best_cost"] <= run["default_cost"]
+    assert [r["run_id"] for r in json.loads(run_cli("runs", "--json", "--module", "nope", db=db).stdout)] == []
+    table = run_cli("runs", db=db, env={"COLUMNS": "160"})
+    assert table.returncode == 0 and run["run_id"] in table.stdout
+    empty = run_cli("runs", db=tmp_path / "empty.db")
+    assert empty.returncode == 0 and "no runs" in empty.stdout
+    bad = run_cli("runs", db=tmp_path)
+    assert bad.returncode == 2 and "Traceback" not in bad.stderr

@@ -1,0 +1,81 @@
+"""``autotune runs``: the tuning runs a cache holds, newest first (ids for --resume and export).
+
+A run id starts with its start time (``YYYYMMDD-HHMMSS-``), so the table needs no date column."""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from autotune.cli import _console, _print_json, cli, db_option, json_option
+
+
+def list_runs(cache, limit: int | None = None, module: str | None = None) -> list[dict]:
+    """One dict per run (newest first): id, when, status, module, strategy, objective, budget,
+    evaluations recorded, best cost, XLA default's cost, whether it beat the default and was valid."""
+    where, args = ("WHERE module_name = ? OR module = ?", [module, module]) if module else ("", [])
+    rows = cache.db.execute(
+        f"SELECT id, created, updated, status, module_name, module, strategy, objective, budget, seed, best_cost, "
+        f"summary, (SELECT COUNT(*) FROM trials t WHERE t.run = runs.id) FROM runs {where} "
+        f"ORDER BY created DESC" + (f" LIMIT {int(limit)}" if limit else ""), args).fetchall()
+    out = []
+    for (rid, created, updated, status, name, fp, strategy, objective, budget, seed, best, summary, n) in rows:
+        s = json.loads(summary) if summary else {}
+        out.append({
+            "run_id": rid, "created": created, "updated": updated, "status": status, "module": name,
+            "fingerprint": fp, "strategy": strategy, "objective": objective, "budget": budget, "seed": seed,
+            "evaluations": n, "best_cost": best, "default_cost": s.get("default_cost"),
+            "beats_default": s.get("beats_default"), "valid": (s.get("validity") or {}).get("ok"),
+        })
+    return out
+
+
+@cli.command()
+@click.option("--limit", "-n", type=click.IntRange(min=1), default=20, show_default=True, help="Newest N runs.")
+@click.option("--all", "show_all", is_flag=True, help="Every run (overrides --limit).")
+@click.option("--module", default=None, help="Only runs on this module (name or fingerprint).")
+@db_option
+@json_option
+def runs(limit, show_all, module, db, as_json) -> None:
+    """List the tuning runs recorded in the cache, newest first: the ids that `run --resume`,
+    `export` and `check` take, with each run's status, budget spent and best result."""
+    from autotune.cache import Cache
+
+    cache = Cache(db)
+    try:
+        rows = list_runs(cache, None if show_all else limit, module)
+    finally:
+        cache.close()
+    if as_json:
+        _print_json(rows)
+        return
+    if not rows:
+        click.echo(f"no runs in {cache.path}" + (f" for module {module}" if module else ""))
+        return
+    from rich import box
+    from rich.table import Table
+
+    table = Table(
+        box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True, padding=(0, 1), title=f"runs in {cache.path}",
+        caption="best and XLA's default in the run's objective (final-ops unless named); (=) nothing beat the "
+                "default; status blank = finished",
+    )
+    table.add_column("run id", no_wrap=True)
+    for col, width in (("module", 10), ("strategy", 8)):
+        table.add_column(col, overflow="fold", min_width=width)
+    for col in ("evals", "best", "default"):
+        table.add_column(col, justify="right", no_wrap=True)
+    table.add_column("status", overflow="fold", min_width=4)
+    for r in rows:
+        best = "-" if r["best_cost"] is None else f"{r['best_cost']:g}"
+        if r["objective"] != "final-ops":
+            best += f" {r['objective']}"
+        if r["beats_default"] is False:
+            best += " (=)"
+        elif r["valid"] is False:
+            best += " (invalid)"
+        table.add_row(r["run_id"], r["module"], r["strategy"], f"{r['evaluations']}/{r['budget']}", best,
+                      "-" if r["default_cost"] is None else f"{r['default_cost']:g}",
+                      "" if r["status"] == "finished" else r["status"])
+    _console().print(table)
