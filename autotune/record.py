@@ -96,6 +96,9 @@ def from_run(evaluator, run_id: str) -> TuningRecord:
     best = summary.get("best")
     if not best:
         raise BadInput(f"run '{run_id}' found no valid sequence; nothing to export")
+    if summary.get("beats_default") is False:  # its "best" only ties: a record would pin passes that do nothing
+        raise BadInput(f"run '{run_id}' found nothing better than XLA's default ordering; nothing to export "
+                       "(keep the default)")
     metrics = {
         "input_ops": summary["input"]["instructions"],
         "default_ops": summary["default"]["instructions"],

@@ -6,15 +6,20 @@ import json
 
 import pytest
 
-from conftest import GPT2, SMALL, run_cli
+from conftest import DATA, GPT2, SMALL, run_cli
+
+# A module where a better ordering than XLA's default exists (126 -> 125 final-ops with
+# tree_reduction_rewriter; results/exhaustive.md): only a run that beats the default can be exported.
+MAML = DATA / "real" / "hloenv_maml_train_step.hlo"
 
 
 @pytest.fixture(scope="module")
 def exported(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("rec")
     db = tmp / "c.db"
-    proc = run_cli("run", "--strategy", "greedy", "--budget", "60", "--max-length", "3", str(SMALL), "--json", db=db)
+    proc = run_cli("run", "--strategy", "greedy", "--budget", "60", "--max-length", "3", str(MAML), "--json", db=db)
     assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["beats_default"] is True
     run_id = json.loads(proc.stdout)["run_id"]
     record = tmp / "tuned.json"
     proc = run_cli("export", run_id, "-o", str(record), db=db)
@@ -32,7 +37,7 @@ def test_record_contents(exported):
 
 def test_check_passes_on_unchanged_module(exported):
     db, record, _ = exported
-    proc = run_cli("check", str(SMALL), "--record", str(record), "--json", db=db)
+    proc = run_cli("check", str(MAML), "--record", str(record), "--json", db=db)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     data = json.loads(proc.stdout)
     assert data["ok"] and data["valid"] and data["regression"] == 0.0
@@ -41,7 +46,7 @@ def test_check_passes_on_unchanged_module(exported):
 def test_check_fails_on_edited_module(exported):
     db, record, tmp = exported
     edited = tmp / "edited.hlo"
-    edited.write_text(SMALL.read_text().replace("constant(3)", "constant(4)"))
+    edited.write_text(MAML.read_text().replace("constant(0.9)", "constant(0.8)"))
     proc = run_cli("check", str(edited), "--record", str(record), db=db)
     assert proc.returncode == 1
     assert "module changed" in proc.stdout
@@ -53,9 +58,9 @@ def test_check_fails_on_regression_and_tolerates_within_limit(exported):
     data["metrics"]["cost"] = data["metrics"]["cost"] * 0.9  # pretend the record was 10% better
     tighter = tmp / "tighter.json"
     tighter.write_text(json.dumps(data))
-    failed = run_cli("check", str(SMALL), "--record", str(tighter), "--json", db=db)
+    failed = run_cli("check", str(MAML), "--record", str(tighter), "--json", db=db)
     assert failed.returncode == 1 and "regressed" in " ".join(json.loads(failed.stdout)["reasons"])
-    allowed = run_cli("check", str(SMALL), "--record", str(tighter), "--max-regression", "20", db=db)
+    allowed = run_cli("check", str(MAML), "--record", str(tighter), "--max-regression", "20", db=db)
     assert allowed.returncode == 0, allowed.stdout
 
 
@@ -138,3 +143,16 @@ def test_runs_lists_the_run_that_export_took(exported, tmp_path):
     assert empty.returncode == 0 and "no runs" in empty.stdout
     bad = run_cli("runs", db=tmp_path)
     assert bad.returncode == 2 and "Traceback" not in bad.stderr
+
+
+def test_export_refuses_a_run_that_only_ties_with_the_default(tmp_path):
+    """Nothing beats XLA's default on the GPT-2 example (see results/exhaustive.md): a record of such
+    a run would pin a sequence of passes that change nothing, so export says so and writes nothing."""
+    db = tmp_path / "c.db"
+    proc = run_cli("run", "--strategy", "random", "--budget", "4", "--max-length", "3", str(GPT2), "--json", db=db)
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert out["beats_default"] is False
+    proc = run_cli("export", out["run_id"], "-o", str(tmp_path / "t.json"), db=db)
+    assert proc.returncode == 2 and "nothing better than XLA's default" in proc.stderr
+    assert not (tmp_path / "t.json").exists()
