@@ -53,6 +53,7 @@ seed with a cold or warm cache; only wall time and hit rate do).
 
 from __future__ import annotations
 
+import json
 import math
 import statistics
 import time
@@ -598,4 +599,74 @@ def _row(label: str, base: str, result, budget: int, seconds: float, compiled: i
         best_sequence=tuple(best.sequence) if best else (), valid=valid,
         rejected=tuple((tuple(s), str(r)) for s, r in result.invalid), seconds=seconds,
         steps_compiled=compiled, steps_cached=cached, history=history,
+    )
+
+
+# ---- reports from runs already in the cache ------------------------------------------------------------
+def row_from_run(cache, run_id: str) -> RunRow:
+    """A ``RunRow`` rebuilt from a finished run's stored summary and trials (no compiling).
+
+    The best-so-far history is the running minimum of the recorded trials' costs, as the tuner
+    kept it while the run worked.
+    """
+    from autotune.tuner import load_run, load_trials
+
+    run = load_run(cache, run_id)
+    if not run.get("summary"):
+        raise BadInput(f"run '{run_id}' has not finished (status {run.get('status')}); resume it first")
+    s = json.loads(run["summary"])
+    best = s.get("best") or None
+    history, low = [], math.inf
+    for t in load_trials(cache, run_id):
+        if t.status == "ok" and t.cost is not None and not math.isnan(t.cost):
+            low = min(low, t.cost)
+        history.append(None if low == math.inf else low)
+    validity = s.get("validity")
+    return RunRow(
+        strategy=run["strategy"], base_strategy=run["strategy"], module=run["module_name"],
+        family=family_of(run["module_name"]), seed=run["seed"], budget=run["budget"], run_id=run_id,
+        status=s.get("status", run["status"]), evaluations=s.get("evaluations", len(history)),
+        input_ops=s["input"]["instructions"], default_ops=s["default"]["instructions"],
+        default_cost=float(s["default_cost"]), best_cost=float(best["cost"]) if best else float(s["default_cost"]),
+        best_raw_ops=best["raw"]["instructions"] if best else None,
+        best_final_ops=best["final"]["instructions"] if best and best.get("final") else None,
+        best_sequence=tuple(best["sequence"]) if best else (),
+        valid=None if validity is None else bool(validity.get("ok")),
+        rejected=tuple((tuple(seq), str(reason)) for seq, reason in s.get("invalid") or ()),
+        seconds=float(s.get("seconds") or 0.0), steps_compiled=int(s.get("steps_compiled") or 0),
+        steps_cached=int(s.get("steps_cached") or 0), history=tuple(history),
+    )
+
+
+def comparison_of_runs(cache, run_ids: Sequence[str]) -> Comparison:
+    """A ``Comparison`` of runs already in the cache, grouped by strategy (one objective only)."""
+    from autotune.tuner import load_run
+
+    if not run_ids:
+        raise BadInput("give the ids of the runs to report on (see `autotune runs`)")
+    runs = [load_run(cache, rid) for rid in dict.fromkeys(run_ids)]
+    objectives_used = sorted({r["objective"] for r in runs})
+    if len(objectives_used) > 1:
+        raise BadInput(f"runs with different objectives ({', '.join(objectives_used)}) cannot share one report")
+    rows = [row_from_run(cache, r["id"]) for r in runs]
+    labels = list(dict.fromkeys(r.strategy for r in rows))
+    budgets = sorted({r.budget for r in rows})
+    modules, seen = [], set()
+    for r in rows:
+        if r.module not in seen:
+            seen.add(r.module)
+            modules.append(ModuleInfo(r.module, r.family, r.input_ops, r.default_ops))
+    summaries = []
+    for label in labels:
+        mine = [r for r in rows if r.strategy == label]
+        options = json.loads(next(x["options"] for x in runs if x["strategy"] == label) or "{}")
+        summaries.append(summarise(label, label, options, max(r.budget for r in mine), mine))
+    notes = () if len(budgets) == 1 else (f"runs had different budgets ({', '.join(map(str, budgets))}); "
+                                          "the comparison is not at equal budget",)
+    return Comparison(
+        objective=objectives_used[0], budget=budgets[-1], seeds=tuple(sorted({r.seed for r in rows})),
+        max_length=max(int(x["max_length"] or 0) for x in runs), time_limit=None,
+        validate=all(bool(x["validate"]) for x in runs), strategies=tuple(labels), modules=tuple(modules),
+        runs=tuple(rows), summaries=tuple(summaries), seconds=sum(r.seconds for r in rows),
+        pipeline_version=", ".join(sorted({x["version"] for x in runs})), notes=notes,
     )

@@ -300,6 +300,7 @@ def method_bullets(comp: Comparison) -> tuple[str, ...]:
         "have no gain, which hides the differences) with the interquartile band; a run that "
         "stopped before its budget keeps its last value, and before its first successful evaluation a run reads 1.0 "
         "(XLA's default is what would be shipped).",
+        *(f"**Note**: {n}" for n in comp.notes),
     )
 
 

@@ -230,6 +230,8 @@ class _Tuner:
         self.best: TrialRecord | None = None
         self.best_history: list[float] = []
         self.t0 = time.perf_counter()
+        # The evaluator may outlive this run (compare, an API session): count this run's steps only.
+        self.steps0 = (evaluator.stats.steps_compiled, evaluator.stats.steps_cached)
         self.input_metrics = evaluator.metrics(root.fingerprint)
         default = evaluator.default(root)
         if not default.ok:
@@ -333,9 +335,10 @@ class _Tuner:
             self.best = rec
         self.best_history.append(self.best.cost if self.best else math.nan)
         elapsed = max(1e-9, time.perf_counter() - self.t0)
-        stats = self.ev.stats
+        compiled = self.ev.stats.steps_compiled - self.steps0[0]
+        cached = self.ev.stats.steps_cached - self.steps0[1]
         self.progress.update(len(self.records), self.best.cost if self.best else None,
-                             len(self.records) / elapsed, stats.hit_rate)
+                             len(self.records) / elapsed, cached / (compiled + cached) if compiled + cached else 0.0)
 
     def prune(self, sequence: tuple[str, ...], cost: float) -> tuple[tuple[str, ...], str, float]:
         """Drop passes that do not help: one backward sweep, keeping a removal when the cost does
@@ -555,7 +558,8 @@ def _summarise(tuner: _Tuner, status: str, validate: bool, validation_seed: int,
         strategy=tuner.strategy_name, objective=tuner.objective.name, seed=tuner.seed, budget=tuner.budget, evaluations=len(tuner.records),
         status=status, input=tuner.input_metrics, default=tuner.default_result.metrics,
         default_cost=tuner.default_cost, best=best, validity=validity, invalid=tuple(invalid),
-        seconds=time.perf_counter() - tuner.t0, steps_compiled=stats.steps_compiled, steps_cached=stats.steps_cached,
+        seconds=time.perf_counter() - tuner.t0, steps_compiled=stats.steps_compiled - tuner.steps0[0],
+        steps_cached=stats.steps_cached - tuner.steps0[1],
         history=tuple(tuner.best_history),
     )
 

@@ -117,6 +117,43 @@ def test_report_files_and_json_round_trip(comparison, tmp_path):
     assert [r.to_dict() for r in again.runs] == [r.to_dict() for r in comparison.runs]
 
 
+def test_report_from_stored_runs_matches_the_comparison(engine, comparison, db_path, tmp_path):
+    """`autotune report RUN_ID...` rebuilds compare's numbers from the cache alone."""
+    from autotune.compare import comparison_of_runs
+
+    again = comparison_of_runs(engine.cache, [r.run_id for r in comparison.runs])
+    assert again.strategies == comparison.strategies and again.objective == comparison.objective
+    for mine, theirs in zip(again.runs, comparison.runs):
+        assert (mine.run_id, mine.module, mine.best_sequence, mine.best_cost, mine.best_raw_ops, mine.best_final_ops,
+                mine.evaluations, mine.valid, mine.history) == (
+            theirs.run_id, theirs.module, theirs.best_sequence, theirs.best_cost, theirs.best_raw_ops,
+            theirs.best_final_ops, theirs.evaluations, theirs.valid, theirs.history)
+    for mine, theirs in zip(again.summaries, comparison.summaries):
+        assert (mine.raw, mine.final, mine.wins, mine.ties, mine.losses, mine.evaluations) == (
+            theirs.raw, theirs.final, theirs.wins, theirs.ties, theirs.losses, theirs.evaluations)
+    out = tmp_path / "rep"
+    ids = [r.run_id for r in comparison.runs]
+    proc = run_cli("report", *ids, "--out", str(out), "--json", db=db_path)
+    assert proc.returncode == 0, proc.stderr
+    assert [s["strategy"] for s in json.loads(proc.stdout)["summaries"]] == STRATEGIES
+    assert (out / "report.md").is_file() and (out / "report.html").is_file()
+    bad = run_cli("report", "no-such-run", "--out", str(tmp_path / "x"), db=db_path)
+    assert bad.returncode == 2 and "no run 'no-such-run'" in bad.stderr and "Traceback" not in bad.stderr
+    empty = run_cli("report", "--out", str(tmp_path / "y"), db=db_path)
+    assert empty.returncode == 2 and "autotune runs" in empty.stderr
+
+
+def test_a_run_counts_its_own_steps_in_a_long_lived_session(tmp_path):
+    """Two identical tunes in one session: the second compiles nothing, and says so."""
+    from autotune.api import Session
+
+    with Session(tmp_path / "c.db", workers=1) as s:
+        first = s.tune(str(SMALL), strategy="random", budget=5, max_length=4, validate=False)
+        second = s.tune(str(SMALL), strategy="random", budget=5, max_length=4, validate=False)
+    assert first.steps_compiled > 0
+    assert second.steps_compiled == 0 and second.steps_cached > 0
+
+
 def test_unknown_strategy_or_option_fails_before_any_work(engine):
     with pytest.raises(BadInput, match="unknown strategy 'nope'"):
         compare(engine, [load(SMALL)], ["random", "nope"], budget=2, seeds=[0])
