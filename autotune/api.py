@@ -59,6 +59,15 @@ class Session:
                      seed=seed, max_length=max_length, time_limit=time_limit, options=options,
                      progress=RichProgress() if progress else None, validate=validate)
 
+    def explore(self, module, depth: int = 2, progress: bool = False, validate: bool = True):
+        """Every sequence of up to ``depth`` passes, walked over distinct module states; returns
+        ``autotune.explore.Outcome`` (the best final-ops within reach and a shortest sequence to it)."""
+        from autotune.explore import explore as _explore
+        from autotune.tuner import RichProgress
+
+        return _explore(self.evaluator, _module(module), depth, progress=RichProgress() if progress else None,
+                        validate=validate)
+
     def apply(self, module, sequence: Sequence[str]) -> Module:
         """``module`` (normalised) after ``sequence``; raises ``PassFailed`` if a step fails."""
         from autotune.errors import PassFailed

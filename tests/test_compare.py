@@ -154,6 +154,17 @@ def test_a_run_counts_its_own_steps_in_a_long_lived_session(tmp_path):
     assert second.steps_compiled == 0 and second.steps_cached > 0
 
 
+def test_session_explore_on_the_real_maml_module(tmp_path):
+    """The API's exhaustive walk finds the one-pass improvement on MAML and validates it."""
+    from autotune.api import Session
+
+    with Session(tmp_path / "c.db", workers=2) as s:
+        out = s.explore(str(DATA / "real" / "hloenv_maml_train_step.hlo"), depth=1)
+        assert out.improved and out.best_final_ops == out.default_final_ops - 1 and out.valid
+        tuned = s.apply(str(DATA / "real" / "hloenv_maml_train_step.hlo"), out.best_sequence)
+        assert s.metrics(tuned).instructions == out.best_raw_ops
+
+
 def test_unknown_strategy_or_option_fails_before_any_work(engine):
     with pytest.raises(BadInput, match="unknown strategy 'nope'"):
         compare(engine, [load(SMALL)], ["random", "nope"], budget=2, seeds=[0])
