@@ -143,6 +143,11 @@ def test_runs_lists_the_run_that_export_took(exported, tmp_path):
     assert empty.returncode == 0 and "no runs" in empty.stdout
     bad = run_cli("runs", db=tmp_path)
     assert bad.returncode == 2 and "Traceback" not in bad.stderr
+    rep = run_cli("report", "--module", run["module"], "--out", str(tmp_path / "rep"), "--json", db=db)
+    assert rep.returncode == 0, rep.stderr
+    assert run["run_id"] in [r["run_id"] for r in json.loads(rep.stdout)["runs"]]
+    none = run_cli("report", "--module", "nope", "--out", str(tmp_path / "rep2"), db=db)
+    assert none.returncode == 2 and "no finished runs on module 'nope'" in none.stderr
 
 
 def test_export_refuses_a_run_that_only_ties_with_the_default(tmp_path):

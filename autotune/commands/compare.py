@@ -107,7 +107,6 @@ def compare_cmd(modules, strategy_list, budget, seeds, time_limit, objective, ma
     from autotune import objectives
     from autotune.compare import compare, resolve
     from autotune.engine import open_engine
-    from autotune.report import write_report
 
     strategies = [s.strip() for s in strategy_list.split(",") if s.strip()]
     if not strategies:
@@ -138,8 +137,17 @@ def compare_cmd(modules, strategy_list, budget, seeds, time_limit, objective, ma
         comp = compare(ev, loaded, strategies, budget=budget, seeds=seed_list, objective=objective,
                        time_limit=time_limit, max_length=max_length, options_per_strategy=options,
                        validate=not no_validate, progress=progress)
+    publish(comp, out, None, as_json)
+    if comp.status == "interrupted":
+        raise Interrupted()
+
+
+def publish(comp, out: Path, title: str | None, as_json: bool) -> None:
+    """Write ``comp``'s report files into ``out``, then print its JSON or a summary table."""
+    from autotune.report import write_report
+
     try:
-        files = write_report(comp, out, title=f"Strategy comparison: {', '.join(comp.strategies)}")
+        files = write_report(comp, out, title=title or f"Strategy comparison: {', '.join(comp.strategies)}")
     except OSError as exc:
         raise BadInput(f"{out}: cannot write the report ({exc.strerror or exc})") from None
     if as_json:
@@ -151,8 +159,6 @@ def compare_cmd(modules, strategy_list, budget, seeds, time_limit, objective, ma
         _print_json(data)
     else:
         _summary(comp, files)
-    if comp.status == "interrupted":
-        raise Interrupted()
 
 
 class Interrupted(AutotuneError):

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import click
 
-from autotune.cli import _check_writable, _print_json, cli, db_option, json_option
+from autotune.cli import _check_writable, cli, db_option, json_option
 
 
 @cli.command()
@@ -26,11 +26,10 @@ def report(run_ids, module, out_dir, title, db, as_json) -> None:
     cache, grouped by strategy: the same report `compare` writes, with nothing compiled again.
     `autotune runs` lists the ids."""
     from autotune.cache import Cache
-    from autotune.commands.compare import _summary
+    from autotune.commands.compare import publish
     from autotune.commands.runs import list_runs
     from autotune.compare import comparison_of_runs
     from autotune.errors import BadInput
-    from autotune.report import write_report
 
     out = Path(out_dir)
     _check_writable(out, directory=True)
@@ -38,21 +37,10 @@ def report(run_ids, module, out_dir, title, db, as_json) -> None:
     try:
         ids = list(run_ids)
         if module is not None:
-            ids += [r["run_id"] for r in list_runs(cache, None, module) if r["status"] != "running" and r["default_cost"] is not None]
+            ids += [r["run_id"] for r in list_runs(cache, None, module) if r["default_cost"] is not None]  # finished
             if not ids:
                 raise BadInput(f"no finished runs on module '{module}' in {cache.path}")
         comp = comparison_of_runs(cache, ids)
     finally:
         cache.close()
-    try:
-        files = write_report(comp, out, title=title or f"Strategy comparison: {', '.join(comp.strategies)}")
-    except OSError as exc:
-        raise BadInput(f"{out}: cannot write the report ({exc.strerror or exc})") from None
-    if as_json:
-        data = comp.to_dict()
-        for r in data["runs"]:
-            r.pop("history", None)
-        data["report"] = {"markdown": str(files.markdown), "html": str(files.html), "json": str(files.json)}
-        _print_json(data)
-    else:
-        _summary(comp, files)
+    publish(comp, out, title, as_json)
