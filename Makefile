@@ -43,12 +43,15 @@ tune-record: $(STAMP)
 check-record: $(STAMP)
 	$(BIN)/autotune check $(RECORD_MODEL) --record $(RECORD) --max-regression 1 --db $(DEMO_DB)
 
-## bench: engine speed figures -> results/perf.md; paper: the 2023 protocol (quick preset) -> results/README.md
+## bench: engine speed -> results/perf.md, exhaustive depth-3 search -> results/exhaustive.md;
+## paper: the 2023 protocol at the committed scale (~26 min on 2 cores) -> results/README.md
+PAPER_FLAGS ?= --quick --test-modules 36 --train-modules 72 --budget 100 --timesteps 10000
 bench: $(STAMP)
 	$(BIN)/python bench/perf.py
+	$(BIN)/python bench/exhaustive.py
 
 paper: $(STAMP)
-	$(BIN)/python bench/paper.py --quick
+	$(BIN)/python bench/paper.py $(PAPER_FLAGS)
 
 clean:
 	rm -rf $(VENV) .autotune out .pytest_cache
