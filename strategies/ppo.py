@@ -12,8 +12,10 @@ Two modes:
   algorithm read from the sidecar ``PATH.json``): the policy is rolled out deterministically on the
   module first (at most ``max_length`` evaluations); then, with ``finetune`` (default true) and budget
   left, it keeps learning on this module, alternating ``learn`` chunks of ``2 * n_steps`` steps with
-  deterministic roll-outs of the updated policy. A policy trained with another action or opcode
-  vocabulary is refused (``BadInput``).
+  deterministic roll-outs of the updated policy. If the policy only stops (fine-tuning then spends
+  no evaluation), the rest of the budget goes to PPO from scratch on the module, so ``--budget`` is
+  spent either way. A policy trained with another action or opcode vocabulary is refused
+  (``BadInput``).
 
 How the budget ends training: ``RunEvaluate`` raises ``BudgetExhausted`` inside ``env.step``; it
 propagates out of ``collect_rollouts`` and ``learn`` (SB3 has no cleanup there that matters: the
@@ -106,6 +108,10 @@ class PPOStrategy(Strategy):
             return
         chunk = 2 * int(getattr(model, "n_steps", 0) or self.hyperparams["n_steps"])
         _learn_until_spent(model, evaluate, chunk=chunk, after=lambda: _rollout(model, rollout_env))
+        if evaluate.remaining > 0:
+            # The transferred policy only stops (a policy trained where nothing helps learns STOP), so
+            # fine-tuning spends nothing: the budget the user gave goes to PPO from scratch instead.
+            self._from_scratch(source, evaluate, space, seed)
 
 
 def _overrides(algo: str, hp: dict, given: set[str]) -> dict:

@@ -7,6 +7,7 @@ import shutil
 import warnings
 
 import pytest
+import torch
 
 import autotune
 from autotune.errors import BadInput
@@ -202,3 +203,26 @@ def test_train_cli_bad_module_is_one_line_exit_2(tmp_path, db_path):
     assert proc.stderr.count("\n") == 1 and "garbage.hlo" in proc.stderr, proc.stderr
     proc = run_cli("train", "--modules", str(tmp_path / "missing"), "-o", str(tmp_path / "p.zip"), db=db_path)
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
+
+
+def test_a_policy_that_only_stops_still_spends_the_budget(engine, tmp_path):
+    """A transferred policy that always chooses STOP spends no evaluation when fine-tuned; the run
+    then searches with PPO from scratch, so the user's budget is spent all the same."""
+    from stable_baselines3 import PPO
+
+    from autotune.train import train_policy
+    from autotune.tuner import tune
+
+    out = tmp_path / "stop.zip"
+    train_policy(engine, [autotune.load(SMALL)], out, timesteps=32, seed=0, algo="ppo", max_length=3)
+    model = PPO.load(out, device="cpu")
+    stop = model.action_space.n - 1
+    with torch.no_grad():
+        model.policy.action_net.bias[stop] = 1e4  # STOP with probability ~1, sampled or deterministic
+    model.save(out)
+    result = tune(engine, autotune.load(MAML), strategy="ppo", budget=12, seed=0, max_length=3, validate=False,
+                  options={"policy": str(out)})
+    assert result.evaluations == 12
+    again = tune(engine, autotune.load(MAML), strategy="ppo", budget=12, seed=0, max_length=3, validate=False,
+                 options={"policy": str(out), "finetune": False})
+    assert again.evaluations == 0  # the roll-out alone: STOP at once
