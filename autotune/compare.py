@@ -583,22 +583,27 @@ def _replace(row: RunRow, **kw) -> RunRow:
 
 
 def _row(label: str, base: str, result, budget: int, seconds: float, compiled: int, cached: int) -> RunRow:
-    best = result.best
-    valid = None
-    if result.validity is not None:
-        valid = bool(result.validity.get("ok"))
     history = tuple(None if (h is None or (isinstance(h, float) and math.isnan(h))) else float(h)
                     for h in result.history)
+    return _row_from_summary(label, base, result.to_dict(), budget, history, seconds, compiled, cached)
+
+
+def _row_from_summary(label: str, base: str, s: dict, budget: int, history: tuple[float | None, ...],
+                      seconds: float, compiled: int, cached: int) -> RunRow:
+    """A ``RunRow`` from a run's summary (``TuneResult.to_dict()``, also what the runs table stores)."""
+    best = s.get("best") or None
+    validity = s.get("validity")
     return RunRow(
-        strategy=label, base_strategy=base, module=result.module, family=family_of(result.module), seed=result.seed,
-        budget=budget, run_id=result.run_id, status=result.status, evaluations=result.evaluations,
-        input_ops=result.input.instructions, default_ops=result.default.instructions,
-        default_cost=float(result.default_cost), best_cost=float(result.best_cost),
-        best_raw_ops=best.raw.instructions if best else None,
-        best_final_ops=best.final.instructions if best and best.final is not None else None,
-        best_sequence=tuple(best.sequence) if best else (), valid=valid,
-        rejected=tuple((tuple(s), str(r)) for s, r in result.invalid), seconds=seconds,
-        steps_compiled=compiled, steps_cached=cached, history=history,
+        strategy=label, base_strategy=base, module=s["module"], family=family_of(s["module"]), seed=s["seed"],
+        budget=budget, run_id=s["run_id"], status=s["status"], evaluations=s["evaluations"],
+        input_ops=s["input"]["instructions"], default_ops=s["default"]["instructions"],
+        default_cost=float(s["default_cost"]), best_cost=float(best["cost"] if best else s["default_cost"]),
+        best_raw_ops=best["raw"]["instructions"] if best else None,
+        best_final_ops=best["final"]["instructions"] if best and best.get("final") else None,
+        best_sequence=tuple(best["sequence"]) if best else (),
+        valid=None if validity is None else bool(validity.get("ok")),
+        rejected=tuple((tuple(x["sequence"]), str(x["reason"])) for x in s.get("invalid") or ()),
+        seconds=seconds, steps_compiled=compiled, steps_cached=cached, history=history,
     )
 
 
@@ -615,27 +620,14 @@ def row_from_run(cache, run_id: str) -> RunRow:
     if not run.get("summary"):
         raise BadInput(f"run '{run_id}' has not finished (status {run.get('status')}); resume it first")
     s = json.loads(run["summary"])
-    best = s.get("best") or None
     history, low = [], math.inf
     for t in load_trials(cache, run_id):
         if t.status == "ok" and t.cost is not None and not math.isnan(t.cost):
             low = min(low, t.cost)
         history.append(None if low == math.inf else low)
-    validity = s.get("validity")
-    return RunRow(
-        strategy=run["strategy"], base_strategy=run["strategy"], module=run["module_name"],
-        family=family_of(run["module_name"]), seed=run["seed"], budget=run["budget"], run_id=run_id,
-        status=s.get("status", run["status"]), evaluations=s.get("evaluations", len(history)),
-        input_ops=s["input"]["instructions"], default_ops=s["default"]["instructions"],
-        default_cost=float(s["default_cost"]), best_cost=float(best["cost"]) if best else float(s["default_cost"]),
-        best_raw_ops=best["raw"]["instructions"] if best else None,
-        best_final_ops=best["final"]["instructions"] if best and best.get("final") else None,
-        best_sequence=tuple(best["sequence"]) if best else (),
-        valid=None if validity is None else bool(validity.get("ok")),
-        rejected=tuple((tuple(seq), str(reason)) for seq, reason in s.get("invalid") or ()),
-        seconds=float(s.get("seconds") or 0.0), steps_compiled=int(s.get("steps_compiled") or 0),
-        steps_cached=int(s.get("steps_cached") or 0), history=tuple(history),
-    )
+    return _row_from_summary(run["strategy"], run["strategy"], s, run["budget"], tuple(history),
+                             float(s.get("seconds") or 0.0), int(s.get("steps_compiled") or 0),
+                             int(s.get("steps_cached") or 0))
 
 
 def comparison_of_runs(cache, run_ids: Sequence[str]) -> Comparison:

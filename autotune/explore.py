@@ -128,16 +128,18 @@ def _first_valid(ev, root: Module, final_ops: dict[str, int], reached: dict[str,
                  default_final: int, tries: int = 5) -> tuple[str, bool, str | None]:
     """The best state whose module passes validation, trying the ``tries`` best that beat the default.
 
-    Returns (state, valid, reason of the first failure); when none passes, the best state, False.
+    Validity is the tuner's check, cached per (module, state), so a module ``run`` already validated
+    is not compiled again. Returns (state, valid, reason of the first failure); when none passes,
+    the best state, False.
     """
-    from autotune.validation import validate as check
+    from autotune.tuner import validity_of
 
     ranked = sorted((s for s in final_ops if final_ops[s] < default_final),
                     key=lambda s: (final_ops[s], len(reached[s]), reached[s]))
     first_reason = None
     for state in ranked[:tries]:
-        report = check(ev.pipeline, root, ev.module(state, root.name))
-        if report.ok:
+        report = validity_of(ev, root, state)
+        if report["ok"]:
             return state, True, None
-        first_reason = first_reason or report.reason
+        first_reason = first_reason or report.get("reason")
     return ranked[0], False, first_reason

@@ -125,9 +125,9 @@ def test_report_from_stored_runs_matches_the_comparison(engine, comparison, db_p
     assert again.strategies == comparison.strategies and again.objective == comparison.objective
     for mine, theirs in zip(again.runs, comparison.runs):
         assert (mine.run_id, mine.module, mine.best_sequence, mine.best_cost, mine.best_raw_ops, mine.best_final_ops,
-                mine.evaluations, mine.valid, mine.history) == (
+                mine.evaluations, mine.valid, mine.rejected, mine.status, mine.history) == (
             theirs.run_id, theirs.module, theirs.best_sequence, theirs.best_cost, theirs.best_raw_ops,
-            theirs.best_final_ops, theirs.evaluations, theirs.valid, theirs.history)
+            theirs.best_final_ops, theirs.evaluations, theirs.valid, theirs.rejected, theirs.status, theirs.history)
     for mine, theirs in zip(again.summaries, comparison.summaries):
         assert (mine.raw, mine.final, mine.wins, mine.ties, mine.losses, mine.evaluations) == (
             theirs.raw, theirs.final, theirs.wins, theirs.ties, theirs.losses, theirs.evaluations)
@@ -222,3 +222,19 @@ def test_paper_script_presets_and_module_selection(tmp_path):
     assert {e.family for e in picked} == {"gpt2", "bert", "resnet"}  # round-robin over families
     assert picked == paper.select(tmp_path, "test", 5, max_instructions=106)  # stable
     assert len(paper.select(tmp_path, "train", None, max_instructions=10**6)) == 12
+
+
+def test_rejected_candidates_survive_the_summary_round_trip(engine, comparison):
+    """A run's summary lists rejected candidates as {sequence, reason}; the report keeps both."""
+    from dataclasses import replace
+
+    from autotune.compare import _row_from_summary
+    from autotune.tuner import load_run
+
+    run = comparison.runs[0]
+    summary = json.loads(load_run(engine.cache, run.run_id)["summary"])
+    summary["invalid"] = [{"sequence": ["cse", "dce"], "reason": "outputs differ"}]
+    row = _row_from_summary(run.strategy, run.base_strategy, summary, run.budget, run.history, 0.0, 0, 0)
+    assert row.rejected == ((("cse", "dce"), "outputs differ"),)
+    assert replace(row, rejected=(), seconds=run.seconds, steps_compiled=run.steps_compiled,
+                   steps_cached=run.steps_cached) == replace(run, rejected=())
