@@ -335,10 +335,13 @@ class _Tuner:
             self.best = rec
         self.best_history.append(self.best.cost if self.best else math.nan)
         elapsed = max(1e-9, time.perf_counter() - self.t0)
-        compiled = self.ev.stats.steps_compiled - self.steps0[0]
-        cached = self.ev.stats.steps_cached - self.steps0[1]
+        compiled, cached = self.steps()
         self.progress.update(len(self.records), self.best.cost if self.best else None,
                              len(self.records) / elapsed, cached / (compiled + cached) if compiled + cached else 0.0)
+
+    def steps(self) -> tuple[int, int]:
+        """(compiled, cached) steps of this run so far."""
+        return self.ev.stats.steps_compiled - self.steps0[0], self.ev.stats.steps_cached - self.steps0[1]
 
     def prune(self, sequence: tuple[str, ...], cost: float) -> tuple[tuple[str, ...], str, float]:
         """Drop passes that do not help: one backward sweep, keeping a removal when the cost does
@@ -552,14 +555,13 @@ def _summarise(tuner: _Tuner, status: str, validate: bool, validation_seed: int,
                          found)
         validity = report
         break
-    stats = ev.stats
+    compiled, cached = tuner.steps()
     return TuneResult(
         run_id=tuner.run_id, module=tuner.root.name, fingerprint=tuner.root.fingerprint,
         strategy=tuner.strategy_name, objective=tuner.objective.name, seed=tuner.seed, budget=tuner.budget, evaluations=len(tuner.records),
         status=status, input=tuner.input_metrics, default=tuner.default_result.metrics,
         default_cost=tuner.default_cost, best=best, validity=validity, invalid=tuple(invalid),
-        seconds=time.perf_counter() - tuner.t0, steps_compiled=stats.steps_compiled - tuner.steps0[0],
-        steps_cached=stats.steps_cached - tuner.steps0[1],
+        seconds=time.perf_counter() - tuner.t0, steps_compiled=compiled, steps_cached=cached,
         history=tuple(tuner.best_history),
     )
 

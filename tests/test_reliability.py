@@ -106,12 +106,16 @@ def test_four_runs_share_one_cache(tmp_path):
     results = [json.loads(stdout) for stdout, _ in outs]
     for r in results:
         trials = _trials(db, r["run_id"])
-        assert [t[0] for t in trials] == list(range(25))  # no lost or duplicated trial rows
+        assert [t[0] for t in trials] == list(range(25)), trials  # no lost or duplicated trial rows
     # Two pairs of runs ask for the same sequences: work one process compiled, another reused.
-    assert sum(r["steps_cached"] for r in results) > 0
+    counts = [(r["steps_compiled"], r["steps_cached"]) for r in results]
+    assert sum(c for _, c in counts) > 0, counts
     dup = _rows(db, "SELECT COUNT(*) FROM (SELECT version, src, action, COUNT(*) c FROM transitions GROUP BY 1,2,3 HAVING c > 1)")
     assert dup[0][0] == 0
     # Afterwards, a fifth process finds everything in the cache.
-    again = json.loads(run_cli("run", "--strategy", "random", "--budget", "25", "--seed", "0", "--max-length", "5",
-                               "--no-validate", "--json", str(GPT2_SMALLER), db=db).stdout)
-    assert again["steps_compiled"] == 0 and again["cache_hit_rate"] == 1.0
+    proc = run_cli("run", "--strategy", "random", "--budget", "25", "--seed", "0", "--max-length", "5",
+                   "--no-validate", "--json", str(GPT2_SMALLER), db=db)
+    assert proc.returncode == 0, proc.stderr
+    again = json.loads(proc.stdout)
+    failed = _rows(db, "SELECT status, message FROM transitions WHERE status != 'ok'")
+    assert again["steps_compiled"] == 0 and again["cache_hit_rate"] == 1.0, (again["steps_compiled"], failed)

@@ -37,7 +37,8 @@ def report(run_ids, module, out_dir, title, db, as_json) -> None:
     try:
         ids = list(run_ids)
         if module is not None:
-            ids += [r["run_id"] for r in list_runs(cache, None, module) if r["default_cost"] is not None]  # finished
+            finished = [r for r in list_runs(cache, None, module) if r["default_cost"] is not None]
+            ids += [r["run_id"] for r in finished]
             if not ids:
                 raise BadInput(f"no finished runs on module '{module}' in {cache.path}")
         comp = comparison_of_runs(cache, ids)
