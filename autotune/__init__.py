@@ -21,8 +21,8 @@ _os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 from autotune.api import Session, apply, tune, validate  # noqa: E402
 from autotune.errors import AutotuneError, BadInput, CheckFailed, PassFailed  # noqa: E402
-from autotune.module import Module, load  # noqa: E402
-from autotune.record import TuningRecord  # noqa: E402
+from autotune.core.module import Module, load  # noqa: E402
+from autotune.core.record import TuningRecord  # noqa: E402
 
 __all__ = [
     "AutotuneError", "BadInput", "CheckFailed", "Module", "PassFailed", "Session", "TuningRecord", "__version__",

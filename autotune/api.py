@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from autotune.module import Module, load
+from autotune.core.module import Module, load
 
 
 def _module(source) -> Module:
@@ -26,7 +26,7 @@ class Session:
 
     def __init__(self, cache: str | Path | None = None, workers: int | None = None,
                  include_target_specific: bool = False, step_timeout: float = 120.0):
-        from autotune.engine import open_engine
+        from autotune.core.engine import open_engine
 
         self._cm = open_engine(cache, workers=workers, include_target_specific=include_target_specific,
                                step_timeout=step_timeout)
@@ -52,8 +52,8 @@ class Session:
     def tune(self, module, strategy: str = "random", budget: int = 200, objective: str = "final-ops", seed: int = 0,
              max_length: int = 16, time_limit: float | None = None, options: dict | None = None,
              progress: bool = False, validate: bool = True):
-        """Search the pass ordering of ``module``; returns ``autotune.tuner.TuneResult``."""
-        from autotune.tuner import RichProgress, tune as _tune
+        """Search the pass ordering of ``module``; returns ``autotune.core.tuner.TuneResult``."""
+        from autotune.core.tuner import RichProgress, tune as _tune
 
         return _tune(self.evaluator, _module(module), strategy=strategy, budget=budget, objective=objective,
                      seed=seed, max_length=max_length, time_limit=time_limit, options=options,
@@ -61,9 +61,9 @@ class Session:
 
     def explore(self, module, depth: int = 2, progress: bool = False, validate: bool = True):
         """Every sequence of up to ``depth`` passes, walked over distinct module states; returns
-        ``autotune.explore.Outcome`` (the best final-ops within reach and a shortest sequence to it)."""
-        from autotune.explore import explore as _explore
-        from autotune.tuner import RichProgress
+        ``autotune.core.explore.Outcome`` (the best final-ops within reach and a shortest sequence to it)."""
+        from autotune.core.explore import explore as _explore
+        from autotune.core.tuner import RichProgress
 
         return _explore(self.evaluator, _module(module), depth, progress=RichProgress() if progress else None,
                         validate=validate)
@@ -90,7 +90,7 @@ class Session:
 
     def validate(self, original, tuned, seed: int = 0):
         """Compile both fully, run both on the same seeded inputs, compare every output."""
-        from autotune.validation import validate as _validate
+        from autotune.core.validation import validate as _validate
 
         return _validate(self.evaluator.pipeline, self.normalize(original), _module(tuned), seed=seed)
 
@@ -109,6 +109,6 @@ def apply(module, sequence: Sequence[str], cache: str | Path | None = None, work
 
 
 def validate(original, tuned, seed: int = 0, cache: str | Path | None = None):
-    """One-shot ``Session(...).validate(...)``; returns ``autotune.validation.ValidationReport``."""
+    """One-shot ``Session(...).validate(...)``; returns ``autotune.core.validation.ValidationReport``."""
     with Session(cache, 1) as s:
         return s.validate(original, tuned, seed=seed)

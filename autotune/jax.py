@@ -27,7 +27,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from autotune.record import TuningRecord
+from autotune.core.record import TuningRecord
 
 
 @dataclass
@@ -86,8 +86,8 @@ class _Hook:
         from jax._src.interpreters import mlir as jax_mlir
         from jax._src.lib import _jax
 
-        from autotune import hlo
-        from autotune.module import Module
+        from autotune.core import hlo
+        from autotune.core.module import Module
 
         proto = hlo.from_mlir(jax_mlir.module_to_bytecode(module))
         root = self.session.normalize(Module.from_proto(proto))

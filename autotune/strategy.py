@@ -2,7 +2,7 @@
 
 A strategy proposes pass sequences and learns from their costs. It gets an ``Evaluate`` callable
 (sequence -> cost, lower is better), the ``SearchSpace`` and a seed; it never touches the
-compiler or the cache. The tuning loop in ``autotune.tuner`` owns budget accounting: when the
+compiler or the cache. The tuning loop in ``autotune.core.tuner`` owns budget accounting: when the
 budget is spent, ``Evaluate`` raises ``BudgetExhausted`` and the strategy's ``minimize`` returns.
 
 Plugins are one file each in ``strategies/`` (the ``autotune.strategies`` package), discovered by

@@ -24,9 +24,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from autotune.engine import open_engine  # noqa: E402
-from autotune.explore import Outcome, explore  # noqa: E402
-from autotune.module import load  # noqa: E402
+from autotune.core.engine import open_engine  # noqa: E402
+from autotune.core.explore import Outcome, explore  # noqa: E402
+from autotune.core.module import load  # noqa: E402
 
 DEFAULT_MODULES = (
     ROOT / "examples/gpt2_train_step.hlo",

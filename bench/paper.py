@@ -14,13 +14,13 @@ Steps:
    (grouped by model configuration, so no test module shares a configuration with a training one).
    Then up to ``--train-modules``/``--test-modules`` modules of at most ``--max-instructions`` are
    picked per side, round-robin over the families (a seeded, stable order inside each family).
-2. **Training** on the TRAIN split (``autotune.train.train_policy``): PPO without shaping, PPO with
+2. **Training** on the TRAIN split (``autotune.rl.train.train_policy``): PPO without shaping, PPO with
    potential-based shaping (the paper's best), A2C and DQN, ``--timesteps`` environment steps each.
 3. **Zero-shot** on the TEST split: each policy is rolled out deterministically once per module (the
    ``ppo`` strategy with ``policy=...`` and ``finetune=false``; budget ``max_length + 1``: the
    starting cost plus one evaluation per appended pass).
 4. **Search** on the TEST split, per module, at equal budget: random, greedy, optuna, nevergrad and PPO
-   from scratch (``autotune.compare.compare``).
+   from scratch (``autotune.reporting.compare.compare``).
 5. With ``--ops-objective`` (the default in both presets) the same search with the paper's own
    objective, raw ``ops``, so the raw-ops number is the one a search *for raw ops* reaches.
 6. **Report**: ``results/README.md`` (numbers, plots, the command, the scale, the paper's numbers next
@@ -148,12 +148,12 @@ def select(suite_dir: Path, side: str, count: int | None, max_instructions: int,
 
 # ---- the protocol --------------------------------------------------------------------------------------------
 def run(s: Settings, argv: list[str] | None = None, log=print) -> dict:
-    from autotune.commands.compare import RichCompareProgress
-    from autotune.compare import compare
-    from autotune.engine import open_engine
-    from autotune.module import load
-    from autotune.train import train_policy
-    from autotune.tuner import RichProgress
+    from autotune.cli.compare import RichCompareProgress
+    from autotune.reporting.compare import compare
+    from autotune.core.engine import open_engine
+    from autotune.core.module import load
+    from autotune.rl.train import train_policy
+    from autotune.core.tuner import RichProgress
 
     t_start = time.perf_counter()
     timings: dict[str, float] = {}
@@ -233,8 +233,8 @@ def run(s: Settings, argv: list[str] | None = None, log=print) -> dict:
 
 # ---- the report --------------------------------------------------------------------------------------------------
 def write(main, ops_comp, data: dict, results: Path, log=print) -> None:
-    from autotune.compare import PAPER
-    from autotune.report import Bullets, Code, Heading, Para, Table, overview_table, paper_table, pct, write_report
+    from autotune.reporting.compare import PAPER
+    from autotune.reporting.report import Bullets, Code, Heading, Para, Table, overview_table, paper_table, pct, write_report
 
     s = data["settings"]
     t = data["timings"]
@@ -320,8 +320,8 @@ def _families(entries) -> str:
 
 def standing(main, ops_comp) -> list[str]:
     """Plain statements of where the numbers stand against the paper's, generated from the numbers."""
-    from autotune.compare import PAPER
-    from autotune.report import pct
+    from autotune.reporting.compare import PAPER
+    from autotune.reporting.report import pct
 
     def fam(x, family, kind):
         m = x.by_family.get(family, {}).get(kind)
@@ -437,7 +437,7 @@ def parse(argv: list[str] | None = None, with_flags: bool = False):
 
 def rerender(results: Path, log=print) -> None:
     """Write the report again from ``results/paper/paper.json`` (no compile, no training)."""
-    from autotune.compare import Comparison
+    from autotune.reporting.compare import Comparison
 
     data = json.loads((results / "paper" / "paper.json").read_text())
     comps = {k: Comparison.from_dict(v) for k, v in data["comparisons"].items()}
@@ -451,7 +451,7 @@ def main(argv: list[str] | None = None) -> int:
     if report_only:
         rerender(Path(settings.results))
         return 0
-    from autotune.compare import resolve
+    from autotune.reporting.compare import resolve
 
     resolve(list(settings.strategies), None)  # unknown strategies fail before any work
     run(settings, argv)

@@ -31,9 +31,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from autotune.engine import open_engine  # noqa: E402
-from autotune.module import load  # noqa: E402
-from autotune.tuner import tune  # noqa: E402
+from autotune.core.engine import open_engine  # noqa: E402
+from autotune.core.module import load  # noqa: E402
+from autotune.core.tuner import tune  # noqa: E402
 
 MODULES = {
     "small": ROOT / "tests/data/real/hloenv_maml_train_step.hlo",
@@ -100,7 +100,7 @@ def step_latency(path: Path, tmp: Path, actions_limit: int | None) -> dict:
 
 def breakdown(path: Path, repeats: int) -> dict:
     """Where an uncached step's time goes, measured in-process on a warm XLA client."""
-    from autotune import hlo
+    from autotune.core import hlo
     from autotune.pipelines.xla import XlaPipeline
     from autotune.pipelines.xla.worker import XlaWorker
 

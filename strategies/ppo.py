@@ -1,4 +1,4 @@
-"""PPO (stable-baselines3) on the pass-ordering MDP of ``autotune.env``: the 2023 paper's method.
+"""PPO (stable-baselines3) on the pass-ordering MDP of ``autotune.rl.env``: the 2023 paper's method.
 
 Every environment step appends one pass and costs one evaluation (cache hits included); STOP is
 free. The episode's starting cost (the empty sequence) is free (``Evaluate.empty_cost``). The tuner keeps
@@ -42,10 +42,10 @@ from pathlib import Path
 import torch
 from stable_baselines3.common.utils import set_random_seed
 
-from autotune.env import EpisodeSource, PassOrderingEnv
+from autotune.rl.env import EpisodeSource, PassOrderingEnv
 from autotune.errors import BadInput
 from autotune.strategy import Evaluate, SearchSpace, Strategy
-from autotune.train import check_hyperparams, check_vocabulary, load_model, make_model, read_sidecar
+from autotune.rl.train import check_hyperparams, check_vocabulary, load_model, make_model, read_sidecar
 
 
 class PPOStrategy(Strategy):

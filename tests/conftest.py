@@ -25,7 +25,7 @@ def db_path(tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def engine(db_path):
     """An Evaluator over a session-wide cache and two warm workers."""
-    from autotune.engine import open_engine
+    from autotune.core.engine import open_engine
 
     with open_engine(db_path, workers=2) as ev:
         yield ev
@@ -38,14 +38,14 @@ def pipeline(engine):
 
 @pytest.fixture(scope="session")
 def gpt2_root(engine):
-    from autotune.module import load
+    from autotune.core.module import load
 
     return engine.prepare(load(GPT2))
 
 
 @pytest.fixture(scope="session")
 def small_root(engine):
-    from autotune.module import load
+    from autotune.core.module import load
 
     return engine.prepare(load(SMALL))
 

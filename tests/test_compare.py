@@ -1,4 +1,4 @@
-"""``autotune.compare`` / ``autotune.report`` / ``autotune compare``: real compiler, two small modules.
+"""``autotune.reporting.compare`` / ``autotune.reporting.report`` / ``autotune compare``: real compiler, two small modules.
 
 Checks the budget of every run, recomputes the paper's metric (geometric mean over modules of the
 seed-averaged, floored ratio tuned reduction / default reduction) from the per-run rows, checks the
@@ -13,9 +13,9 @@ import math
 
 import pytest
 
-from autotune.compare import RATIO_FLOOR, Comparison, RunRow, compare, family_of, paper_metric
+from autotune.reporting.compare import RATIO_FLOOR, Comparison, RunRow, compare, family_of, paper_metric
 from autotune.errors import BadInput
-from autotune.module import load
+from autotune.core.module import load
 from conftest import DATA, ROOT, SMALL, run_cli
 
 MLP = DATA / "mlp_train_step.hlo"
@@ -94,7 +94,7 @@ def test_seeds_are_averaged_before_the_geometric_mean_and_edge_cases():
 
 
 def test_report_files_and_json_round_trip(comparison, tmp_path):
-    from autotune.report import write_report
+    from autotune.reporting.report import write_report
 
     files = write_report(comparison, tmp_path / "rep")
     out = tmp_path / "rep"
@@ -119,7 +119,7 @@ def test_report_files_and_json_round_trip(comparison, tmp_path):
 
 def test_report_from_stored_runs_matches_the_comparison(engine, comparison, db_path, tmp_path):
     """`autotune report RUN_ID...` rebuilds compare's numbers from the cache alone."""
-    from autotune.compare import comparison_of_runs
+    from autotune.reporting.compare import comparison_of_runs
 
     again = comparison_of_runs(engine.cache, [r.run_id for r in comparison.runs])
     assert again.strategies == comparison.strategies and again.objective == comparison.objective
@@ -228,8 +228,8 @@ def test_rejected_candidates_survive_the_summary_round_trip(engine, comparison):
     """A run's summary lists rejected candidates as {sequence, reason}; the report keeps both."""
     from dataclasses import replace
 
-    from autotune.compare import _row_from_summary
-    from autotune.tuner import load_run
+    from autotune.reporting.compare import _row_from_summary
+    from autotune.core.tuner import load_run
 
     run = comparison.runs[0]
     summary = json.loads(load_run(engine.cache, run.run_id)["summary"])

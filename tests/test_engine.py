@@ -106,7 +106,7 @@ def test_worker_killed_mid_pass_and_evaluator_carries_on(engine, small_root):
 
 
 def test_hung_worker_times_out_and_is_replaced(tmp_path, small_root):
-    from autotune.engine import open_engine
+    from autotune.core.engine import open_engine
 
     with open_engine(tmp_path / "t.db", workers=1, step_timeout=3) as ev:
         root = ev.prepare(small_root)
@@ -147,8 +147,8 @@ def test_successors_are_single_steps_from_each_state(engine, small_root):
 def test_exhaustive_search_finds_the_best_short_sequence(engine):
     """The breadth-first walk agrees with evaluating its best sequence directly, and no sequence it
     covers beats it (checked on every length-1 sequence)."""
-    from autotune.explore import explore
-    from autotune.module import load
+    from autotune.core.explore import explore
+    from autotune.core.module import load
 
     out = explore(engine, load(SMALL), depth=2)
     root = engine.prepare(load(SMALL))

@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 
 import autotune
-from autotune import hlo
+from autotune.core import hlo
 import autotune.jax as autotune_jax
-from autotune.record import TuningRecord
+from autotune.core.record import TuningRecord
 
 
 def attention_loss(p, x):

@@ -6,9 +6,9 @@ import re
 
 import pytest
 
-from autotune import hlo
+from autotune.core import hlo
 from autotune.errors import BadInput
-from autotune.module import load
+from autotune.core.module import load
 from conftest import REAL, SMALL
 
 TEXT = SMALL.read_text()

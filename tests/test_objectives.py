@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from autotune import objectives
+from autotune.core import objectives
 from autotune.errors import UnknownName
-from autotune.module import load
-from autotune.tuner import tune
+from autotune.core.module import load
+from autotune.core.tuner import tune
 from conftest import SMALL
 
 

@@ -18,8 +18,8 @@ TD_TARGET = DATA / "real" / "hloenv_jaxrl_td_target.hlo"
 
 
 def _env(engine, path, budget=200, **kw):
-    from autotune.env import PassOrderingEnv
-    from autotune.tuner import evaluation_session
+    from autotune.rl.env import PassOrderingEnv
+    from autotune.core.tuner import evaluation_session
 
     session = evaluation_session(engine, autotune.load(path), budget=budget)
     return PassOrderingEnv([session], engine.pipeline.passes(), **kw), session
@@ -40,8 +40,8 @@ def test_check_env_passes_on_a_real_module(engine):
 def test_registered_with_gymnasium(engine):
     import gymnasium
 
-    from autotune.env import ENV_ID, register
-    from autotune.tuner import evaluation_session
+    from autotune.rl.env import ENV_ID, register
+    from autotune.core.tuner import evaluation_session
 
     register()  # a second registration is harmless
     session = evaluation_session(engine, autotune.load(SMALL), budget=20)
@@ -91,7 +91,7 @@ def test_reward_is_relative_cost_reduction(engine):
 
 
 def test_failed_step_ends_the_episode_with_a_penalty_and_keeps_the_state(engine):
-    from autotune.env import MIN_FAILURE_PENALTY
+    from autotune.rl.env import MIN_FAILURE_PENALTY
 
     env, session = _env(engine, GPT2, max_length=4)
     env.reset(seed=0)
@@ -112,7 +112,7 @@ def test_failed_step_ends_the_episode_with_a_penalty_and_keeps_the_state(engine)
 
 
 def test_ppo_spends_the_budget_exactly_and_is_deterministic(engine):
-    from autotune.tuner import load_trials, tune
+    from autotune.core.tuner import load_trials, tune
 
     module = autotune.load(MAML)
     runs = [tune(engine, module, strategy="ppo", budget=30, seed=0, max_length=4, validate=False) for _ in range(2)]
@@ -128,7 +128,7 @@ def test_ppo_spends_the_budget_exactly_and_is_deterministic(engine):
 
 
 def test_ppo_shaping_runs_within_budget(engine):
-    from autotune.tuner import tune
+    from autotune.core.tuner import tune
 
     result = tune(engine, autotune.load(SMALL), strategy="ppo", budget=12, seed=1, max_length=3, validate=False,
                   options={"shaping": True})
@@ -150,8 +150,8 @@ def test_ppo_rejects_unknown_and_bad_options():
 
 @pytest.mark.parametrize("algo", ["a2c", "dqn"])
 def test_other_algorithms_train_and_load_through_ppo(engine, tmp_path, algo):
-    from autotune.train import train_policy
-    from autotune.tuner import tune
+    from autotune.rl.train import train_policy
+    from autotune.core.tuner import tune
 
     out = tmp_path / f"{algo}.zip"
     stats = train_policy(engine, [autotune.load(SMALL)], out, timesteps=40, seed=0, algo=algo, max_length=3)
@@ -210,8 +210,8 @@ def test_a_policy_that_only_stops_still_spends_the_budget(engine, tmp_path):
     then searches with PPO from scratch, so the user's budget is spent all the same."""
     from stable_baselines3 import PPO
 
-    from autotune.train import train_policy
-    from autotune.tuner import tune
+    from autotune.rl.train import train_policy
+    from autotune.core.tuner import tune
 
     out = tmp_path / "stop.zip"
     train_policy(engine, [autotune.load(SMALL)], out, timesteps=32, seed=0, algo="ppo", max_length=3)

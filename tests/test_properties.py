@@ -8,8 +8,8 @@ import zlib
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from autotune.cache import Cache, Transition
-from autotune.metrics import Metrics
+from autotune.core.cache import Cache, Transition
+from autotune.core.metrics import Metrics
 from autotune.strategy import SearchSpace
 
 ACTIONS = ("algsimp", "dce", "cse", "reshape-mover", "constant_folding", "simplification")
@@ -103,7 +103,7 @@ def test_evaluator_recomputes_after_corruption(engine, small_root):
 
 
 def test_evaluator_recomputes_a_state_whose_blob_was_lost(tmp_path, small_root):
-    from autotune.engine import open_engine
+    from autotune.core.engine import open_engine
 
     with open_engine(tmp_path / "own.db", workers=1) as ev:  # its own cache: nothing else cached there
         root = ev.prepare(small_root)
@@ -127,7 +127,7 @@ def test_a_second_handle_in_the_process_keeps_the_first_safe(tmp_path):
     first = Cache(db)
     first.put_transition("v1", Transition("a" * 32, "cse", "b" * 32, "ok", None, 0.1))
     Cache(db).close()
-    subprocess.run([sys.executable, "-c", f"from autotune.cache import Cache; Cache({str(db)!r}).close()"], check=True)
+    subprocess.run([sys.executable, "-c", f"from autotune.core.cache import Cache; Cache({str(db)!r}).close()"], check=True)
     assert os.path.exists(str(db) + "-wal")  # the other process saw it was not the last user
     first._transitions.clear()
     first.put_transition("v1", Transition("c" * 32, "dce", "d" * 32, "ok", None, 0.1))

@@ -12,7 +12,7 @@ import random
 
 import pytest
 
-from autotune.module import load
+from autotune.core.module import load
 from conftest import DATA, GPT2, SMALL
 
 MODULES = [SMALL, DATA / "mlp_train_step.hlo", DATA / "real" / "hloenv_maml_train_step.hlo", GPT2]

@@ -17,8 +17,8 @@ import pytest
 
 from autotune import strategy as strategy_mod
 from autotune.errors import BadInput, UnknownName
-from autotune.module import load
-from autotune.tuner import tune
+from autotune.core.module import load
+from autotune.core.tuner import tune
 from conftest import DATA, ROOT, SMALL, run_cli
 
 MLP = DATA / "mlp_train_step.hlo"
@@ -28,7 +28,6 @@ BUILTIN = {"random", "greedy", "optuna", "nevergrad"}
 BUDGET = {"ppo": 8}  # per-strategy budget of the contract runs; others get DEFAULT_BUDGET
 DEFAULT_BUDGET = 12
 MAX_LENGTH = 5
-HAS_VALIDATE = importlib.util.find_spec("autotune.validation") is not None
 
 
 def trials_of(engine, run_id: str) -> list[tuple[str, float, str]]:
@@ -105,7 +104,6 @@ def test_seed_changes_the_search(engine, contract_runs, strategy):
     assert trials_of(engine, other.run_id) != trials_of(engine, first.run_id)
 
 
-@pytest.mark.skipif(not HAS_VALIDATE, reason="autotune/validation.py does not exist yet")
 def test_contract_with_validation(engine):
     result = run(engine, SMALL, "optuna", validate=True)
     assert result.evaluations == DEFAULT_BUDGET

@@ -8,11 +8,11 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from autotune import hlo
+from autotune.core import hlo
 from autotune.errors import BadInput
-from autotune.module import Module
+from autotune.core.module import Module
 from autotune.pipelines.xla import runner
-from autotune.validation import compare, tolerance, validate
+from autotune.core.validation import compare, tolerance, validate
 from conftest import SMALL
 
 
@@ -247,8 +247,8 @@ def test_compare_nan_inf_and_dtype_aware_tolerances():
 
 
 def test_api_function_stays_callable_after_the_module_is_imported():
-    # The feature's module is autotune.validation, so importing it cannot shadow the API function.
+    # The feature's module is autotune.core.validation, so importing it cannot shadow the API function.
     import autotune
-    import autotune.validation as module
+    import autotune.core.validation as module
 
     assert callable(autotune.validate) and module.ValidationReport is not None

@@ -12,10 +12,10 @@ import platform
 from collections.abc import Iterable, Iterator, Sequence
 
 from autotune.errors import PassFailed, UnknownName
-from autotune.metrics import Metrics
-from autotune.module import Module
+from autotune.core.metrics import Metrics
+from autotune.core.module import Module
 from autotune.pipelines.xla.inventory import PassInventory
-from autotune.workers import Job, StopJob, WorkerPool
+from autotune.core.workers import Job, StopJob, WorkerPool
 
 #: Bumped when the meaning of a cached step changes (capture method, fingerprint, metrics).
 ENGINE_VERSION = 4

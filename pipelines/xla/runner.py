@@ -50,7 +50,7 @@ INT_HIGH = 4
 #: matters to relu/abs/max/select paths). ``positive``: |standard normal|, for modules whose
 #: parameters must be non-negative to give finite results (Adam's second moment goes through
 #: sqrt/rsqrt: a train step fed negative moments returns NaN in every updated weight, and NaN ==
-#: NaN would make the comparison vacuous). ``autotune.validation`` picks ``positive`` only when the
+#: NaN would make the comparison vacuous). ``autotune.core.validation`` picks ``positive`` only when the
 #: original's outputs under ``normal`` are not finite.
 FLOAT_DISTRIBUTIONS = ("normal", "positive")
 

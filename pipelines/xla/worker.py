@@ -7,7 +7,7 @@ pre-scheduler stage receives the module after those passes and raises, which abo
 before LLVM codegen (most of a compile's cost). The callback is process-global, so a flag decides
 whether a compile is such a probe; in a worker every compile is.
 
-This module is imported only inside worker processes (``autotune.workers``): an XLA fatal error
+This module is imported only inside worker processes (``autotune.core.workers``): an XLA fatal error
 here costs one process, never the run.
 """
 
@@ -20,7 +20,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 
 from autotune.errors import BadInput, PassFailed
-from autotune import hlo
+from autotune.core import hlo
 
 CAPTURE_PASS_NAME = "autotune-capture"
 
@@ -63,7 +63,7 @@ class StepOut:
 
 
 class XlaWorker:
-    """Handler object served by ``autotune.workers``; its public methods are the requests."""
+    """Handler object served by ``autotune.core.workers``; its public methods are the requests."""
 
     def __init__(self, inventory_json: str | None = None, include_target_specific: bool = False):
         os.environ.setdefault("JAX_PLATFORMS", "cpu")

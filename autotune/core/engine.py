@@ -5,8 +5,8 @@ from __future__ import annotations
 import os
 from contextlib import contextmanager
 
-from autotune.cache import Cache
-from autotune.evaluator import Evaluator
+from autotune.core.cache import Cache
+from autotune.core.evaluator import Evaluator
 
 
 def default_workers() -> int:

@@ -87,7 +87,7 @@ def from_run(evaluator, run_id: str) -> TuningRecord:
     """Build a record from a finished run in the cache."""
     import autotune
     from autotune.pipelines.xla import xla_version
-    from autotune.tuner import load_run
+    from autotune.core.tuner import load_run
 
     run = load_run(evaluator.cache, run_id)
     if not run.get("summary"):
@@ -143,8 +143,8 @@ class CheckResult:
 def check(evaluator, module, record: TuningRecord, max_regression: float = 0.0, validate: bool = True,
           seed: int = 0) -> CheckResult:
     """Re-apply ``record`` to ``module`` with the installed XLA and say whether it still holds."""
-    from autotune import objectives
-    from autotune.tuner import validity_of
+    from autotune.core import objectives
+    from autotune.core.tuner import validity_of
 
     reasons: list[str] = []
     root = evaluator.prepare(module)
@@ -167,7 +167,7 @@ def check(evaluator, module, record: TuningRecord, max_regression: float = 0.0, 
     obj = objectives.get(record.objective)
     default = evaluator.default(root)
     if obj.name == "runtime":
-        from autotune.runtime import measure_runtime
+        from autotune.core.runtime import measure_runtime
 
         cost = measure_runtime(evaluator, result.state)
         default_cost = measure_runtime(evaluator, default.state) if default.ok else None

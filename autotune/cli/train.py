@@ -6,12 +6,9 @@ from pathlib import Path
 
 import click
 
-from autotune.cli import (
-    _check_writable, _console, _load, _parse_options, _print_json, cli, db_option, json_option, module_paths,
-    workers_option,
-)
 from autotune.errors import BadInput
-
+from autotune.cli import cli
+from autotune.cli.common import check_writable, console, db_option, json_option, load_model, module_paths, parse_options, print_json, workers_option
 
 
 @cli.command()
@@ -38,27 +35,27 @@ from autotune.errors import BadInput
 def train(more, algo, modules, output, split, timesteps, seed, shaping, max_length, objective, extra, db, workers,
           as_json) -> None:
     """Train one policy over MODULES, for zero-shot use with `autotune run --strategy ppo --policy`."""
-    from autotune.engine import open_engine
-    from autotune.train import check_training, train_policy, zip_path_of
+    from autotune.core.engine import open_engine
+    from autotune.rl.train import check_training, train_policy, zip_path_of
 
     paths = module_paths([*modules, *more], split)
     if not paths:
         raise BadInput("give modules to train on (--modules DIR_OR_FILE ...)")
-    options = _parse_options(extra)
+    options = parse_options(extra)
     check_training(algo, timesteps, max_length, objective, options)
     out = zip_path_of(Path(output))
-    _check_writable(out)
-    loaded = [_load(str(p)) for p in paths]  # BadInput names the bad file
+    check_writable(out)
+    loaded = [load_model(str(p)) for p in paths]  # BadInput names the bad file
     progress = None
     if not as_json:
-        from autotune.tuner import RichProgress
+        from autotune.core.tuner import RichProgress
 
         progress = RichProgress()
     with open_engine(db, workers=workers) as ev:
         stats = train_policy(ev, loaded, out, timesteps=timesteps, seed=seed, shaping=shaping, objective=objective,
                              algo=algo, max_length=max_length, progress=progress, options=options)
     if as_json:
-        _print_json(stats)
+        print_json(stats)
         return
     from rich.table import Table
 
@@ -70,7 +67,7 @@ def train(more, algo, modules, output, split, timesteps, seed, shaping, max_leng
         best = m["best_cost"]
         table.add_row(m["name"], str(m["episodes"]), f"{m['start_cost']:g}" if m["start_cost"] is not None else "-",
                       f"{best:g}" if best is not None else "-", ",".join(m["best_sequence"]) or "(none)")
-    _console().print(table)
+    console().print(table)
     ret = stats["mean_return_last20"]
     click.echo(f"wrote {stats['policy']} and {Path(stats['sidecar']).name}"
                + (f"; mean return of the last 20 episodes {ret:+.4f}" if ret is not None else ""))

@@ -1,9 +1,9 @@
 """Compare search strategies on many modules at equal budgets, with the 2023 paper's metric.
 
-``compare`` runs every (strategy, module, seed) through ``autotune.tuner.tune`` on ONE shared
+``compare`` runs every (strategy, module, seed) through ``autotune.core.tuner.tune`` on ONE shared
 evaluator (one cache, one worker pool), so a compile step one run needed is never repeated by
 another, and returns a ``Comparison``: one ``RunRow`` per run plus one ``StrategySummary`` per
-strategy. ``autotune.report`` turns it into Markdown/HTML/PNG; ``to_dict``/``from_dict`` round-trip
+strategy. ``autotune.reporting.report`` turns it into Markdown/HTML/PNG; ``to_dict``/``from_dict`` round-trip
 it through JSON.
 
 The paper's metric ("Target-independent XLA optimization using Reinforcement Learning", 2023)
@@ -429,7 +429,7 @@ class CompareProgress:
     def run_finished(self, index: int, row: RunRow) -> None: ...
 
     def tune_progress(self):
-        """A ``autotune.tuner.Progress`` for the run in flight (per-evaluation bar), or None."""
+        """A ``autotune.core.tuner.Progress`` for the run in flight (per-evaluation bar), or None."""
         return None
 
     def stop(self) -> None: ...
@@ -484,13 +484,13 @@ def compare(
 ) -> Comparison:
     """Run every (strategy, module, seed) through ``tune`` at equal budgets on one shared evaluator.
 
-    ``modules`` are ``autotune.module.Module`` objects (named; the family comes from the name
+    ``modules`` are ``autotune.core.module.Module`` objects (named; the family comes from the name
     prefix). ``options_per_strategy`` maps a label to strategy options (see ``resolve``).
     A Ctrl-C stops after the run in flight: its partial result is kept and the comparison is
     returned with ``status="interrupted"``.
     """
-    from autotune import objectives
-    from autotune.tuner import Interrupted, tune
+    from autotune.core import objectives
+    from autotune.core.tuner import Interrupted, tune
 
     if budget is None or budget < 1:
         raise BadInput(f"--budget must be a positive number of evaluations, not {budget}")
@@ -614,7 +614,7 @@ def row_from_run(cache, run_id: str) -> RunRow:
     The best-so-far history is the running minimum of the recorded trials' costs, as the tuner
     kept it while the run worked.
     """
-    from autotune.tuner import load_run, load_trials
+    from autotune.core.tuner import load_run, load_trials
 
     run = load_run(cache, run_id)
     if not run.get("summary"):
@@ -632,7 +632,7 @@ def row_from_run(cache, run_id: str) -> RunRow:
 
 def comparison_of_runs(cache, run_ids: Sequence[str]) -> Comparison:
     """A ``Comparison`` of runs already in the cache, grouped by strategy (one objective only)."""
-    from autotune.tuner import load_run
+    from autotune.core.tuner import load_run
 
     if not run_ids:
         raise BadInput("give the ids of the runs to report on (see `autotune runs`)")

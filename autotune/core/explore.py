@@ -15,8 +15,8 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from autotune.module import Module
-from autotune.tuner import Progress
+from autotune.core.module import Module
+from autotune.core.tuner import Progress
 
 CHUNK = 128  # (state, action) pairs per batch: big enough to keep every worker busy, small for progress
 
@@ -132,7 +132,7 @@ def _first_valid(ev, root: Module, final_ops: dict[str, int], reached: dict[str,
     is not compiled again. Returns (state, valid, reason of the first failure); when none passes,
     the best state, False.
     """
-    from autotune.tuner import validity_of
+    from autotune.core.tuner import validity_of
 
     ranked = sorted((s for s in final_ops if final_ops[s] < default_final),
                     key=lambda s: (final_ops[s], len(reached[s]), reached[s]))

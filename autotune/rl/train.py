@@ -1,6 +1,6 @@
 """Train one pass-ordering policy over many modules, save it, load it back for zero-shot tuning.
 
-``train_policy`` opens one evaluation session per module (``autotune.tuner.evaluation_session``:
+``train_policy`` opens one evaluation session per module (``autotune.core.tuner.evaluation_session``:
 trials are recorded in the cache like any run's, so training also fills the cache), builds one
 ``PassOrderingEnv`` whose ``reset`` draws a module per episode, and trains a stable-baselines3
 algorithm (PPO, A2C or DQN) on it. It writes the SB3 ``.zip`` and a JSON sidecar next to it
@@ -11,7 +11,7 @@ the pipeline version. ``check_vocabulary`` refuses (``BadInput``) a policy whose
 from the installed pipeline's: a policy's outputs are indices, and the same index would silently
 name another pass.
 
-stable-baselines3 and torch are imported inside the functions only: ``import autotune.train`` is
+stable-baselines3 and torch are imported inside the functions only: ``import autotune.rl.train`` is
 cheap and never imports torch.
 """
 
@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from autotune.errors import BadInput
-from autotune.module import Module
+from autotune.core.module import Module
 
 ALGOS = ("ppo", "a2c", "dqn")
 SIDECAR_FORMAT = 1
@@ -125,7 +125,7 @@ def read_sidecar(zip_path: Path) -> dict:
 
 def check_vocabulary(meta: dict, actions: Sequence[str], zip_path: Path) -> None:
     """BadInput unless the policy's action and opcode vocabularies are the installed ones."""
-    from autotune.hlo import opcode_vocabulary
+    from autotune.core.hlo import opcode_vocabulary
 
     theirs, ours = list(meta.get("actions") or []), list(actions)
     if theirs != ours:
@@ -189,7 +189,7 @@ def check_training(algo: str, timesteps: int, max_length: int, objective: str,
                    options: dict | None) -> tuple[dict, dict]:
     """Every training argument checked before any worker starts (BadInput names the bad one);
     returns ``check_hyperparams``'s (hyperparameters, environment options)."""
-    from autotune import objectives
+    from autotune.core import objectives
 
     if timesteps < 1:
         raise BadInput(f"--timesteps must be positive, not {timesteps}")
@@ -214,12 +214,12 @@ def train_policy(
 ) -> dict:
     """Train one ``algo`` policy over ``modules``; write ``out`` (.zip) and its sidecar; return stats.
 
-    ``progress`` is an ``autotune.tuner.Progress`` (or None); ``options`` are hyperparameters
+    ``progress`` is an ``autotune.core.tuner.Progress`` (or None); ``options`` are hyperparameters
     (see ``DEFAULT_HYPERPARAMS``) and the shaping weights ``w_flops``/``w_transcendentals``.
     Every environment step is one evaluation in its module's session (cache hits included).
     """
-    from autotune.env import EpisodeSource, PassOrderingEnv
-    from autotune.tuner import evaluation_session
+    from autotune.rl.env import EpisodeSource, PassOrderingEnv
+    from autotune.core.tuner import evaluation_session
 
     if not modules:
         raise BadInput("no modules to train on")
@@ -249,7 +249,7 @@ def train_policy(
         model.save(str(zip_path))
     finally:
         torch.set_num_threads(threads)
-    from autotune.hlo import opcode_vocabulary
+    from autotune.core.hlo import opcode_vocabulary
 
     meta = {
         "format": SIDECAR_FORMAT, "algo": algo, "shaping": bool(shaping), "gamma": hp["gamma"],

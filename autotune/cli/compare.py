@@ -6,10 +6,9 @@ from pathlib import Path
 
 import click
 
-from autotune.cli import (
-    _check_writable, _console, _coerce, _load, _print_json, cli, db_option, json_option, module_paths, workers_option,
-)
 from autotune.errors import AutotuneError, BadInput
+from autotune.cli import cli
+from autotune.cli.common import check_writable, console, db_option, json_option, load_model, module_paths, print_json, workers_option
 
 
 
@@ -62,7 +61,7 @@ class RichCompareProgress:
         self._rp.update(self._runs, advance=1, info=f"last: {last}")
 
     def tune_progress(self):
-        from autotune.tuner import Progress
+        from autotune.core.tuner import Progress
 
         outer = self
 
@@ -104,9 +103,9 @@ class RichCompareProgress:
 def compare_cmd(modules, strategy_list, budget, seeds, time_limit, objective, max_length, split, extra, out_dir,
                 no_validate, db, workers, as_json) -> None:
     """Compare search strategies on MODULES (.hlo files or directories) at equal budgets; write a report."""
-    from autotune import objectives
-    from autotune.compare import compare, resolve
-    from autotune.engine import open_engine
+    from autotune.core import objectives
+    from autotune.reporting.compare import compare, resolve
+    from autotune.core.engine import open_engine
 
     strategies = [s.strip() for s in strategy_list.split(",") if s.strip()]
     if not strategies:
@@ -125,8 +124,8 @@ def compare_cmd(modules, strategy_list, budget, seeds, time_limit, objective, ma
         raise BadInput("give MODULES to compare on (.hlo files or directories)")
     paths = module_paths(modules, split)
     out = Path(out_dir)
-    _check_writable(out, directory=True)
-    loaded = [_load(str(p)) for p in paths]  # BadInput names the bad file
+    check_writable(out, directory=True)
+    loaded = [load_model(str(p)) for p in paths]  # BadInput names the bad file
     names = [m.name for m in loaded]
     if len(set(names)) != len(names):
         dup = next(n for n in names if names.count(n) > 1)
@@ -144,7 +143,7 @@ def compare_cmd(modules, strategy_list, budget, seeds, time_limit, objective, ma
 
 def publish(comp, out: Path, title: str | None, as_json: bool) -> None:
     """Write ``comp``'s report files into ``out``, then print its JSON or a summary table."""
-    from autotune.report import write_report
+    from autotune.reporting.report import write_report
 
     try:
         files = write_report(comp, out, title=title or f"Strategy comparison: {', '.join(comp.strategies)}")
@@ -156,7 +155,7 @@ def publish(comp, out: Path, title: str | None, as_json: bool) -> None:
             r.pop("history", None)
         data["report"] = {"markdown": str(files.markdown), "html": str(files.html), "json": str(files.json),
                           "images": [str(p) for p in files.images.values()]}
-        _print_json(data)
+        print_json(data)
     else:
         _summary(comp, files)
 
@@ -171,8 +170,8 @@ class Interrupted(AutotuneError):
 def _summary(comp, files) -> None:
     from rich.table import Table
 
-    from autotune.compare import PAPER
-    from autotune.report import _metric_cell, pct
+    from autotune.reporting.compare import PAPER
+    from autotune.reporting.report import _metric_cell, pct
 
     table = Table(title=f"{len(comp.modules)} modules x {len(comp.seeds)} seed(s), budget {comp.budget}, "
                         f"objective {comp.objective}: improvement over XLA default's reduction (geomean)")
@@ -181,7 +180,7 @@ def _summary(comp, files) -> None:
     for s in comp.summaries:
         table.add_row(s.strategy, _metric_cell(s.raw), _metric_cell(s.final), f"{s.wins}/{s.ties}/{s.losses}",
                       str(s.validity_failures), str(s.evaluations), f"{s.seconds:.0f}s", f"{s.cache_hit_rate:.0%}")
-    console = _console()
+    console = console()
     console.print(table)
     console.print(f"paper (2023, raw ops, PPO + shaping): GPT-2 {pct(PAPER['gpt2'])}, mixed {pct(PAPER['mixed'])}")
     console.print(f"report: {files.markdown} (also report.html, comparison.json and the plots in {files.html.parent})")

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from autotune.errors import BadInput
-from autotune import hlo
+from autotune.core import hlo
 
 #: Inputs larger than this are refused before parsing (a model graph is far smaller).
 MAX_INPUT_BYTES = 512 * 1024 * 1024
@@ -114,12 +114,12 @@ def load_path(path: Path, name: str | None = None) -> Module:
 
 
 def parse_isolated(data: bytes, suffix: str, name: str) -> Module:
-    """Run ``_parse`` in a child process (``python -m autotune.module``) and return its Module."""
+    """Run ``_parse`` in a child process (``python -m autotune.core.module``) and return its Module."""
     env = dict(os.environ)
     env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     env.setdefault("JAX_PLATFORMS", "cpu")
     proc = subprocess.run(
-        [sys.executable, "-m", "autotune.module"], input=pickle.dumps((data, suffix, name)),
+        [sys.executable, "-m", "autotune.core.module"], input=pickle.dumps((data, suffix, name)),
         capture_output=True, env=env, timeout=600,
     )
     if proc.returncode == 0:

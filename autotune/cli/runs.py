@@ -8,7 +8,9 @@ import json
 
 import click
 
-from autotune.cli import _console, _print_json, cli, db_option, json_option
+from autotune.cli import cli
+from autotune.cli.common import console, db_option, json_option, print_json
+
 
 
 def list_runs(cache, limit: int | None = None, module: str | None = None) -> list[dict]:
@@ -40,7 +42,7 @@ def list_runs(cache, limit: int | None = None, module: str | None = None) -> lis
 def runs(limit, show_all, module, db, as_json) -> None:
     """List the tuning runs recorded in the cache, newest first: the ids that `run --resume`,
     `export` and `check` take, with each run's status, budget spent and best result."""
-    from autotune.cache import Cache
+    from autotune.core.cache import Cache
 
     cache = Cache(db)
     try:
@@ -48,7 +50,7 @@ def runs(limit, show_all, module, db, as_json) -> None:
     finally:
         cache.close()
     if as_json:
-        _print_json(rows)
+        print_json(rows)
         return
     if not rows:
         click.echo(f"no runs in {cache.path}" + (f" for module {module}" if module else ""))
@@ -78,4 +80,4 @@ def runs(limit, show_all, module, db, as_json) -> None:
         table.add_row(r["run_id"], r["module"], r["strategy"], f"{r['evaluations']}/{r['budget']}", best,
                       "-" if r["default_cost"] is None else f"{r['default_cost']:g}",
                       "" if r["status"] == "finished" else r["status"])
-    _console().print(table)
+    console().print(table)

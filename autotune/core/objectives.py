@@ -26,7 +26,7 @@ import math
 from typing import ClassVar
 
 from autotune.errors import UnknownName
-from autotune.metrics import Metrics
+from autotune.core.metrics import Metrics
 
 FLOPS_PER_S = 5e10  # ~ one AVX2/AVX-512 core, f32 FMA throughput
 BYTES_PER_S = 1e10  # ~ DRAM bandwidth available to one core

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import click
 
-from autotune.cli import _check_writable, _console, _load, _print_json, cli, db_option, json_option, workers_option
+from autotune.cli import cli
+from autotune.cli.common import check_writable, console, db_option, json_option, load_model, print_json, workers_option
 
 
 @cli.command()
@@ -17,15 +18,15 @@ from autotune.cli import _check_writable, _console, _load, _print_json, cli, db_
 @json_option
 def export(run_id, output, db, as_json) -> None:
     """Write the tuning record (lockfile) of a finished run."""
-    from autotune.engine import open_engine
-    from autotune.record import from_run
+    from autotune.core.engine import open_engine
+    from autotune.core.record import from_run
 
-    _check_writable(Path(output))
+    check_writable(Path(output))
     with open_engine(db, workers=1) as ev:
         record = from_run(ev, run_id)
     record.save(Path(output))
     if as_json:
-        _print_json(record.to_dict())
+        print_json(record.to_dict())
     else:
         click.echo(f"wrote {output}: {record.module} ({record.fingerprint[:12]}), {len(record.sequence)} passes, "
                    f"{record.objective} {record.metrics['cost']:g} vs default {record.metrics['default_cost']:g}"
@@ -43,15 +44,15 @@ def export(run_id, output, db, as_json) -> None:
 @json_option
 def check(model, record_path, max_regression, no_validate, db, workers, as_json) -> None:
     """Re-apply a recorded sequence to MODEL with the installed XLA; exit 1 if it no longer holds."""
-    from autotune.engine import open_engine
-    from autotune.record import TuningRecord, check as run_check
+    from autotune.core.engine import open_engine
+    from autotune.core.record import TuningRecord, check as run_check
 
     record = TuningRecord.load(record_path)
-    module = _load(model)
+    module = load_model(model)
     with open_engine(db, workers=workers or 1) as ev:
         result = run_check(ev, module, record, max_regression=max_regression, validate=not no_validate)
     if as_json:
-        _print_json(result.to_dict())
+        print_json(result.to_dict())
     else:
         from rich.table import Table
 
@@ -66,6 +67,6 @@ def check(model, record_path, max_regression, no_validate, db, workers, as_json)
         table.add_row("valid", {None: "-", True: "yes", False: "NO"}[result.valid])
         if result.pipeline_version != result.record_pipeline_version:
             table.add_row("note", "recorded with another XLA/pipeline version")
-        _console().print(table)
+        console().print(table)
         click.echo("OK: the record holds" if result.ok else "FAILED: " + "; ".join(result.reasons))
     sys.exit(0 if result.ok else 1)

@@ -26,7 +26,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from autotune.compare import PAPER, Comparison, StrategySummary
+from autotune.reporting.compare import PAPER, Comparison, StrategySummary
 
 FAMILY_ORDER = ("gpt2", "bert", "resnet", "other")
 FAMILY_LABEL = {"gpt2": "GPT-2", "bert": "BERT", "resnet": "ResNet", "other": "other"}

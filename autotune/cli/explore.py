@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import click
 
-from autotune.cli import _console, _load, _print_json, cli, db_option, json_option, workers_option
+from autotune.cli import cli
+from autotune.cli.common import console, db_option, json_option, load_model, print_json, workers_option
 
 
 @cli.command()
@@ -20,15 +21,15 @@ def explore(model, depth, no_validate, db, workers, as_json) -> None:
     pipeline (objective final-ops). Sequences that reach the same module share all later work, so
     each distinct module is expanded once. Says whether anything within DEPTH passes beats XLA's
     default ordering, and the shortest sequence that does best."""
-    from autotune.engine import open_engine
-    from autotune.explore import explore as walk
-    from autotune.tuner import Progress, RichProgress
+    from autotune.core.engine import open_engine
+    from autotune.core.explore import explore as walk
+    from autotune.core.tuner import Progress, RichProgress
 
-    module = _load(model)
+    module = load_model(model)
     with open_engine(db, workers=workers) as ev:
         out = walk(ev, module, depth, progress=Progress() if as_json else RichProgress(), validate=not no_validate)
     if as_json:
-        _print_json(out.to_dict())
+        print_json(out.to_dict())
         return
     from rich.table import Table
 
@@ -40,7 +41,7 @@ def explore(model, depth, no_validate, db, workers, as_json) -> None:
     table.add_row("input", str(out.input_ops))
     table.add_row("XLA default (final-ops)", str(out.default_final_ops))
     table.add_row("best within depth (final-ops)", str(out.best_final_ops))
-    _console().print(table)
+    console().print(table)
     if not out.improved:
         click.echo(f"Nothing within {depth} passes beats XLA's default ordering on final-ops.")
         return

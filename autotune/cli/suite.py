@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import click
 
-from autotune.cli import _print_json, cli, json_option
 from autotune.errors import BadInput
+from autotune.cli import cli
+from autotune.cli.common import json_option, print_json
 
 
 @cli.group()
@@ -39,7 +40,7 @@ def generate(out_dir, limit, families, jobs, seed, as_json) -> None:
             raise BadInput(str(exc)) from None
     data = manifest.to_json()
     if as_json:
-        _print_json({k: v for k, v in data.items() if k != "entries"} | {"written": len(manifest.entries)})
+        print_json({k: v for k, v in data.items() if k != "entries"} | {"written": len(manifest.entries)})
         return
     sides = {}
     for e in manifest.entries:

@@ -6,7 +6,8 @@ import sys
 
 import click
 
-from autotune.cli import _console, _load, _print_json, cli, db_option, json_option
+from autotune.cli import cli
+from autotune.cli.common import console, db_option, json_option, load_model, print_json
 
 
 @cli.command()
@@ -22,11 +23,11 @@ def validate(original, tuned, seed, all_outputs, db, as_json) -> None:
     tolerances. Exit 0 when they match, 1 when they differ or TUNED does not compile."""
     from autotune.api import Session
 
-    original_module, tuned_module = _load(original), _load(tuned)
+    original_module, tuned_module = load_model(original), load_model(tuned)
     with Session(db, workers=1) as session:
         report = session.validate(original_module, tuned_module, seed=seed)
     if as_json:
-        _print_json(report.to_dict())
+        print_json(report.to_dict())
     else:
         from rich.table import Table
 
@@ -38,7 +39,7 @@ def validate(original, tuned, seed, all_outputs, db, as_json) -> None:
             for o in rows:
                 table.add_row(str(o.index), "x".join(map(str, o.shape)) or "scalar", o.dtype, f"{o.max_abs_diff:.3g}",
                               f"{o.max_rel_diff:.3g}", str(o.mismatches), "yes" if o.ok else "NO")
-            _console().print(table)
+            console().print(table)
         worst = max(report.outputs, key=lambda o: (o.max_abs_diff if o.max_abs_diff == o.max_abs_diff else -1.0),
                     default=None)
         if report.ok:

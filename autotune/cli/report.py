@@ -10,7 +10,8 @@ from pathlib import Path
 
 import click
 
-from autotune.cli import _check_writable, cli, db_option, json_option
+from autotune.cli import cli
+from autotune.cli.common import check_writable, db_option, json_option
 
 
 @cli.command()
@@ -25,14 +26,14 @@ def report(run_ids, module, out_dir, title, db, as_json) -> None:
     """Write a strategy-comparison report (Markdown, HTML, JSON, plots) from finished runs in the
     cache, grouped by strategy: the same report `compare` writes, with nothing compiled again.
     `autotune runs` lists the ids."""
-    from autotune.cache import Cache
-    from autotune.commands.compare import publish
-    from autotune.commands.runs import list_runs
-    from autotune.compare import comparison_of_runs
+    from autotune.core.cache import Cache
+    from autotune.cli.compare import publish
+    from autotune.cli.runs import list_runs
+    from autotune.reporting.compare import comparison_of_runs
     from autotune.errors import BadInput
 
     out = Path(out_dir)
-    _check_writable(out, directory=True)
+    check_writable(out, directory=True)
     cache = Cache(db)
     try:
         ids = list(run_ids)

@@ -12,7 +12,7 @@ Layout (one file, WAL mode, safe for several processes at once):
 * ``roots``       raw input fingerprint -> normalised fingerprint (the load round trip);
 * ``inventory``   the discovered pass inventory per XLA version;
 * ``reports``     other measurements keyed by what they depend on (validity checks, runtimes);
-* ``runs``/``trials`` tuning runs and every trial they made (see ``autotune.tuner``).
+* ``runs``/``trials`` tuning runs and every trial they made (see ``autotune.core.tuner``).
 
 Integrity: every ``states`` and ``transitions`` row carries a checksum of its own fields and every
 blob is checked against its hash when read. A row that fails its check is deleted and reported as a
@@ -39,7 +39,7 @@ from pathlib import Path
 import sqlite_utils
 
 from autotune.errors import BadInput, CacheError
-from autotune.metrics import Metrics
+from autotune.core.metrics import Metrics
 
 SCHEMA_VERSION = 3
 DEFAULT_DB = ".autotune/cache.db"

@@ -20,12 +20,12 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from autotune import objectives as objectives_mod
+from autotune.core import objectives as objectives_mod
 from autotune import strategy as strategy_mod
 from autotune.errors import AutotuneError, BadInput
-from autotune.evaluator import Evaluator, Result
-from autotune.metrics import Metrics
-from autotune.module import Module
+from autotune.core.evaluator import Evaluator, Result
+from autotune.core.metrics import Metrics
+from autotune.core.module import Module
 from autotune.strategy import BudgetExhausted, Evaluate, SearchSpace, Trial
 
 DEFAULT_MAX_LENGTH = 16
@@ -272,7 +272,7 @@ class _Tuner:
         return {s: self._final[s] for s in states}
 
     def runtime_of(self, state: str) -> float:
-        from autotune.runtime import measure_runtime
+        from autotune.core.runtime import measure_runtime
 
         return measure_runtime(self.ev, state)
 
@@ -571,7 +571,7 @@ def validity_of(evaluator: Evaluator, root: Module, state: str, seed: int = 0) -
     key = f"{evaluator.version}|{root.fingerprint}|{state}|{seed}"
     report = evaluator.cache.get_report("validity", key)
     if report is None:
-        from autotune.validation import validate as run_validation
+        from autotune.core.validation import validate as run_validation
 
         report = run_validation(evaluator.pipeline, root, evaluator.module(state, root.name), seed=seed).to_dict()
         evaluator.cache.put_report("validity", key, report)

@@ -12,11 +12,11 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from autotune.cache import Cache, Transition
+from autotune.core.cache import Cache, Transition
 from autotune.errors import BadInput, PassFailed
-from autotune.metrics import Metrics
-from autotune.module import Module
-from autotune.workers import StopJob
+from autotune.core.metrics import Metrics
+from autotune.core.module import Module
+from autotune.core.workers import StopJob
 
 IDENTITY = "<identity>"
 DEFAULT = "<default>"

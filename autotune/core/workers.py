@@ -3,7 +3,7 @@
 Why not ``concurrent.futures`` or ``multiprocessing.Pool``: an XLA fatal error (CHECK failure,
 LOG(FATAL)) kills the whole process, and a hung pass never returns. A standard pool then breaks as a
 whole (``BrokenProcessPool``) or waits forever. Here each worker is a plain subprocess
-(``python -m autotune.workers``, so nothing from the caller's ``__main__`` is re-imported) talking
+(``python -m autotune.core.workers``, so nothing from the caller's ``__main__`` is re-imported) talking
 over a socket pair with ``multiprocessing.connection``. The parent waits with a deadline per
 message; on a deadline or a dead socket it kills that one worker, turns the event into a
 ``PassFailed`` (``timeout`` or ``crash``, with the last lines the compiler printed to stderr) and
@@ -55,7 +55,7 @@ class _Worker:
         if cpu is not None:
             full_env["AUTOTUNE_WORKER_CPU"] = str(cpu)
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "autotune.workers", str(child_sock.fileno()), factory],
+            [sys.executable, "-m", "autotune.core.workers", str(child_sock.fileno()), factory],
             pass_fds=(child_sock.fileno(),),
             stdin=subprocess.DEVNULL,
             stdout=self._stderr,

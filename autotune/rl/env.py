@@ -3,7 +3,7 @@
 One episode builds one pass sequence for one module:
 
 * **Episode sources.** The environment holds several ``Evaluate`` objects, one per module (from a
-  tuner run, or ``autotune.tuner.evaluation_session`` for any module). ``reset()`` draws one of
+  tuner run, or ``autotune.core.tuner.evaluation_session`` for any module). ``reset()`` draws one of
   them with the environment's seeded RNG (``self.np_random``), so one policy trains over many
   modules and a run is reproducible under ``reset(seed=...)``.
 * **Actions.** ``Discrete(n_actions + 1)``: action ``i < n_actions`` appends pass ``actions[i]``;
@@ -72,8 +72,8 @@ import numpy as np
 from gymnasium import spaces
 
 from autotune.errors import BadInput
-from autotune.hlo import opcode_vocabulary
-from autotune.metrics import Metrics
+from autotune.core.hlo import opcode_vocabulary
+from autotune.core.metrics import Metrics
 from autotune.strategy import Evaluate
 
 ENV_ID = "autotune/PassOrdering-v0"
@@ -254,7 +254,7 @@ class PassOrderingEnv(gymnasium.Env):
 def register() -> None:
     """Register ``autotune/PassOrdering-v0`` with gymnasium (idempotent)."""
     if ENV_ID not in gymnasium.registry:
-        gymnasium.register(id=ENV_ID, entry_point="autotune.env:PassOrderingEnv")
+        gymnasium.register(id=ENV_ID, entry_point="autotune.rl.env:PassOrderingEnv")
 
 
 register()

@@ -1,0 +1,62 @@
+"""The ``autotune`` command line (click).
+
+Every command prints a table for people or JSON for machines (``--json``), exits 0 on success, 1
+when a check it ran says no, and 2 for bad usage or bad input, which always gets exactly one line
+on stderr and never a traceback. The group lives here; each command is one module of this package
+(shared options and helpers in ``common``) and registers itself on ``cli`` when imported.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from autotune.errors import AutotuneError
+
+CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
+
+
+@click.group(context_settings=CONTEXT)
+@click.version_option(package_name="autotune")
+def cli() -> None:
+    """Autotune XLA's HLO pass ordering: search for the pass sequence that gives the best module."""
+
+
+def _register_commands() -> None:
+    """Import every command module of this package; each adds its command(s) to ``cli``."""
+    import importlib
+    import pkgutil
+
+    for info in pkgutil.iter_modules(__path__):
+        if info.name not in ("common", "__main__"):
+            importlib.import_module(f"{__name__}.{info.name}")
+
+
+_register_commands()
+
+
+def main(argv=None) -> None:
+    """Entry point: click in non-standalone mode so every error becomes one line and a code."""
+    try:
+        rv = cli.main(args=argv, prog_name="autotune", standalone_mode=False)
+    except click.exceptions.NoArgsIsHelpError as exc:
+        click.echo(exc.ctx.get_help() if exc.ctx else "autotune --help")
+        sys.exit(0)
+    except click.UsageError as exc:
+        die(exc.format_message().splitlines()[0] if exc.format_message() else "bad usage", 2)
+    except click.exceptions.Abort:
+        die("aborted", 130)
+    except click.exceptions.Exit as exc:
+        sys.exit(exc.exit_code)
+    except click.ClickException as exc:
+        die(exc.format_message().splitlines()[0], exc.exit_code or 2)
+    except AutotuneError as exc:
+        die(str(exc).splitlines()[0] if str(exc) else type(exc).__name__, exc.exit_code)
+    except KeyboardInterrupt:
+        die("interrupted", 130)
+    except BrokenPipeError:
+        sys.exit(0)
+
+
+from autotune.cli.common import die  # noqa: E402

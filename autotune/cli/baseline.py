@@ -1,0 +1,43 @@
+"""``autotune baseline``: a module as loaded and after XLA's default ordering."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from autotune.errors import AutotuneError, BadInput
+from autotune.cli import cli
+from autotune.cli.common import db_option, json_option, load_model, metrics_row, metrics_table, print_json, workers_option
+
+
+@cli.command()
+@click.argument("model", type=click.Path())
+@db_option
+@workers_option
+@json_option
+def baseline(model, db, workers, as_json) -> None:
+    """Measure MODEL as loaded and after XLA's default ordering of the same action set."""
+    from autotune.core.engine import open_engine
+
+    module = load_model(model)
+    with open_engine(db, workers=workers or 1) as ev:
+        root = ev.prepare(module)
+        base = ev.metrics(root.fingerprint)
+        default = ev.default(root)
+        if not default.ok:
+            raise AutotuneError(f"XLA's default pipeline failed on {model}: {default.message}")
+        out = {
+            "module": module.name,
+            "fingerprint": root.fingerprint,
+            "pipeline_version": ev.version,
+            "input": metrics_row(base),
+            "default": metrics_row(default.metrics),
+            "default_reduction": base.instructions - default.metrics.instructions,
+        }
+    if as_json:
+        print_json(out)
+        return
+    metrics_table(f"{module.name}: XLA default ordering", [("input", base), ("XLA default", default.metrics)])
+
+

@@ -1,0 +1,161 @@
+"""Options and helpers shared by the CLI commands (public: every command file imports them)."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import click
+
+from autotune.errors import AutotuneError, BadInput
+
+CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
+
+
+def die(message: str, code: int = 2) -> None:
+    click.echo(f"autotune: error: {message}", err=True)
+    sys.exit(code)
+
+
+def db_option(f):
+    return click.option("--db", type=click.Path(dir_okay=False), default=None, envvar="AUTOTUNE_DB",
+                        help="Cache database (SQLite). Default: .autotune/cache.db or $AUTOTUNE_DB.")(f)
+
+
+def workers_option(f):
+    return click.option("--workers", type=click.IntRange(1, 64), default=None,
+                        help="Compiler worker processes (default: cores, at most 4).")(f)
+
+
+def json_option(f):
+    return click.option("--json", "as_json", is_flag=True, help="Machine-readable JSON output.")(f)
+
+
+def target_option(f):
+    return click.option("--include-target-specific", is_flag=True,
+                        help="Also offer target-specific passes (layout, fusion, ...) as actions.")(f)
+
+
+def print_json(data) -> None:
+    click.echo(json.dumps(data, indent=2, sort_keys=False, default=str))
+
+
+def console():
+    from rich.console import Console
+
+    return Console()
+
+
+def load_model(path: str):
+    from autotune.core.module import load_path
+
+    return load_path(Path(path))
+
+
+MODULE_SUFFIXES = (".hlo",)
+
+
+def module_paths(values, split: str | None = None) -> list[Path]:
+    """Files as given; for a directory every ``.hlo`` in it (sorted), or with ``split`` the modules of
+    that side of its suite manifest. Duplicates are kept once."""
+    paths: list[Path] = []
+    for value in values:
+        p = Path(value)
+        if p.is_dir():
+            if split is not None:
+                if not (p / "manifest.json").is_file():
+                    raise BadInput(f"{p}: --split needs a suite directory with manifest.json (autotune suite generate)")
+                from autotune.zoo.suite import modules as suite_modules
+
+                try:
+                    found = suite_modules(p, split)
+                except (OSError, ValueError, KeyError, TypeError) as exc:
+                    raise BadInput(f"{p}/manifest.json: unreadable ({exc})") from None
+                missing = [f for f in found if not f.is_file()]
+                if missing:
+                    raise BadInput(f"{missing[0]}: listed in {p}/manifest.json but missing")
+                if not found:
+                    raise BadInput(f"{p}: no {split} modules in its manifest")
+            else:
+                found = sorted(f for f in p.iterdir() if f.suffix.lower() in MODULE_SUFFIXES and f.is_file())
+                if not found:
+                    raise BadInput(f"{p}: no .hlo modules in this directory")
+            paths.extend(found)
+        elif p.exists():
+            if split is not None:
+                raise BadInput(f"{p}: --split applies to suite directories, not to single files")
+            paths.append(p)
+        else:
+            raise BadInput(f"{p}: no such file or directory")
+    return list(dict.fromkeys(paths))
+
+
+def metrics_row(metrics) -> dict:
+    return metrics.to_dict() if metrics is not None else None
+
+
+
+def metrics_table(title: str, rows) -> None:
+    from rich.table import Table
+
+    table = Table(title=title)
+    for col in ("", "instructions", "flops", "transcendentals", "bytes accessed"):
+        table.add_column(col, justify="right" if col else "left")
+    first = rows[0][1]
+    for label, m in rows:
+        delta = "" if m is first else f" ({m.instructions - first.instructions:+d})"
+        table.add_row(label, f"{m.instructions}{delta}", f"{m.flops:.4g}", f"{m.transcendentals:.4g}", f"{m.bytes_accessed:.4g}")
+    console().print(table)
+
+
+
+
+def check_writable(path: Path, directory: bool = False) -> None:
+    """Refuse an output location before any work is done, so a typo costs nothing."""
+    if not directory and path.is_dir():
+        raise BadInput(f"{path}: is a directory, expected a file name")
+    if directory and path.exists() and not path.is_dir():
+        raise BadInput(f"{path}: exists and is not a directory")
+    parent = path if directory else path.parent
+    try:
+        parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise BadInput(f"{path}: cannot create {parent} ({exc.strerror or exc})") from None
+    if not os.access(parent, os.W_OK):
+        raise BadInput(f"{path}: {parent} is not writable")
+
+
+def write_module(module, path: Path) -> None:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if path.suffix == ".pb":
+            path.write_bytes(module.proto)
+        else:
+            path.write_text(module.text())
+    except OSError as exc:
+        raise BadInput(f"{path}: cannot write ({exc.strerror or exc})") from None
+
+
+
+
+def parse_options(pairs, **named) -> dict:
+    options = {k: v for k, v in named.items() if v is not None}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise BadInput(f"--option expects key=value, got '{pair}'")
+        options[key.strip().replace("-", "_")] = _coerce(value.strip())
+    return options
+
+
+def _coerce(value: str):
+    for cast in (int, float):
+        try:
+            return cast(value)
+        except ValueError:
+            pass
+    return {"true": True, "false": False}.get(value.lower(), value)
+
+

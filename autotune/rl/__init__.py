@@ -1,0 +1,1 @@
+"""Reinforcement learning over pass orderings: the gymnasium environment and policy training."""
