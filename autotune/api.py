@@ -51,9 +51,12 @@ class Session:
         return self.evaluator.prepare(_module(module))
 
     def tune(self, module, strategy: str = RunSpec.strategy, budget: int = RunSpec.budget,
-             objective: str = RunSpec.objective, seed: int = 0, max_length: int = DEFAULT_MAX_LENGTH, time_limit: float | None = None, options: dict | None = None,
+             objective=RunSpec.objective, seed: int = 0, max_length: int = DEFAULT_MAX_LENGTH, time_limit: float | None = None, options: dict | None = None,
              progress: bool = False, validate: bool = True):
-        """Search the pass ordering of ``module``; returns ``autotune.core.tuner.TuneResult``."""
+        """Search the pass ordering of ``module``; returns ``autotune.core.tuner.TuneResult``.
+
+        ``objective`` is a name or an ``Objective`` (e.g. ``objectives.get("runtime", min_effect=0.05)``);
+        a measured objective's verdict, with its interval, is ``result.claim``."""
         from autotune.core.tuner import tune as _tune
         from autotune.reporting.progress import RichObserver
 
@@ -89,6 +92,19 @@ class Session:
     def metrics(self, module):
         """``Metrics`` of a module (instructions, per-opcode counts, flops, ...)."""
         return self.evaluator.pipeline.measure(_module(module))
+
+    def compare_runtime(self, baseline, candidate, rounds: int | None = None, confidence: float | None = None,
+                        min_effect: float | None = None, seed: int = 0):
+        """Is ``candidate`` faster than ``baseline``? Both fully compiled and timed interleaved in one
+        worker, then the ratio of medians candidate/baseline with a bootstrap confidence interval:
+        ``autotune.core.stats.Comparison`` (``.faster`` only when the whole interval lies below
+        ``1 - min_effect``). The protocol of the ``runtime`` objective's claims (docs/runtime.md)."""
+        from autotune.core import stats
+
+        timing = self.evaluator.pipeline.time_ab(_module(baseline), _module(candidate), seed=seed,
+                                                 rounds=rounds or stats.ROUNDS)
+        return stats.compare(timing["a"], timing["b"], confidence or stats.CONFIDENCE,
+                             stats.MIN_EFFECT if min_effect is None else min_effect, seed=seed)
 
     def validate(self, original, tuned, seed: int = 0):
         """Compile both fully, run both on the same seeded inputs, compare every output."""

@@ -22,6 +22,10 @@ from autotune.cli.common import check_writable, console, db_option, json_option,
 @click.option("--max-length", type=int, default=DEFAULT_MAX_LENGTH, show_default=True, help="Longest pass sequence.")
 @click.option("--objective", default="final-ops", show_default=True,
               help="final-ops | ops | cost | runtime (see README: Objectives).")
+@click.option("--min-effect", type=float, default=None,
+              help="runtime: smallest speed-up (percent) a confirmed win must prove [default: 2].")
+@click.option("--confirm-rounds", type=int, default=None,
+              help="runtime: interleaved A/B rounds that confirm the best candidate [default: 30].")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), default=None,
               help="Directory for best_sequence.json, tuned.hlo and summary.json.")
 @click.option("--resume", default=None, help="Continue an interrupted run by its id.")
@@ -35,7 +39,7 @@ from autotune.cli.common import check_writable, console, db_option, json_option,
 @db_option
 @workers_option
 @json_option
-def run(model, strategy, budget, time_limit, seed, max_length, objective, out_dir, resume, sampler, optimizer,
+def run(model, strategy, budget, time_limit, seed, max_length, objective, min_effect, confirm_rounds, out_dir, resume, sampler, optimizer,
         policy, shaping, extra, no_validate, no_prune, db, workers, as_json) -> None:
     """Tune MODEL's pass ordering with a search strategy and report the best sequence found."""
     from autotune import strategy as strategy_mod
@@ -49,16 +53,17 @@ def run(model, strategy, budget, time_limit, seed, max_length, objective, out_di
     if out_dir:
         check_writable(Path(out_dir), directory=True)
     module = None if resume else load_model(model)
+    chosen = objective
     options = parse_options(extra, sampler=sampler, optimizer=optimizer, policy=policy, shaping=shaping)
     if not resume:
         strategy_mod.load(strategy)  # unknown names fail before any compile
-        objectives.get(objective)
+        chosen = _objective(objectives, objective, min_effect, confirm_rounds)
         RunSpec(strategy=strategy, budget=budget, objective=objective, seed=seed, max_length=max_length,
                 time_limit=time_limit, options=options)  # every setting checked before any compile
     with open_engine(db, workers=workers) as ev:
         observer = None if as_json else RichObserver()
         try:
-            result = tune(ev, module, strategy=strategy, budget=budget, objective=objective, seed=seed,
+            result = tune(ev, module, strategy=strategy, budget=budget, objective=chosen, seed=seed,
                           max_length=max_length, time_limit=time_limit, options=options, observer=observer,
                           resume=resume, validate=not no_validate, prune=not no_prune)
         except Interrupted as exc:
@@ -69,6 +74,19 @@ def run(model, strategy, budget, time_limit, seed, max_length, objective, out_di
         if out_dir:
             _write_outputs(ev, result, Path(out_dir))
     _report(result, as_json, out_dir)
+
+
+def _objective(objectives, name: str, min_effect, rounds):
+    """The objective by name, with the runtime claim's settings when given (checked before any compile)."""
+    options = {}
+    if min_effect is not None:
+        options["min_effect"] = min_effect / 100.0
+    if rounds is not None:
+        options["rounds"] = rounds
+    obj = objectives.get(name, **options) if options and name == "runtime" else objectives.get(name)
+    if options and obj.deterministic:
+        raise BadInput(f"--min-effect/--confirm-rounds apply to measured objectives (runtime), not {name}")
+    return obj
 
 
 def _write_outputs(ev, result, out: Path) -> None:
@@ -120,9 +138,18 @@ def _report(result, as_json: bool, out_dir) -> None:
             return "n/a" if x is None else f"{x:+.1%}"
 
         console.print(f"reduction vs XLA default's reduction: final-ops {pct(imp_final)}, raw ops {pct(imp_raw)}")
+    elif result.claim is not None and not result.claim.win and (result.claim.measured or result.claim.rounds == 0):
+        console.print(f"[yellow]{result.objective}: {result.claim.message}.[/]")
     else:
         console.print(f"[yellow]No sequence beat XLA's default ordering on {result.objective} in {result.evaluations} "
                       "evaluations: keep XLA's default.[/]")
+    if result.claim is not None and result.claim.measured and result.claim.win:
+        console.print(f"[green]{result.objective}: {result.claim.message}[/]")
+    if result.claim is not None and result.claim.measured:
+        c = result.claim
+        console.print(f"confirmation ({c.rounds} interleaved rounds of the best and XLA's default, extra to the "
+                      f"budget): median {c.cost:g} vs {c.default_cost:g} us, ratio {c.ratio:.3f} "
+                      f"[{c.low:.3f}, {c.high:.3f}] at {c.confidence:.0%} confidence")
     for seq, reason in result.invalid:
         console.print(f"[yellow]rejected (invalid):[/] {','.join(seq)}: {reason}")
     console.print(f"run {result.run_id} ({result.status}): {result.seconds:.1f}s, steps compiled {result.steps_compiled}, "

@@ -438,9 +438,14 @@ def _summarise(tuner: _Tuner, status: str, validate: bool, validation_seed: int,
     ranked = sorted((r for r in tuner.records if r.status == "ok"), key=lambda r: (r.cost, r.n))
     seen: set[str] = set()
     for rec in ranked:
-        if rec.state in seen or rec.state is None:
+        if rec.state is None:
             continue
-        seen.add(rec.state)
+        # A measured objective's cost belongs to the compiled module: states with the same final
+        # module are one candidate (the runner-up must be a different executable).
+        key = rec.state if obj.deterministic else tuner.ctx.final(rec.state).state
+        if key in seen:
+            continue
+        seen.add(key)
         if len(seen) > MAX_REJECTED:
             break
         found = rec.sequence

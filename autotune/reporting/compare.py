@@ -43,6 +43,11 @@ Wins / ties / losses compare each run's best objective value with XLA's default 
 same objective (``TuneResult.best_cost`` vs ``default_cost``; a tie is equality within a relative
 1e-9, which for instruction counts means equal).
 
+For a measured objective (``runtime``) the search's costs are noisy samples: a run's outcome is its
+confirmation instead (``RunRow.claim``: the interleaved A/B ratio tuned/default with its confidence
+interval): a win only when the whole interval lies below ``1 - min_effect``, a loss only when it
+lies above ``1 + min_effect``, otherwise a tie ("no significant difference").
+
 Accounting: ``evaluations`` is the budget actually spent (``TuneResult.evaluations``); wall time is
 measured around each ``tune`` call (validation included); compiled/cached steps are the shared
 evaluator's counters before and after the run (``TuneResult.steps_*`` are cumulative over the
@@ -110,6 +115,7 @@ class RunRow:
     steps_compiled: int = 0
     steps_cached: int = 0
     history: tuple[float | None, ...] = ()  # best-so-far objective after each evaluation (None: nothing ok yet)
+    claim: dict | None = None  # the objective's verdict on the best (``Claim.to_dict``; measured: ratio + interval)
 
     # -- derived ----------------------------------------------------------------------------------------
     @property
@@ -147,6 +153,11 @@ class RunRow:
         """win / tie / loss against XLA's default on the objective (None for an errored run)."""
         if not self.ok or self.default_cost is None or self.best_cost is None:
             return None
+        if self.claim and self.claim.get("measured"):  # a measured objective: the confirmation decides
+            if self.claim.get("win"):
+                return "win"
+            low, effect = self.claim.get("low"), self.claim.get("min_effect") or 0.0
+            return "loss" if low is not None and low > 1.0 + effect else "tie"
         tol = TIE_RTOL * max(1.0, abs(self.default_cost))
         if self.best_cost < self.default_cost - tol:
             return "win"
@@ -604,7 +615,7 @@ def _row_from_summary(label: str, base: str, s: dict, budget: int, history: tupl
         best_sequence=tuple(best["sequence"]) if best else (),
         valid=None if validity is None else bool(validity.get("ok")),
         rejected=tuple((tuple(x["sequence"]), str(x["reason"])) for x in s.get("invalid") or ()),
-        seconds=seconds, steps_compiled=compiled, steps_cached=cached, history=history,
+        seconds=seconds, steps_compiled=compiled, steps_cached=cached, history=history, claim=s.get("claim"),
     )
 
 

@@ -261,6 +261,25 @@ def module_table(comp: Comparison) -> Table:
                          "seed-averaged ratio minus 1, floored as described above.")
 
 
+def claims_table(comp: Comparison) -> Table | None:
+    """Per run of a measured objective: the confirmed ratio tuned/default with its interval (None if none)."""
+    rows = []
+    for r in comp.runs:
+        c = r.claim or {}
+        if not c.get("measured"):
+            continue
+        rows.append((f"`{r.module}`", r.strategy, str(r.seed), f"{c['ratio']:.3f}",
+                     f"[{c['low']:.3f}, {c['high']:.3f}]", f"{c['confidence']:.0%}", str(c["rounds"]),
+                     "win" if c.get("win") else ("loss" if r.outcome == "loss" else "no significant difference")))
+    if not rows:
+        return None
+    return Table(("module", "strategy", "seed", "tuned/default", "interval", "confidence", "rounds", "verdict"),
+                 tuple(rows), caption="Runtime claims: the best candidate and XLA's default re-measured interleaved; "
+                 "a win only when the whole interval lies below 1 - minimum effect (see docs/runtime.md). Runs "
+                 "without a row had nothing to confirm (their best was XLA's default executable or not faster in "
+                 "the search).")
+
+
 def _duration(seconds: float) -> str:
     return f"{seconds:.0f}s" if seconds < 120 else f"{seconds / 60:.1f} min"
 
@@ -327,7 +346,11 @@ def standard_blocks(comp: Comparison, images: Sequence[str] = ("convergence.png"
     blocks.append(Heading("Per strategy", h))
     for s in comp.summaries:
         blocks += [Heading(s.strategy, h + 1), strategy_table(comp, s)]
-    blocks += [Heading("Per module", h), module_table(comp), Heading("Method", h), Bullets(method_bullets(comp))]
+    blocks += [Heading("Per module", h), module_table(comp)]
+    claims = claims_table(comp)
+    if claims is not None:
+        blocks += [Heading("Runtime claims (confirmed by interleaved A/B)", h), claims]
+    blocks += [Heading("Method", h), Bullets(method_bullets(comp))]
     return blocks
 
 
