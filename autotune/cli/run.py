@@ -112,7 +112,7 @@ def _report(result, as_json: bool, out_dir) -> None:
         return
     from rich.table import Table
 
-    console = console()
+    out = console()
     table = Table(title=f"{result.module}: {result.strategy}, {result.evaluations} evaluations, objective {result.objective}")
     for col in ("", "raw ops", "final-ops", result.objective if result.objective not in ("ops", "final-ops") else "cost", "valid"):
         table.add_column(col, justify="right" if col else "left")
@@ -126,33 +126,33 @@ def _report(result, as_json: bool, out_dir) -> None:
                       f"{b.cost:g}", valid)
     else:
         table.add_row("best found", "-", "-", "-", "= XLA default")
-    console.print(table)
+    out.print(table)
     if result.best and result.beats_default:
         n = len(result.best_sequence)
-        console.print(f"best sequence ({n} pass{'es' if n != 1 else ''}): {','.join(result.best_sequence)}")
+        out.print(f"best sequence ({n} pass{'es' if n != 1 else ''}): {','.join(result.best_sequence)}")
         if result.best.found and result.best.found != result.best.sequence:
-            console.print(f"  (pruned from the {len(result.best.found)} passes found: the others changed nothing)")
+            out.print(f"  (pruned from the {len(result.best.found)} passes found: the others changed nothing)")
         imp_final, imp_raw = result.improvement(True), result.improvement(False)
 
         def pct(x):
             return "n/a" if x is None else f"{x:+.1%}"
 
-        console.print(f"reduction vs XLA default's reduction: final-ops {pct(imp_final)}, raw ops {pct(imp_raw)}")
+        out.print(f"reduction vs XLA default's reduction: final-ops {pct(imp_final)}, raw ops {pct(imp_raw)}")
     elif result.claim is not None and not result.claim.win and (result.claim.measured or result.claim.rounds == 0):
-        console.print(f"[yellow]{result.objective}: {result.claim.message}.[/]")
+        out.print(f"[yellow]{result.objective}: {result.claim.message}.[/]")
     else:
-        console.print(f"[yellow]No sequence beat XLA's default ordering on {result.objective} in {result.evaluations} "
+        out.print(f"[yellow]No sequence beat XLA's default ordering on {result.objective} in {result.evaluations} "
                       "evaluations: keep XLA's default.[/]")
     if result.claim is not None and result.claim.measured and result.claim.win:
-        console.print(f"[green]{result.objective}: {result.claim.message}[/]")
+        out.print(f"[green]{result.objective}: {result.claim.message}[/]")
     if result.claim is not None and result.claim.measured:
         c = result.claim
-        console.print(f"confirmation ({c.rounds} interleaved rounds of the best and XLA's default, extra to the "
+        out.print(f"confirmation ({c.rounds} interleaved rounds of the best and XLA's default, extra to the "
                       f"budget): median {c.cost:g} vs {c.default_cost:g} us, ratio {c.ratio:.3f} "
                       f"[{c.low:.3f}, {c.high:.3f}] at {c.confidence:.0%} confidence")
     for seq, reason in result.invalid:
-        console.print(f"[yellow]rejected (invalid):[/] {','.join(seq)}: {reason}")
-    console.print(f"run {result.run_id} ({result.status}): {result.seconds:.1f}s, steps compiled {result.steps_compiled}, "
+        out.print(f"[yellow]rejected (invalid):[/] {','.join(seq)}: {reason}")
+    out.print(f"run {result.run_id} ({result.status}): {result.seconds:.1f}s, steps compiled {result.steps_compiled}, "
                   f"cache hit rate {result.cache_hit_rate:.0%}" + (f"; outputs in {out_dir}" if out_dir else ""))
 
 

@@ -437,7 +437,7 @@ def _summarise(tuner: _Tuner, status: str, validate: bool, validation_seed: int,
     confirmations = 0
     ranked = sorted((r for r in tuner.records if r.status == "ok"), key=lambda r: (r.cost, r.n))
     seen: set[str] = set()
-    for rec in ranked:
+    for i, rec in enumerate(ranked):
         if rec.state is None:
             continue
         # A measured objective's cost belongs to the compiled module: states with the same final
@@ -462,7 +462,11 @@ def _summarise(tuner: _Tuner, status: str, validate: bool, validation_seed: int,
         verdict = obj.confirm(rec.state, rec.cost, tuner.ctx)
         if not verdict.win and not obj.deterministic and rec.cost < tuner.default_cost:
             confirmations += 1  # a measured win that did not hold up: try the runner-up, within limits
-            if confirmations < MAX_CONFIRMATIONS:
+            # ... but only a runner-up that is itself a contender (measured faster, another executable);
+            # otherwise this candidate's failed confirmation, with its interval, is the run's answer.
+            if confirmations < MAX_CONFIRMATIONS and any(
+                    r.state and r.cost < tuner.default_cost and tuner.ctx.final(r.state).state not in seen
+                    for r in ranked[i + 1:]):
                 continue
         final = tuner.ctx.final(rec.state)
         best = Candidate(rec.sequence, rec.state, ev.metrics(rec.state), final.metrics if final.ok else None,
