@@ -166,15 +166,17 @@ def test_check_judges_a_runtime_record_on_the_interval(engine, mlp):
 
 
 # ---- the command line --------------------------------------------------------------------------------------
-def test_run_prints_the_claim_and_its_interval(tmp_path):
+def test_run_prints_the_claim_and_its_interval(engine, db_path, mlp):
+    # algsimp's search sample poisoned (as in the test above), so that the run has a claim to confirm.
+    engine.cache.put_report("runtime", runtime_key(engine, mlp[3], 104), {"median_us": 1e-3, "poisoned": True})
     args = ("run", str(MLP), "--strategy", "greedy", "--budget", "57", "--max-length", "1", "--objective",
-            "runtime", "--min-effect", "25", "--no-validate")
-    text = run_cli(*args, db=tmp_path / "c.db")
+            "runtime", "--min-effect", "25", "--no-validate", "--seed", "104")
+    text = run_cli(*args, db=db_path)
     assert text.returncode == 0, text.stderr
     out = " ".join(text.stdout.split())  # rich wraps long lines
     assert "confirmation (30 interleaved rounds" in out and "at 95% confidence" in out
     assert "no significant difference: keep XLA's default" in out
-    data = json.loads(run_cli(*args, "--json", db=tmp_path / "c.db").stdout)
+    data = json.loads(run_cli(*args, "--json", db=db_path).stdout)
     assert data["claim"]["measured"] and data["claim"]["min_effect"] == 0.25 and not data["beats_default"]
-    bad = run_cli(*args[:-4], "--objective", "final-ops", "--min-effect", "5", db=tmp_path / "c.db")
+    bad = run_cli(*args[:8], "--objective", "final-ops", "--min-effect", "5", db=db_path)
     assert bad.returncode == 2 and "measured objectives" in bad.stderr
