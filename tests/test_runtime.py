@@ -180,3 +180,17 @@ def test_run_prints_the_claim_and_its_interval(engine, db_path, mlp):
     assert data["claim"]["measured"] and data["claim"]["min_effect"] == 0.25 and not data["beats_default"]
     bad = run_cli(*args[:8], "--objective", "final-ops", "--min-effect", "5", db=db_path)
     assert bad.returncode == 2 and "measured objectives" in bad.stderr
+
+
+# ---- reports -----------------------------------------------------------------------------------------------
+def test_a_measured_run_is_a_win_in_compare_only_when_its_claim_is():
+    from autotune.reporting.compare import RunRow
+
+    claim = {"win": False, "measured": True, "ratio": 0.93, "low": 0.85, "high": 1.01, "confidence": 0.95,
+             "min_effect": 0.02, "rounds": 30, "cost": 93.0, "default_cost": 100.0, "message": "no significant"}
+    row = RunRow("random", "random", "gpt2_x", "gpt2", 0, 30, default_cost=100.0, best_cost=70.0, claim=claim)
+    assert row.outcome == "tie"  # the search's sample (70 vs 100) is not the verdict
+    assert RunRow.from_dict(row.to_dict()).claim == claim
+    assert RunRow(**{**row.__dict__, "claim": {**claim, "win": True, "high": 0.95}}).outcome == "win"
+    assert RunRow(**{**row.__dict__, "claim": {**claim, "low": 1.05, "high": 1.2}}).outcome == "loss"
+    assert RunRow(**{**row.__dict__, "claim": None}).outcome == "win"  # deterministic objectives: the costs
