@@ -13,7 +13,11 @@ from autotune.cli.common import check_writable, console, db_option, json_option,
 
 
 @cli.command()
-@click.argument("model", type=click.Path(), required=False)
+@click.argument("models", nargs=-1, type=click.Path(), metavar="[MODEL]...")
+@click.option("--modules", "modules_dir", type=click.Path(file_okay=False), default=None,
+              help="Fleet: tune ONE sequence for every .hlo in this directory (several MODELs do the same).")
+@click.option("--allow-regressions", is_flag=True,
+              help="Fleet: accept a sequence that makes some module worse than XLA's default (reported).")
 @click.option("--strategy", "-s", default="random", show_default=True, help="Search strategy (see `autotune strategies`).")
 @click.option("--budget", "-b", type=int, default=200, show_default=True, help="Sequence evaluations, cache hits included.")
 @click.option("--time-limit", type=float, default=None, help="Stop after this many seconds.")
@@ -34,7 +38,7 @@ from autotune.cli.common import check_writable, console, db_option, json_option,
 @db_option
 @workers_option
 @json_option
-def run(model, strategy, budget, time_limit, seed, max_length, objective, out_dir, resume, sampler, optimizer,
+def run(models, modules_dir, allow_regressions, strategy, budget, time_limit, seed, max_length, objective, out_dir, resume, sampler, optimizer,
         policy, shaping, extra, no_validate, no_prune, db, workers, as_json) -> None:
     """Tune MODEL's pass ordering with a search strategy and report the best sequence found."""
     from autotune import strategy as strategy_mod
@@ -42,8 +46,20 @@ def run(model, strategy, budget, time_limit, seed, max_length, objective, out_di
     from autotune.core.engine import open_engine
     from autotune.core.tuner import Interrupted, RichProgress, tune
 
-    if not resume and not model:
+    from autotune.cli.common import module_paths
+
+    paths = module_paths(list(models) + ([modules_dir] if modules_dir else [])) if (models or modules_dir) else []
+    if resume and paths:
+        raise BadInput("--resume takes no MODEL (the run knows its module)")
+    if not resume and not paths:
         raise BadInput("give a MODEL to tune (or --resume RUN_ID)")
+    if len(paths) > 1 or modules_dir:
+        from autotune.cli.fleet import run_fleet
+
+        return run_fleet(paths, strategy, budget, time_limit, seed, max_length, objective, out_dir, sampler,
+                         optimizer, policy, shaping, extra, no_validate, no_prune, allow_regressions, db, workers,
+                         as_json)
+    model = paths[0] if paths else None
     if out_dir:
         check_writable(Path(out_dir), directory=True)
     module = None if resume else load_model(model)
@@ -68,7 +84,26 @@ def run(model, strategy, budget, time_limit, seed, max_length, objective, out_di
             raise
         if out_dir:
             _write_outputs(ev, result, Path(out_dir))
+            _write_explain(ev, result, Path(out_dir), model)
     _report(result, as_json, out_dir)
+
+
+def _write_explain(ev, result, out: Path, model_path) -> None:
+    """``explain.md`` next to the outputs when the run beat XLA's default (nothing to explain otherwise)."""
+    if not (result.best and result.beats_default):
+        return
+    from autotune.reporting.explain import explain
+
+    root = ev.module(result.fingerprint, result.module)
+    try:
+        text = explain(ev, root, result.best_sequence, run_id=result.run_id,
+                       model_path=str(model_path) if model_path else None).to_markdown()
+    except Exception as exc:  # the run's results are written already; an explanation is a bonus
+        text = f"# Explain: {result.module}\n\nNo explanation: {type(exc).__name__}: {exc}\n"
+    try:
+        (out / "explain.md").write_text(text)
+    except OSError as exc:
+        raise BadInput(f"{out}: cannot write explain.md ({exc.strerror or exc})") from None
 
 
 def _write_outputs(ev, result, out: Path) -> None:

@@ -33,10 +33,25 @@ class TuningRecord:
     run_id: str | None = None
     created: float = field(default_factory=time.time)
     format: int = FORMAT
+    #: A fleet record (one sequence tuned for several modules) applies to each of these; per-module
+    #: figures are in ``metrics["modules"][fingerprint]``. Empty for a single-module record.
+    fingerprints: tuple[str, ...] = ()
+
+    @property
+    def applies_to(self) -> tuple[str, ...]:
+        """Every module fingerprint this record applies to."""
+        return self.fingerprints or (self.fingerprint,)
+
+    def metrics_for(self, fingerprint: str) -> dict:
+        """The recorded metrics of one module (a fleet member's own, else the record's)."""
+        return (self.metrics.get("modules") or {}).get(fingerprint) or self.metrics
 
     def to_dict(self) -> dict:
         data = asdict(self)
         data["sequence"] = list(self.sequence)
+        data["fingerprints"] = list(self.fingerprints)
+        if not self.fingerprints:
+            del data["fingerprints"]
         return data
 
     def dumps(self) -> str:
@@ -63,12 +78,15 @@ class TuningRecord:
             raise BadInput(f"{source}: 'sequence' must be a list of pass names")
         if not isinstance(data["metrics"], dict):
             raise BadInput(f"{source}: 'metrics' must be an object")
+        fps = data.get("fingerprints", [])
+        if not isinstance(fps, list) or not all(isinstance(f, str) and f for f in fps):
+            raise BadInput(f"{source}: 'fingerprints' must be a list of module fingerprints")
         return cls(
             module=str(data["module"]), fingerprint=str(data["fingerprint"]), sequence=tuple(seq),
             objective=str(data["objective"]), pipeline_version=str(data["pipeline_version"]),
             xla_version=str(data.get("xla_version", "")), autotune_version=str(data.get("autotune_version", "")),
             metrics=dict(data["metrics"]), valid=bool(data.get("valid", False)), run_id=data.get("run_id"),
-            created=float(data.get("created", 0.0)),
+            created=float(data.get("created", 0.0)), fingerprints=tuple(fps),
         )
 
     @classmethod
@@ -93,6 +111,8 @@ def from_run(evaluator, run_id: str) -> TuningRecord:
     if not run.get("summary"):
         raise BadInput(f"run '{run_id}' has not finished (status {run.get('status')}); nothing to export")
     summary = json.loads(run["summary"])
+    if summary.get("fleet"):
+        return _from_fleet_run(run, summary, run_id)
     best = summary.get("best")
     if not best:
         raise BadInput(f"run '{run_id}' found no valid sequence; nothing to export")
@@ -113,6 +133,33 @@ def from_run(evaluator, run_id: str) -> TuningRecord:
         objective=run["objective"], pipeline_version=run["version"], xla_version=xla_version(),
         autotune_version=autotune.__version__, metrics=metrics, valid=bool(validity and validity.get("ok")),
         run_id=run_id,
+    )
+
+
+def _from_fleet_run(run: dict, summary: dict, run_id: str) -> TuningRecord:
+    """A record for every member of a fleet run: one sequence, per-module figures."""
+    import autotune
+    from autotune.pipelines.xla import xla_version
+
+    if not summary.get("best") or not summary.get("beats_default"):
+        raise BadInput(f"fleet run '{run_id}' found nothing better than XLA's default ordering; nothing to export "
+                       "(keep the default)")
+    modules = {}
+    for m in summary["members"]:
+        modules[m["fingerprint"]] = {
+            "module": m["name"], "input_ops": m["input"]["instructions"], "default_ops": m["default"]["instructions"],
+            "tuned_ops": (m.get("tuned_raw") or {}).get("instructions"),
+            "tuned_final_ops": (m.get("tuned") or {}).get("instructions"),
+            "cost": m["cost"], "default_cost": m["default_cost"],
+        }
+    valid = [(m.get("validity") or {}).get("ok") for m in summary["members"]]
+    fps = tuple(m["fingerprint"] for m in summary["members"])
+    return TuningRecord(
+        module=f"fleet of {len(fps)}: " + ", ".join(m["name"] for m in summary["members"]), fingerprint=fps[0],
+        sequence=tuple(summary["best"]["sequence"]), objective=run["objective"], pipeline_version=run["version"],
+        xla_version=xla_version(), autotune_version=autotune.__version__,
+        metrics={"cost": summary["best_cost"], "default_cost": summary["default_cost"], "modules": modules},
+        valid=all(v is True for v in valid), run_id=run_id, fingerprints=fps,
     )
 
 
@@ -148,11 +195,13 @@ def check(evaluator, module, record: TuningRecord, max_regression: float = 0.0, 
 
     reasons: list[str] = []
     root = evaluator.prepare(module)
-    base = dict(module=root.name, fingerprint=root.fingerprint, record_fingerprint=record.fingerprint,
-                sequence=record.sequence, recorded_cost=float(record.metrics.get("cost", float("nan"))),
+    matched = root.fingerprint if root.fingerprint in record.applies_to else record.fingerprint
+    base = dict(module=root.name, fingerprint=root.fingerprint, record_fingerprint=matched,
+                sequence=record.sequence,
+                recorded_cost=float(record.metrics_for(matched).get("cost", float("nan"))),
                 max_regression=max_regression, pipeline_version=evaluator.version,
                 record_pipeline_version=record.pipeline_version)
-    if root.fingerprint != record.fingerprint:
+    if root.fingerprint not in record.applies_to:
         return CheckResult(ok=False, reasons=("module changed: its fingerprint no longer matches the record",),
                            cost=None, default_cost=None, regression=None, valid=None, **base)
     unknown = [p for p in record.sequence if p not in evaluator.pipeline.passes()]

@@ -458,7 +458,19 @@ def explain_run(evaluator, run_id: str, model_path: str | None = None, minimize:
     if not best or not best.get("sequence"):
         raise BadInput(f"run '{run_id}' found no sequence to explain (XLA's default ordering is the answer)")
     fingerprint, name = run["module"], run["module_name"]
-    if member is not None:
+    if summary.get("fleet"):
+        members = summary["members"]
+        if member is None:  # the biggest relative win
+            ranked = sorted((m for m in members if m.get("ratio") is not None), key=lambda m: m["ratio"])
+            pick = ranked[0] if ranked else members[0]
+        else:
+            found = [m for m in members if member in (m["name"], m["fingerprint"])]
+            if not found:
+                raise BadInput(f"fleet run '{run_id}' has no module '{member}' "
+                               f"(members: {', '.join(m['name'] for m in members)})")
+            pick = found[0]
+        fingerprint, name = pick["fingerprint"], pick["name"]
+    elif member is not None:
         raise BadInput(f"run '{run_id}' tuned one module; --module applies to fleet runs")
     proto = evaluator.cache.state_proto(evaluator.version, fingerprint)
     if proto is None:
