@@ -18,22 +18,22 @@ def run_fleet(paths, strategy, budget, time_limit, seed, max_length, objective, 
     from autotune.core import objectives
     from autotune.core.engine import open_engine
     from autotune.core.fleet import tune_fleet
-    from autotune.core.tuner import RichProgress
+    from autotune.reporting.progress import RichObserver
 
     if out_dir:
         check_writable(Path(out_dir), directory=True)
+    from autotune.core.spec import RunSpec
+
     strategy_mod.load(strategy)
     objectives.get(objective)
-    if budget < 1:
-        raise BadInput(f"--budget must be a positive number of evaluations, not {budget}")
-    if max_length < 1:
-        raise BadInput("--max-length must be at least 1")
     options = parse_options(extra, sampler=sampler, optimizer=optimizer, policy=policy, shaping=shaping)
+    RunSpec(strategy=strategy, budget=budget, objective=objective, seed=seed, max_length=max_length,
+            time_limit=time_limit, options=options)  # every setting checked before any compile
     modules = [load_model(str(p)) for p in paths]
     with open_engine(db, workers=workers) as ev:
         result = tune_fleet(ev, modules, strategy=strategy, budget=budget, objective=objective, seed=seed,
                             max_length=max_length, time_limit=time_limit, options=options,
-                            progress=None if as_json else RichProgress(), validate=not no_validate,
+                            observer=None if as_json else RichObserver(), validate=not no_validate,
                             minimize=not no_prune, allow_regressions=allow_regressions)
         if out_dir:
             _write_outputs(ev, result, Path(out_dir), {m.name: str(p) for m, p in zip(modules, paths)})

@@ -27,9 +27,13 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
 from autotune.core import objectives as objectives_mod
-from autotune.core.evaluator import Evaluator, Result
+from autotune.core.evaluator import Evaluator
 from autotune.core.metrics import Metrics
 from autotune.core.module import Module
+from autotune.core.objectives import ObjectiveContext
+from autotune.core.observer import Observer
+from autotune.core.runs import RunStore, TrialRecord, new_run_id
+from autotune.core.spec import RunSpec
 from autotune.errors import AutotuneError, BadInput
 from autotune.strategy import BudgetExhausted, Evaluate, SearchSpace, Trial
 
@@ -163,46 +167,50 @@ def fleet_fingerprint(roots: Sequence[Module]) -> str:
 
 
 class _Fleet:
-    """Per-module costs for sequences, through one evaluator; the state a ``FleetEvaluate`` reads."""
+    """Per-module costs for sequences, through one evaluator; the state a ``FleetEvaluate`` reads.
+
+    Each module keeps its own ``ObjectiveContext`` (its default, its memoised finals), so the
+    objective measures every member exactly as a single-module run would.
+    """
 
     def __init__(self, evaluator: Evaluator, roots: Sequence[Module], objective, fleet_objective: FleetObjective,
-                 budget: int, time_limit: float | None, run_id: str, progress):
+                 budget: int, time_limit: float | None, run_id: str, observer: Observer, seed: int = 0):
         self.ev, self.roots, self.objective, self.fobj = evaluator, list(roots), objective, fleet_objective
-        self.budget, self.run_id, self.progress = budget, run_id, progress
+        self.budget, self.run_id, self.observer = budget, run_id, observer
+        self.runs = RunStore(evaluator.cache)
         self.deadline = time.monotonic() + time_limit if time_limit else None
         self.t0 = time.perf_counter()
         self.steps0 = (evaluator.stats.steps_compiled, evaluator.stats.steps_cached)
-        self._final: dict[str, Result] = {}
         defaults = evaluator.final_many([r.fingerprint for r in self.roots])  # == Evaluator.default(root)
         for root, d in zip(self.roots, defaults):
             if not d.ok:
                 raise AutotuneError(f"XLA's default pipeline fails on {root.name}: {d.message}")
         self.defaults = defaults
-        self.default_costs = [self._raw_cost(d.state) for d in defaults]
+        self.ctxs = [ObjectiveContext(evaluator, r, d, seed) for r, d in zip(self.roots, defaults)]
+        self.default_costs = [objective.default_cost(c) for c in self.ctxs]
         self.inputs = [evaluator.metrics(r.fingerprint) for r in self.roots]
         self.records: list[tuple[tuple[str, ...], FleetScore, tuple[str | None, ...]]] = []
         self.best: tuple[tuple[str, ...], FleetScore] | None = None
         self.history: list[float] = []
         self._states: dict[tuple[str, ...], tuple[str | None, ...]] = {(): tuple(r.fingerprint for r in self.roots)}
 
-    # The one place that knows how a module state is costed (kept small: the objective contract moves).
-    def _raw_cost(self, state: str) -> float:
-        if self.objective.name == "runtime":
-            from autotune.core.runtime import measure_runtime
-
-            return measure_runtime(self.ev, state)
-        return self.objective.from_metrics(self.ev.metrics(state))
-
     def _costs(self, states: Sequence[str | None]) -> list[float | None]:
-        obj = self.objective
-        ok = [s for s in dict.fromkeys(states) if s is not None]
-        if obj.after_default and obj.name != "runtime":
-            missing = [s for s in ok if s not in self._final]
-            if missing:
-                self._final.update(zip(missing, self.ev.final_many(missing)))
-            return [None if s is None or not self._final[s].ok else obj.from_metrics(self._final[s].metrics)
-                    for s in states]
-        return [None if s is None else self._raw_cost(s) for s in states]
+        """One state per member (None: failed there) -> its cost (None: failed or unmeasurable)."""
+        out = []
+        for state, ctx in zip(states, self.ctxs):
+            c = None if state is None else self.objective.cost(state, ctx)
+            out.append(None if c is None or math.isnan(c) else float(c))
+        return out
+
+    def _prepare(self, all_states: Sequence[Sequence[str | None]]) -> None:
+        """Batch work for many sequences' states, member by member (the finals compile in parallel)."""
+        for i, ctx in enumerate(self.ctxs):
+            states = [states[i] for states in all_states if states[i] is not None]
+            if states:
+                self.objective.prepare(list(dict.fromkeys(states)), ctx)
+
+    def final(self, i: int, state: str):
+        return self.ctxs[i].final(state)
 
     def time_up(self) -> bool:
         return self.deadline is not None and time.monotonic() >= self.deadline
@@ -223,7 +231,7 @@ class _Fleet:
 
     def score_many(self, seqs: Sequence[tuple[str, ...]]) -> list[tuple[FleetScore, tuple[str | None, ...]]]:
         all_states = self.states_of(seqs)
-        self._costs([s for states in all_states for s in states])  # every final in one parallel batch
+        self._prepare(all_states)
         return [(self.fobj.score(self._costs(states), self.default_costs), states) for states in all_states]
 
     def evaluate(self, seqs: list[tuple[str, ...]]) -> list[float]:
@@ -236,24 +244,20 @@ class _Fleet:
     def _record(self, seq, score: FleetScore, states) -> None:
         n = len(self.records)
         self.records.append((seq, score, states))
-        status = "failed" if score.failed else ("regressed" if score.disqualified else "ok")
+        status = "failed" if score.disqualified else "ok"  # a disqualified sequence is never a result
         message = None
         if score.failed or score.regressed:
             names = [self.roots[i].name for i in score.failed] or [self.roots[i].name for i in score.regressed]
             message = ("fails on " if score.failed else "worse than XLA's default on ") + ", ".join(names)
-        with self.ev.cache.write() as db:
-            db.execute(
-                "INSERT OR REPLACE INTO trials(run, n, sequence, cost, status, cached, state, message, seconds, created)"
-                " VALUES (?,?,?,?,?,?,?,?,?,?)",
-                [self.run_id, n, ",".join(seq), score.cost, status, 0, None, message,
-                 time.perf_counter() - self.t0, time.time()])
+        self.runs.add_trial(self.run_id, TrialRecord(n, seq, score.cost, status, None, False, message),
+                            time.perf_counter() - self.t0)
         if not score.disqualified and (self.best is None or score.cost < self.best[1].cost):
             self.best = (seq, score)
         self.history.append(self.best[1].cost if self.best else math.nan)
         elapsed = max(1e-9, time.perf_counter() - self.t0)
         compiled, cached = self.steps()
-        self.progress.update(len(self.records), self.best[1].cost if self.best else None, len(self.records) / elapsed,
-                             cached / (compiled + cached) if compiled + cached else 0.0)
+        self.observer.on_trial(len(self.records), self.best[1].cost if self.best else None,
+                               len(self.records) / elapsed, cached / (compiled + cached) if compiled + cached else 0.0)
 
     def steps(self) -> tuple[int, int]:
         return self.ev.stats.steps_compiled - self.steps0[0], self.ev.stats.steps_cached - self.steps0[1]
@@ -318,23 +322,21 @@ class FleetEvaluate(Evaluate):
 
 def tune_fleet(evaluator: Evaluator, modules: Sequence[Module], strategy: str = "random", budget: int = 200,
                objective: str = "final-ops", seed: int = 0, max_length: int = 16, time_limit: float | None = None,
-               options: dict | None = None, progress=None, validate: bool = True, validation_seed: int = 0,
-               minimize: bool = True, allow_regressions: bool = False) -> FleetResult:
+               options: dict | None = None, observer: Observer | None = None, validate: bool = True,
+               validation_seed: int = 0, minimize: bool = True, allow_regressions: bool = False) -> FleetResult:
     """Search one sequence for every module in ``modules`` (see the module docstring).
 
     ``minimize`` shrinks the best sequence with ddmin to the shortest subsequence with the same
     fleet cost and no new regression (outside the budget, through the cache).
     """
     from autotune import strategy as strategy_mod
-    from autotune.core.tuner import Progress, _new_run_id, _save_run, _seed_everything
+    from autotune.core.tuner import _seed_everything
 
     if len(modules) < 1:
         raise BadInput("a fleet needs at least one module")
-    if budget is None or budget < 1:
-        raise BadInput(f"--budget must be a positive number of evaluations, not {budget}")
-    if time_limit is not None and time_limit <= 0:
-        raise BadInput("--time-limit must be positive")
-    progress = progress or Progress()
+    spec = RunSpec(strategy=strategy, budget=budget, objective=objective, seed=seed, max_length=max_length,
+                   time_limit=time_limit, options=options or {}, validate=validate, prune=minimize)
+    observer = observer or Observer()
     roots = [evaluator.prepare(m) for m in modules]
     seen: dict[str, str] = {}
     for r in roots:
@@ -344,18 +346,20 @@ def tune_fleet(evaluator: Evaluator, modules: Sequence[Module], strategy: str = 
     obj = objectives_mod.get(objective)
     strat = strategy_mod.create(strategy, **(options or {}))
     space = SearchSpace(evaluator.pipeline.passes(), max_length)
-    run_id = _new_run_id()
+    run_id = new_run_id()
     fp = fleet_fingerprint(roots)
     names = [r.name for r in roots]
-    _save_run(evaluator.cache, run_id, created=time.time(), updated=time.time(), status="running", module=fp,
+    store = RunStore(evaluator.cache)
+    store.save(run_id, created=time.time(), updated=time.time(), status="running", module=fp,
               module_name=f"fleet of {len(roots)}", strategy=strategy, objective=objective, budget=budget, seed=seed,
               max_length=max_length, version=evaluator.version, validate=int(validate), time_limit=time_limit,
               options={**(options or {}), "fleet": [r.fingerprint for r in roots], "fleet_names": names,
                        "allow_regressions": allow_regressions})
-    fleet = _Fleet(evaluator, roots, obj, FleetObjective(allow_regressions), budget, time_limit, run_id, progress)
+    fleet = _Fleet(evaluator, roots, obj, FleetObjective(allow_regressions), budget, spec.time_limit, run_id,
+                   observer, seed)
     status = "finished"
     _seed_everything(seed)
-    progress.start(budget, f"{strategy} on a fleet of {len(roots)}")
+    observer.on_run_start(budget, f"{strategy} on a fleet of {len(roots)}")
     try:
         try:
             strat.minimize(FleetEvaluate(fleet), space, seed)
@@ -366,10 +370,10 @@ def tune_fleet(evaluator: Evaluator, modules: Sequence[Module], strategy: str = 
     except KeyboardInterrupt:
         status = "interrupted"
     finally:
-        progress.stop()
-    result = _summarise(fleet, strategy, seed, status, validate, validation_seed, minimize and obj.name != "runtime")
-    _save_run(evaluator.cache, run_id, status=status, updated=time.time(),
-              best_sequence=",".join(result.best_sequence), best_cost=result.best_cost, summary=result.to_dict())
+        observer.on_run_end()
+    result = _summarise(fleet, strategy, seed, status, validate, validation_seed, minimize and obj.deterministic)
+    store.save(run_id, status=status, updated=time.time(), best_sequence=result.best_sequence,
+               best_cost=result.best_cost, summary=result.to_dict())
     return result
 
 
@@ -414,7 +418,7 @@ def _summarise(fleet: _Fleet, strategy: str, seed: int, status: str, validate: b
         seq, found, score, states, reports = chosen
         costs = fleet._costs(states)
     for i, root in enumerate(fleet.roots):
-        final = fleet._final.get(states[i]) if chosen is not None else fleet.defaults[i]
+        final = fleet.final(i, states[i]) if chosen is not None and states[i] else fleet.defaults[i]
         cost = costs[i]
         members.append(MemberResult(
             name=root.name, fingerprint=root.fingerprint, input=fleet.inputs[i], default=fleet.defaults[i].metrics,

@@ -10,6 +10,7 @@ the metric regressed: the CI gate. The JAX hook (``autotune.jax.use``) applies r
 from __future__ import annotations
 
 import json
+import math
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -104,15 +105,14 @@ class TuningRecord:
 def from_run(evaluator, run_id: str) -> TuningRecord:
     """Build a record from a finished run in the cache."""
     import autotune
-    from autotune.pipelines.xla import xla_version
-    from autotune.core.tuner import load_run
+    from autotune.core.runs import RunStore
 
-    run = load_run(evaluator.cache, run_id)
-    if not run.get("summary"):
-        raise BadInput(f"run '{run_id}' has not finished (status {run.get('status')}); nothing to export")
-    summary = json.loads(run["summary"])
+    run = RunStore(evaluator.cache).get(run_id)
+    if not run.finished:
+        raise BadInput(f"run '{run_id}' has not finished (status {run.status}); nothing to export")
+    summary = run.summary
     if summary.get("fleet"):
-        return _from_fleet_run(run, summary, run_id)
+        return _from_fleet_run(evaluator, run, summary, run_id)
     best = summary.get("best")
     if not best:
         raise BadInput(f"run '{run_id}' found no valid sequence; nothing to export")
@@ -129,17 +129,16 @@ def from_run(evaluator, run_id: str) -> TuningRecord:
     }
     validity = summary.get("validity")
     return TuningRecord(
-        module=run["module_name"], fingerprint=run["module"], sequence=tuple(best["sequence"]),
-        objective=run["objective"], pipeline_version=run["version"], xla_version=xla_version(),
+        module=run.module_name, fingerprint=run.module, sequence=tuple(best["sequence"]),
+        objective=run.objective, pipeline_version=run.version, xla_version=evaluator.pipeline.compiler_version,
         autotune_version=autotune.__version__, metrics=metrics, valid=bool(validity and validity.get("ok")),
         run_id=run_id,
     )
 
 
-def _from_fleet_run(run: dict, summary: dict, run_id: str) -> TuningRecord:
+def _from_fleet_run(evaluator, run, summary: dict, run_id: str) -> TuningRecord:
     """A record for every member of a fleet run: one sequence, per-module figures."""
     import autotune
-    from autotune.pipelines.xla import xla_version
 
     if not summary.get("best") or not summary.get("beats_default"):
         raise BadInput(f"fleet run '{run_id}' found nothing better than XLA's default ordering; nothing to export "
@@ -156,8 +155,8 @@ def _from_fleet_run(run: dict, summary: dict, run_id: str) -> TuningRecord:
     fps = tuple(m["fingerprint"] for m in summary["members"])
     return TuningRecord(
         module=f"fleet of {len(fps)}: " + ", ".join(m["name"] for m in summary["members"]), fingerprint=fps[0],
-        sequence=tuple(summary["best"]["sequence"]), objective=run["objective"], pipeline_version=run["version"],
-        xla_version=xla_version(), autotune_version=autotune.__version__,
+        sequence=tuple(summary["best"]["sequence"]), objective=run.objective, pipeline_version=run.version,
+        xla_version=evaluator.pipeline.compiler_version, autotune_version=autotune.__version__,
         metrics={"cost": summary["best_cost"], "default_cost": summary["default_cost"], "modules": modules},
         valid=all(v is True for v in valid), run_id=run_id, fingerprints=fps,
     )
@@ -215,22 +214,16 @@ def check(evaluator, module, record: TuningRecord, max_regression: float = 0.0, 
                            cost=None, default_cost=None, regression=None, valid=None, **base)
     obj = objectives.get(record.objective)
     default = evaluator.default(root)
-    if obj.name == "runtime":
-        from autotune.core.runtime import measure_runtime
-
-        cost = measure_runtime(evaluator, result.state)
-        default_cost = measure_runtime(evaluator, default.state) if default.ok else None
+    cost = default_cost = None
+    if default.ok:
+        ctx = objectives.ObjectiveContext(evaluator, root, default, seed)
+        default_cost = obj.default_cost(ctx)
+        cost = obj.cost(result.state, ctx)
+        if math.isnan(cost):
+            reasons.append(obj.failure(result.state, ctx))
+            cost = None
     else:
-        tuned_metrics = result.metrics
-        if obj.after_default:
-            final = evaluator.final(result.state)
-            if not final.ok:
-                reasons.append(f"XLA's default pipeline fails after the sequence: {final.message}")
-                tuned_metrics = None
-            else:
-                tuned_metrics = final.metrics
-        cost = obj.from_metrics(tuned_metrics) if tuned_metrics else None
-        default_cost = obj.from_metrics(default.metrics) if default.ok else None
+        reasons.append(f"XLA's default pipeline fails on the module: {default.message}")
     regression = None
     if cost is not None and base["recorded_cost"] > 0:
         regression = (cost - base["recorded_cost"]) / base["recorded_cost"]

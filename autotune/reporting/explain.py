@@ -365,8 +365,11 @@ def trace(evaluator, root, sequence) -> tuple[tuple[Step, ...], int]:
 
 
 def xla_flags(evaluator, sequence) -> list[dict]:
-    """The per-step compile options the worker uses: one compile per pass, then the default pipeline."""
-    inv = evaluator.pipeline.inventory
+    """The per-step compile options the XLA worker uses: one compile per pass, then the default
+    pipeline ([] for a backend without XLA's pass inventory)."""
+    inv = getattr(evaluator.pipeline, "inventory", None)
+    if inv is None or not hasattr(inv, "disabled_for"):
+        return []
     steps = []
     for action in sequence:
         steps.append({"action": action,
@@ -385,6 +388,7 @@ def _reproduce(evaluator, module_name: str, model_path: str | None, minimal: tup
     passes = ",".join(minimal)
     return {
         "jax": jax.__version__, "jaxlib": jaxlib.__version__,
+        "compiler": getattr(evaluator.pipeline, "compiler_version", None),
         "install": f"pip install jax=={jax.__version__} jaxlib=={jaxlib.__version__} autotune",
         "autotune": [
             f"autotune baseline {model}",
@@ -445,19 +449,19 @@ def explain_run(evaluator, run_id: str, model_path: str | None = None, minimize:
 
     ``member`` picks one module of a fleet run (name or fingerprint; default: its biggest win)."""
     from autotune.core.module import Module
-    from autotune.core.tuner import load_run
+    from autotune.core.runs import RunStore
     from autotune.errors import BadInput
 
-    run = load_run(evaluator.cache, run_id)
-    if run["version"] != evaluator.version:
-        raise BadInput(f"run '{run_id}' was made with {run['version']}, not {evaluator.version}")
-    summary = json.loads(run["summary"]) if run.get("summary") else None
+    run = RunStore(evaluator.cache).get(run_id)
+    if run.version != evaluator.version:
+        raise BadInput(f"run '{run_id}' was made with {run.version}, not {evaluator.version}")
+    summary = run.summary
     if not summary:
-        raise BadInput(f"run '{run_id}' has not finished (status {run.get('status')}); nothing to explain")
+        raise BadInput(f"run '{run_id}' has not finished (status {run.status}); nothing to explain")
     best = summary.get("best")
     if not best or not best.get("sequence"):
         raise BadInput(f"run '{run_id}' found no sequence to explain (XLA's default ordering is the answer)")
-    fingerprint, name = run["module"], run["module_name"]
+    fingerprint, name = run.module, run.module_name
     if summary.get("fleet"):
         members = summary["members"]
         if member is None:  # the biggest relative win
@@ -569,13 +573,14 @@ def render_missed(e: Explanation, heading: str = "#") -> str:
         lines.append("Where it starts (default-only instructions whose operands both modules share): "
                      + ", ".join(f"{n} x {o}" for o, n in vanished.most_common()) + ".")
     lines += ["", "Reproduce with autotune (same jaxlib):", "", "```sh", r["install"], *r["autotune"], "```", "",
+              *([] if not r["xla_steps"] else [
               "Reproduce with XLA's own flags: one compile per step, each capturing the module at the pre-scheduler "
               "stage (`xla_dump_to=DIR`, `xla_dump_hlo_pass_re=.+` shows which passes ran), feeding each step's "
               "module to the next; the last step is XLA's default pre-layout pipeline. Each pass runs where XLA "
               "first runs it, inside its enclosing sub-pipelines (a pass inside `simplification` runs to a fixed "
               "point). The value of `xla_disable_hlo_passes` per step, as an environment variable (names "
               "with spaces are XLA's real pipeline names, listed next to their dump spellings; both are needed) "
-              "or from JAX as `.lower(...).compile(compiler_options={\"xla_disable_hlo_passes\": ...})`:", ""]
+              "or from JAX as `.lower(...).compile(compiler_options={\"xla_disable_hlo_passes\": ...})`:", ""])]
     for i, step in enumerate(r["xla_steps"], 1):
         lines += [f"{i}. `{step['action']}` (kept: {', '.join(step['keeps'])})", "",
                   "   ```sh", f"   XLA_FLAGS='--xla_disable_hlo_passes=\"{step['xla_disable_hlo_passes']}\"'", "   ```", ""]
