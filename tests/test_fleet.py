@@ -46,10 +46,10 @@ def test_fleet_cost_is_the_mean_ratio_of_real_modules(engine, roots):
     measured here independently."""
     from autotune.core import objectives
     from autotune.core.fleet import FAILURE_COST, FleetObjective, _Fleet
-    from autotune.core.tuner import Progress
+    from autotune.core.observer import Observer
 
     seq = ("dce",)
-    fleet = _Fleet(engine, roots, objectives.get("ops"), FleetObjective(), 10, None, "test-fleet", Progress())
+    fleet = _Fleet(engine, roots, objectives.get("ops"), FleetObjective(), 10, None, "test-fleet", Observer())
     score, states = fleet.score_many([seq])[0]
     ratios = []
     for root in roots:

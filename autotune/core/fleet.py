@@ -218,9 +218,9 @@ class _Fleet:
     def states_of(self, seqs: Sequence[tuple[str, ...]]) -> list[tuple[str | None, ...]]:
         """Every module's state after each sequence, all (module, sequence) pairs in one batch."""
         pairs = [(r.fingerprint, s) for s in seqs for r in self.roots]
+        # One batch over every (module, sequence) pair keeps all workers busy even when a strategy
+        # asks one sequence at a time. (An integration point: a public ``Evaluator.evaluate_pairs``.)
         results = self.ev._evaluate_batch([(fp, self.ev.pipeline.check_passes(s)) for fp, s in pairs])
-        for (fp, _), r in zip(pairs, results):
-            self.ev.cache.put_result(self.ev.version, fp, r.sequence, r.state, r.status, r.failed_at, r.message)
         n = len(self.roots)
         out = []
         for k, seq in enumerate(seqs):
