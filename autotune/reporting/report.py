@@ -311,7 +311,22 @@ def method_bullets(comp: Comparison) -> tuple[str, ...]:
         "stopped before its budget keeps its last value, and before its first successful evaluation a run reads 1.0 "
         "(XLA's default is what would be shipped).",
         *(f"**Note**: {n}" for n in comp.notes),
+        *_explain_bullets(comp),
     )
+
+
+def _explain_bullets(comp: Comparison) -> tuple[str, ...]:
+    """Where a run beat the default: the command that explains the win (autotune.reporting.explain)."""
+    wins = [r for r in comp.runs if r.ok and r.run_id and r.best_cost is not None and r.default_cost is not None
+            and r.best_cost < r.default_cost]
+    if not wins:
+        return ()
+    best = {}
+    for r in sorted(wins, key=lambda r: r.best_cost / r.default_cost if r.default_cost else 1.0):
+        best.setdefault(r.module, r)
+    cmds = "; ".join(f"{m}: `autotune explain {r.run_id}`" for m, r in best.items())
+    return (f"**Why a win** (which instructions vanish, which pass did it, a minimal sequence and the commands "
+            f"that reproduce it): {cmds}.",)
 
 
 def standard_blocks(comp: Comparison, images: Sequence[str] = ("convergence.png", "per_module.png", "families.png"),
