@@ -98,7 +98,8 @@ def compare(ev, paths: list[Path], budget: int, max_length: int, label: str) -> 
             "fleet_run": fleet.run_id, "fleet_sequence": list(fleet.best_sequence),
             "fleet_found": list(fleet.found_sequence), "fleet_cost": fleet.best_cost,
             "fleet_evaluations": fleet.evaluations, "fleet_seconds": fleet_seconds,
-            "fleet_regressions": list(fleet.regressions), "rows": rows,
+            "fleet_regressions": list(fleet.regressions), "fleet_disqualified": fleet.disqualified,
+            "fleet_failed": fleet.failed, "rows": rows,
             "per_module_seconds": sum(r["single_seconds"] for r in rows)}
 
 
@@ -121,9 +122,12 @@ def markdown(data: dict) -> str:
         lines += [f"## {part['label']}", "",
                   f"{part['modules']} modules, `greedy`, budget {part['budget']} (fleet: fleet evaluations; per module: "
                   f"evaluations per module), max length {part['max_length']}. Fleet sequence: `{seq}` "
-                  f"(mean change {part['fleet_cost'] - 1:+.3%}; found as `{','.join(part['fleet_found']) or '-'}`, "
-                  f"shortened by ddmin); modules made worse than their default: "
-                  f"{', '.join(part['fleet_regressions']) or 'none'}. Time: fleet {part['fleet_seconds']:.0f}s, "
+                  f"(mean change {part['fleet_cost'] - 1:+.3%}"
+                  + (f"; found as `{','.join(part['fleet_found'])}`, shortened by ddmin" if part["fleet_found"] else "")
+                  + "); modules made worse than their default: "
+                  f"{', '.join(part['fleet_regressions']) or 'none'} ({part['fleet_disqualified']} of the "
+                  f"{part['fleet_evaluations']} sequences tried were disqualified for making some module worse, "
+                  f"{part['fleet_failed']} failed on some module). Time: fleet {part['fleet_seconds']:.0f}s, "
                   f"per-module runs {part['per_module_seconds']:.0f}s (sharing the fleet's cache).", "",
                   "| module | input | XLA default | fleet | change | valid | per-module best | change | its sequence | valid |",
                   "|---|---:|---:|---:|---:|---|---:|---:|---|---|"]

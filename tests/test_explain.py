@@ -160,3 +160,10 @@ def test_cli_explain_model_and_bad_run(tmp_path):
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "no run 'no-such-run'" in proc.stderr
     proc = run_cli("explain", str(MAML), db=db)
     assert proc.returncode == 2 and "--passes" in proc.stderr
+
+
+def test_api_explain(db_path, maml_explained):
+    import autotune
+
+    e = autotune.explain(str(MAML), ["tree_reduction_rewriter"], cache=db_path, workers=1)
+    assert e.minimal == ("tree_reduction_rewriter",) and e.final_delta == -1 and e.steps_compiled == 0

@@ -134,6 +134,8 @@ class FleetResult:
     steps_cached: int
     history: tuple[float, ...]
     default_cost: float = 1.0
+    disqualified: int = 0  # evaluations rejected because some module got worse than its default
+    failed: int = 0  # evaluations where a pass (or the default pipeline after it) failed on some module
 
     @property
     def beats_default(self) -> bool:
@@ -158,6 +160,7 @@ class FleetResult:
             "members": [m.to_dict() for m in self.members],
             "invalid": [{"sequence": list(s), "reason": r} for s, r in self.invalid],
             "seconds": self.seconds, "steps_compiled": self.steps_compiled, "steps_cached": self.steps_cached,
+            "disqualified_evaluations": self.disqualified, "failed_evaluations": self.failed,
         }
 
 
@@ -436,4 +439,6 @@ def _summarise(fleet: _Fleet, strategy: str, seed: int, status: str, validate: b
         best_cost=score.cost if score is not None else 1.0, members=tuple(members),
         allow_regressions=fleet.fobj.allow_regressions, invalid=tuple(invalid),
         seconds=time.perf_counter() - fleet.t0, steps_compiled=compiled, steps_cached=cached,
-        history=tuple(fleet.history))
+        history=tuple(fleet.history),
+        disqualified=sum(1 for _, sc, _ in fleet.records if sc.regressed and sc.disqualified and not sc.failed),
+        failed=sum(1 for _, sc, _ in fleet.records if sc.failed))

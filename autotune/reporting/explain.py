@@ -417,7 +417,7 @@ def explain(evaluator, root, sequence, run_id: str | None = None, model_path: st
     if not final.ok:
         raise AutotuneError(f"XLA's default pipeline fails after the sequence: {final.message}")
     notes = []
-    minimal, same = seq, "final"
+    minimal, same = seq, "not minimised"
     if minimize and seq:
         m = ddmin_minimize(evaluator, root, seq, same="final")
         minimal, same = m.sequence, m.same
@@ -514,8 +514,9 @@ def render_markdown(e: Explanation) -> str:
     title = f"# Explain: {e.module}" + (f" (run {e.run_id})" if e.run_id else "")
     lines = [title, "",
              f"Sequence: `{','.join(e.sequence) or '(empty)'}`  ",
-             f"Minimal (ddmin, same final module): `{','.join(e.minimal) or '(empty)'}` "
-             f"({len(e.minimal)} of {len(e.sequence)} passes)  ",
+             (f"Minimal (ddmin, same final module): `{','.join(e.minimal) or '(empty)'}` "
+              f"({len(e.minimal)} of {len(e.sequence)} passes)  " if e.minimal_same == "final" else
+              "Not minimised (`--no-minimize`).  "),
              f"Pipeline: `{e.pipeline_version}`; compiles needed for this report: {e.steps_compiled}", "",
              "| | input | XLA default | tuned (raw) | tuned + default pipeline | delta vs default |",
              "|---|---:|---:|---:|---:|---:|",
@@ -566,7 +567,8 @@ def render_missed(e: Explanation, heading: str = "#") -> str:
              f"XLA's default HLO pipeline (jaxlib {r['jaxlib']}, CPU) leaves {e.default.instructions} instructions; "
              f"running `{passes}` first, then the same default pipeline, leaves {e.tuned.instructions} "
              f"({e.tuned.instructions - e.default.instructions:+d}).",
-             f"Minimal: removing any one of these {len(e.minimal)} passes loses the effect (ddmin).", ""]
+             (f"Minimal: removing any one of these {len(e.minimal)} passes loses the effect (ddmin)."
+              if e.minimal_same == "final" else "The sequence as found (not minimised)."), ""]
     if e.diff.opcodes:
         lines.append("Effect by opcode: " + ", ".join(f"{o} {a - b:+d}" for o, b, a in e.diff.opcodes) + ".")
     if vanished:
