@@ -180,6 +180,16 @@ class XlaPipeline:
         """
         return self.pool.call("execute", module.proto, int(seed), floats, int(int_high), timeout=self.run_timeout)
 
+    def stand_ins(self, module: Module, extra: Sequence[str] = ()) -> tuple[Module, int, tuple[str, ...]]:
+        """``(module with host stand-ins, how many custom calls were replaced, their targets)``.
+
+        Custom calls the host cannot run (accelerator kernels) become deterministic functions of
+        their operands (``standins.py``), so the rest of the module can be executed; ``extra``
+        forces more targets. Raises ``PassFailed`` when no stand-in can be built.
+        """
+        proto, fp, n, targets = self.pool.call("stand_ins", module.proto, tuple(extra), timeout=self.run_timeout)
+        return (module if n == 0 else Module(module.name, proto, fp)), n, tuple(targets)
+
     def compiles(self, module: Module) -> bool:
         """True if the full default pipeline compiles ``module``; raises ``PassFailed`` otherwise."""
         return bool(self.pool.call("compiles", module.proto, timeout=self.run_timeout))
