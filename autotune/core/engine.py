@@ -16,15 +16,21 @@ def default_workers() -> int:
 
 @contextmanager
 def open_engine(db=None, workers: int | None = None, include_target_specific: bool = False,
-                step_timeout: float = 120.0, pipeline: str = "xla"):
-    """Yield an ``Evaluator`` whose cache and worker pool are closed on exit."""
-    from autotune import pipelines
+                step_timeout: float = 120.0, backend: str | None = None):
+    """Yield an ``Evaluator`` whose cache and worker pool are closed on exit.
+
+    ``backend`` names a registered backend (default: ``$AUTOTUNE_BACKEND`` or ``xla``).
+    """
+    from autotune.core import backend as backends
 
     cache = Cache(db)
-    backend = pipelines.get(
-        pipeline, workers=workers or default_workers(), cache=cache,
-        include_target_specific=include_target_specific, step_timeout=step_timeout,
-    )
+    options = {"include_target_specific": include_target_specific} if include_target_specific else {}
+    try:
+        backend = backends.get(backend, workers=workers or default_workers(), cache=cache,
+                               step_timeout=step_timeout, **options)
+    except BaseException:
+        cache.close()
+        raise
     try:
         yield Evaluator(backend, cache)
     finally:

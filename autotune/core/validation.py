@@ -7,7 +7,7 @@ later stages reject (``xla-mechanics.md`` section 6 has a real case). (2) catche
 semantics when run out of order or outside their sub-pipeline.
 
 Both modules run in a worker process (``XlaPipeline.execute``) on seeded random inputs built from
-the entry signature (``pipelines.xla.runner.random_inputs``), then the outputs are compared here
+the entry signature (the backend's ``parameter_specs``; XLA's ``runner.random_inputs``), then the outputs are compared here
 with dtype-aware tolerances (``tolerance``). Random inputs test one point of the input space; that
 is evidence, not proof. ``seed`` picks another point.
 
@@ -317,18 +317,16 @@ def validate(pipeline, original, tuned, seed: int = 0) -> ValidationReport:
     failing is ``BadInput``: the input itself cannot run, so there is nothing to validate against.
     A tuned module whose parameters differ from the original's is not ok (no common inputs).
     """
-    from autotune.pipelines.xla import runner
-
     seed = int(seed)
     try:
-        specs = runner.parameter_specs(original.proto)
+        specs = pipeline.parameter_specs(original)
     except BadInput as exc:
         raise BadInput(f"the original module cannot be run for validation: {exc}") from None
     n_inputs = len(specs)
     orig_outs, floats, int_high = _original_outputs(pipeline, original, seed, specs)
     described = _describe(floats, int_high)
     try:
-        tuned_specs = runner.parameter_specs(tuned.proto)
+        tuned_specs = pipeline.parameter_specs(tuned)
     except BadInput as exc:
         return ValidationReport(False, f"tuned module: {exc}", (), seed, n_inputs, described)
     if [(s.shape, s.dtype) for s in tuned_specs] != [(s.shape, s.dtype) for s in specs]:
@@ -450,13 +448,13 @@ def establish(pipeline, original, tuned, seed: int = 0, identical: bool = False)
     ``identical``: the caller already knows both end as the same module after XLA's default
     pipeline (the tuner compares the final fingerprints it has anyway); nothing runs.
     Otherwise: custom calls the host cannot run get stand-ins (identically in both modules); if
-    the inputs and the executable fit ``runner.execution_limit()``, both run and their outputs are
+    the inputs and the executable fit ``limits.execution_limit()``, both run and their outputs are
     compared (``executed``/``executed-with-stand-ins``, or ``invalid``); if not, the tuned module
     must pass the full compile (``compiled``, or ``invalid`` when the original does compile);
     when the original itself does not compile here the result is ``unverified``. Never raises
     for a module that cannot be executed: a lower level is the answer.
     """
-    from autotune.pipelines.xla import runner
+    from autotune.core.limits import execution_limit, gib
 
     if identical:
         return Validation(IDENTICAL, "after XLA's default pipeline it is the same module as XLA's default result")
@@ -483,11 +481,11 @@ def establish(pipeline, original, tuned, seed: int = 0, identical: bool = False)
     # 2. can it run here?
     why_not = None
     try:
-        specs = runner.parameter_specs(original.proto)
+        specs = pipeline.parameter_specs(original)
         need = sum(s.nbytes for s in specs)
-        limit, _ = runner.execution_limit()
+        limit, _ = execution_limit()
         if need > limit:
-            why_not = f"inputs need {runner.gib(need)}, {runner.gib(limit)} available"
+            why_not = f"inputs need {gib(need)}, {gib(limit)} available"
     except BadInput as exc:
         specs, why_not = None, str(exc)
     original_error = None
@@ -528,11 +526,9 @@ def establish(pipeline, original, tuned, seed: int = 0, identical: bool = False)
 
 def _compare_tuned(pipeline, tuned, specs, orig_outs, seed, floats, int_high) -> ValidationReport | None:
     """Run the tuned module on the original's inputs and compare; None when it cannot run here."""
-    from autotune.pipelines.xla import runner
-
     n_inputs, described = len(specs), _describe(floats, int_high)
     try:
-        tuned_specs = runner.parameter_specs(tuned.proto)
+        tuned_specs = pipeline.parameter_specs(tuned)
     except BadInput as exc:
         return ValidationReport(False, f"tuned module: {exc}", (), seed, n_inputs, described)
     if [(s.shape, s.dtype) for s in tuned_specs] != [(s.shape, s.dtype) for s in specs]:

@@ -24,7 +24,6 @@ jaxlib 0.10.2 calls used (checked on this version):
 from __future__ import annotations
 
 import hashlib
-import os
 import math
 import time
 from collections import OrderedDict
@@ -34,55 +33,9 @@ import numpy as np
 
 from autotune.errors import BadInput, PassFailed
 
-#: Environment variable overriding the execution memory limit (bytes, or with a K/M/G/T suffix).
-EXEC_LIMIT_ENV = "AUTOTUNE_MAX_EXEC_BYTES"
-#: Share of the machine's available memory (``MemAvailable``) a validation run may use: the
-#: driver, the other workers and the original's outputs (kept for the comparison) need the rest.
-EXEC_MEMORY_SHARE = 0.5
-#: Used when the available memory cannot be read (no /proc/meminfo).
-FALLBACK_EXEC_BYTES = 2 << 30
+#: Execution memory limit (``AUTOTUNE_MAX_EXEC_BYTES`` or a share of MemAvailable): see core/limits.py.
+from autotune.core.limits import EXEC_LIMIT_ENV, execution_limit, gib  # noqa: E402
 
-
-def parse_bytes(text: str) -> int:
-    """``"2147483648"``, ``"512M"``, ``"2G"``, ``"1.5GiB"`` -> bytes (BadInput for anything else)."""
-    import re
-
-    m = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]*)?)\s*([kmgt]?)(?:i?b)?\s*", str(text), re.IGNORECASE)
-    if not m:
-        raise BadInput(f"{EXEC_LIMIT_ENV}={text!r} is not a size (e.g. 2147483648, 512M, 8G)")
-    scale = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}[m.group(2).lower()]
-    return int(float(m.group(1)) * scale)
-
-
-def available_memory() -> int | None:
-    """``MemAvailable`` from /proc/meminfo in bytes (None where it cannot be read)."""
-    try:
-        with open("/proc/meminfo") as fh:
-            for line in fh:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        return None
-    return None
-
-
-def execution_limit() -> tuple[int, str]:
-    """``(bytes, how it was set)``: the most memory one execution (inputs, outputs, temporaries) may need.
-
-    ``AUTOTUNE_MAX_EXEC_BYTES`` when set; else ``EXEC_MEMORY_SHARE`` of the memory available now.
-    Read at every call: the machine's free memory changes while a run goes on.
-    """
-    override = os.environ.get(EXEC_LIMIT_ENV)
-    if override:
-        return parse_bytes(override), EXEC_LIMIT_ENV
-    avail = available_memory()
-    if avail is None:
-        return FALLBACK_EXEC_BYTES, "fallback (no /proc/meminfo)"
-    return int(avail * EXEC_MEMORY_SHARE), f"{EXEC_MEMORY_SHARE:.0%} of MemAvailable"
-
-
-def gib(n: float) -> str:
-    return f"{n / 2**30:.1f} GiB" if n >= 2**30 / 10 else f"{n / 2**20:.1f} MiB"
 
 #: Integer (and unsigned) parameters are drawn from [0, INT_HIGH) by default. Integer entry
 #: parameters of real models are overwhelmingly indices: token ids for an embedding lookup, labels
