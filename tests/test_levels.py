@@ -180,5 +180,25 @@ def test_run_reports_a_level_and_require_gates_it(tmp_path):
                  "--require", "compiled", db=db)
     assert no.returncode == 1
     assert no.stderr.strip().splitlines()[-1].endswith("reached unverified (not checked (--no-validate))")
+    listed = run_cli("runs", "--json", db=db)
+    assert [r["validation"] for r in json.loads(listed.stdout)] == ["unverified", level]
     bad = run_cli("run", "--budget", "2", str(DATA / "bad" / "garbage.hlo"), "--require", "executed", db=db)
     assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1
+
+
+def test_check_re_establishes_the_recorded_level(monkeypatch, engine):
+    from autotune.core.record import TuningRecord, check
+
+    module = load(DATA / "mlp_train_step.hlo")
+    root = engine.prepare(module)
+    record = TuningRecord(module=root.name, fingerprint=root.fingerprint, sequence=("algsimp",), objective="final-ops",
+                          pipeline_version=engine.version, xla_version="", autotune_version="",
+                          metrics={"cost": 1e9}, valid=True, validation=EXECUTED)
+    assert TuningRecord.from_dict(record.to_dict()).validation == EXECUTED
+    monkeypatch.setenv("AUTOTUNE_MAX_EXEC_BYTES", "16")  # this "machine" cannot execute it any more
+    low = check(engine, module, record, seed=7)
+    assert not low.ok and low.validation == COMPILED
+    assert "the record says executed, this machine re-established only compiled" in "; ".join(low.reasons)
+    monkeypatch.delenv("AUTOTUNE_MAX_EXEC_BYTES")
+    high = check(engine, module, record, seed=7)
+    assert high.ok and high.validation == EXECUTED and high.valid

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from autotune.core.validation import REQUIREMENTS
+from autotune.core.validation import REQUIREMENTS, verified
 from autotune.errors import BadInput, CheckFailed
 from autotune.cli import cli
 from autotune.core.spec import DEFAULT_MAX_LENGTH, RunSpec
@@ -98,7 +98,7 @@ def _write_outputs(ev, result, out: Path) -> None:
         (out / "best_sequence.json").write_text(json.dumps({
             "module": result.module, "fingerprint": result.fingerprint, "objective": result.objective,
             "sequence": list(result.best_sequence), "cost": result.best_cost, "default_cost": result.default_cost,
-            "pipeline_version": ev.version, "run_id": result.run_id, "valid": bool(result.validity and result.validity.get("ok")),
+            "pipeline_version": ev.version, "run_id": result.run_id, "valid": verified(result.validation_level),
             "validation_level": result.validation_level,
             "beats_default": result.beats_default,
         }, indent=2))

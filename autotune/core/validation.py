@@ -49,6 +49,11 @@ def rank(level: str) -> int:
     return len(LEVELS) - 1 - LEVELS.index(level) if level in LEVELS else -1
 
 
+def verified(level: str | None) -> bool:
+    """The old yes/no "valid": a check ran and passed, at least the full compile (not unverified)."""
+    return level is not None and rank(level) >= rank(COMPILED)
+
+
 def meets(level: str, required: str) -> bool:
     """Does a result at ``level`` satisfy ``--require required``?"""
     if required == "none":
