@@ -107,7 +107,7 @@ class Session:
         return Validation.from_dict(validity_of(self.evaluator, root, tuned.fingerprint, seed))
 
 
-def tune(module, strategy: str = "random", budget: int = 200, objective: str = "final-ops", seed: int = 0,
+def tune(module, strategy: str = RunSpec.strategy, budget: int = RunSpec.budget, objective: str = RunSpec.objective, seed: int = 0,
          cache: str | Path | None = None, workers: int | None = None, **kwargs):
     """One-shot ``Session(...).tune(...)``."""
     with Session(cache, workers) as s:

@@ -315,7 +315,7 @@ class _Tuner:
         return current, state, cost
 
 
-def evaluation_session(evaluator: Evaluator, module: Module, objective: str | Objective = "final-ops",
+def evaluation_session(evaluator: Evaluator, module: Module, objective: str | Objective = RunSpec.objective,
                        budget: int = 10**9, run_id: str | None = None,
                        time_limit: float | None = None) -> RunEvaluate:
     """An ``Evaluate`` for ``module`` outside a strategy run (e.g. to train a policy on many modules).

@@ -60,7 +60,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 
-from autotune.core.spec import DEFAULT_MAX_LENGTH, check_budget, check_max_length, check_time_limit
+from autotune.core.spec import DEFAULT_MAX_LENGTH, DEFAULT_OBJECTIVE, check_budget, check_max_length, check_time_limit
 from autotune.errors import BadInput
 
 RATIO_FLOOR = 0.01
@@ -480,7 +480,7 @@ def compare(
     strategies: list[str],
     budget: int,
     seeds: list[int],
-    objective: str = "final-ops",
+    objective: str = DEFAULT_OBJECTIVE,
     time_limit: float | None = None,
     max_length: int = DEFAULT_MAX_LENGTH,
     options_per_strategy: dict | None = None,
