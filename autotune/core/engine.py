@@ -16,17 +16,37 @@ def default_workers() -> int:
 
 @contextmanager
 def open_engine(db=None, workers: int | None = None, include_target_specific: bool = False,
-                step_timeout: float = 120.0, pipeline: str = "xla"):
-    """Yield an ``Evaluator`` whose cache and worker pool are closed on exit."""
-    from autotune import pipelines
+                step_timeout: float = 120.0, pipeline: str = "xla", executor: str | None = None,
+                executor_options: dict | None = None):
+    """Yield an ``Evaluator`` whose cache, worker pool and executor are closed on exit.
 
-    cache = Cache(db)
-    backend = pipelines.get(
-        pipeline, workers=workers or default_workers(), cache=cache,
-        include_target_specific=include_target_specific, step_timeout=step_timeout,
-    )
+    ``executor``: ``local`` (default, or ``$AUTOTUNE_EXECUTOR``) or ``ray``; ``executor_options`` go
+    to it (for ray: ``address``, ``num_cpus``, ``max_restarts``). The executor is opened before the
+    cache, so a bad address costs nothing.
+    """
+    from autotune import pipelines
+    from autotune.core import executors
+
+    ex = executors.get(executor, **(executor_options or {}))
+    try:
+        cache = Cache(db)
+    except BaseException:
+        ex.close()
+        raise
+    if workers is None:
+        workers = ex.default_workers() if hasattr(ex, "default_workers") else default_workers()
+    try:
+        backend = pipelines.get(
+            pipeline, workers=workers, cache=cache, include_target_specific=include_target_specific,
+            step_timeout=step_timeout, executor=ex,
+        )
+    except BaseException:
+        cache.close()
+        ex.close()
+        raise
     try:
         yield Evaluator(backend, cache)
     finally:
         backend.close()
         cache.close()
+        ex.close()
