@@ -8,7 +8,7 @@ import click
 
 from autotune.errors import AutotuneError, BadInput
 from autotune.cli import cli
-from autotune.cli.common import check_writable, console, db_option, json_option, load_model, module_paths, print_json, workers_option
+from autotune.cli.common import check_writable, console, db_option, json_option, load_model, module_paths, print_json, workers_option, executor_option
 
 
 
@@ -99,6 +99,7 @@ class RichCompareProgress:
 @click.option("--no-validate", is_flag=True, help="Skip the validity check of each run's best sequence.")
 @db_option
 @workers_option
+@executor_option
 @json_option
 def compare_cmd(modules, strategy_list, budget, seeds, time_limit, objective, max_length, split, extra, out_dir,
                 no_validate, db, workers, as_json) -> None:

@@ -9,7 +9,7 @@ import click
 
 from autotune.errors import BadInput
 from autotune.cli import cli
-from autotune.cli.common import check_writable, console, db_option, json_option, load_model, parse_options, print_json, workers_option
+from autotune.cli.common import check_writable, console, db_option, json_option, load_model, parse_options, print_json, workers_option, executor_option
 
 
 @cli.command()
@@ -33,6 +33,7 @@ from autotune.cli.common import check_writable, console, db_option, json_option,
 @click.option("--no-prune", is_flag=True, help="Report the best sequence as found, without dropping useless passes.")
 @db_option
 @workers_option
+@executor_option
 @json_option
 def run(model, strategy, budget, time_limit, seed, max_length, objective, out_dir, resume, sampler, optimizer,
         policy, shaping, extra, no_validate, no_prune, db, workers, as_json) -> None:

@@ -24,6 +24,7 @@ from autotune.core import objectives as objectives_mod
 from autotune import strategy as strategy_mod
 from autotune.errors import AutotuneError, BadInput
 from autotune.core.evaluator import Evaluator, Result
+from autotune.core.executors import ExecutorLost
 from autotune.core.metrics import Metrics
 from autotune.core.module import Module
 from autotune.strategy import BudgetExhausted, Evaluate, SearchSpace, Trial
@@ -77,6 +78,7 @@ class TuneResult:
     steps_compiled: int
     steps_cached: int
     history: tuple[float, ...]  # best-so-far cost after each evaluation
+    executor: dict | None = None  # what ran the steps (autotune.core.executors: local or ray, and where)
 
     @property
     def best_sequence(self) -> tuple[str, ...]:
@@ -129,7 +131,7 @@ class TuneResult:
             "invalid": [{"sequence": list(s), "reason": r} for s, r in self.invalid],
             "improvement_final_ops": self.improvement(True), "improvement_raw_ops": self.improvement(False),
             "seconds": self.seconds, "steps_compiled": self.steps_compiled, "steps_cached": self.steps_cached,
-            "cache_hit_rate": self.cache_hit_rate,
+            "cache_hit_rate": self.cache_hit_rate, "executor": self.executor,
         }
 
 
@@ -482,7 +484,7 @@ def tune(
 
     tuner = _Tuner(evaluator, root, obj, budget, time_limit, run_id, replay, progress)
     tuner.strategy_name, tuner.seed = strategy, seed
-    status = "finished"
+    status, reason = "finished", None
     _seed_everything(seed)
     progress.start(budget, f"{strategy} on {root.name}")
     try:
@@ -494,12 +496,14 @@ def tune(
             status = "time-limit"
     except KeyboardInterrupt:
         status = "interrupted"
+    except ExecutorLost as exc:  # the cluster went away: stop as on Ctrl-C, completed trials kept
+        status, reason = "interrupted", str(exc)
     finally:
         progress.stop()
     if status == "interrupted":
         _save_run(cache, run_id, status="interrupted", updated=time.time())
         raise Interrupted(run_id, _summarise(tuner, status, validate=False, validation_seed=validation_seed,
-                                             prune=False))
+                                             prune=False), reason)
     result = _summarise(tuner, status, validate, validation_seed, prune)
     _save_run(cache, run_id, status=status, updated=time.time(),
               best_sequence=",".join(result.best_sequence), best_cost=result.best_cost, summary=result.to_dict())
@@ -511,8 +515,8 @@ class Interrupted(AutotuneError):
 
     exit_code = 130
 
-    def __init__(self, run_id: str, partial: TuneResult):
-        super().__init__(f"interrupted; resume with: autotune run --resume {run_id}")
+    def __init__(self, run_id: str, partial: TuneResult, reason: str | None = None):
+        super().__init__(f"{reason or 'interrupted'}; resume with: autotune run --resume {run_id}")
         self.run_id, self.partial = run_id, partial
 
 
@@ -562,8 +566,13 @@ def _summarise(tuner: _Tuner, status: str, validate: bool, validation_seed: int,
         status=status, input=tuner.input_metrics, default=tuner.default_result.metrics,
         default_cost=tuner.default_cost, best=best, validity=validity, invalid=tuple(invalid),
         seconds=time.perf_counter() - tuner.t0, steps_compiled=compiled, steps_cached=cached,
-        history=tuple(tuner.best_history),
+        history=tuple(tuner.best_history), executor=_executor_of(ev),
     )
+
+
+def _executor_of(ev: Evaluator) -> dict | None:
+    executor = getattr(ev.pipeline, "executor", None)
+    return executor.describe() if executor is not None else None
 
 
 def validity_of(evaluator: Evaluator, root: Module, state: str, seed: int = 0) -> dict:
