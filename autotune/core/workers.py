@@ -55,7 +55,9 @@ def stderr_tail(path: str, limit: int = 400) -> str:
         return ""
     lines = [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.strip().startswith("@")]
     fatal = [ln for ln in lines if _FATAL_LINE.match(ln)]
-    pick = fatal[-1] if fatal else (lines[-1] if lines else "")
+    # The compiler's own line (a CHECK failure) beats the signal handler's "*** SIGABRT received".
+    words = [ln for ln in fatal if not ln.startswith("*** SIG")] or fatal
+    pick = words[-1] if words else (lines[-1] if lines else "")
     return pick[:limit]
 
 class _Worker:

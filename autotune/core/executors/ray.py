@@ -84,7 +84,25 @@ def connect(address: str | None = None, num_cpus: int | None = None) -> bool:
         ray.init(address=address, **kwargs)
     except Exception as exc:  # ConnectionError, version mismatch (RuntimeError), bad options, ...
         raise BadInput(f"cannot use {where}: {_first_line(exc)}") from None
+    _keep_stdout_clean()
     return True
+
+
+def _keep_stdout_clean() -> None:
+    """Ray prints cluster notices (e.g. "A worker died ...") on the driver's *stdout*; autotune's
+    stdout is machine-readable (``--json``), so they go to stderr. Ray is pinned exactly
+    (pyproject.toml), which is what makes reaching this private hook acceptable."""
+    from ray._private import worker as ray_worker
+
+    original = getattr(ray_worker, "print_to_stdstream", None)
+    if original is None or getattr(original, "_autotune", False):
+        return
+
+    def to_stderr(data, ignore_prefix: bool):
+        return original({**data, "is_err": True}, ignore_prefix)
+
+    to_stderr._autotune = True
+    ray_worker.print_to_stdstream = to_stderr
 
 
 class RayExecutor:
