@@ -51,7 +51,7 @@ def test_same_seed_same_best_and_same_accounting_as_local(ray_engine, tmp_path, 
     from autotune.core.module import load
     from autotune.core.tuner import tune
 
-    args = dict(strategy=strategy, budget=30, seed=7, validate=False)
+    args = dict(strategy=strategy, budget=16, seed=7, validate=False)
     with open_engine(tmp_path / "local.db", workers=2, executor="local") as local:
         want = tune(local, load(SMALL), **args)
     cold = Cache(tmp_path / "ray.db")  # a cold cache of its own, on the shared Ray pool
@@ -147,7 +147,7 @@ def test_hung_step_is_cancelled_by_the_step_timeout(ray_engine):
 
 def test_cli_run_on_the_cluster_says_which_executor_ran_it(ray_engine, cluster, tmp_path):
     ray_engine.pipeline.close()  # give the cluster's CPUs to the CLI's own actors
-    proc = run_cli("run", "--executor", "ray", "--ray-address", cluster.address, "--budget", "50", "--seed", "1",
+    proc = run_cli("run", "--executor", "ray", "--ray-address", cluster.address, "--budget", "50", "--seed", "1", "--objective", "ops", "--no-validate",
                    "--workers", "2", str(SMALL), "--json", db=tmp_path / "cli.db")
     assert proc.returncode == 0, proc.stderr[-2000:]
     data = json.loads(proc.stdout)
