@@ -166,11 +166,11 @@ def parse_options(pairs, **named) -> dict:
         key, sep, value = pair.partition("=")
         if not sep or not key:
             raise BadInput(f"--option expects key=value, got '{pair}'")
-        options[key.strip().replace("-", "_")] = _coerce(value.strip())
+        options[key.strip().replace("-", "_")] = coerce(value.strip())
     return options
 
 
-def _coerce(value: str):
+def coerce(value: str):
     for cast in (int, float):
         try:
             return cast(value)

@@ -24,11 +24,12 @@ def explore(model, depth, no_validate, db, workers, as_json) -> None:
     default ordering, and the shortest sequence that does best."""
     from autotune.core.engine import open_engine
     from autotune.core.explore import explore as walk
-    from autotune.core.tuner import Progress, RichProgress
+    from autotune.core.observer import Observer
+    from autotune.reporting.progress import RichObserver
 
     module = load_model(model)
     with open_engine(db, workers=workers) as ev:
-        out = walk(ev, module, depth, progress=Progress() if as_json else RichProgress(), validate=not no_validate)
+        out = walk(ev, module, depth, observer=Observer() if as_json else RichObserver(), validate=not no_validate)
     if as_json:
         print_json(out.to_dict())
         return

@@ -9,6 +9,7 @@ import click
 
 from autotune.errors import BadInput
 from autotune.cli import cli
+from autotune.core.spec import DEFAULT_MAX_LENGTH, RunSpec
 from autotune.cli.common import check_writable, console, db_option, json_option, load_model, parse_options, print_json, workers_option, executor_option
 
 
@@ -18,7 +19,7 @@ from autotune.cli.common import check_writable, console, db_option, json_option,
 @click.option("--budget", "-b", type=int, default=200, show_default=True, help="Sequence evaluations, cache hits included.")
 @click.option("--time-limit", type=float, default=None, help="Stop after this many seconds.")
 @click.option("--seed", type=int, default=0, show_default=True)
-@click.option("--max-length", type=int, default=16, show_default=True, help="Longest pass sequence.")
+@click.option("--max-length", type=int, default=DEFAULT_MAX_LENGTH, show_default=True, help="Longest pass sequence.")
 @click.option("--objective", default="final-ops", show_default=True,
               help="final-ops | ops | cost | runtime (see README: Objectives).")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), default=None,
@@ -41,7 +42,8 @@ def run(model, strategy, budget, time_limit, seed, max_length, objective, out_di
     from autotune import strategy as strategy_mod
     from autotune.core import objectives
     from autotune.core.engine import open_engine
-    from autotune.core.tuner import Interrupted, RichProgress, tune
+    from autotune.core.tuner import Interrupted, tune
+    from autotune.reporting.progress import RichObserver
 
     if not resume and not model:
         raise BadInput("give a MODEL to tune (or --resume RUN_ID)")
@@ -52,15 +54,13 @@ def run(model, strategy, budget, time_limit, seed, max_length, objective, out_di
     if not resume:
         strategy_mod.load(strategy)  # unknown names fail before any compile
         objectives.get(objective)
-        if budget < 1:
-            raise BadInput(f"--budget must be a positive number of evaluations, not {budget}")
-        if max_length < 1:
-            raise BadInput("--max-length must be at least 1")
+        RunSpec(strategy=strategy, budget=budget, objective=objective, seed=seed, max_length=max_length,
+                time_limit=time_limit, options=options)  # every setting checked before any compile
     with open_engine(db, workers=workers) as ev:
-        progress = None if as_json else RichProgress()
+        observer = None if as_json else RichObserver()
         try:
             result = tune(ev, module, strategy=strategy, budget=budget, objective=objective, seed=seed,
-                          max_length=max_length, time_limit=time_limit, options=options, progress=progress,
+                          max_length=max_length, time_limit=time_limit, options=options, observer=observer,
                           resume=resume, validate=not no_validate, prune=not no_prune)
         except Interrupted as exc:
             if out_dir:

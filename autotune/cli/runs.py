@@ -4,8 +4,6 @@ A run id starts with its start time (``YYYYMMDD-HHMMSS-``), so the table needs n
 
 from __future__ import annotations
 
-import json
-
 import click
 
 from autotune.cli import cli
@@ -16,19 +14,17 @@ from autotune.cli.common import console, db_option, json_option, print_json
 def list_runs(cache, limit: int | None = None, module: str | None = None) -> list[dict]:
     """One dict per run (newest first): id, when, status, module, strategy, objective, budget,
     evaluations recorded, best cost, XLA default's cost, whether it beat the default and was valid."""
-    where, args = ("WHERE module_name = ? OR module = ?", [module, module]) if module else ("", [])
-    rows = cache.db.execute(
-        f"SELECT id, created, updated, status, module_name, module, strategy, objective, budget, seed, best_cost, "
-        f"summary, (SELECT COUNT(*) FROM trials t WHERE t.run = runs.id) FROM runs {where} "
-        f"ORDER BY created DESC" + (f" LIMIT {int(limit)}" if limit else ""), args).fetchall()
+    from autotune.core.runs import RunStore
+
     out = []
-    for (rid, created, updated, status, name, fp, strategy, objective, budget, seed, best, summary, n) in rows:
-        s = json.loads(summary) if summary else {}
+    for r in RunStore(cache).list(limit, module):
+        s = r.summary or {}
         out.append({
-            "run_id": rid, "created": created, "updated": updated, "status": status, "module": name,
-            "fingerprint": fp, "strategy": strategy, "objective": objective, "budget": budget, "seed": seed,
-            "evaluations": n, "best_cost": best, "default_cost": s.get("default_cost"),
-            "beats_default": s.get("beats_default"), "valid": (s.get("validity") or {}).get("ok"),
+            "run_id": r.id, "created": r.created, "updated": r.updated, "status": r.status, "module": r.module_name,
+            "fingerprint": r.module, "strategy": r.strategy, "objective": r.objective, "budget": r.budget,
+            "seed": r.seed, "evaluations": r.evaluations, "best_cost": r.best_cost,
+            "default_cost": s.get("default_cost"), "beats_default": s.get("beats_default"),
+            "valid": (s.get("validity") or {}).get("ok"),
         })
     return out
 

@@ -10,6 +10,7 @@ the metric regressed: the CI gate. The JAX hook (``autotune.jax.use``) applies r
 from __future__ import annotations
 
 import json
+import math
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -86,13 +87,12 @@ class TuningRecord:
 def from_run(evaluator, run_id: str) -> TuningRecord:
     """Build a record from a finished run in the cache."""
     import autotune
-    from autotune.pipelines.xla import xla_version
-    from autotune.core.tuner import load_run
+    from autotune.core.runs import RunStore
 
-    run = load_run(evaluator.cache, run_id)
-    if not run.get("summary"):
-        raise BadInput(f"run '{run_id}' has not finished (status {run.get('status')}); nothing to export")
-    summary = json.loads(run["summary"])
+    run = RunStore(evaluator.cache).get(run_id)
+    if not run.finished:
+        raise BadInput(f"run '{run_id}' has not finished (status {run.status}); nothing to export")
+    summary = run.summary
     best = summary.get("best")
     if not best:
         raise BadInput(f"run '{run_id}' found no valid sequence; nothing to export")
@@ -109,8 +109,8 @@ def from_run(evaluator, run_id: str) -> TuningRecord:
     }
     validity = summary.get("validity")
     return TuningRecord(
-        module=run["module_name"], fingerprint=run["module"], sequence=tuple(best["sequence"]),
-        objective=run["objective"], pipeline_version=run["version"], xla_version=xla_version(),
+        module=run.module_name, fingerprint=run.module, sequence=tuple(best["sequence"]),
+        objective=run.objective, pipeline_version=run.version, xla_version=evaluator.pipeline.compiler_version,
         autotune_version=autotune.__version__, metrics=metrics, valid=bool(validity and validity.get("ok")),
         run_id=run_id,
     )
@@ -166,22 +166,16 @@ def check(evaluator, module, record: TuningRecord, max_regression: float = 0.0, 
                            cost=None, default_cost=None, regression=None, valid=None, **base)
     obj = objectives.get(record.objective)
     default = evaluator.default(root)
-    if obj.name == "runtime":
-        from autotune.core.runtime import measure_runtime
-
-        cost = measure_runtime(evaluator, result.state)
-        default_cost = measure_runtime(evaluator, default.state) if default.ok else None
+    cost = default_cost = None
+    if default.ok:
+        ctx = objectives.ObjectiveContext(evaluator, root, default, seed)
+        default_cost = obj.default_cost(ctx)
+        cost = obj.cost(result.state, ctx)
+        if math.isnan(cost):
+            reasons.append(obj.failure(result.state, ctx))
+            cost = None
     else:
-        tuned_metrics = result.metrics
-        if obj.after_default:
-            final = evaluator.final(result.state)
-            if not final.ok:
-                reasons.append(f"XLA's default pipeline fails after the sequence: {final.message}")
-                tuned_metrics = None
-            else:
-                tuned_metrics = final.metrics
-        cost = obj.from_metrics(tuned_metrics) if tuned_metrics else None
-        default_cost = obj.from_metrics(default.metrics) if default.ok else None
+        reasons.append(f"XLA's default pipeline fails on the module: {default.message}")
     regression = None
     if cost is not None and base["recorded_cost"] > 0:
         regression = (cost - base["recorded_cost"]) / base["recorded_cost"]

@@ -7,7 +7,7 @@ later stages reject (``xla-mechanics.md`` section 6 has a real case). (2) catche
 semantics when run out of order or outside their sub-pipeline.
 
 Both modules run in a worker process (``XlaPipeline.execute``) on seeded random inputs built from
-the entry signature (``pipelines.xla.runner.random_inputs``), then the outputs are compared here
+the entry signature (the backend's ``parameter_specs``; XLA's ``runner.random_inputs``), then the outputs are compared here
 with dtype-aware tolerances (``tolerance``). Random inputs test one point of the input space; that
 is evidence, not proof. ``seed`` picks another point.
 
@@ -289,18 +289,16 @@ def validate(pipeline, original, tuned, seed: int = 0) -> ValidationReport:
     failing is ``BadInput``: the input itself cannot run, so there is nothing to validate against.
     A tuned module whose parameters differ from the original's is not ok (no common inputs).
     """
-    from autotune.pipelines.xla import runner
-
     seed = int(seed)
     try:
-        specs = runner.parameter_specs(original.proto)
+        specs = pipeline.parameter_specs(original)
     except BadInput as exc:
         raise BadInput(f"the original module cannot be run for validation: {exc}") from None
     n_inputs = len(specs)
     orig_outs, floats, int_high = _original_outputs(pipeline, original, seed, specs)
     described = _describe(floats, int_high)
     try:
-        tuned_specs = runner.parameter_specs(tuned.proto)
+        tuned_specs = pipeline.parameter_specs(tuned)
     except BadInput as exc:
         return ValidationReport(False, f"tuned module: {exc}", (), seed, n_inputs, described)
     if [(s.shape, s.dtype) for s in tuned_specs] != [(s.shape, s.dtype) for s in specs]:

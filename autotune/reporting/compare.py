@@ -60,6 +60,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 
+from autotune.core.spec import DEFAULT_MAX_LENGTH, DEFAULT_OBJECTIVE, check_budget, check_max_length, check_time_limit
 from autotune.errors import BadInput
 
 RATIO_FLOOR = 0.01
@@ -429,7 +430,7 @@ class CompareProgress:
     def run_finished(self, index: int, row: RunRow) -> None: ...
 
     def tune_progress(self):
-        """A ``autotune.core.tuner.Progress`` for the run in flight (per-evaluation bar), or None."""
+        """An ``autotune.core.observer.Observer`` for the run in flight (per-evaluation bar), or None."""
         return None
 
     def stop(self) -> None: ...
@@ -461,8 +462,11 @@ def resolve(strategies: Sequence[str], options_per_strategy: dict | None) -> lis
         opts = dict(opts_all.get(label) or {})
         base = opts.pop("strategy", label)
         budget = opts.pop("budget", None)
-        if budget is not None and (not isinstance(budget, int) or budget < 1):
-            raise BadInput(f"{label}: budget must be a positive integer, not {budget!r}")
+        if budget is not None:
+            try:
+                check_budget(budget)
+            except BadInput as exc:
+                raise BadInput(f"{label}: {exc}") from None
         cls = strategy_mod.load(base)  # UnknownName (BadInput) before any work
         cls(**opts)  # options checked up front too (unknown options -> BadInput)
         out.append((label, base, opts, budget))
@@ -475,9 +479,9 @@ def compare(
     strategies: list[str],
     budget: int,
     seeds: list[int],
-    objective: str = "final-ops",
+    objective: str = DEFAULT_OBJECTIVE,
     time_limit: float | None = None,
-    max_length: int = 16,
+    max_length: int = DEFAULT_MAX_LENGTH,
     options_per_strategy: dict | None = None,
     validate: bool = True,
     progress: CompareProgress | None = None,
@@ -492,14 +496,11 @@ def compare(
     from autotune.core import objectives
     from autotune.core.tuner import Interrupted, tune
 
-    if budget is None or budget < 1:
-        raise BadInput(f"--budget must be a positive number of evaluations, not {budget}")
+    check_budget(budget)
+    check_max_length(max_length)
+    check_time_limit(time_limit)
     if not seeds:
         raise BadInput("no seeds given")
-    if max_length < 1:
-        raise BadInput("--max-length must be at least 1")
-    if time_limit is not None and time_limit <= 0:
-        raise BadInput("--time-limit must be positive")
     if not modules:
         raise BadInput("no modules to compare on")
     names = [m.name for m in modules]
@@ -531,7 +532,7 @@ def compare(
                     try:
                         result = tune(evaluator, module, strategy=base, budget=run_budget, objective=objective,
                                       seed=seed, max_length=max_length, time_limit=time_limit, options=dict(opts),
-                                      progress=progress.tune_progress(), validate=validate)
+                                      observer=progress.tune_progress(), validate=validate)
                     except Interrupted as exc:
                         result, status = exc.partial, "interrupted"
                     except KeyboardInterrupt:
@@ -614,33 +615,35 @@ def row_from_run(cache, run_id: str) -> RunRow:
     The best-so-far history is the running minimum of the recorded trials' costs, as the tuner
     kept it while the run worked.
     """
-    from autotune.core.tuner import load_run, load_trials
+    from autotune.core.runs import RunStore
 
-    run = load_run(cache, run_id)
-    if not run.get("summary"):
-        raise BadInput(f"run '{run_id}' has not finished (status {run.get('status')}); resume it first")
-    s = json.loads(run["summary"])
+    store = RunStore(cache)
+    run = store.get(run_id)
+    if not run.finished:
+        raise BadInput(f"run '{run_id}' has not finished (status {run.status}); resume it first")
+    s = run.summary
     history, low = [], math.inf
-    for t in load_trials(cache, run_id):
+    for t in store.trials(run_id):
         if t.status == "ok" and t.cost is not None and not math.isnan(t.cost):
             low = min(low, t.cost)
         history.append(None if low == math.inf else low)
-    return _row_from_summary(run["strategy"], run["strategy"], s, run["budget"], tuple(history),
+    return _row_from_summary(run.strategy, run.strategy, s, run.budget, tuple(history),
                              float(s.get("seconds") or 0.0), int(s.get("steps_compiled") or 0),
                              int(s.get("steps_cached") or 0))
 
 
 def comparison_of_runs(cache, run_ids: Sequence[str]) -> Comparison:
     """A ``Comparison`` of runs already in the cache, grouped by strategy (one objective only)."""
-    from autotune.core.tuner import load_run
+    from autotune.core.runs import RunStore
 
     if not run_ids:
         raise BadInput("give the ids of the runs to report on (see `autotune runs`)")
-    runs = [load_run(cache, rid) for rid in dict.fromkeys(run_ids)]
-    objectives_used = sorted({r["objective"] for r in runs})
+    store = RunStore(cache)
+    runs = [store.get(rid) for rid in dict.fromkeys(run_ids)]
+    objectives_used = sorted({r.objective for r in runs})
     if len(objectives_used) > 1:
         raise BadInput(f"runs with different objectives ({', '.join(objectives_used)}) cannot share one report")
-    rows = [row_from_run(cache, r["id"]) for r in runs]
+    rows = [row_from_run(cache, r.id) for r in runs]
     labels = list(dict.fromkeys(r.strategy for r in rows))
     budgets = sorted({r.budget for r in rows})
     modules, seen = [], set()
@@ -651,14 +654,14 @@ def comparison_of_runs(cache, run_ids: Sequence[str]) -> Comparison:
     summaries = []
     for label in labels:
         mine = [r for r in rows if r.strategy == label]
-        options = json.loads(next(x["options"] for x in runs if x["strategy"] == label) or "{}")
+        options = next(x.options for x in runs if x.strategy == label)
         summaries.append(summarise(label, label, options, max(r.budget for r in mine), mine))
     notes = () if len(budgets) == 1 else (f"runs had different budgets ({', '.join(map(str, budgets))}); "
                                           "the comparison is not at equal budget",)
     return Comparison(
         objective=objectives_used[0], budget=budgets[-1], seeds=tuple(sorted({r.seed for r in rows})),
-        max_length=max(int(x["max_length"] or 0) for x in runs), time_limit=None,
-        validate=all(bool(x["validate"]) for x in runs), strategies=tuple(labels), modules=tuple(modules),
+        max_length=max(x.max_length for x in runs), time_limit=None,
+        validate=all(x.validate for x in runs), strategies=tuple(labels), modules=tuple(modules),
         runs=tuple(rows), summaries=tuple(summaries), seconds=sum(r.seconds for r in rows),
-        pipeline_version=", ".join(sorted({x["version"] for x in runs})), notes=notes,
+        pipeline_version=", ".join(sorted({x.version for x in runs})), notes=notes,
     )

@@ -1,9 +1,10 @@
 """XLA's HLO pass pipeline as a tuning backend (through jaxlib, CPU client).
 
-``XlaPipeline`` is the backend contract of the design: ``passes()``, ``apply``, ``default``,
-``measure``, ``normalize``, plus ``run_steps_many`` for the evaluator. Every compile happens in a
-``WorkerPool`` of processes running ``worker.XlaWorker``; this object only keeps the inventory and
-turns worker replies into ``Module``/``Metrics`` values.
+``XlaPipeline`` implements ``autotune.core.backend.Backend`` (what the engine calls: version,
+passes/describe/check_passes, normalize, measure, step_job/dispatcher, parameter_specs, compiles,
+execute, time), plus conveniences for tests and tools (``apply``, ``default``, ``trace``). Every
+compile happens in a ``WorkerPool`` of processes running ``worker.XlaWorker``; this object only
+keeps the inventory and turns worker replies into ``Module``/``Metrics`` values.
 """
 
 from __future__ import annotations
@@ -71,8 +72,22 @@ class XlaPipeline:
         """Part of every cache key: XLA version, platform, inventory digest and engine version."""
         return f"xla:{xla_version()}:inv-{self.inventory.digest}:engine-{ENGINE_VERSION}"
 
+    @property
+    def compiler_version(self) -> str:
+        return xla_version()
+
     def passes(self) -> tuple[str, ...]:
         return self.inventory.names()
+
+    def describe(self) -> list:
+        from autotune.core.backend import PassInfo
+
+        inv = self.inventory
+        return [
+            PassInfo(a.name, " > ".join(reversed((inv.main_pipeline,) + a.path)) if not a.target_specific else "",
+                     "sub-pipeline" if a.macro else (a.target_specific or "pass"))
+            for a in inv.actions.values()
+        ]
 
     def check_passes(self, names: Iterable[str]) -> tuple[str, ...]:
         known = self.inventory.actions
@@ -183,6 +198,12 @@ class XlaPipeline:
         ("crash"/"timeout"); unusable inputs (too large, token parameters) raise ``BadInput``.
         """
         return self.pool.call("execute", module.proto, int(seed), floats, int(int_high), timeout=self.run_timeout)
+
+    def parameter_specs(self, module: Module) -> list:
+        """The entry computation's parameter leaves (``runner.ParamSpec``), read in this process."""
+        from autotune.pipelines.xla.runner import parameter_specs
+
+        return parameter_specs(module.proto)
 
     def compiles(self, module: Module) -> bool:
         """True if the full default pipeline compiles ``module``; raises ``PassFailed`` otherwise."""
