@@ -172,7 +172,7 @@ def write(data: dict) -> None:
     L = [
         "# Scaling out on Ray",
         "",
-        f"Regenerate: `{COMMAND}` ({data['machine']}; {data['seconds']:.0f} s). Measured figures are from this run;",
+        f"Regenerate: `{data.get('command', COMMAND)}` ({data['machine']}; {data['seconds']:.0f} s). Measured figures are from this run;",
         "the plan at the end is projected from them and results/perf.md (nothing was run on 64 nodes).",
         "",
         f"## Throughput at equal worker counts (measured; {tp['workers']} workers, cold cache)",
@@ -226,8 +226,9 @@ def write(data: dict) -> None:
           f"on 1024 workers, but one driver stores at most ~{pl['driver_ceiling_steps_per_s']:.0f} steps/s, i.e. "
           f"{p['cluster_hours_driver_bound'] * 60:.0f} min: the driver (dispatch + SQLite) is the bottleneck, so run "
           "it as several drivers (one `autotune compare` per module shard, each with its own cache file, merged "
-          "afterwards) to use the whole cluster. The LLM fleet is the opposite: steps take seconds, the driver is "
-          f"at {f['driver_load']:.1%} of its ceiling, and the cluster is the whole story (assumed "
+          "afterwards) to use the whole cluster. The LLM fleet is compute-bound: steps take seconds, yet 1024 "
+          f"workers finishing {pl['workers'] * pl['efficiency'] / f['step_s']:.0f} steps/s keep one driver at "
+          f"{f['driver_load']:.0%} of its ceiling, so one driver just keeps up and a second would not hurt (assumed "
           f"{f['steps_per_eval']:.1f} compiled steps per evaluation, the issue's budget-10 run; longer runs hit the "
           "cache more, so this is an upper bound). Both need enough runs in flight to fill 1024 workers: a random "
           "search keeps 16 sequences in flight, so ~64 concurrent runs (or more parallel strategies) are needed; "
@@ -240,7 +241,11 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="smaller budgets (a smoke run, ~3 minutes)")
     ap.add_argument("--workers", type=int, default=min(2, os.cpu_count() or 1))
+    ap.add_argument("--rewrite", action="store_true", help="only rewrite results/scale.md from results/scale.json")
     args = ap.parse_args()
+    if args.rewrite:
+        write(json.loads((ROOT / "results/scale.json").read_text()))
+        return
     budget, repeats, steps = (30, 1, 24) if args.quick else (100, 3, 60)
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
@@ -252,6 +257,7 @@ def main() -> None:
             "throughput": tp, "scaling": sc}
     data["plan"] = plan(tp)
     data["seconds"] = time.perf_counter() - t0
+    data["command"] = " ".join(["python bench/scale.py", *sys.argv[1:]])
     write(data)
     print((ROOT / "results/scale.md").read_text())
 
