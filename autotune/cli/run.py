@@ -11,7 +11,7 @@ from autotune.core.validation import REQUIREMENTS, verified
 from autotune.errors import BadInput, CheckFailed
 from autotune.cli import cli
 from autotune.core.spec import DEFAULT_MAX_LENGTH, RunSpec
-from autotune.cli.common import check_writable, console, db_option, json_option, load_model, parse_options, print_json, workers_option
+from autotune.cli.common import check_writable, console, db_option, json_option, load_model, parse_options, print_json, workers_option, executor_option
 
 
 @cli.command()
@@ -38,6 +38,7 @@ from autotune.cli.common import check_writable, console, db_option, json_option,
 @click.option("--no-prune", is_flag=True, help="Report the best sequence as found, without dropping useless passes.")
 @db_option
 @workers_option
+@executor_option
 @json_option
 def run(model, strategy, budget, time_limit, seed, max_length, objective, out_dir, resume, sampler, optimizer,
         policy, shaping, extra, no_validate, require, no_prune, db, workers, as_json) -> None:

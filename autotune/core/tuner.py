@@ -23,6 +23,7 @@ from dataclasses import dataclass, replace
 from autotune import strategy as strategy_mod
 from autotune.core import objectives as objectives_mod
 from autotune.core.evaluator import Evaluator, Result
+from autotune.core.executors import ExecutorLost
 from autotune.core.metrics import Metrics
 from autotune.core.module import Module
 from autotune.core.objectives import Claim, Objective, ObjectiveContext
@@ -78,6 +79,7 @@ class TuneResult:
     steps_cached: int
     history: tuple[float, ...]  # best-so-far cost after each evaluation
     claim: Claim | None = None  # the objective's verdict on ``best`` against XLA's default
+    executor: dict | None = None  # what ran the steps (autotune.core.executors: local or ray, and where)
 
     @property
     def validation(self):
@@ -149,7 +151,7 @@ class TuneResult:
             "invalid": [{"sequence": list(s), "reason": r} for s, r in self.invalid],
             "improvement_final_ops": self.improvement(True), "improvement_raw_ops": self.improvement(False),
             "seconds": self.seconds, "steps_compiled": self.steps_compiled, "steps_cached": self.steps_cached,
-            "cache_hit_rate": self.cache_hit_rate,
+            "cache_hit_rate": self.cache_hit_rate, "executor": self.executor,
         }
 
 
@@ -394,7 +396,7 @@ def tune(
 
     tuner = _Tuner(evaluator, root, obj, spec.budget, spec.time_limit, run_id, replay, observer, spec.seed,
                    spec.strategy)
-    status = "finished"
+    status, reason = "finished", None
     _seed_everything(spec.seed)
     observer.on_run_start(spec.budget, f"{spec.strategy} on {root.name}")
     try:
@@ -406,12 +408,14 @@ def tune(
             status = "time-limit"
     except KeyboardInterrupt:
         status = "interrupted"
+    except ExecutorLost as exc:  # the cluster went away: stop as on Ctrl-C, completed trials kept
+        status, reason = "interrupted", str(exc)
     finally:
         observer.on_run_end()
     if status == "interrupted":
         store.save(run_id, status="interrupted", updated=time.time())
         raise Interrupted(run_id, _summarise(tuner, status, validate=False, validation_seed=validation_seed,
-                                             prune=False))
+                                             prune=False), reason)
     result = _summarise(tuner, status, spec.validate, validation_seed, spec.prune)
     store.save(run_id, status=status, updated=time.time(), best_sequence=result.best_sequence,
                best_cost=result.best_cost, summary=result.to_dict())
@@ -423,8 +427,8 @@ class Interrupted(AutotuneError):
 
     exit_code = 130
 
-    def __init__(self, run_id: str, partial: TuneResult):
-        super().__init__(f"interrupted; resume with: autotune run --resume {run_id}")
+    def __init__(self, run_id: str, partial: TuneResult, reason: str | None = None):
+        super().__init__(f"{reason or 'interrupted'}; resume with: autotune run --resume {run_id}")
         self.run_id, self.partial = run_id, partial
 
 
@@ -489,7 +493,13 @@ def _summarise(tuner: _Tuner, status: str, validate: bool, validation_seed: int,
         default=tuner.default_result.metrics, default_cost=tuner.default_cost, best=best, validity=validity,
         invalid=tuple(invalid), seconds=time.perf_counter() - tuner.t0, steps_compiled=compiled,
         steps_cached=cached, history=tuple(tuner.best_history), claim=claim,
+        executor=_executor_of(ev),
     )
+
+
+def _executor_of(ev: Evaluator) -> dict | None:
+    executor = getattr(ev.pipeline, "executor", None)
+    return executor.describe() if executor is not None else None
 
 
 def validity_of(evaluator: Evaluator, root: Module, state: str, seed: int = 0) -> dict:

@@ -37,8 +37,12 @@ class XlaPipeline:
     name = "xla"
 
     def __init__(self, workers: int = 1, cache=None, include_target_specific: bool = False,
-                 step_timeout: float = 120.0, inventory: PassInventory | None = None):
+                 step_timeout: float = 120.0, inventory: PassInventory | None = None, executor=None):
+        from autotune.core import executors
+
         self.workers = max(1, int(workers))
+        #: Where the compiler workers live (``autotune.core.executors``: local processes or Ray actors).
+        self.executor = executor if executor is not None else executors.get("local")
         self.step_timeout = float(step_timeout)
         self.include_target_specific = include_target_specific
         self._cache = cache
@@ -98,7 +102,7 @@ class XlaPipeline:
     @property
     def pool(self) -> WorkerPool:
         if self._pool is None:
-            self._pool = WorkerPool(
+            self._pool = self.executor.pool(
                 WORKER, (self.inventory.to_json(), self.include_target_specific), size=self.workers, env=WORKER_ENV
             )
         return self._pool
