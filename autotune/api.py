@@ -123,6 +123,16 @@ class Session:
 
         return _validate(self.evaluator.pipeline, self.normalize(original), _module(tuned), seed=seed)
 
+    def validation(self, original, tuned, seed: int = 0):
+        """The strongest validation level this machine can establish for ``tuned`` against ``original``
+        (``autotune.core.validation.Validation``: identical, executed, executed-with-stand-ins, compiled,
+        unverified, or invalid, with its reason). Never raises because a module cannot be executed here."""
+        from autotune.core.tuner import validity_of
+        from autotune.core.validation import Validation
+
+        root, tuned = self.normalize(original), self.normalize(tuned)
+        return Validation.from_dict(validity_of(self.evaluator, root, tuned.fingerprint, seed))
+
 
 def tune(module, strategy: str = RunSpec.strategy, budget: int = RunSpec.budget, objective: str = RunSpec.objective, seed: int = 0,
          cache: str | Path | None = None, workers: int | None = None, **kwargs):

@@ -82,7 +82,7 @@ def _report(result, out_dir) -> None:
         change = "fails" if m.ratio is None else f"{m.ratio - 1.0:+.2%}"
         if m.regressed:
             change += " WORSE"
-        valid = "-" if m.validity is None else ("yes" if m.validity.get("ok") else "NO")
+        valid = "-" if m.validity is None else (m.validity.get("level") or ("yes" if m.validity.get("ok") else "NO"))
         tuned = m.tuned.instructions if m.tuned is not None else (m.cost if m.cost is not None else "-")
         table.add_row(m.name, str(m.input.instructions), str(m.default.instructions), str(tuned), change, valid)
     con.print(table)

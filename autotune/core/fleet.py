@@ -142,6 +142,16 @@ class FleetResult:
         return bool(self.best_sequence) and self.best_cost < self.default_cost
 
     @property
+    def validation(self) -> str | None:
+        """The weakest validation level among the members (None: not validated)."""
+        from autotune.core.validation import rank
+
+        levels = [m.validity.get("level") for m in self.members if m.validity is not None]
+        if not levels or len(levels) != len(self.members):
+            return None
+        return min(levels, key=lambda lv: rank(lv) if lv else -1)
+
+    @property
     def regressions(self) -> tuple[str, ...]:
         return tuple(m.name for m in self.members if m.regressed)
 
@@ -156,7 +166,8 @@ class FleetResult:
             "best_cost": self.best_cost, "default_cost": self.default_cost,
             "mean_relative_change": self.best_cost - 1.0, "beats_default": self.beats_default,
             "regressions": list(self.regressions),
-            "validity": {"ok": all(valid)} if valid and len(valid) == len(self.members) else None,
+            "validity": {"ok": all(valid), "level": self.validation}
+            if valid and len(valid) == len(self.members) else None,
             "members": [m.to_dict() for m in self.members],
             "invalid": [{"sequence": list(s), "reason": r} for s, r in self.invalid],
             "seconds": self.seconds, "steps_compiled": self.steps_compiled, "steps_cached": self.steps_cached,

@@ -34,6 +34,8 @@ class TuningRecord:
     run_id: str | None = None
     created: float = field(default_factory=time.time)
     format: int = FORMAT
+    validation: str | None = None  # the level the run established (``check`` must reach it again)
+    validation_reason: str | None = None
     #: A fleet record (one sequence tuned for several modules) applies to each of these; per-module
     #: figures are in ``metrics["modules"][fingerprint]``. Empty for a single-module record.
     fingerprints: tuple[str, ...] = ()
@@ -88,6 +90,7 @@ class TuningRecord:
             xla_version=str(data.get("xla_version", "")), autotune_version=str(data.get("autotune_version", "")),
             metrics=dict(data["metrics"]), valid=bool(data.get("valid", False)), run_id=data.get("run_id"),
             created=float(data.get("created", 0.0)), fingerprints=tuple(fps),
+            validation=data.get("validation"), validation_reason=data.get("validation_reason"),
         )
 
     @classmethod
@@ -127,12 +130,15 @@ def from_run(evaluator, run_id: str) -> TuningRecord:
         "cost": best["cost"],
         "default_cost": summary["default_cost"],
     }
-    validity = summary.get("validity")
+    from autotune.core.validation import Validation, verified
+
+    validation = Validation.from_dict(summary.get("validity"))
+    level = validation.level if validation else None
     return TuningRecord(
         module=run.module_name, fingerprint=run.module, sequence=tuple(best["sequence"]),
         objective=run.objective, pipeline_version=run.version, xla_version=evaluator.pipeline.compiler_version,
-        autotune_version=autotune.__version__, metrics=metrics, valid=bool(validity and validity.get("ok")),
-        run_id=run_id,
+        autotune_version=autotune.__version__, metrics=metrics, valid=verified(level),
+        run_id=run_id, validation=level, validation_reason=validation.reason if validation else None,
     )
 
 
@@ -150,15 +156,19 @@ def _from_fleet_run(evaluator, run, summary: dict, run_id: str) -> TuningRecord:
             "tuned_ops": (m.get("tuned_raw") or {}).get("instructions"),
             "tuned_final_ops": (m.get("tuned") or {}).get("instructions"),
             "cost": m["cost"], "default_cost": m["default_cost"],
+            "validation": (m.get("validity") or {}).get("level"),
         }
-    valid = [(m.get("validity") or {}).get("ok") for m in summary["members"]]
+    from autotune.core.validation import verified
+
+    levels = [(m.get("validity") or {}).get("level") for m in summary["members"]]
+    weakest = (summary.get("validity") or {}).get("level")
     fps = tuple(m["fingerprint"] for m in summary["members"])
     return TuningRecord(
         module=f"fleet of {len(fps)}: " + ", ".join(m["name"] for m in summary["members"]), fingerprint=fps[0],
         sequence=tuple(summary["best"]["sequence"]), objective=run.objective, pipeline_version=run.version,
         xla_version=evaluator.pipeline.compiler_version, autotune_version=autotune.__version__,
         metrics={"cost": summary["best_cost"], "default_cost": summary["default_cost"], "modules": modules},
-        valid=all(v is True for v in valid), run_id=run_id, fingerprints=fps,
+        valid=all(verified(lv) for lv in levels), run_id=run_id, fingerprints=fps, validation=weakest,
     )
 
 
@@ -178,6 +188,9 @@ class CheckResult:
     valid: bool | None
     pipeline_version: str
     record_pipeline_version: str
+    validation: str | None = None  # the level re-established now (None: not checked)
+    validation_reason: str | None = None
+    recorded_validation: str | None = None
 
     def to_dict(self) -> dict:
         data = asdict(self)
@@ -199,7 +212,8 @@ def check(evaluator, module, record: TuningRecord, max_regression: float = 0.0, 
                 sequence=record.sequence,
                 recorded_cost=float(record.metrics_for(matched).get("cost", float("nan"))),
                 max_regression=max_regression, pipeline_version=evaluator.version,
-                record_pipeline_version=record.pipeline_version)
+                record_pipeline_version=record.pipeline_version,
+                recorded_validation=record.metrics_for(matched).get("validation") or record.validation)
     if root.fingerprint not in record.applies_to:
         return CheckResult(ok=False, reasons=("module changed: its fingerprint no longer matches the record",),
                            cost=None, default_cost=None, regression=None, valid=None, **base)
@@ -230,11 +244,17 @@ def check(evaluator, module, record: TuningRecord, max_regression: float = 0.0, 
         if regression > max_regression / 100.0 + 1e-12:
             reasons.append(f"{record.objective} regressed by {regression:+.2%} "
                            f"({base['recorded_cost']:g} -> {cost:g}; allowed {max_regression:g}%)")
-    valid = None
+    valid = level = level_reason = None
     if validate:
+        from autotune.core.validation import meets, verified
+
         report = validity_of(evaluator, root, result.state, seed)
-        valid = bool(report.get("ok"))
-        if not valid:
+        level, level_reason = report.get("level"), report.get("reason")
+        valid = verified(level)
+        if not report.get("ok"):
             reasons.append(f"validity check failed: {report.get('reason') or 'outputs differ'}")
+        elif base["recorded_validation"] and not meets(level, base["recorded_validation"]):
+            reasons.append(f"validation: the record says {base['recorded_validation']}, this machine re-established only "
+                           f"{level}" + (f" ({level_reason})" if level_reason else ""))
     return CheckResult(ok=not reasons, reasons=tuple(reasons), cost=cost, default_cost=default_cost,
-                       regression=regression, valid=valid, **base)
+                       regression=regression, valid=valid, validation=level, validation_reason=level_reason, **base)

@@ -106,6 +106,7 @@ class RunRow:
     best_sequence: tuple[str, ...] = ()
     valid: bool | None = None  # validity of the reported best (None: not validated / no best)
     rejected: tuple[tuple[tuple[str, ...], str], ...] = ()  # candidates rejected by validation
+    validation: str | None = None  # validation level of the reported best (``autotune.core.validation``)
     seconds: float = 0.0
     steps_compiled: int = 0
     steps_cached: int = 0
@@ -592,8 +593,11 @@ def _row(label: str, base: str, result, budget: int, seconds: float, compiled: i
 def _row_from_summary(label: str, base: str, s: dict, budget: int, history: tuple[float | None, ...],
                       seconds: float, compiled: int, cached: int) -> RunRow:
     """A ``RunRow`` from a run's summary (``TuneResult.to_dict()``, also what the runs table stores)."""
+    from autotune.core.validation import UNVERIFIED, Validation
+
     best = s.get("best") or None
     validity = s.get("validity")
+    level = s.get("validation_level") or (Validation.from_dict(validity).level if validity else None)
     return RunRow(
         strategy=label, base_strategy=base, module=s["module"], family=family_of(s["module"]), seed=s["seed"],
         budget=budget, run_id=s["run_id"], status=s["status"], evaluations=s["evaluations"],
@@ -602,7 +606,8 @@ def _row_from_summary(label: str, base: str, s: dict, budget: int, history: tupl
         best_raw_ops=best["raw"]["instructions"] if best else None,
         best_final_ops=best["final"]["instructions"] if best and best.get("final") else None,
         best_sequence=tuple(best["sequence"]) if best else (),
-        valid=None if validity is None else bool(validity.get("ok")),
+        valid=None if level in (None, UNVERIFIED) else bool(validity.get("ok")),
+        validation=level,
         rejected=tuple((tuple(x["sequence"]), str(x["reason"])) for x in s.get("invalid") or ()),
         seconds=seconds, steps_compiled=compiled, steps_cached=cached, history=history,
     )

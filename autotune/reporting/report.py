@@ -247,7 +247,9 @@ def strategy_table(comp: Comparison, s: StrategySummary) -> Table:
 
 def module_table(comp: Comparison) -> Table:
     """Per module: sizes and each strategy's final-ops (raw ops) improvement, seeds averaged."""
-    header = ["module", "input", "XLA default", *[f"{s.strategy}" for s in comp.summaries]]
+    from autotune.core.validation import rank
+
+    header = ["module", "input", "XLA default", *[f"{s.strategy}" for s in comp.summaries], "validation"]
     rows = []
     for m in comp.modules:
         cells = [f"`{m.name}`", _int(m.input_ops), _int(m.default_ops)]
@@ -255,10 +257,14 @@ def module_table(comp: Comparison) -> Table:
             f = s.final.per_module.get(m.name)
             r = s.raw.per_module.get(m.name)
             cells.append("-" if f is None else f"{pct(f - 1)} ({pct(r - 1) if r is not None else 'n/a'})")
+        levels = [r.validation for r in comp.rows() if r.module == m.name and r.validation]
+        cells.append(min(levels, key=rank) if levels else "-")
         rows.append(tuple(cells))
     return Table(tuple(header), tuple(rows),
                  caption="Improvement over XLA's default reduction per module: final-ops (raw ops in brackets), "
-                         "seed-averaged ratio minus 1, floored as described above.")
+                         "seed-averaged ratio minus 1, floored as described above. Validation: the weakest level "
+                         "any run's best reached on that module (identical > executed > executed-with-stand-ins > "
+                         "compiled > unverified).")
 
 
 def _duration(seconds: float) -> str:
