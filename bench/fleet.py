@@ -7,9 +7,9 @@
    steps too large to execute here), ``greedy`` searching ONE sequence with a budget of ``--budget``
    fleet evaluations (each = the sequence on all 8 modules), against ``greedy`` on each module alone
    with the same budget per module: equal total work (fleet evaluations x modules = runs x budget).
-   Validation: the five executable members are validated (full compile + same outputs on random
-   inputs); the three LLM modules cannot be executed on this machine (inputs need 30-78 GiB), so they
-   are tuned and reported unvalidated (``--no-validate`` for them), as in every other benchmark here.
+   Validation: every result gets its level (``docs/validation-levels.md``): ``executed`` (full compile
+   and the same outputs on random inputs) where this machine can run the module, ``compiled`` for the
+   three LLM steps, whose inputs need 30-78 GiB.
 2. **Suite sample**: 6 generated modules (2 GPT-2, 2 BERT, 2 ResNet from ``autotune.zoo``), fleet vs
    per-module at ``--suite-budget``.
 3. **Explain** the biggest known win (DLRM training step, ``call-inliner,algsimp,reshape-mover``,
@@ -34,12 +34,10 @@ sys.path.insert(0, str(ROOT))
 from autotune.core.engine import open_engine  # noqa: E402
 from autotune.core.fleet import tune_fleet  # noqa: E402
 from autotune.core.module import load  # noqa: E402
-from autotune.core.tuner import tune, validity_of  # noqa: E402
+from autotune.core.tuner import tune  # noqa: E402
 from autotune.reporting.explain import explain  # noqa: E402
 
 REAL = Path("/work/shared/real-hlo")
-#: Too large to execute here (their inputs need 30-78 GiB): tuned, never validated.
-NOT_EXECUTABLE = {"rocm_llama3_8b_generate", "rocm_gpt_oss_20b_prefill", "rocm_deepseek2_16b_generate"}
 DLRM = ROOT / "tests/data/real/xla_dlrm_train_step.hlo"
 DLRM_WIN = ("call-inliner", "algsimp", "reshape-mover")
 #: (family, index into that family's suite entries): small, varied modules of the generated suite.
@@ -70,25 +68,22 @@ def compare(ev, paths: list[Path], budget: int, max_length: int, label: str) -> 
     """Fleet (one sequence) vs per-module greedy at equal total budget."""
     modules = [load(p) for p in paths]
     t0 = time.perf_counter()
-    fleet = tune_fleet(ev, modules, strategy="greedy", budget=budget, max_length=max_length, validate=False)
+    fleet = tune_fleet(ev, modules, strategy="greedy", budget=budget, max_length=max_length, validate=True)
     fleet_seconds = time.perf_counter() - t0
     log(f"{label}: fleet {','.join(fleet.best_sequence) or '(default)'} mean {fleet.best_cost - 1:+.3%} "
         f"in {fleet_seconds:.0f}s")
-    roots = {m.name: ev.prepare(m) for m in modules}
     rows = []
     for m in fleet.members:
         row = {"module": m.name, "input": m.input.instructions, "default": m.default.instructions,
                "fleet": m.tuned.instructions if m.tuned else None, "fleet_regressed": m.regressed,
-               "fleet_valid": None}
-        if fleet.best_sequence and m.name not in NOT_EXECUTABLE:
-            row["fleet_valid"] = bool(validity_of(ev, roots[m.name], m.state).get("ok"))
+               "fleet_valid": (m.validity or {}).get("level") if fleet.best_sequence else None}
         t1 = time.perf_counter()
         single = tune(ev, modules[[x.name for x in modules].index(m.name)], strategy="greedy", budget=budget,
-                      max_length=max_length, validate=m.name not in NOT_EXECUTABLE)
+                      max_length=max_length, validate=True)
         best = single.best.final.instructions if single.best and single.beats_default and single.best.final \
             else m.default.instructions
         row.update(single=best, single_sequence=list(single.best_sequence) if single.beats_default else [],
-                   single_valid=(single.validity or {}).get("ok") if single.beats_default else None,
+                   single_valid=single.validation_level if single.beats_default else None,
                    single_evaluations=single.evaluations, single_seconds=time.perf_counter() - t1,
                    single_run=single.run_id)
         rows.append(row)
@@ -116,7 +111,9 @@ def markdown(data: dict) -> str:
              "disqualified (`autotune run --strategy greedy a.hlo b.hlo ...` or `--modules DIR`). Per-module tuning "
              "runs the same strategy on each module alone with the same budget per module, so both spend the same "
              "number of module evaluations. Final-ops: instructions after the sequence followed by XLA's default "
-             "pipeline.", ""]
+             "pipeline. Validation: the level each result reached (`identical`: the same final module as XLA's default; "
+             "`executed`: full compile and the same outputs on random inputs; `compiled`: full compile only, the inputs "
+             "do not fit this machine), see `docs/validation-levels.md`.", ""]
     for part in data["parts"]:
         seq = ",".join(part["fleet_sequence"]) or "(none: XLA's default)"
         lines += [f"## {part['label']}", "",
@@ -129,13 +126,10 @@ def markdown(data: dict) -> str:
                   f"{part['fleet_evaluations']} sequences tried were disqualified for making some module worse, "
                   f"{part['fleet_failed']} failed on some module). Time: fleet {part['fleet_seconds']:.0f}s, "
                   f"per-module runs {part['per_module_seconds']:.0f}s (sharing the fleet's cache).", "",
-                  "| module | input | XLA default | fleet | change | valid | per-module best | change | its sequence | valid |",
+                  "| module | input | XLA default | fleet | change | validation | per-module best | change | its sequence | validation |",
                   "|---|---:|---:|---:|---:|---|---:|---:|---|---|"]
         for r in part["rows"]:
-            fv = "-" if r["fleet_valid"] is None else ("yes" if r["fleet_valid"] else "NO")
-            if r["module"] in NOT_EXECUTABLE:
-                fv = "not run (too large)"
-            sv = "-" if r["single_valid"] is None else ("yes" if r["single_valid"] else "NO")
+            fv, sv = r["fleet_valid"] or "-", r["single_valid"] or "-"
             lines.append(f"| {r['module']} | {r['input']} | {r['default']} | {r['fleet']} | "
                          f"{_pct(r['fleet'], r['default'])}{' WORSE' if r['fleet_regressed'] else ''} | {fv} | "
                          f"{r['single']} | {_pct(r['single'], r['default'])} | "
