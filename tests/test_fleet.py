@@ -124,3 +124,14 @@ def test_cli_fleet_run_with_modules_dir(tmp_path, db_path, roots):
     assert all(m["cost"] <= m["default_cost"] or m["regressed"] for m in data["members"])
     proc = run_cli("run", "--modules", str(tmp_path / "missing"), db=db_path)
     assert proc.returncode == 2 and "no such file or directory" in proc.stderr
+
+
+def test_cli_fleet_require_level(db_path, fleet_run):
+    """--require applies to the fleet's weakest member (the search itself is answered by the cache)."""
+    args = ["run", "--strategy", "greedy", "--budget", "60", "--max-length", "1", str(MAML), str(SMALL), str(MLP)]
+    proc = run_cli(*args, "--no-validate", "--require", "executed", db=db_path)
+    assert proc.returncode == 1 and "--require executed: the fleet's weakest member" in proc.stderr
+    proc = run_cli(*args, "--require", "executed", "--json", db=db_path)
+    assert proc.returncode == 0, proc.stderr
+    levels = {m["name"]: m["validity"]["level"] for m in json.loads(proc.stdout)["members"]}
+    assert levels["hloenv_maml_train_step"] == "executed" and levels["small_redundant"] == "identical"

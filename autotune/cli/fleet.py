@@ -13,7 +13,8 @@ from autotune.errors import BadInput
 
 
 def run_fleet(paths, strategy, budget, time_limit, seed, max_length, objective, out_dir, sampler, optimizer, policy,
-              shaping, extra, no_validate, no_prune, allow_regressions, db, workers, as_json) -> None:
+              shaping, extra, no_validate, no_prune, allow_regressions, db, workers, as_json,
+              require: str = "none") -> None:
     from autotune import strategy as strategy_mod
     from autotune.core import objectives
     from autotune.core.engine import open_engine
@@ -41,6 +42,14 @@ def run_fleet(paths, strategy, budget, time_limit, seed, max_length, objective, 
         print_json(result.to_dict())
     else:
         _report(result, out_dir)
+    if require != "none" and result.best_sequence:
+        from autotune.core.validation import meets
+        from autotune.errors import CheckFailed
+
+        if result.validation is None or not meets(result.validation, require):
+            weakest = [m.name for m in result.members if (m.validity or {}).get("level") == result.validation]
+            raise CheckFailed(f"--require {require}: the fleet's weakest member reached "
+                              f"{result.validation or 'no validation'} ({', '.join(weakest) or 'not validated'})")
 
 
 def biggest_win(result):

@@ -66,7 +66,7 @@ def run(models, modules_dir, allow_regressions, strategy, budget, time_limit, se
 
         return run_fleet(paths, strategy, budget, time_limit, seed, max_length, objective, out_dir, sampler,
                          optimizer, policy, shaping, extra, no_validate, no_prune, allow_regressions, db, workers,
-                         as_json)
+                         as_json, require)
     model = paths[0] if paths else None
     if out_dir:
         check_writable(Path(out_dir), directory=True)
