@@ -575,13 +575,12 @@ def _run_one(evaluator, job, settings: dict, progress, per_evaluation: bool) -> 
     progress.run_started(index, label, module.name, seed, run_budget)
     before = (evaluator.stats.steps_compiled, evaluator.stats.steps_cached)
     start = time.perf_counter()
-    row, result, stop, why = None, None, False, None
+    row, result, stop = None, None, False
     try:
         result = tune(evaluator, module, strategy=base, budget=run_budget, seed=seed, options=dict(opts),
                       observer=progress.tune_progress() if per_evaluation else None, **settings)
     except Interrupted as exc:
         result, stop = exc.partial, True
-        why = str(exc)
     except KeyboardInterrupt:
         stop = True
     except BadInput:
@@ -594,8 +593,6 @@ def _run_one(evaluator, job, settings: dict, progress, per_evaluation: bool) -> 
     cached = evaluator.stats.steps_cached - before[1]
     if result is not None:
         row = _row(label, base, result, run_budget, seconds, compiled, cached)
-        if why:
-            row = _replace(row, error=why)
     elif row is not None:
         row = _replace(row, seconds=seconds, steps_compiled=compiled, steps_cached=cached)
     if row is not None:
