@@ -135,3 +135,13 @@ def test_cli_fleet_require_level(db_path, fleet_run):
     assert proc.returncode == 0, proc.stderr
     levels = {m["name"]: m["validity"]["level"] for m in json.loads(proc.stdout)["members"]}
     assert levels["hloenv_maml_train_step"] == "executed" and levels["small_redundant"] == "identical"
+
+
+def test_jax_hook_matches_every_member_of_a_fleet_record(engine, fleet_run):
+    from autotune.core.record import from_run
+    from autotune.jax import _Hook
+
+    record = from_run(engine, fleet_run.run_id)
+    hook = _Hook([record], cache=None, workers=1, strict=False)
+    assert set(hook.records) == set(record.applies_to) and len(hook.records) == 3
+    assert all(r is record for r in hook.records.values())
