@@ -145,3 +145,9 @@ def test_jax_hook_matches_every_member_of_a_fleet_record(engine, fleet_run):
     hook = _Hook([record], cache=None, workers=1, strict=False)
     assert set(hook.records) == set(record.applies_to) and len(hook.records) == 3
     assert all(r is record for r in hook.records.values())
+
+
+def test_fleet_run_refused_by_report_and_resume_with_one_line(db_path, fleet_run):
+    for args in (("report", fleet_run.run_id, "--out", str(db_path.parent / "rep")), ("run", "--resume", fleet_run.run_id)):
+        proc = run_cli(*args, db=db_path)
+        assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "is a fleet run" in proc.stderr, proc.stderr

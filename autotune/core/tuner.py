@@ -365,6 +365,8 @@ def tune(
     replay: list[TrialRecord] = []
     if resume:
         run = store.get(resume)
+        if "fleet" in run.options:
+            raise BadInput(f"run '{resume}' is a fleet run; resuming one is not supported yet (start it again)")
         if run.version != evaluator.version:
             raise BadInput(f"run '{resume}' was made with {run.version}, not {evaluator.version}")
         proto = evaluator.cache.state_proto(evaluator.version, run.module)
