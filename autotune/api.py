@@ -73,6 +73,33 @@ class Session:
         return _explore(self.evaluator, _module(module), depth, observer=RichObserver() if progress else None,
                         validate=validate)
 
+    def tune_fleet(self, modules, strategy: str = RunSpec.strategy, budget: int = RunSpec.budget,
+                   objective: str = RunSpec.objective, seed: int = 0, max_length: int = DEFAULT_MAX_LENGTH,
+                   time_limit: float | None = None, options: dict | None = None, progress: bool = False,
+                   validate: bool = True, allow_regressions: bool = False):
+        """ONE sequence for all ``modules`` (a fleet); ``budget`` counts fleet evaluations. Returns
+        ``autotune.core.fleet.FleetResult`` (the sequence, the mean ratio to XLA's default, every member)."""
+        from autotune.core.fleet import tune_fleet as _tune_fleet
+        from autotune.reporting.progress import RichObserver
+
+        return _tune_fleet(self.evaluator, [_module(m) for m in modules], strategy=strategy, budget=budget,
+                           objective=objective, seed=seed, max_length=max_length, time_limit=time_limit,
+                           options=options, observer=RichObserver() if progress else None, validate=validate,
+                           allow_regressions=allow_regressions)
+
+    def explain(self, target, sequence: Sequence[str] | None = None, member: str | None = None,
+                minimize: bool = True):
+        """Explain a win: ``explain(RUN_ID)`` (a finished run; ``member`` picks a fleet's module) or
+        ``explain(module, sequence)``. Returns ``autotune.reporting.explain.Explanation``
+        (``.to_markdown()``, ``.to_dict()``, ``.missed_optimization()``)."""
+        from autotune.reporting.explain import explain as _explain, explain_run
+
+        if sequence is None:
+            return explain_run(self.evaluator, str(target), member=member, minimize=minimize)
+        return _explain(self.evaluator, self.normalize(target), list(sequence), minimize=minimize,
+                        model_path=str(target) if isinstance(target, (str, Path)) and Path(str(target)).is_file()
+                        else None)
+
     def apply(self, module, sequence: Sequence[str]) -> Module:
         """``module`` (normalised) after ``sequence``; raises ``PassFailed`` if a step fails."""
         from autotune.errors import PassFailed
@@ -112,12 +139,36 @@ class Session:
 
         return _validate(self.evaluator.pipeline, self.normalize(original), _module(tuned), seed=seed)
 
+    def validation(self, original, tuned, seed: int = 0):
+        """The strongest validation level this machine can establish for ``tuned`` against ``original``
+        (``autotune.core.validation.Validation``: identical, executed, executed-with-stand-ins, compiled,
+        unverified, or invalid, with its reason). Never raises because a module cannot be executed here."""
+        from autotune.core.tuner import validity_of
+        from autotune.core.validation import Validation
 
-def tune(module, strategy: str = "random", budget: int = 200, objective: str = "final-ops", seed: int = 0,
+        root, tuned = self.normalize(original), self.normalize(tuned)
+        return Validation.from_dict(validity_of(self.evaluator, root, tuned.fingerprint, seed))
+
+
+def tune(module, strategy: str = RunSpec.strategy, budget: int = RunSpec.budget, objective: str = RunSpec.objective, seed: int = 0,
          cache: str | Path | None = None, workers: int | None = None, **kwargs):
     """One-shot ``Session(...).tune(...)``."""
     with Session(cache, workers) as s:
         return s.tune(module, strategy=strategy, budget=budget, objective=objective, seed=seed, **kwargs)
+
+
+def explain(target, sequence: Sequence[str] | None = None, cache: str | Path | None = None,
+            workers: int | None = None, **kwargs):
+    """One-shot ``Session(...).explain(...)``."""
+    with Session(cache, workers) as s:
+        return s.explain(target, sequence, **kwargs)
+
+
+def tune_fleet(modules, strategy: str = RunSpec.strategy, budget: int = RunSpec.budget, cache: str | Path | None = None,
+               workers: int | None = None, **kwargs):
+    """One-shot ``Session(...).tune_fleet(...)``."""
+    with Session(cache, workers) as s:
+        return s.tune_fleet(modules, strategy=strategy, budget=budget, **kwargs)
 
 
 def apply(module, sequence: Sequence[str], cache: str | Path | None = None, workers: int | None = 1) -> Module:

@@ -10,7 +10,7 @@ from autotune.errors import AutotuneError, BadInput
 from autotune.cli import cli
 from autotune.reporting.progress import RichCompareProgress
 from autotune.core.spec import DEFAULT_MAX_LENGTH, check_budget, check_max_length
-from autotune.cli.common import check_writable, coerce, console, db_option, json_option, load_model, module_paths, print_json, workers_option
+from autotune.cli.common import check_writable, coerce, console, db_option, json_option, load_model, module_paths, print_json, workers_option, executor_option
 
 
 def parse_seeds(text: str) -> list[int]:
@@ -55,6 +55,7 @@ def parse_strategy_options(pairs) -> dict:
 @click.option("--no-validate", is_flag=True, help="Skip the validity check of each run's best sequence.")
 @db_option
 @workers_option
+@executor_option
 @json_option
 def compare_cmd(modules, strategy_list, budget, seeds, time_limit, objective, max_length, split, extra, out_dir,
                 no_validate, db, workers, as_json) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from autotune.cli import cli
-from autotune.cli.common import console, db_option, json_option, load_model, print_json, workers_option
+from autotune.cli.common import console, db_option, json_option, load_model, print_json, workers_option, executor_option
 
 
 @cli.command()
@@ -15,6 +15,7 @@ from autotune.cli.common import console, db_option, json_option, load_model, pri
 @click.option("--no-validate", is_flag=True, help="Skip the validity check of the best sequence.")
 @db_option
 @workers_option
+@executor_option
 @json_option
 def explore(model, depth, no_validate, db, workers, as_json) -> None:
     """Exhaustive search: every sequence of up to DEPTH passes, each followed by XLA's default

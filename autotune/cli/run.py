@@ -7,14 +7,19 @@ from pathlib import Path
 
 import click
 
-from autotune.errors import BadInput
+from autotune.core.validation import REQUIREMENTS, verified
+from autotune.errors import BadInput, CheckFailed
 from autotune.cli import cli
 from autotune.core.spec import DEFAULT_MAX_LENGTH, RunSpec
-from autotune.cli.common import check_writable, console, db_option, json_option, load_model, parse_options, print_json, workers_option
+from autotune.cli.common import check_writable, console, db_option, json_option, load_model, parse_options, print_json, workers_option, executor_option
 
 
 @cli.command()
-@click.argument("model", type=click.Path(), required=False)
+@click.argument("models", nargs=-1, type=click.Path(), metavar="[MODEL]...")
+@click.option("--modules", "modules_dir", type=click.Path(file_okay=False), default=None,
+              help="Fleet: tune ONE sequence for every .hlo in this directory (several MODELs do the same).")
+@click.option("--allow-regressions", is_flag=True,
+              help="Fleet: accept a sequence that makes some module worse than XLA's default (reported).")
 @click.option("--strategy", "-s", default="random", show_default=True, help="Search strategy (see `autotune strategies`).")
 @click.option("--budget", "-b", type=int, default=200, show_default=True, help="Sequence evaluations, cache hits included.")
 @click.option("--time-limit", type=float, default=None, help="Stop after this many seconds.")
@@ -35,12 +40,17 @@ from autotune.cli.common import check_writable, console, db_option, json_option,
 @click.option("--shaping", is_flag=True, default=None, help="ppo: potential-based shaping from flops/transcendentals.")
 @click.option("--option", "-O", "extra", multiple=True, help="Strategy option key=value (repeatable).")
 @click.option("--no-validate", is_flag=True, help="Skip the validity check of the best sequence.")
+@click.option("--require", "require", type=click.Choice(REQUIREMENTS), default="none", show_default=True,
+              help="Exit 1 unless the reported best reaches this validation level "
+                   "(identical > executed > executed-with-stand-ins > compiled > unverified; none accepts any).")
 @click.option("--no-prune", is_flag=True, help="Report the best sequence as found, without dropping useless passes.")
 @db_option
 @workers_option
+@executor_option
 @json_option
-def run(model, strategy, budget, time_limit, seed, max_length, objective, min_effect, confirm_rounds, out_dir, resume, sampler, optimizer,
-        policy, shaping, extra, no_validate, no_prune, db, workers, as_json) -> None:
+def run(models, modules_dir, allow_regressions, strategy, budget, time_limit, seed, max_length, objective, min_effect,
+        confirm_rounds, out_dir, resume, sampler, optimizer, policy, shaping, extra, no_validate, require, no_prune, db,
+        workers, as_json) -> None:
     """Tune MODEL's pass ordering with a search strategy and report the best sequence found."""
     from autotune import strategy as strategy_mod
     from autotune.core import objectives
@@ -48,8 +58,20 @@ def run(model, strategy, budget, time_limit, seed, max_length, objective, min_ef
     from autotune.core.tuner import Interrupted, tune
     from autotune.reporting.progress import RichObserver
 
-    if not resume and not model:
+    from autotune.cli.common import module_paths
+
+    paths = module_paths(list(models) + ([modules_dir] if modules_dir else [])) if (models or modules_dir) else []
+    if resume and paths:
+        raise BadInput("--resume takes no MODEL (the run knows its module)")
+    if not resume and not paths:
         raise BadInput("give a MODEL to tune (or --resume RUN_ID)")
+    if len(paths) > 1 or modules_dir:
+        from autotune.cli.fleet import run_fleet
+
+        return run_fleet(paths, strategy, budget, time_limit, seed, max_length, objective, out_dir, sampler,
+                         optimizer, policy, shaping, extra, no_validate, no_prune, allow_regressions, db, workers,
+                         as_json, require)
+    model = paths[0] if paths else None
     if out_dir:
         check_writable(Path(out_dir), directory=True)
     module = None if resume else load_model(model)
@@ -73,7 +95,41 @@ def run(model, strategy, budget, time_limit, seed, max_length, objective, min_ef
             raise
         if out_dir:
             _write_outputs(ev, result, Path(out_dir))
+            _write_explain(ev, result, Path(out_dir), model)
     _report(result, as_json, out_dir)
+    check_required(result, require)
+
+
+def check_required(result, require: str) -> None:
+    """``--require LEVEL``: CheckFailed (exit 1) when the run's best candidate is below LEVEL.
+
+    The best candidate is checked whether or not it beats XLA's default (a tie that reaches the
+    same module is ``identical`` anyway). A run where every candidate was rejected reports none.
+    """
+    if require == "none" or result.best is None:
+        return
+    validation = result.validation
+    if validation is None or not validation.meets(require):
+        got = validation.describe() if validation else "not validated"
+        raise CheckFailed(f"--require {require}: the best sequence reached {got}")
+
+
+def _write_explain(ev, result, out: Path, model_path) -> None:
+    """``explain.md`` next to the outputs when the run beat XLA's default (nothing to explain otherwise)."""
+    if not (result.best and result.beats_default):
+        return
+    from autotune.reporting.explain import explain
+
+    root = ev.module(result.fingerprint, result.module)
+    try:
+        text = explain(ev, root, result.best_sequence, run_id=result.run_id,
+                       model_path=str(model_path) if model_path else None).to_markdown()
+    except Exception as exc:  # the run's results are written already; an explanation is a bonus
+        text = f"# Explain: {result.module}\n\nNo explanation: {type(exc).__name__}: {exc}\n"
+    try:
+        (out / "explain.md").write_text(text)
+    except OSError as exc:
+        raise BadInput(f"{out}: cannot write explain.md ({exc.strerror or exc})") from None
 
 
 def _objective(objectives, name: str, min_effect, rounds):
@@ -97,7 +153,8 @@ def _write_outputs(ev, result, out: Path) -> None:
         (out / "best_sequence.json").write_text(json.dumps({
             "module": result.module, "fingerprint": result.fingerprint, "objective": result.objective,
             "sequence": list(result.best_sequence), "cost": result.best_cost, "default_cost": result.default_cost,
-            "pipeline_version": ev.version, "run_id": result.run_id, "valid": bool(result.validity and result.validity.get("ok")),
+            "pipeline_version": ev.version, "run_id": result.run_id, "valid": verified(result.validation_level),
+            "validation_level": result.validation_level,
             "beats_default": result.beats_default,
         }, indent=2))
         if result.best is not None:
@@ -114,14 +171,15 @@ def _report(result, as_json: bool, out_dir) -> None:
 
     out = console()
     table = Table(title=f"{result.module}: {result.strategy}, {result.evaluations} evaluations, objective {result.objective}")
-    for col in ("", "raw ops", "final-ops", result.objective if result.objective not in ("ops", "final-ops") else "cost", "valid"):
+    for col in ("", "raw ops", "final-ops", result.objective if result.objective not in ("ops", "final-ops") else "cost",
+                "validation"):
         table.add_column(col, justify="right" if col else "left")
     inp, default = result.input, result.default
     table.add_row("input", str(inp.instructions), str(default.instructions), "", "")
-    table.add_row("XLA default", str(default.instructions), str(default.instructions), f"{result.default_cost:g}", "yes")
+    table.add_row("XLA default", str(default.instructions), str(default.instructions), f"{result.default_cost:g}", "")
     if result.best and result.beats_default:
         b = result.best
-        valid = "-" if result.validity is None else ("yes" if result.validity.get("ok") else "NO")
+        valid = result.validation_level or "-"
         table.add_row("best found", str(b.raw.instructions), str(b.final.instructions) if b.final else "fails",
                       f"{b.cost:g}", valid)
     else:
@@ -142,7 +200,7 @@ def _report(result, as_json: bool, out_dir) -> None:
         out.print(f"[yellow]{result.objective}: {result.claim.message}.[/]")
     else:
         out.print(f"[yellow]No sequence beat XLA's default ordering on {result.objective} in {result.evaluations} "
-                      "evaluations: keep XLA's default.[/]")
+                  "evaluations: keep XLA's default.[/]")
     if result.claim is not None and result.claim.measured and result.claim.win:
         out.print(f"[green]{result.objective}: {result.claim.message}[/]")
     if result.claim is not None and result.claim.measured:
@@ -150,6 +208,9 @@ def _report(result, as_json: bool, out_dir) -> None:
         out.print(f"confirmation ({c.rounds} interleaved rounds of the best and XLA's default, extra to the "
                       f"budget): median {c.cost:g} vs {c.default_cost:g} us, ratio {c.ratio:.3f} "
                       f"[{c.low:.3f}, {c.high:.3f}] at {c.confidence:.0%} confidence")
+    if result.validation is not None:
+        out.print(f"validation: {result.validation.describe()}"
+                      + ("" if result.beats_default else " (of the best candidate, which does not beat XLA's default)"))
     for seq, reason in result.invalid:
         out.print(f"[yellow]rejected (invalid):[/] {','.join(seq)}: {reason}")
     out.print(f"run {result.run_id} ({result.status}): {result.seconds:.1f}s, steps compiled {result.steps_compiled}, "

@@ -25,8 +25,16 @@ def list_runs(cache, limit: int | None = None, module: str | None = None) -> lis
             "seed": r.seed, "evaluations": r.evaluations, "best_cost": r.best_cost,
             "default_cost": s.get("default_cost"), "beats_default": s.get("beats_default"),
             "valid": (s.get("validity") or {}).get("ok"),
+            "validation": s.get("validation_level") or _level(s.get("validity")),
         })
     return out
+
+
+def _level(validity: dict | None) -> str | None:
+    from autotune.core.validation import Validation
+
+    v = Validation.from_dict(validity)
+    return v.level if v else None
 
 
 @cli.command()
@@ -64,6 +72,7 @@ def runs(limit, show_all, module, db, as_json) -> None:
         table.add_column(col, overflow="fold", min_width=width)
     for col in ("evals", "best", "default"):
         table.add_column(col, justify="right", no_wrap=True)
+    table.add_column("validation", overflow="fold", min_width=8)
     table.add_column("status", overflow="fold", min_width=4)
     for r in rows:
         best = "-" if r["best_cost"] is None else f"{r['best_cost']:g}"
@@ -74,6 +83,6 @@ def runs(limit, show_all, module, db, as_json) -> None:
         elif r["valid"] is False:
             best += " (invalid)"
         table.add_row(r["run_id"], r["module"], r["strategy"], f"{r['evaluations']}/{r['budget']}", best,
-                      "-" if r["default_cost"] is None else f"{r['default_cost']:g}",
+                      "-" if r["default_cost"] is None else f"{r['default_cost']:g}", r["validation"] or "-",
                       "" if r["status"] == "finished" else r["status"])
     console().print(table)

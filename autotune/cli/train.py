@@ -9,7 +9,7 @@ import click
 from autotune.errors import BadInput
 from autotune.cli import cli
 from autotune.core.spec import DEFAULT_MAX_LENGTH
-from autotune.cli.common import check_writable, console, db_option, json_option, load_model, module_paths, parse_options, print_json, workers_option
+from autotune.cli.common import check_writable, console, db_option, json_option, load_model, module_paths, parse_options, print_json, workers_option, executor_option
 
 
 @cli.command()
@@ -32,6 +32,7 @@ from autotune.cli.common import check_writable, console, db_option, json_option,
 @click.option("--option", "-O", "extra", multiple=True, help="Hyperparameter key=value (repeatable), e.g. n_steps=64.")
 @db_option
 @workers_option
+@executor_option
 @json_option
 def train(more, algo, modules, output, split, timesteps, seed, shaping, max_length, objective, extra, db, workers,
           as_json) -> None:

@@ -311,6 +311,12 @@ class Cache:
         return deleted
 
     # ---- stats -----------------------------------------------------------------------------------
+    def step_seconds(self, version: str | None = None) -> list[float]:
+        """Worker seconds of every compiled step that succeeded (benchmarks read step costs here)."""
+        where, args = ("AND version = ?", [version]) if version else ("", [])
+        rows = self.db.execute(f"SELECT seconds FROM transitions WHERE status='ok' {where}", args).fetchall()
+        return [s for (s,) in rows if s]
+
     def stats(self) -> dict:
         def count(table: str) -> int:
             return self.db.execute(f"SELECT COUNT(*) FROM {table}").fetchone()[0]

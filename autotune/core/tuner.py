@@ -23,6 +23,7 @@ from dataclasses import dataclass, replace
 from autotune import strategy as strategy_mod
 from autotune.core import objectives as objectives_mod
 from autotune.core.evaluator import Evaluator, Result
+from autotune.core.executors import ExecutorLost
 from autotune.core.metrics import Metrics
 from autotune.core.module import Module
 from autotune.core.objectives import Claim, Objective, ObjectiveContext
@@ -71,13 +72,26 @@ class TuneResult:
     default: Metrics  # XLA's default ordering
     default_cost: float
     best: Candidate | None  # None: no valid sequence beat doing nothing
-    validity: dict | None  # the validation report of ``best``
+    validity: dict | None  # ``Validation.to_dict()`` of ``best``: its level, reason, stand-ins, report
     invalid: tuple[tuple[tuple[str, ...], str], ...]  # candidates rejected by the check, with reasons
     seconds: float
     steps_compiled: int
     steps_cached: int
     history: tuple[float, ...]  # best-so-far cost after each evaluation
     claim: Claim | None = None  # the objective's verdict on ``best`` against XLA's default
+    executor: dict | None = None  # what ran the steps (autotune.core.executors: local or ray, and where)
+
+    @property
+    def validation(self):
+        """The ``Validation`` of ``best`` (None when there is no best)."""
+        from autotune.core.validation import Validation
+
+        return Validation.from_dict(self.validity)
+
+    @property
+    def validation_level(self) -> str | None:
+        v = self.validation
+        return v.level if v else None
 
     @property
     def best_sequence(self) -> tuple[str, ...]:
@@ -132,11 +146,12 @@ class TuneResult:
             "evaluations": self.evaluations, "status": self.status,
             "input": self.input.to_dict(), "default": self.default.to_dict(), "default_cost": self.default_cost,
             "best": best, "beats_default": self.beats_default, "validity": self.validity,
+            "validation_level": self.validation_level,
             "claim": self.claim.to_dict() if self.claim else None,
             "invalid": [{"sequence": list(s), "reason": r} for s, r in self.invalid],
             "improvement_final_ops": self.improvement(True), "improvement_raw_ops": self.improvement(False),
             "seconds": self.seconds, "steps_compiled": self.steps_compiled, "steps_cached": self.steps_cached,
-            "cache_hit_rate": self.cache_hit_rate,
+            "cache_hit_rate": self.cache_hit_rate, "executor": self.executor,
         }
 
 
@@ -302,7 +317,7 @@ class _Tuner:
         return current, state, cost
 
 
-def evaluation_session(evaluator: Evaluator, module: Module, objective: str | Objective = "final-ops",
+def evaluation_session(evaluator: Evaluator, module: Module, objective: str | Objective = RunSpec.objective,
                        budget: int = 10**9, run_id: str | None = None,
                        time_limit: float | None = None) -> RunEvaluate:
     """An ``Evaluate`` for ``module`` outside a strategy run (e.g. to train a policy on many modules).
@@ -350,6 +365,8 @@ def tune(
     replay: list[TrialRecord] = []
     if resume:
         run = store.get(resume)
+        if "fleet" in run.options:
+            raise BadInput(f"run '{resume}' is a fleet run; resuming one is not supported yet (start it again)")
         if run.version != evaluator.version:
             raise BadInput(f"run '{resume}' was made with {run.version}, not {evaluator.version}")
         proto = evaluator.cache.state_proto(evaluator.version, run.module)
@@ -381,7 +398,7 @@ def tune(
 
     tuner = _Tuner(evaluator, root, obj, spec.budget, spec.time_limit, run_id, replay, observer, spec.seed,
                    spec.strategy)
-    status = "finished"
+    status, reason = "finished", None
     _seed_everything(spec.seed)
     observer.on_run_start(spec.budget, f"{spec.strategy} on {root.name}")
     try:
@@ -393,12 +410,14 @@ def tune(
             status = "time-limit"
     except KeyboardInterrupt:
         status = "interrupted"
+    except ExecutorLost as exc:  # the cluster went away: stop as on Ctrl-C, completed trials kept
+        status, reason = "interrupted", str(exc)
     finally:
         observer.on_run_end()
     if status == "interrupted":
         store.save(run_id, status="interrupted", updated=time.time())
         raise Interrupted(run_id, _summarise(tuner, status, validate=False, validation_seed=validation_seed,
-                                             prune=False))
+                                             prune=False), reason)
     result = _summarise(tuner, status, spec.validate, validation_seed, spec.prune)
     store.save(run_id, status=status, updated=time.time(), best_sequence=result.best_sequence,
                best_cost=result.best_cost, summary=result.to_dict())
@@ -410,8 +429,8 @@ class Interrupted(AutotuneError):
 
     exit_code = 130
 
-    def __init__(self, run_id: str, partial: TuneResult):
-        super().__init__(f"interrupted; resume with: autotune run --resume {run_id}")
+    def __init__(self, run_id: str, partial: TuneResult, reason: str | None = None):
+        super().__init__(f"{reason or 'interrupted'}; resume with: autotune run --resume {run_id}")
         self.run_id, self.partial = run_id, partial
 
 
@@ -452,13 +471,16 @@ def _summarise(tuner: _Tuner, status: str, validate: bool, validation_seed: int,
         if prune and obj.deterministic and rec.cost < tuner.default_cost:
             seq, state, cost = tuner.prune(rec.sequence, rec.cost)
             rec = replace(rec, sequence=seq, state=state, cost=cost)
-        report = None
         if validate:
             report = validity_of(ev, tuner.root, rec.state, validation_seed)
             if not report["ok"]:
                 invalid.append((rec.sequence, report.get("reason") or "outputs differ"))
                 tuner.runs.mark_invalid(tuner.run_id, rec.state, report.get("reason"))
                 continue
+        else:
+            from autotune.core.validation import not_checked
+
+            report = not_checked().to_dict()
         verdict = obj.confirm(rec.state, rec.cost, tuner.ctx)
         if not verdict.win and not obj.deterministic and rec.cost < tuner.default_cost:
             confirmations += 1  # a measured win that did not hold up: try the runner-up, within limits
@@ -482,16 +504,35 @@ def _summarise(tuner: _Tuner, status: str, validate: bool, validation_seed: int,
         default=tuner.default_result.metrics, default_cost=tuner.default_cost, best=best, validity=validity,
         invalid=tuple(invalid), seconds=time.perf_counter() - tuner.t0, steps_compiled=compiled,
         steps_cached=cached, history=tuple(tuner.best_history), claim=claim,
+        executor=_executor_of(ev),
     )
 
 
-def validity_of(evaluator: Evaluator, root: Module, state: str, seed: int = 0) -> dict:
-    """Validate (full compile + same outputs on random inputs), cached per (root, state, seed)."""
-    key = f"{evaluator.version}|{root.fingerprint}|{state}|{seed}"
-    report = evaluator.cache.get_report("validity", key)
-    if report is None:
-        from autotune.core.validation import validate as run_validation
+def _executor_of(ev: Evaluator) -> dict | None:
+    executor = getattr(ev.pipeline, "executor", None)
+    return executor.describe() if executor is not None else None
 
-        report = run_validation(evaluator.pipeline, root, evaluator.module(state, root.name), seed=seed).to_dict()
-        evaluator.cache.put_report("validity", key, report)
+
+def validity_of(evaluator: Evaluator, root: Module, state: str, seed: int = 0) -> dict:
+    """The validation level of ``state`` against ``root`` (``Validation.to_dict()``).
+
+    ``identical`` when the state ends, after XLA's default pipeline, as the same module as the
+    default does (both final states are cached transitions, nothing runs); otherwise
+    ``validation.establish`` compiles and, where this machine can, executes both modules.
+    Levels that are facts about the two modules (identical, executed, executed-with-stand-ins,
+    invalid) are cached per (root, state, seed); ``compiled`` and ``unverified`` depend on this
+    machine's memory and are established again next time.
+    """
+    from autotune.core.validation import COMPILED, UNVERIFIED, establish
+
+    key = f"{evaluator.version}|{root.fingerprint}|{state}|{seed}"
+    report = evaluator.cache.get_report("validation", key)
+    if report is None:
+        final, default = evaluator.final(state), evaluator.default(root)
+        identical = final.ok and default.ok and final.state == default.state
+        result = establish(evaluator.pipeline, root, evaluator.module(state, root.name), seed=seed,
+                           identical=identical)
+        report = result.to_dict()
+        if result.level not in (COMPILED, UNVERIFIED):
+            evaluator.cache.put_report("validation", key, report)
     return report

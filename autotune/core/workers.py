@@ -41,6 +41,25 @@ class Job:
     per_item_timeout: float
 
 
+def stderr_tail(path: str, limit: int = 400) -> str:
+    """The compiler's own words: the most telling line (a CHECK failure, a fatal log line) of a log file.
+
+    Shared by the local pool and the Ray executor's actors, so a crash reads the same with either.
+    """
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(0, os.SEEK_END)
+            fh.seek(max(0, fh.tell() - 20000))
+            text = fh.read().decode("utf-8", "replace")
+    except OSError:
+        return ""
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.strip().startswith("@")]
+    fatal = [ln for ln in lines if _FATAL_LINE.match(ln)]
+    # The compiler's own line (a CHECK failure) beats the signal handler's "*** SIGABRT received".
+    words = [ln for ln in fatal if not ln.startswith("*** SIG")] or fatal
+    pick = words[-1] if words else (lines[-1] if lines else "")
+    return pick[:limit]
+
 class _Worker:
     _ids = itertools.count()
 
@@ -82,17 +101,7 @@ class _Worker:
 
     def stderr_tail(self, limit: int = 400) -> str:
         """The compiler's own words: the most telling line of what the worker printed last."""
-        try:
-            with open(self.stderr_path, "rb") as fh:
-                fh.seek(0, os.SEEK_END)
-                fh.seek(max(0, fh.tell() - 20000))
-                text = fh.read().decode("utf-8", "replace")
-        except OSError:
-            return ""
-        lines = [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.strip().startswith("@")]
-        fatal = [ln for ln in lines if _FATAL_LINE.match(ln)]
-        pick = fatal[-1] if fatal else (lines[-1] if lines else "")
-        return pick[:limit]
+        return stderr_tail(self.stderr_path, limit)
 
     def alive(self) -> bool:
         return self.proc.poll() is None

@@ -65,7 +65,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 
-from autotune.core.spec import DEFAULT_MAX_LENGTH, check_budget, check_max_length, check_time_limit
+from autotune.core.spec import DEFAULT_MAX_LENGTH, DEFAULT_OBJECTIVE, check_budget, check_max_length, check_time_limit
 from autotune.errors import BadInput
 
 RATIO_FLOOR = 0.01
@@ -111,6 +111,7 @@ class RunRow:
     best_sequence: tuple[str, ...] = ()
     valid: bool | None = None  # validity of the reported best (None: not validated / no best)
     rejected: tuple[tuple[tuple[str, ...], str], ...] = ()  # candidates rejected by validation
+    validation: str | None = None  # validation level of the reported best (``autotune.core.validation``)
     seconds: float = 0.0
     steps_compiled: int = 0
     steps_cached: int = 0
@@ -490,7 +491,7 @@ def compare(
     strategies: list[str],
     budget: int,
     seeds: list[int],
-    objective: str = "final-ops",
+    objective: str = DEFAULT_OBJECTIVE,
     time_limit: float | None = None,
     max_length: int = DEFAULT_MAX_LENGTH,
     options_per_strategy: dict | None = None,
@@ -505,7 +506,6 @@ def compare(
     returned with ``status="interrupted"``.
     """
     from autotune.core import objectives
-    from autotune.core.tuner import Interrupted, tune
 
     check_budget(budget)
     check_max_length(max_length)
@@ -524,56 +524,37 @@ def compare(
     progress = progress or CompareProgress()
 
     t0 = time.perf_counter()
-    runs: list[RunRow] = []
-    infos: dict[str, ModuleInfo] = {}
-    status = "finished"
-    total = len(plan) * len(modules) * len(seeds)
-    progress.start(total)
-    index = 0
+    jobs = []
+    for mi, module in enumerate(modules):
+        for si, seed in enumerate(seeds):
+            k = (mi * len(seeds) + si) % len(plan)
+            for label, base, opts, own_budget in plan[k:] + plan[:k]:  # rotate who meets the cold cache
+                jobs.append((len(jobs), module, seed, label, base, opts, own_budget or budget))
+    settings = dict(objective=objective, max_length=max_length, time_limit=time_limit, validate=validate)
+    progress.start(len(jobs))
+    parallel = _parallel_runs(evaluator)
     try:
-        for mi, module in enumerate(modules):
-            for si, seed in enumerate(seeds):
-                k = (mi * len(seeds) + si) % len(plan)
-                for label, base, opts, own_budget in plan[k:] + plan[:k]:  # rotate who meets the cold cache
-                    run_budget = own_budget or budget
-                    progress.run_started(index, label, module.name, seed, run_budget)
-                    before = (evaluator.stats.steps_compiled, evaluator.stats.steps_cached)
-                    start = time.perf_counter()
-                    row = None
-                    try:
-                        result = tune(evaluator, module, strategy=base, budget=run_budget, objective=objective,
-                                      seed=seed, max_length=max_length, time_limit=time_limit, options=dict(opts),
-                                      observer=progress.tune_progress(), validate=validate)
-                    except Interrupted as exc:
-                        result, status = exc.partial, "interrupted"
-                    except KeyboardInterrupt:
-                        status = "interrupted"
-                        result = None
-                    except BadInput:
-                        raise
-                    except Exception as exc:  # noqa: BLE001 - one module's failure must not lose the rest
-                        msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-                        row = RunRow(label, base, module.name, family_of(module.name), seed, run_budget,
-                                     status="error", error=msg)
-                        result = None
-                    seconds = time.perf_counter() - start
-                    compiled = evaluator.stats.steps_compiled - before[0]
-                    cached = evaluator.stats.steps_cached - before[1]
-                    if result is not None:
-                        row = _row(label, base, result, run_budget, seconds, compiled, cached)
-                        infos.setdefault(module.name, ModuleInfo(module.name, row.family, row.input_ops, row.default_ops))
-                    elif row is not None:
-                        row = _replace(row, seconds=seconds, steps_compiled=compiled, steps_cached=cached)
+        if parallel > 1:
+            done, status = _run_concurrently(evaluator, jobs, settings, progress, parallel)
+        else:
+            done, status = [], "finished"
+            try:
+                for job in jobs:
+                    row, stop = _run_one(evaluator, job, settings, progress, per_evaluation=True)
                     if row is not None:
-                        runs.append(row)
-                        progress.run_finished(index, row)
-                    index += 1
-                    if status == "interrupted":
-                        raise KeyboardInterrupt
-    except KeyboardInterrupt:
-        status = "interrupted"
+                        done.append((job[0], row))
+                    if stop:
+                        status = "interrupted"
+                        break
+            except KeyboardInterrupt:  # between two runs: keep what is done
+                status = "interrupted"
     finally:
         progress.stop()
+    runs = [row for _, row in sorted(done, key=lambda x: x[0])]
+    infos: dict[str, ModuleInfo] = {}
+    for row in runs:
+        if row.input_ops is not None:
+            infos.setdefault(row.module, ModuleInfo(row.module, row.family, row.input_ops, row.default_ops))
 
     summaries = []
     for label, base, opts, own_budget in plan:
@@ -586,6 +567,85 @@ def compare(
         runs=tuple(runs), summaries=tuple(summaries), seconds=time.perf_counter() - t0,
         pipeline_version=getattr(evaluator, "version", ""), status=status,
     )
+
+
+def _parallel_runs(evaluator) -> int:
+    """Runs to keep in flight at once: one per worker when the executor can take several driver
+    threads at once (Ray); one otherwise (the local pool is one process's, used by one loop)."""
+    executor = getattr(evaluator.pipeline, "executor", None)
+    if not getattr(executor, "concurrent", False) or evaluator.cache.path == ":memory:":
+        return 1
+    return max(1, int(getattr(evaluator.pipeline, "workers", 1)))
+
+
+def _run_one(evaluator, job, settings: dict, progress, per_evaluation: bool) -> tuple[RunRow | None, bool]:
+    """One (module, strategy, seed) run -> (its row or None, whether the comparison must stop)."""
+    from autotune.core.tuner import Interrupted, tune
+
+    index, module, seed, label, base, opts, run_budget = job
+    progress.run_started(index, label, module.name, seed, run_budget)
+    before = (evaluator.stats.steps_compiled, evaluator.stats.steps_cached)
+    start = time.perf_counter()
+    row, result, stop = None, None, False
+    try:
+        result = tune(evaluator, module, strategy=base, budget=run_budget, seed=seed, options=dict(opts),
+                      observer=progress.tune_progress() if per_evaluation else None, **settings)
+    except Interrupted as exc:
+        result, stop = exc.partial, True
+    except KeyboardInterrupt:
+        stop = True
+    except BadInput:
+        raise
+    except Exception as exc:  # noqa: BLE001 - one module's failure must not lose the rest
+        msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        row = RunRow(label, base, module.name, family_of(module.name), seed, run_budget, status="error", error=msg)
+    seconds = time.perf_counter() - start
+    compiled = evaluator.stats.steps_compiled - before[0]
+    cached = evaluator.stats.steps_cached - before[1]
+    if result is not None:
+        row = _row(label, base, result, run_budget, seconds, compiled, cached)
+    elif row is not None:
+        row = _replace(row, seconds=seconds, steps_compiled=compiled, steps_cached=cached)
+    if row is not None:
+        progress.run_finished(index, row)
+    return row, stop
+
+
+def _run_concurrently(evaluator, jobs, settings: dict, progress, parallel: int):
+    """Several runs at once over one executor (``compare --executor ray``): each driver thread has
+    its own Evaluator and its own handle on the same cache file (so step counts stay per run and no
+    SQLite connection is shared between threads); every compile goes to the shared worker pool."""
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    from autotune.core.cache import Cache
+    from autotune.core.evaluator import Evaluator
+
+    local = threading.local()
+    handles: list = []
+    stop = threading.Event()
+
+    def work(job):
+        if stop.is_set():
+            return job[0], None
+        if not hasattr(local, "ev"):
+            local.ev = Evaluator(evaluator.pipeline, Cache(evaluator.cache.path))
+            handles.append(local.ev.cache)
+        row, interrupted = _run_one(local.ev, job, settings, progress, per_evaluation=False)
+        if interrupted:
+            stop.set()
+        return job[0], row
+
+    try:
+        with ThreadPoolExecutor(max_workers=parallel, thread_name_prefix="autotune-run") as pool:
+            done = [(i, row) for i, row in pool.map(work, jobs) if row is not None]
+    except KeyboardInterrupt:
+        stop.set()
+        done = []
+    finally:
+        for cache in handles:
+            cache.close()
+    return done, "interrupted" if stop.is_set() else "finished"
 
 
 def _replace(row: RunRow, **kw) -> RunRow:
@@ -603,8 +663,11 @@ def _row(label: str, base: str, result, budget: int, seconds: float, compiled: i
 def _row_from_summary(label: str, base: str, s: dict, budget: int, history: tuple[float | None, ...],
                       seconds: float, compiled: int, cached: int) -> RunRow:
     """A ``RunRow`` from a run's summary (``TuneResult.to_dict()``, also what the runs table stores)."""
+    from autotune.core.validation import UNVERIFIED, Validation
+
     best = s.get("best") or None
     validity = s.get("validity")
+    level = s.get("validation_level") or (Validation.from_dict(validity).level if validity else None)
     return RunRow(
         strategy=label, base_strategy=base, module=s["module"], family=family_of(s["module"]), seed=s["seed"],
         budget=budget, run_id=s["run_id"], status=s["status"], evaluations=s["evaluations"],
@@ -613,7 +676,8 @@ def _row_from_summary(label: str, base: str, s: dict, budget: int, history: tupl
         best_raw_ops=best["raw"]["instructions"] if best else None,
         best_final_ops=best["final"]["instructions"] if best and best.get("final") else None,
         best_sequence=tuple(best["sequence"]) if best else (),
-        valid=None if validity is None else bool(validity.get("ok")),
+        valid=None if level in (None, UNVERIFIED) else bool(validity.get("ok")),
+        validation=level,
         rejected=tuple((tuple(x["sequence"]), str(x["reason"])) for x in s.get("invalid") or ()),
         seconds=seconds, steps_compiled=compiled, steps_cached=cached, history=history, claim=s.get("claim"),
     )
@@ -651,6 +715,10 @@ def comparison_of_runs(cache, run_ids: Sequence[str]) -> Comparison:
         raise BadInput("give the ids of the runs to report on (see `autotune runs`)")
     store = RunStore(cache)
     runs = [store.get(rid) for rid in dict.fromkeys(run_ids)]
+    fleets = [r.id for r in runs if (r.summary or {}).get("fleet")]
+    if fleets:  # one sequence over many modules: its figures are per member, not one row
+        raise BadInput(f"run '{fleets[0]}' is a fleet run: its per-module figures are in its summary (`run --json`, "
+                       f"`--out`); `autotune explain {fleets[0]} --module NAME` explains one member")
     objectives_used = sorted({r.objective for r in runs})
     if len(objectives_used) > 1:
         raise BadInput(f"runs with different objectives ({', '.join(objectives_used)}) cannot share one report")

@@ -23,7 +23,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from autotune.core.spec import DEFAULT_MAX_LENGTH, check_max_length
+from autotune.core.spec import DEFAULT_MAX_LENGTH, DEFAULT_OBJECTIVE, check_max_length
 from autotune.errors import BadInput
 from autotune.core.module import Module
 
@@ -206,7 +206,7 @@ def train_policy(
     timesteps: int = 2048,
     seed: int = 0,
     shaping: bool = False,
-    objective: str = "final-ops",
+    objective: str = DEFAULT_OBJECTIVE,
     algo: str = "ppo",
     max_length: int = DEFAULT_MAX_LENGTH,
     observer=None,

@@ -37,8 +37,12 @@ class XlaPipeline:
     name = "xla"
 
     def __init__(self, workers: int = 1, cache=None, include_target_specific: bool = False,
-                 step_timeout: float = 120.0, inventory: PassInventory | None = None):
+                 step_timeout: float = 120.0, inventory: PassInventory | None = None, executor=None):
+        from autotune.core import executors
+
         self.workers = max(1, int(workers))
+        #: Where the compiler workers live (``autotune.core.executors``: local processes or Ray actors).
+        self.executor = executor if executor is not None else executors.get("local")
         self.step_timeout = float(step_timeout)
         self.include_target_specific = include_target_specific
         self._cache = cache
@@ -98,7 +102,7 @@ class XlaPipeline:
     @property
     def pool(self) -> WorkerPool:
         if self._pool is None:
-            self._pool = WorkerPool(
+            self._pool = self.executor.pool(
                 WORKER, (self.inventory.to_json(), self.include_target_specific), size=self.workers, env=WORKER_ENV
             )
         return self._pool
@@ -194,6 +198,16 @@ class XlaPipeline:
         ("crash"/"timeout"); unusable inputs (too large, token parameters) raise ``BadInput``.
         """
         return self.pool.call("execute", module.proto, int(seed), floats, int(int_high), timeout=self.run_timeout)
+
+    def stand_ins(self, module: Module, extra: Sequence[str] = ()) -> tuple[Module, int, tuple[str, ...]]:
+        """``(module with host stand-ins, how many custom calls were replaced, their targets)``.
+
+        Custom calls the host cannot run (accelerator kernels) become deterministic functions of
+        their operands (``standins.py``), so the rest of the module can be executed; ``extra``
+        forces more targets. Raises ``PassFailed`` when no stand-in can be built.
+        """
+        proto, fp, n, targets = self.pool.call("stand_ins", module.proto, tuple(extra), timeout=self.run_timeout)
+        return (module if n == 0 else Module(module.name, proto, fp)), n, tuple(targets)
 
     def parameter_specs(self, module: Module) -> list:
         """The entry computation's parameter leaves (``runner.ParamSpec``), read in this process."""
