@@ -139,10 +139,15 @@ def _objective(objectives, name: str, min_effect, rounds):
         options["min_effect"] = min_effect / 100.0
     if rounds is not None:
         options["rounds"] = rounds
-    obj = objectives.get(name, **options) if options and name == "runtime" else objectives.get(name)
-    if options and obj.deterministic:
+    obj = objectives.get(name)
+    if not options:
+        return obj
+    if obj.deterministic:
         raise BadInput(f"--min-effect/--confirm-rounds apply to measured objectives (runtime), not {name}")
-    return obj
+    try:
+        return objectives.get(name, **options)
+    except TypeError:
+        raise BadInput(f"objective '{name}' takes no --min-effect/--confirm-rounds") from None
 
 
 def _write_outputs(ev, result, out: Path) -> None:
