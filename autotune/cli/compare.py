@@ -135,7 +135,7 @@ def _summary(comp, files) -> None:
     for s in comp.summaries:
         table.add_row(s.strategy, _metric_cell(s.raw), _metric_cell(s.final), f"{s.wins}/{s.ties}/{s.losses}",
                       str(s.validity_failures), str(s.evaluations), f"{s.seconds:.0f}s", f"{s.cache_hit_rate:.0%}")
-    console = console()
-    console.print(table)
-    console.print(f"paper (2023, raw ops, PPO + shaping): GPT-2 {pct(PAPER['gpt2'])}, mixed {pct(PAPER['mixed'])}")
-    console.print(f"report: {files.markdown} (also report.html, comparison.json and the plots in {files.html.parent})")
+    out = console()
+    out.print(table)
+    out.print(f"paper (2023, raw ops, PPO + shaping): GPT-2 {pct(PAPER['gpt2'])}, mixed {pct(PAPER['mixed'])}")
+    out.print(f"report: {files.markdown} (also report.html, comparison.json and the plots in {files.html.parent})")
