@@ -137,6 +137,8 @@ def test_report_from_stored_runs_matches_the_comparison(engine, comparison, db_p
     assert proc.returncode == 0, proc.stderr
     assert [s["strategy"] for s in json.loads(proc.stdout)["summaries"]] == STRATEGIES
     assert (out / "report.md").is_file() and (out / "report.html").is_file()
+    table = run_cli("report", *ids, "--out", str(tmp_path / "rep-table"), db=db_path)  # the table for people
+    assert table.returncode == 0 and "paper (2023" in table.stdout and "report:" in table.stdout, table.stderr
     bad = run_cli("report", "no-such-run", "--out", str(tmp_path / "x"), db=db_path)
     assert bad.returncode == 2 and "no run 'no-such-run'" in bad.stderr and "Traceback" not in bad.stderr
     empty = run_cli("report", "--out", str(tmp_path / "y"), db=db_path)

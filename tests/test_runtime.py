@@ -2,7 +2,7 @@
 without an interleaved A/B confirmation and its confidence interval. No assertion here depends on
 absolute speed; a real difference is one we create (XLA's fusion pass disabled) or none at all.
 
-The module is ``mlp_train_step``: of its single-pass sequences that succeed, all leave XLA's default executable
+The module is ``mlp_train_step``: of its single-pass sequences that succeed, all but one leave XLA's default executable
 unchanged (same final module) and one (``algsimp``) gives a genuinely different but equally fast one.
 """
 
