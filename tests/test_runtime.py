@@ -89,7 +89,7 @@ def test_candidates_with_the_same_compiled_module_share_one_measurement(engine, 
     for t in trials:
         if t.status == "ok" and t.sequence != ("algsimp",):
             assert t.cost == result.default_cost  # the default's own executable: its time, no timing
-    again = tune(engine, load(MLP), strategy="greedy", budget=57, max_length=1, objective="runtime", seed=seed,
+    tune(engine, load(MLP), strategy="greedy", budget=57, max_length=1, objective="runtime", seed=seed,
                  validate=False)
     assert _runtime_reports(engine) - before == 2  # cached per compiled module
 
@@ -184,7 +184,7 @@ def test_run_prints_the_claim_and_its_interval(engine, db_path, mlp):
 
 # ---- reports -----------------------------------------------------------------------------------------------
 def test_a_measured_run_is_a_win_in_compare_only_when_its_claim_is():
-    from autotune.reporting.compare import RunRow
+    from autotune.reporting.comparison import RunRow
 
     claim = {"win": False, "measured": True, "ratio": 0.93, "low": 0.85, "high": 1.01, "confidence": 0.95,
              "min_effect": 0.02, "rounds": 30, "cost": 93.0, "default_cost": 100.0, "message": "no significant"}

@@ -125,7 +125,7 @@ class Interrupted(AutotuneError):
 def _summary(comp, files) -> None:
     from rich.table import Table
 
-    from autotune.reporting.compare import PAPER
+    from autotune.reporting.metric import PAPER
     from autotune.reporting.report import _metric_cell, pct
 
     table = Table(title=f"{len(comp.modules)} modules x {len(comp.seeds)} seed(s), budget {comp.budget}, "

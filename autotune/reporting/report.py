@@ -26,7 +26,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from autotune.reporting.compare import PAPER, Comparison, StrategySummary
+from autotune.reporting.comparison import Comparison, StrategySummary
+from autotune.reporting.metric import PAPER
 
 FAMILY_ORDER = ("gpt2", "bert", "resnet", "other")
 FAMILY_LABEL = {"gpt2": "GPT-2", "bert": "BERT", "resnet": "ResNet", "other": "other"}
