@@ -215,7 +215,8 @@ class Evaluator:
         elif isinstance(item, BaseException):
             raise item
         elif item.status == "ok":
-            if self.cache.state_metrics(version, item.fingerprint) is None:
+            # item.proto is None when the step changed nothing (the state is the stored source).
+            if item.proto is not None and self.cache.state_metrics(version, item.fingerprint) is None:
                 self.cache.put_state(version, item.fingerprint, item.proto, Metrics.from_dict(item.metrics))
             self.cache.put_transition(version, Transition(src, action, item.fingerprint, "ok", None, item.seconds))
         else:
