@@ -115,15 +115,18 @@ def canonical_text(module, proto: bytes | None = None) -> str:
 
     Constants: programs that differ only in a constant's value are different programs, but
     printing constant data as text costs seconds on a module with weights baked in. So the text is
-    printed with large constants elided (XLA prints ``{...}`` for more than 10 elements); when any
-    were elided, each constant with a large literal is replaced, in a copy of the serialized proto,
-    by a data-free stand-in instruction whose text carries a hash of the literal's bytes
+    printed with large constants elided (XLA prints ``{...}`` for more than 10 elements); when
+    those hold more than ``PRINT_CONSTANT_ELEMENTS`` elements, each constant with a large literal
+    is replaced, in a copy of the serialized proto, by a data-free stand-in instruction whose text
+    carries a hash of the literal's bytes
     (``constant_stand_ins``), and that copy is printed instead. The stand-in keeps the constant's
     place and shape, so the text still says which constant sits where; only the data is hashed
     as bytes rather than printed. ``proto`` (the module's serialized bytes) saves one serialisation.
     """
     text = module.to_string(_print_options(canonical=True, large_constants=False))
-    if "{...}" in text:
+    if "{...}" in text and elided_elements(text) <= PRINT_CONSTANT_ELEMENTS:
+        text = module.to_string(_print_options(canonical=True))  # little data: printing it is cheapest
+    elif "{...}" in text:
         if proto is None:
             proto = module.as_serialized_hlo_module_proto()
         for min_bytes in (LARGE_LITERAL_BYTES, 0):
@@ -146,6 +149,26 @@ def canonical_text(module, proto: bytes | None = None) -> str:
     return "\n\n".join([header, *entry, *sorted(others)])
 
 
+#: Up to this many elided constant elements the data is printed (about 0.3 us an element, so
+#: under ~20 ms); beyond, constants are hashed as bytes. Decided from the program's own text, so
+#: equal programs always take the same path.
+PRINT_CONSTANT_ELEMENTS = 1 << 16
+
+_ELIDED_CONSTANT = re.compile(r"= [a-z0-9]+\[([\d,]*)\]\S* constant\(\{\.\.\.\}\)")
+
+
+def elided_elements(text: str) -> int:
+    """Elements of all constants printed as ``{...}`` in ``text``."""
+    total = 0
+    for dims in _ELIDED_CONSTANT.findall(text):
+        n = 1
+        for d in dims.split(","):
+            if d:
+                n *= int(d)
+        total += n
+    return total
+
+
 def fingerprint(module, proto: bytes | None = None) -> str:
     """SHA-256 (hex, 32 chars) of ``canonical_text``: equal programs get equal keys."""
     return hashlib.sha256(canonical_text(module, proto).encode()).hexdigest()[:32]
@@ -161,9 +184,12 @@ _INSTRUCTION_LITERAL = 8
 _INSTRUCTION_CUSTOM_CALL_TARGET = 28
 _OPCODE_CONSTANT = b"\x12\x08constant"  # field 2, length 8, "constant"
 
-#: Constants whose LiteralProto is larger than this get a stand-in; a literal of more than 10
-#: elements (what XLA elides) can be smaller, which ``canonical_text`` detects and then covers all.
-LARGE_LITERAL_BYTES = 64
+#: Constants whose LiteralProto is larger than this get a stand-in. XLA elides constants of more
+#: than 10 elements, and the smallest such literal (pred[11], s8[11]) serializes to 31 bytes (shape
+#: included), while scalars take 15-28: so one pass covers every elided constant and leaves most
+#: scalars printed as they are. Should a smaller elided literal exist, ``canonical_text`` sees a
+#: ``{...}`` left and replaces every constant instead.
+LARGE_LITERAL_BYTES = 30
 
 #: Prefix of the custom-call target that stands for a constant in fingerprint text.
 STAND_IN_TARGET = b"autotune.constant."
