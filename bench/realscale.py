@@ -19,6 +19,14 @@ cached, through the real Evaluator). Default run: under 10 minutes on 2 cores.
 
     python bench/realscale.py [--quick] [--skip-cli]
     python bench/realscale.py --timings A.hlo B.hlo ...   # load/normalise/step only, JSON to stdout
+    python bench/realscale.py --before-after OLD_TREE      # results/realscale-before-after.{md,json}
+
+``--before-after`` times the constants module and the three LLM modules with an older checkout
+(``OLD_TREE``, e.g. ``git worktree add /tmp/old 78b4e36``) and with this one, alternating for
+``--rounds`` rounds so that both share the machine's noise, and reports the median of the rounds.
+The old tree is imported through ``PYTHONPATH``; because the package maps ``autotune.pipelines``
+to ``pipelines/``, it needs ``ln -s ../pipelines OLD_TREE/autotune/pipelines`` (and the same for
+``strategies``) first, plus a copy of this script and ``realscale_models.py`` in ``OLD_TREE/bench``.
 """
 
 from __future__ import annotations
@@ -201,6 +209,54 @@ def _run_summary(stdout: str) -> dict:
     return out
 
 
+def before_after(old_tree: Path, rounds: int, out: Path) -> None:
+    from realscale_models import embedded_weights
+
+    with tempfile.TemporaryDirectory(prefix="autotune-before-after-") as tmpdir:
+        tmp = Path(tmpdir)
+        consts = tmp / "embedded_constants.hlo"
+        consts.write_text(embedded_weights(True))
+        params = tmp / "embedded_parameters.hlo"
+        params.write_text(embedded_weights(False))
+        modules = [str(consts), str(params), *(str(REAL_HLO / n) for n in LLM_MODULES)]
+        runs: dict[str, list[dict]] = {"before": [], "after": []}
+        for r in range(rounds):
+            for label, tree in (("before", old_tree), ("after", ROOT)):
+                print(f"[before-after] round {r + 1}/{rounds}: {label}", file=sys.stderr)
+                env = dict(os.environ, PYTHONPATH=str(tree))
+                proc = subprocess.run([sys.executable, str(tree / "bench" / "realscale.py"), "--quick", "--timings", *modules],
+                                      cwd=tree, env=env, capture_output=True, text=True, check=True)
+                runs[label].append(json.loads(proc.stdout))
+    table = {}
+    for name in runs["after"][0]:
+        row = {}
+        for label in ("before", "after"):
+            for key in ("load_ms", "normalise_ms"):
+                row[f"{key}_{label}"] = statistics.median(x[name][key] for x in runs[label])
+            row[f"step_ms_{label}"] = statistics.median(x[name]["uncached_ms"]["median"] for x in runs[label])
+        row["instructions"] = runs["after"][0][name]["instructions"]
+        table[name] = row
+    command = f"python bench/realscale.py --before-after {old_tree} --rounds {rounds}"
+    report = {"command": command, "old_tree": str(old_tree), "rounds": rounds, "table": table, "runs": runs}
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "realscale-before-after.json").write_text(json.dumps(report, indent=2))
+    lines = ["# Real-scale tuning cost: before and after", "",
+             f"Made by `{command}` (the old tree runs its own copy of this script, `OLD_TREE/bench/realscale.py`, copied there with `realscale_models.py`) on {os.cpu_count()} CPUs: the old and "
+             f"the new engine alternate for {rounds} rounds on the same modules and each figure is the median of "
+             "the rounds (this machine is shared; single runs vary by 2x). Step: median uncached step over 4 "
+             "actions through the Evaluator (`bench/perf.py: step_latency`). `embedded_constants` is the "
+             "bf16[56945,50] + bf16[50,128] weights module, `embedded_parameters` the same function with the "
+             "weights as parameters.", "",
+             "| module | instructions | load (ms) before -> after | normalise (ms) before -> after | step (ms) before -> after |",
+             "|---|---:|---:|---:|---:|"]
+    for name, row in table.items():
+        lines.append(f"| {name} | {row['instructions']} | {row['load_ms_before']:.0f} -> {row['load_ms_after']:.0f} "
+                     f"| {row['normalise_ms_before']:.0f} -> {row['normalise_ms_after']:.0f} "
+                     f"| {row['step_ms_before']:.1f} -> {row['step_ms_after']:.1f} |")
+    (out / "realscale-before-after.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true", help="1k and 5k only, fewer steps (smoke run)")
@@ -208,8 +264,13 @@ def main() -> None:
     ap.add_argument("--out", default=str(ROOT / "results"))
     ap.add_argument("--timings", nargs="+", metavar="MODULE", help="load/normalise/step of these modules as JSON")
     ap.add_argument("--render-only", action="store_true", help="re-render realscale.md from realscale.json")
+    ap.add_argument("--before-after", metavar="OLD_TREE", help="time an older checkout against this one")
+    ap.add_argument("--rounds", type=int, default=3)
     args = ap.parse_args()
     out = Path(args.out)
+    if args.before_after:
+        before_after(Path(args.before_after).resolve(), args.rounds, out)
+        return
     if args.render_only:
         (out / "realscale.md").write_text(render(json.loads((out / "realscale.json").read_text())))
         return
@@ -311,15 +372,6 @@ def render(r: dict) -> str:
             note = row.get("baseline_error") or row.get("run_error") or ""
             lines.append(f"| {row['module']} | {row['baseline_rc']} | {row['baseline_s']} | {row['run_rc']} "
                          f"| {row['run_s']} | {note} |")
-        lines.append("")
-    if r.get("before"):
-        lines += ["## Before and after this change", "", r["before"]["note"], "",
-                  "| module | load (ms) before -> after | normalise (ms) before -> after | uncached step median (ms) before -> after |",
-                  "|---|---:|---:|---:|"]
-        for name, b in r["before"]["modules"].items():
-            a = r["before"]["after"][name]
-            lines.append(f"| {name} | {b['load_ms']:.0f} -> {a['load_ms']:.0f} | {b['normalise_ms']:.0f} -> "
-                         f"{a['normalise_ms']:.0f} | {b['uncached_ms']['median']:.1f} -> {a['uncached_ms']['median']:.1f} |")
         lines.append("")
     return "\n".join(lines) + "\n"
 

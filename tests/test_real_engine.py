@@ -146,7 +146,7 @@ ENTRY main {
 def test_memory_limit_comes_from_the_machine_or_the_environment(monkeypatch):
     assert parse_size("6G") == 6 << 30 and parse_size("512MiB") == 512 << 20 and parse_size("off") == 0
     assert parse_size("2.5g") == int(2.5 * 2**30) and parse_size("4096") == 4096
-    with pytest.raises(ValueError):
+    with pytest.raises(BadInput, match="AUTOTUNE_WORKER_MEMORY='lots' is not a size"):
         parse_size("lots")
     monkeypatch.delenv("AUTOTUNE_WORKER_MEMORY", raising=False)
     one, four = worker_memory_limit(1), worker_memory_limit(4)

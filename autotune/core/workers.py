@@ -32,7 +32,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
 
-from autotune.errors import AutotuneError, PassFailed
+from autotune.errors import AutotuneError, BadInput, PassFailed
 
 #: Overrides the per-worker memory limit: bytes or a size such as ``6G``, ``512M``, ``2.5GiB``;
 #: ``0``, ``none`` or ``off`` removes the limit.
@@ -67,7 +67,7 @@ def parse_size(text: str) -> int:
         return 0
     m = re.fullmatch(r"(\d+(?:\.\d+)?)([kmgt]?)(?:i?b)?", t)
     if not m:
-        raise ValueError(f"{MEMORY_ENV}={text!r} is not a size (expected e.g. 6G, 512M or a number of bytes)")
+        raise BadInput(f"{MEMORY_ENV}={text!r} is not a size (expected e.g. 6G, 512M or a number of bytes)")
     return int(float(m.group(1)) * 1024 ** " kmgt".index(m.group(2) or " "))
 
 
