@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from autotune.core.module import Module, load
+from autotune.core.spec import DEFAULT_MAX_LENGTH, RunSpec
 
 
 def _module(source) -> Module:
@@ -49,23 +50,24 @@ class Session:
         """The module after XLA's import round trip: the form every result is measured on."""
         return self.evaluator.prepare(_module(module))
 
-    def tune(self, module, strategy: str = "random", budget: int = 200, objective: str = "final-ops", seed: int = 0,
-             max_length: int = 16, time_limit: float | None = None, options: dict | None = None,
+    def tune(self, module, strategy: str = RunSpec.strategy, budget: int = RunSpec.budget,
+             objective: str = RunSpec.objective, seed: int = 0, max_length: int = DEFAULT_MAX_LENGTH, time_limit: float | None = None, options: dict | None = None,
              progress: bool = False, validate: bool = True):
         """Search the pass ordering of ``module``; returns ``autotune.core.tuner.TuneResult``."""
-        from autotune.core.tuner import RichProgress, tune as _tune
+        from autotune.core.tuner import tune as _tune
+        from autotune.reporting.progress import RichObserver
 
         return _tune(self.evaluator, _module(module), strategy=strategy, budget=budget, objective=objective,
                      seed=seed, max_length=max_length, time_limit=time_limit, options=options,
-                     progress=RichProgress() if progress else None, validate=validate)
+                     observer=RichObserver() if progress else None, validate=validate)
 
     def explore(self, module, depth: int = 2, progress: bool = False, validate: bool = True):
         """Every sequence of up to ``depth`` passes, walked over distinct module states; returns
         ``autotune.core.explore.Outcome`` (the best final-ops within reach and a shortest sequence to it)."""
         from autotune.core.explore import explore as _explore
-        from autotune.core.tuner import RichProgress
+        from autotune.reporting.progress import RichObserver
 
-        return _explore(self.evaluator, _module(module), depth, progress=RichProgress() if progress else None,
+        return _explore(self.evaluator, _module(module), depth, observer=RichObserver() if progress else None,
                         validate=validate)
 
     def apply(self, module, sequence: Sequence[str]) -> Module:
@@ -94,8 +96,18 @@ class Session:
 
         return _validate(self.evaluator.pipeline, self.normalize(original), _module(tuned), seed=seed)
 
+    def validation(self, original, tuned, seed: int = 0):
+        """The strongest validation level this machine can establish for ``tuned`` against ``original``
+        (``autotune.core.validation.Validation``: identical, executed, executed-with-stand-ins, compiled,
+        unverified, or invalid, with its reason). Never raises because a module cannot be executed here."""
+        from autotune.core.tuner import validity_of
+        from autotune.core.validation import Validation
 
-def tune(module, strategy: str = "random", budget: int = 200, objective: str = "final-ops", seed: int = 0,
+        root, tuned = self.normalize(original), self.normalize(tuned)
+        return Validation.from_dict(validity_of(self.evaluator, root, tuned.fingerprint, seed))
+
+
+def tune(module, strategy: str = RunSpec.strategy, budget: int = RunSpec.budget, objective: str = RunSpec.objective, seed: int = 0,
          cache: str | Path | None = None, workers: int | None = None, **kwargs):
     """One-shot ``Session(...).tune(...)``."""
     with Session(cache, workers) as s:

@@ -191,6 +191,72 @@ class AskTellStrategy(Strategy):
                 self.tell(candidate, cost)
 
 
+class ArchiveAskTell(AskTellStrategy):
+    """Ask/tell over an optimiser library, with the bookkeeping done once, here.
+
+    Many optimiser candidates decode to the same sequence (slots after STOP are ignored, a mutation
+    may hit an unused slot). The archive (``known``: sequence -> cost) answers a candidate whose
+    sequence is already scored at once, without spending budget; ``ask`` keeps asking (up to
+    ``max_retries`` library candidates per wanted one) for fresh sequences, and once the tries left
+    only just cover the candidates still wanted it takes anything, so it never comes back empty and
+    a run always spends its budget. Candidates asked twice in one batch are scored once and told
+    to both. Costs are made finite (the failure cost) before a library sees them.
+
+    As nevergrad's base optimiser keeps its bookkeeping in public ``ask``/``tell`` and lets
+    subclasses override ``_internal_*``, a subclass here only says how to ask its library for one
+    candidate, which sequence a candidate stands for, and how to tell it a cost.
+    """
+
+    max_retries: int = 20
+
+    @abc.abstractmethod
+    def _internal_ask(self):
+        """One candidate from the library (an opaque token)."""
+
+    @abc.abstractmethod
+    def _internal_sequence(self, token) -> tuple[str, ...]:
+        """The pass sequence a library candidate stands for (called once per token)."""
+
+    @abc.abstractmethod
+    def _internal_tell(self, token, cost: float) -> None:
+        """Report a finite cost for a library candidate."""
+
+    def minimize(self, evaluate: Evaluate, space: SearchSpace, seed: int) -> None:
+        self._failure_cost = evaluate.failure_cost
+        self.known: dict[tuple[str, ...], float] = {}
+        self._open: list = []  # the current batch's candidates not told yet
+        super().minimize(evaluate, space, seed)
+
+    def ask(self, n: int) -> list:
+        """Up to ``n`` candidates ``(sequence, [tokens])``, preferring unscored sequences."""
+        batch: dict[tuple[str, ...], list] = {}
+        tries = n * self.max_retries
+        for attempt in range(tries):
+            if len(batch) >= n:
+                break
+            token = self._internal_ask()
+            seq = self._internal_sequence(token)
+            if seq in batch:  # asked twice in this batch: scored once, told to both
+                batch[seq].append(token)
+            elif seq in self.known and tries - attempt > n - len(batch):
+                self._internal_tell(token, self.known[seq])
+            else:
+                batch[seq] = [token]
+        self._open = list(batch.items())
+        return self._open[:]
+
+    def sequence_of(self, candidate) -> tuple[str, ...]:
+        return candidate[0]
+
+    def tell(self, candidate, cost: float) -> None:
+        seq, tokens = candidate
+        cost = finite(cost, self._failure_cost)
+        self.known[seq] = cost
+        self._open = [c for c in self._open if c is not candidate]
+        for token in tokens:
+            self._internal_tell(token, cost)
+
+
 # ---- discovery ------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class StrategyInfo:
@@ -217,7 +283,7 @@ def _scan_file(path: Path, package: str) -> list[StrategyInfo]:
         if not isinstance(node, ast.ClassDef):
             continue
         bases = {getattr(b, "id", getattr(b, "attr", "")) for b in node.bases}
-        if not bases & {"Strategy", "AskTellStrategy"}:
+        if not bases & {"Strategy", "AskTellStrategy", "ArchiveAskTell"}:
             continue
         name = desc = None
         for stmt in node.body:

@@ -148,12 +148,12 @@ def select(suite_dir: Path, side: str, count: int | None, max_instructions: int,
 
 # ---- the protocol --------------------------------------------------------------------------------------------
 def run(s: Settings, argv: list[str] | None = None, log=print) -> dict:
-    from autotune.cli.compare import RichCompareProgress
+    from autotune.reporting.progress import RichCompareProgress
     from autotune.reporting.compare import compare
     from autotune.core.engine import open_engine
     from autotune.core.module import load
     from autotune.rl.train import train_policy
-    from autotune.core.tuner import RichProgress
+    from autotune.reporting.progress import RichObserver
 
     t_start = time.perf_counter()
     timings: dict[str, float] = {}
@@ -183,7 +183,7 @@ def run(s: Settings, argv: list[str] | None = None, log=print) -> dict:
             out = work / "policies" / f"{label.removesuffix('-zero-shot')}.zip"
             log(f"train: {algo}{' + shaping' if shaping else ''} on {len(train_mods)} modules, {s.timesteps} steps")
             stats = train_policy(ev, train_mods, out, timesteps=s.timesteps, seed=s.seed, shaping=shaping,
-                                 objective="final-ops", algo=algo, max_length=s.max_length, progress=RichProgress())
+                                 objective="final-ops", algo=algo, max_length=s.max_length, observer=RichObserver())
             stats = {k: v for k, v in stats.items() if k != "modules"} | {"label": label}
             training.append(stats)
             policy_paths[label] = stats["policy"]

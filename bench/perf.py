@@ -87,8 +87,7 @@ def step_latency(path: Path, tmp: Path, actions_limit: int | None) -> dict:
             r = ev.evaluate(root, [a])
             warm.append(time.perf_counter() - t0)
             assert r.compiled == 0
-        rows = ev.cache.db.execute("SELECT seconds FROM transitions WHERE status='ok'").fetchall()
-        worker = [s for (s,) in rows if s]
+        worker = ev.cache.step_seconds(ev.version)
         instructions = ev.metrics(root.fingerprint).instructions
     return {
         "module": path.name, "instructions": instructions, "steps": len(actions),

@@ -1,20 +1,10 @@
 """Compiler backends ("pipelines"): one package or file per backend.
 
-A pipeline turns a pass sequence into modules and measurements. The only one shipped is ``xla``:
-XLA's HLO pass pipeline driven through jaxlib. ``get(name)`` returns a backend by name.
+A backend implements ``autotune.core.backend.Backend``. The one shipped is ``xla``: XLA's HLO pass
+pipeline driven through jaxlib. Others register under the ``autotune.backends`` entry-point group;
+``get(name)`` constructs one by name (``autotune.core.backend.get``).
 """
 
 from __future__ import annotations
 
-from autotune.errors import UnknownName
-
-BACKENDS = ("xla",)
-
-
-def get(name: str = "xla", **options):
-    """Return a pipeline instance; imports the backend lazily so listing names stays cheap."""
-    if name == "xla":
-        from autotune.pipelines.xla import XlaPipeline
-
-        return XlaPipeline(**options)
-    raise UnknownName("pipeline", name, BACKENDS)
+from autotune.core.backend import available, get  # noqa: F401

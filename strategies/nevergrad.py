@@ -40,13 +40,13 @@ import nevergrad as ng
 import numpy as np
 
 from autotune.errors import BadInput, UnknownName
-from autotune.strategy import AskTellStrategy, Evaluate, SearchSpace, finite, positive_int
+from autotune.strategy import ArchiveAskTell, Evaluate, SearchSpace, positive_int
 
 DEFAULT_OPTIMIZER = "DiscreteOnePlusOne"
 ENCODINGS = ("transition", "choice")
 
 
-class NevergradSearch(AskTellStrategy):
+class NevergradSearch(ArchiveAskTell):
     name = "nevergrad"
     description = "nevergrad optimiser over per-slot choices (default DiscreteOnePlusOne; --optimizer NAME)"
 
@@ -66,11 +66,9 @@ class NevergradSearch(AskTellStrategy):
         self.optimizer_name = optimizer
         self.batch_size = positive_int("nevergrad", "batch_size", batch_size)
         self.max_retries = positive_int("nevergrad", "max_retries", max_retries)
-        self._failure_cost = float("inf")
 
     def setup(self, space: SearchSpace, seed: int, budget: int) -> None:
         self.space = space
-        self.known: dict[tuple[str, ...], float] = {}
         factory = ng.optimizers.registry[self.optimizer_name]
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # nevergrad's InefficientSettingsWarning and friends
@@ -99,40 +97,15 @@ class NevergradSearch(AskTellStrategy):
         return param
 
     def minimize(self, evaluate: Evaluate, space: SearchSpace, seed: int) -> None:
-        self._failure_cost = evaluate.failure_cost
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             super().minimize(evaluate, space, seed)
 
-    def ask(self, n: int) -> list:
-        """Up to ``n`` candidates ``(sequence, [nevergrad candidates])``, preferring unscored sequences.
+    def _internal_ask(self):
+        return self.optimizer.ask()
 
-        A candidate whose sequence is already scored is told its cost at once (never left open while
-        asking the next one: nevergrad's sequential optimisers block on that). Once the tries left
-        only just cover the candidates still wanted, anything is taken, so ``ask`` never comes back
-        empty-handed.
-        """
-        batch: dict[tuple[str, ...], list] = {}
-        tries = n * self.max_retries
-        for attempt in range(tries):
-            if len(batch) >= n:
-                break
-            cand = self.optimizer.ask()
-            seq = self.space.decode(cand.value)
-            if seq in batch:  # asked twice in this batch: scored once, told to both
-                batch[seq].append(cand)
-            elif seq in self.known and tries - attempt > n - len(batch):
-                self.optimizer.tell(cand, self.known[seq])
-            else:
-                batch[seq] = [cand]
-        return list(batch.items())
+    def _internal_sequence(self, token) -> tuple[str, ...]:
+        return self.space.decode(token.value)
 
-    def sequence_of(self, candidate) -> tuple[str, ...]:
-        return candidate[0]
-
-    def tell(self, candidate, cost: float) -> None:
-        seq, cands = candidate
-        cost = finite(cost, self._failure_cost)
-        self.known[seq] = cost
-        for cand in cands:
-            self.optimizer.tell(cand, cost)
+    def _internal_tell(self, token, cost: float) -> None:
+        self.optimizer.tell(token, cost)

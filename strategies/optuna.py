@@ -43,14 +43,14 @@ import warnings
 import optuna
 
 from autotune.errors import BadInput, UnknownName
-from autotune.strategy import AskTellStrategy, BudgetExhausted, Evaluate, SearchSpace, finite, positive_int
+from autotune.strategy import ArchiveAskTell, BudgetExhausted, Evaluate, SearchSpace, finite, positive_int
 
 SAMPLERS = ("tpe", "random", "cmaes", "qmc", "gp", "nsga2", "nsga3")
 ENCODINGS = ("categorical", "integer")
 _NUMERIC_SAMPLERS = ("cmaes", "qmc")
 
 
-class OptunaSearch(AskTellStrategy):
+class OptunaSearch(ArchiveAskTell):
     name = "optuna"
     description = "optuna ask/tell over length + per-slot categoricals (TPE; --sampler tpe|random|cmaes|qmc|gp|nsga2|nsga3)"
 
@@ -81,7 +81,6 @@ class OptunaSearch(AskTellStrategy):
         self.n_startup_trials = positive_int(self.name, "n_startup_trials", n_startup_trials)
         self.max_retries = positive_int(self.name, "max_retries", max_retries)
         self.encoding = encoding
-        self._failure_cost = float("inf")
 
     # ---- the optuna side ------------------------------------------------------------------------
     def _sampler(self, seed: int) -> optuna.samplers.BaseSampler:
@@ -117,7 +116,6 @@ class OptunaSearch(AskTellStrategy):
         except Exception as exc:  # a malformed URL, a missing driver, an unreachable server ...
             raise BadInput(f"optuna: cannot open study storage {self.storage!r}: "
                            f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}") from None
-        self.known: dict[tuple[str, ...], float] = {}
 
     def _suggest(self, trial: optuna.Trial) -> tuple[str, ...]:
         space = self.space
@@ -132,8 +130,6 @@ class OptunaSearch(AskTellStrategy):
 
     # ---- ask/tell --------------------------------------------------------------------------------
     def minimize(self, evaluate: Evaluate, space: SearchSpace, seed: int) -> None:
-        self._failure_cost = evaluate.failure_cost
-        self._open: list = []  # the current batch's candidates not told yet
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
             try:
@@ -154,36 +150,11 @@ class OptunaSearch(AskTellStrategy):
                     self.study.tell(trial, state=optuna.trial.TrialState.FAIL)
         self._open.clear()
 
-    def ask(self, n: int) -> list:
-        """Up to ``n`` candidates ``(sequence, [trials])``, preferring unscored sequences.
+    def _internal_ask(self):
+        return self.study.ask()
 
-        A trial whose sequence is already scored is told its cost at once. Once the tries left only
-        just cover the candidates still wanted, anything is taken (the sampler has converged: a known
-        sequence is scored again, a cache hit), so ``ask`` never comes back empty-handed.
-        """
-        batch: dict[tuple[str, ...], list[optuna.Trial]] = {}
-        tries = n * self.max_retries
-        for attempt in range(tries):
-            if len(batch) >= n:
-                break
-            trial = self.study.ask()
-            seq = self._suggest(trial)
-            if seq in batch:  # asked twice in this batch: scored once, told to both
-                batch[seq].append(trial)
-            elif seq in self.known and tries - attempt > n - len(batch):
-                self.study.tell(trial, self.known[seq])
-            else:
-                batch[seq] = [trial]
-        self._open = list(batch.items())
-        return self._open[:]
+    def _internal_sequence(self, token) -> tuple[str, ...]:
+        return self._suggest(token)
 
-    def sequence_of(self, candidate) -> tuple[str, ...]:
-        return candidate[0]
-
-    def tell(self, candidate, cost: float) -> None:
-        seq, trials = candidate
-        cost = finite(cost, self._failure_cost)
-        self.known[seq] = cost
-        self._open = [c for c in self._open if c is not candidate]
-        for trial in trials:
-            self.study.tell(trial, cost)
+    def _internal_tell(self, token, cost: float) -> None:
+        self.study.tell(token, cost)

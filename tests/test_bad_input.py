@@ -14,7 +14,7 @@ import pytest
 from conftest import DATA, ROOT, SMALL, run_cli
 
 BAD = sorted(p for p in (DATA / "bad").iterdir() if p.is_file())
-TABLES = ("blobs", "states", "transitions", "results", "runs", "trials", "roots")
+TABLES = ("blobs", "states", "transitions", "runs", "trials", "roots")
 
 
 @pytest.fixture(scope="module")

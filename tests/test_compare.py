@@ -229,10 +229,10 @@ def test_rejected_candidates_survive_the_summary_round_trip(engine, comparison):
     from dataclasses import replace
 
     from autotune.reporting.compare import _row_from_summary
-    from autotune.core.tuner import load_run
+    from autotune.core.runs import RunStore
 
     run = comparison.runs[0]
-    summary = json.loads(load_run(engine.cache, run.run_id)["summary"])
+    summary = RunStore(engine.cache).get(run.run_id).summary
     summary["invalid"] = [{"sequence": ["cse", "dce"], "reason": "outputs differ"}]
     row = _row_from_summary(run.strategy, run.base_strategy, summary, run.budget, run.history, 0.0, 0, 0)
     assert row.rejected == ((("cse", "dce"), "outputs differ"),)

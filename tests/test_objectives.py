@@ -5,6 +5,8 @@ from __future__ import annotations
 import pytest
 
 from autotune.core import objectives
+from autotune.core.objectives import cost as cost_model
+from autotune.core.runs import RunStore
 from autotune.errors import UnknownName
 from autotune.core.module import load
 from autotune.core.tuner import tune
@@ -12,8 +14,7 @@ from conftest import SMALL
 
 
 def _trials(engine, run_id):
-    return engine.cache.db.execute("SELECT sequence, cost, status, state FROM trials WHERE run=? ORDER BY n",
-                                   [run_id]).fetchall()
+    return [(",".join(t.sequence), t.cost, t.status, t.state) for t in RunStore(engine.cache).trials(run_id)]
 
 
 def test_ops_is_the_raw_count_and_final_ops_the_count_after_the_default(engine, small_root):
@@ -33,8 +34,8 @@ def test_cost_objective_follows_its_documented_formula(engine):
     for _, cost, status, state in _trials(engine, result.run_id):
         if status == "ok":
             m = engine.final(state).metrics
-            expected = (1e6 * max(m.flops / objectives.FLOPS_PER_S, m.bytes_accessed / objectives.BYTES_PER_S)
-                        + 1e6 * m.transcendentals / objectives.TRANSCENDENTALS_PER_S + objectives.OP_OVERHEAD_US * m.instructions)
+            expected = (1e6 * max(m.flops / cost_model.FLOPS_PER_S, m.bytes_accessed / cost_model.BYTES_PER_S)
+                        + 1e6 * m.transcendentals / cost_model.TRANSCENDENTALS_PER_S + cost_model.OP_OVERHEAD_US * m.instructions)
             assert cost == pytest.approx(expected)
 
 

@@ -112,14 +112,15 @@ def test_failed_step_ends_the_episode_with_a_penalty_and_keeps_the_state(engine)
 
 
 def test_ppo_spends_the_budget_exactly_and_is_deterministic(engine):
-    from autotune.core.tuner import load_trials, tune
+    from autotune.core.runs import RunStore
+    from autotune.core.tuner import tune
 
     module = autotune.load(MAML)
     runs = [tune(engine, module, strategy="ppo", budget=30, seed=0, max_length=4, validate=False) for _ in range(2)]
     sequences = []
     for result in runs:
         assert result.evaluations == 30
-        trials = load_trials(engine.cache, result.run_id)
+        trials = RunStore(engine.cache).trials(result.run_id)
         assert len(trials) == 30
         sequences.append([t.sequence for t in trials])
     assert sequences[0] == sequences[1]

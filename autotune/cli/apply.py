@@ -8,7 +8,7 @@ import click
 
 from autotune.errors import BadInput
 from autotune.cli import cli
-from autotune.cli.common import check_writable, db_option, die, json_option, load_model, metrics_row, metrics_table, print_json, target_option, workers_option, write_module
+from autotune.cli.common import check_writable, db_option, die, json_option, load_model, metrics_row, metrics_table, print_json, target_option, workers_option, executor_option, write_module
 
 
 @cli.command()
@@ -18,6 +18,7 @@ from autotune.cli.common import check_writable, db_option, die, json_option, loa
               help="Write the resulting module (HLO text; .pb for a serialized proto).")
 @db_option
 @workers_option
+@executor_option
 @target_option
 @json_option
 def apply(model, pass_list, output, db, workers, include_target_specific, as_json) -> None:

@@ -8,13 +8,14 @@ import click
 
 from autotune.errors import AutotuneError, BadInput
 from autotune.cli import cli
-from autotune.cli.common import db_option, json_option, load_model, metrics_row, metrics_table, print_json, workers_option
+from autotune.cli.common import db_option, json_option, load_model, metrics_row, metrics_table, print_json, workers_option, executor_option
 
 
 @cli.command()
 @click.argument("model", type=click.Path())
 @db_option
 @workers_option
+@executor_option
 @json_option
 def baseline(model, db, workers, as_json) -> None:
     """Measure MODEL as loaded and after XLA's default ordering of the same action set."""

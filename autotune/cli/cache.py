@@ -54,11 +54,11 @@ def cache_prune(failures, other_versions, db, as_json) -> None:
 
     version = None
     if other_versions:
-        from autotune import pipelines
+        from autotune.core import backend as backends
 
         c = Cache(db)
         try:
-            version = pipelines.get("xla", cache=c).version
+            version = backends.get(None, cache=c).version
         finally:
             c.close()
     c = Cache(db)

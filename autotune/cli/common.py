@@ -29,6 +29,26 @@ def workers_option(f):
                         help="Compiler worker processes (default: cores, at most 4).")(f)
 
 
+def _set_env(name: str):
+    def callback(ctx, param, value):
+        if value:
+            os.environ[name] = str(value)  # read by autotune.core.executors when the engine opens
+        return value
+
+    return callback
+
+
+def executor_option(f):
+    """``--executor local|ray`` and ``--ray-address``: where the compiler workers run (docs/cluster.md)."""
+    f = click.option("--ray-address", default=None, expose_value=False, callback=_set_env("AUTOTUNE_RAY_ADDRESS"),
+                     help="Ray cluster for --executor ray: auto, HOST:PORT or ray://HOST:10001 "
+                          "(default: start a local Ray instance; or $AUTOTUNE_RAY_ADDRESS).")(f)
+    return click.option("--executor", type=click.Choice(["local", "ray"]), default=None, expose_value=False,
+                        callback=_set_env("AUTOTUNE_EXECUTOR"),
+                        help="Where compiler workers run: local processes (default) or Ray actors "
+                             "(or $AUTOTUNE_EXECUTOR).")(f)
+
+
 def json_option(f):
     return click.option("--json", "as_json", is_flag=True, help="Machine-readable JSON output.")(f)
 
@@ -146,11 +166,11 @@ def parse_options(pairs, **named) -> dict:
         key, sep, value = pair.partition("=")
         if not sep or not key:
             raise BadInput(f"--option expects key=value, got '{pair}'")
-        options[key.strip().replace("-", "_")] = _coerce(value.strip())
+        options[key.strip().replace("-", "_")] = coerce(value.strip())
     return options
 
 
-def _coerce(value: str):
+def coerce(value: str):
     for cast in (int, float):
         try:
             return cast(value)

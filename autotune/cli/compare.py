@@ -8,8 +8,9 @@ import click
 
 from autotune.errors import AutotuneError, BadInput
 from autotune.cli import cli
-from autotune.cli.common import check_writable, console, db_option, json_option, load_model, module_paths, print_json, workers_option
-
+from autotune.reporting.progress import RichCompareProgress
+from autotune.core.spec import DEFAULT_MAX_LENGTH, check_budget, check_max_length
+from autotune.cli.common import check_writable, coerce, console, db_option, json_option, load_model, module_paths, print_json, workers_option, executor_option
 
 
 def parse_seeds(text: str) -> list[int]:
@@ -30,53 +31,8 @@ def parse_strategy_options(pairs) -> dict:
         label, dot, name = key.partition(".")
         if not sep or not dot or not label.strip() or not name.strip():
             raise BadInput(f"--option expects STRATEGY.KEY=VALUE, got '{pair}'")
-        out.setdefault(label.strip(), {})[name.strip().replace("-", "_")] = _coerce(value.strip())
+        out.setdefault(label.strip(), {})[name.strip().replace("-", "_")] = coerce(value.strip())
     return out
-
-
-class RichCompareProgress:
-    """One rich display: a bar over runs, and a bar over the evaluations of the run in flight."""
-
-    def __init__(self):
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-        self._rp = Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-                            TextColumn("{task.fields[info]}"), TimeElapsedColumn(), transient=False)
-        self._runs = None
-        self._evals = None
-
-    def start(self, total: int) -> None:
-        self._rp.start()
-        self._runs = self._rp.add_task("runs", total=total, info="")
-
-    def run_started(self, index: int, label: str, module: str, seed: int, budget: int) -> None:
-        self._rp.update(self._runs, description=f"runs: {label} / {module[:48]} / seed {seed}")
-        if self._evals is None:
-            self._evals = self._rp.add_task("evaluations", total=budget, info="")
-        self._rp.reset(self._evals, total=budget, info="")
-
-    def run_finished(self, index: int, row) -> None:
-        imp = row.improvement(True)
-        last = "error" if row.error else ("n/a" if imp is None else f"{imp:+.1%}")
-        self._rp.update(self._runs, advance=1, info=f"last: {last}")
-
-    def tune_progress(self):
-        from autotune.core.tuner import Progress
-
-        outer = self
-
-        class _Evals(Progress):
-            def start(self, total, description):
-                outer._rp.update(outer._evals, total=total)
-
-            def update(self, done, best, rate, hit_rate):
-                outer._rp.update(outer._evals, completed=done,
-                                 info=f"best {'-' if best is None else f'{best:g}'}  {rate:.1f} eval/s  hits {hit_rate:.0%}")
-
-        return _Evals()
-
-    def stop(self) -> None:
-        self._rp.stop()
 
 
 @cli.command("compare")
@@ -89,7 +45,7 @@ class RichCompareProgress:
 @click.option("--time-limit", type=float, default=None, help="Stop each run after this many seconds.")
 @click.option("--objective", default="final-ops", show_default=True,
               help="final-ops | ops | cost | runtime (see README: Objectives).")
-@click.option("--max-length", type=int, default=16, show_default=True, help="Longest pass sequence.")
+@click.option("--max-length", type=int, default=DEFAULT_MAX_LENGTH, show_default=True, help="Longest pass sequence.")
 @click.option("--split", type=click.Choice(["train", "test"]), default=None,
               help="For suite directories: only this side of the manifest's train/test split.")
 @click.option("--option", "-O", "extra", multiple=True,
@@ -99,6 +55,7 @@ class RichCompareProgress:
 @click.option("--no-validate", is_flag=True, help="Skip the validity check of each run's best sequence.")
 @db_option
 @workers_option
+@executor_option
 @json_option
 def compare_cmd(modules, strategy_list, budget, seeds, time_limit, objective, max_length, split, extra, out_dir,
                 no_validate, db, workers, as_json) -> None:
@@ -110,10 +67,8 @@ def compare_cmd(modules, strategy_list, budget, seeds, time_limit, objective, ma
     strategies = [s.strip() for s in strategy_list.split(",") if s.strip()]
     if not strategies:
         raise BadInput("--strategies is empty")
-    if budget < 1:
-        raise BadInput(f"--budget must be a positive number of evaluations, not {budget}")
-    if max_length < 1:
-        raise BadInput("--max-length must be at least 1")
+    check_budget(budget)
+    check_max_length(max_length)
     if time_limit is not None and time_limit <= 0:
         raise BadInput("--time-limit must be positive")
     seed_list = parse_seeds(seeds)

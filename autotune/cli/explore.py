@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from autotune.cli import cli
-from autotune.cli.common import console, db_option, json_option, load_model, print_json, workers_option
+from autotune.cli.common import console, db_option, json_option, load_model, print_json, workers_option, executor_option
 
 
 @cli.command()
@@ -15,6 +15,7 @@ from autotune.cli.common import console, db_option, json_option, load_model, pri
 @click.option("--no-validate", is_flag=True, help="Skip the validity check of the best sequence.")
 @db_option
 @workers_option
+@executor_option
 @json_option
 def explore(model, depth, no_validate, db, workers, as_json) -> None:
     """Exhaustive search: every sequence of up to DEPTH passes, each followed by XLA's default
@@ -23,11 +24,12 @@ def explore(model, depth, no_validate, db, workers, as_json) -> None:
     default ordering, and the shortest sequence that does best."""
     from autotune.core.engine import open_engine
     from autotune.core.explore import explore as walk
-    from autotune.core.tuner import Progress, RichProgress
+    from autotune.core.observer import Observer
+    from autotune.reporting.progress import RichObserver
 
     module = load_model(model)
     with open_engine(db, workers=workers) as ev:
-        out = walk(ev, module, depth, progress=Progress() if as_json else RichProgress(), validate=not no_validate)
+        out = walk(ev, module, depth, observer=Observer() if as_json else RichObserver(), validate=not no_validate)
     if as_json:
         print_json(out.to_dict())
         return

@@ -15,36 +15,29 @@ from autotune.cli.common import console, db_option, json_option, print_json, tar
 @target_option
 @json_option
 def passes(db, include_target_specific, as_json) -> None:
-    """List the action vocabulary discovered from the installed XLA."""
-    from autotune import pipelines
+    """List the action vocabulary discovered from the installed compiler."""
+    from autotune.core import backend as backends
     from autotune.core.cache import Cache
 
     cache = Cache(db)
     try:
-        backend = pipelines.get("xla", cache=cache, include_target_specific=include_target_specific)
-        inv = backend.inventory
-        rows = [
-            {
-                "name": a.name,
-                "order": a.order,
-                "pipeline": " > ".join(reversed((inv.main_pipeline,) + a.path)) if not a.target_specific else "",
-                "macro": a.macro,
-                "target_specific": a.target_specific,
-            }
-            for a in inv.actions.values()
-        ]
+        options = {"include_target_specific": True} if include_target_specific else {}
+        backend = backends.get(None, cache=cache, **options)
+        rows = [{"name": p.name, "order": i, "pipeline": p.runs_inside, "kind": p.kind}
+                for i, p in enumerate(backend.describe())]
         if as_json:
-            print_json({"xla_version": inv.xla_version, "pipeline_version": backend.version, "count": len(rows), "actions": rows})
+            print_json({"backend": backend.name, "compiler_version": backend.compiler_version,
+                        "pipeline_version": backend.version, "count": len(rows), "actions": rows})
             return
         from rich.table import Table
 
-        table = Table(title=f"{len(rows)} actions discovered from {inv.xla_version}")
+        table = Table(title=f"{len(rows)} actions discovered from {backend.compiler_version}")
         table.add_column("#", justify="right")
         table.add_column("action")
         table.add_column("runs inside")
         table.add_column("kind")
         for i, r in enumerate(rows):
-            table.add_row(str(i), r["name"], r["pipeline"], "sub-pipeline" if r["macro"] else (r["target_specific"] or "pass"))
+            table.add_row(str(i), r["name"], r["pipeline"], r["kind"])
         console().print(table)
     finally:
         cache.close()

@@ -30,7 +30,7 @@ def export(run_id, output, db, as_json) -> None:
     else:
         click.echo(f"wrote {output}: {record.module} ({record.fingerprint[:12]}), {len(record.sequence)} passes, "
                    f"{record.objective} {record.metrics['cost']:g} vs default {record.metrics['default_cost']:g}"
-                   + ("" if record.valid else "  [NOT validated]"))
+                   + f"; validation {record.validation or 'none'}" + ("" if record.valid else "  [NOT validated]"))
 
 
 @cli.command()
@@ -64,7 +64,9 @@ def check(model, record_path, max_regression, no_validate, db, workers, as_json)
         table.add_row(f"{record.objective} (now)", "-" if result.cost is None else f"{result.cost:g}")
         table.add_row("XLA default (now)", "-" if result.default_cost is None else f"{result.default_cost:g}")
         table.add_row("regression", "-" if result.regression is None else f"{result.regression:+.2%}")
-        table.add_row("valid", {None: "-", True: "yes", False: "NO"}[result.valid])
+        table.add_row("validation (recorded)", result.recorded_validation or "-")
+        table.add_row("validation (now)", "-" if result.validation is None else
+                      result.validation + (f" ({result.validation_reason})" if result.validation_reason else ""))
         if result.pipeline_version != result.record_pipeline_version:
             table.add_row("note", "recorded with another XLA/pipeline version")
         console().print(table)

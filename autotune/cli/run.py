@@ -7,9 +7,11 @@ from pathlib import Path
 
 import click
 
-from autotune.errors import BadInput
+from autotune.core.validation import REQUIREMENTS, verified
+from autotune.errors import BadInput, CheckFailed
 from autotune.cli import cli
-from autotune.cli.common import check_writable, console, db_option, json_option, load_model, parse_options, print_json, workers_option
+from autotune.core.spec import DEFAULT_MAX_LENGTH, RunSpec
+from autotune.cli.common import check_writable, console, db_option, json_option, load_model, parse_options, print_json, workers_option, executor_option
 
 
 @cli.command()
@@ -18,7 +20,7 @@ from autotune.cli.common import check_writable, console, db_option, json_option,
 @click.option("--budget", "-b", type=int, default=200, show_default=True, help="Sequence evaluations, cache hits included.")
 @click.option("--time-limit", type=float, default=None, help="Stop after this many seconds.")
 @click.option("--seed", type=int, default=0, show_default=True)
-@click.option("--max-length", type=int, default=16, show_default=True, help="Longest pass sequence.")
+@click.option("--max-length", type=int, default=DEFAULT_MAX_LENGTH, show_default=True, help="Longest pass sequence.")
 @click.option("--objective", default="final-ops", show_default=True,
               help="final-ops | ops | cost | runtime (see README: Objectives).")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), default=None,
@@ -30,17 +32,22 @@ from autotune.cli.common import check_writable, console, db_option, json_option,
 @click.option("--shaping", is_flag=True, default=None, help="ppo: potential-based shaping from flops/transcendentals.")
 @click.option("--option", "-O", "extra", multiple=True, help="Strategy option key=value (repeatable).")
 @click.option("--no-validate", is_flag=True, help="Skip the validity check of the best sequence.")
+@click.option("--require", "require", type=click.Choice(REQUIREMENTS), default="none", show_default=True,
+              help="Exit 1 unless the reported best reaches this validation level "
+                   "(identical > executed > executed-with-stand-ins > compiled > unverified; none accepts any).")
 @click.option("--no-prune", is_flag=True, help="Report the best sequence as found, without dropping useless passes.")
 @db_option
 @workers_option
+@executor_option
 @json_option
 def run(model, strategy, budget, time_limit, seed, max_length, objective, out_dir, resume, sampler, optimizer,
-        policy, shaping, extra, no_validate, no_prune, db, workers, as_json) -> None:
+        policy, shaping, extra, no_validate, require, no_prune, db, workers, as_json) -> None:
     """Tune MODEL's pass ordering with a search strategy and report the best sequence found."""
     from autotune import strategy as strategy_mod
     from autotune.core import objectives
     from autotune.core.engine import open_engine
-    from autotune.core.tuner import Interrupted, RichProgress, tune
+    from autotune.core.tuner import Interrupted, tune
+    from autotune.reporting.progress import RichObserver
 
     if not resume and not model:
         raise BadInput("give a MODEL to tune (or --resume RUN_ID)")
@@ -51,15 +58,13 @@ def run(model, strategy, budget, time_limit, seed, max_length, objective, out_di
     if not resume:
         strategy_mod.load(strategy)  # unknown names fail before any compile
         objectives.get(objective)
-        if budget < 1:
-            raise BadInput(f"--budget must be a positive number of evaluations, not {budget}")
-        if max_length < 1:
-            raise BadInput("--max-length must be at least 1")
+        RunSpec(strategy=strategy, budget=budget, objective=objective, seed=seed, max_length=max_length,
+                time_limit=time_limit, options=options)  # every setting checked before any compile
     with open_engine(db, workers=workers) as ev:
-        progress = None if as_json else RichProgress()
+        observer = None if as_json else RichObserver()
         try:
             result = tune(ev, module, strategy=strategy, budget=budget, objective=objective, seed=seed,
-                          max_length=max_length, time_limit=time_limit, options=options, progress=progress,
+                          max_length=max_length, time_limit=time_limit, options=options, observer=observer,
                           resume=resume, validate=not no_validate, prune=not no_prune)
         except Interrupted as exc:
             if out_dir:
@@ -69,6 +74,21 @@ def run(model, strategy, budget, time_limit, seed, max_length, objective, out_di
         if out_dir:
             _write_outputs(ev, result, Path(out_dir))
     _report(result, as_json, out_dir)
+    check_required(result, require)
+
+
+def check_required(result, require: str) -> None:
+    """``--require LEVEL``: CheckFailed (exit 1) when the run's best candidate is below LEVEL.
+
+    The best candidate is checked whether or not it beats XLA's default (a tie that reaches the
+    same module is ``identical`` anyway). A run where every candidate was rejected reports none.
+    """
+    if require == "none" or result.best is None:
+        return
+    validation = result.validation
+    if validation is None or not validation.meets(require):
+        got = validation.describe() if validation else "not validated"
+        raise CheckFailed(f"--require {require}: the best sequence reached {got}")
 
 
 def _write_outputs(ev, result, out: Path) -> None:
@@ -79,7 +99,8 @@ def _write_outputs(ev, result, out: Path) -> None:
         (out / "best_sequence.json").write_text(json.dumps({
             "module": result.module, "fingerprint": result.fingerprint, "objective": result.objective,
             "sequence": list(result.best_sequence), "cost": result.best_cost, "default_cost": result.default_cost,
-            "pipeline_version": ev.version, "run_id": result.run_id, "valid": bool(result.validity and result.validity.get("ok")),
+            "pipeline_version": ev.version, "run_id": result.run_id, "valid": verified(result.validation_level),
+            "validation_level": result.validation_level,
             "beats_default": result.beats_default,
         }, indent=2))
         if result.best is not None:
@@ -94,38 +115,42 @@ def _report(result, as_json: bool, out_dir) -> None:
         return
     from rich.table import Table
 
-    console = console()
+    out = console()
     table = Table(title=f"{result.module}: {result.strategy}, {result.evaluations} evaluations, objective {result.objective}")
-    for col in ("", "raw ops", "final-ops", result.objective if result.objective not in ("ops", "final-ops") else "cost", "valid"):
+    for col in ("", "raw ops", "final-ops", result.objective if result.objective not in ("ops", "final-ops") else "cost",
+                "validation"):
         table.add_column(col, justify="right" if col else "left")
     inp, default = result.input, result.default
     table.add_row("input", str(inp.instructions), str(default.instructions), "", "")
-    table.add_row("XLA default", str(default.instructions), str(default.instructions), f"{result.default_cost:g}", "yes")
+    table.add_row("XLA default", str(default.instructions), str(default.instructions), f"{result.default_cost:g}", "")
     if result.best and result.beats_default:
         b = result.best
-        valid = "-" if result.validity is None else ("yes" if result.validity.get("ok") else "NO")
+        valid = result.validation_level or "-"
         table.add_row("best found", str(b.raw.instructions), str(b.final.instructions) if b.final else "fails",
                       f"{b.cost:g}", valid)
     else:
         table.add_row("best found", "-", "-", "-", "= XLA default")
-    console.print(table)
+    out.print(table)
     if result.best and result.beats_default:
         n = len(result.best_sequence)
-        console.print(f"best sequence ({n} pass{'es' if n != 1 else ''}): {','.join(result.best_sequence)}")
+        out.print(f"best sequence ({n} pass{'es' if n != 1 else ''}): {','.join(result.best_sequence)}")
         if result.best.found and result.best.found != result.best.sequence:
-            console.print(f"  (pruned from the {len(result.best.found)} passes found: the others changed nothing)")
+            out.print(f"  (pruned from the {len(result.best.found)} passes found: the others changed nothing)")
         imp_final, imp_raw = result.improvement(True), result.improvement(False)
 
         def pct(x):
             return "n/a" if x is None else f"{x:+.1%}"
 
-        console.print(f"reduction vs XLA default's reduction: final-ops {pct(imp_final)}, raw ops {pct(imp_raw)}")
+        out.print(f"reduction vs XLA default's reduction: final-ops {pct(imp_final)}, raw ops {pct(imp_raw)}")
     else:
-        console.print(f"[yellow]No sequence beat XLA's default ordering on {result.objective} in {result.evaluations} "
+        out.print(f"[yellow]No sequence beat XLA's default ordering on {result.objective} in {result.evaluations} "
                       "evaluations: keep XLA's default.[/]")
+    if result.validation is not None:
+        out.print(f"validation: {result.validation.describe()}"
+                      + ("" if result.beats_default else " (of the best candidate, which does not beat XLA's default)"))
     for seq, reason in result.invalid:
-        console.print(f"[yellow]rejected (invalid):[/] {','.join(seq)}: {reason}")
-    console.print(f"run {result.run_id} ({result.status}): {result.seconds:.1f}s, steps compiled {result.steps_compiled}, "
+        out.print(f"[yellow]rejected (invalid):[/] {','.join(seq)}: {reason}")
+    out.print(f"run {result.run_id} ({result.status}): {result.seconds:.1f}s, steps compiled {result.steps_compiled}, "
                   f"cache hit rate {result.cache_hit_rate:.0%}" + (f"; outputs in {out_dir}" if out_dir else ""))
 
 

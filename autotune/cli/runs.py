@@ -4,8 +4,6 @@ A run id starts with its start time (``YYYYMMDD-HHMMSS-``), so the table needs n
 
 from __future__ import annotations
 
-import json
-
 import click
 
 from autotune.cli import cli
@@ -16,21 +14,27 @@ from autotune.cli.common import console, db_option, json_option, print_json
 def list_runs(cache, limit: int | None = None, module: str | None = None) -> list[dict]:
     """One dict per run (newest first): id, when, status, module, strategy, objective, budget,
     evaluations recorded, best cost, XLA default's cost, whether it beat the default and was valid."""
-    where, args = ("WHERE module_name = ? OR module = ?", [module, module]) if module else ("", [])
-    rows = cache.db.execute(
-        f"SELECT id, created, updated, status, module_name, module, strategy, objective, budget, seed, best_cost, "
-        f"summary, (SELECT COUNT(*) FROM trials t WHERE t.run = runs.id) FROM runs {where} "
-        f"ORDER BY created DESC" + (f" LIMIT {int(limit)}" if limit else ""), args).fetchall()
+    from autotune.core.runs import RunStore
+
     out = []
-    for (rid, created, updated, status, name, fp, strategy, objective, budget, seed, best, summary, n) in rows:
-        s = json.loads(summary) if summary else {}
+    for r in RunStore(cache).list(limit, module):
+        s = r.summary or {}
         out.append({
-            "run_id": rid, "created": created, "updated": updated, "status": status, "module": name,
-            "fingerprint": fp, "strategy": strategy, "objective": objective, "budget": budget, "seed": seed,
-            "evaluations": n, "best_cost": best, "default_cost": s.get("default_cost"),
-            "beats_default": s.get("beats_default"), "valid": (s.get("validity") or {}).get("ok"),
+            "run_id": r.id, "created": r.created, "updated": r.updated, "status": r.status, "module": r.module_name,
+            "fingerprint": r.module, "strategy": r.strategy, "objective": r.objective, "budget": r.budget,
+            "seed": r.seed, "evaluations": r.evaluations, "best_cost": r.best_cost,
+            "default_cost": s.get("default_cost"), "beats_default": s.get("beats_default"),
+            "valid": (s.get("validity") or {}).get("ok"),
+            "validation": s.get("validation_level") or _level(s.get("validity")),
         })
     return out
+
+
+def _level(validity: dict | None) -> str | None:
+    from autotune.core.validation import Validation
+
+    v = Validation.from_dict(validity)
+    return v.level if v else None
 
 
 @cli.command()
@@ -68,6 +72,7 @@ def runs(limit, show_all, module, db, as_json) -> None:
         table.add_column(col, overflow="fold", min_width=width)
     for col in ("evals", "best", "default"):
         table.add_column(col, justify="right", no_wrap=True)
+    table.add_column("validation", overflow="fold", min_width=8)
     table.add_column("status", overflow="fold", min_width=4)
     for r in rows:
         best = "-" if r["best_cost"] is None else f"{r['best_cost']:g}"
@@ -78,6 +83,6 @@ def runs(limit, show_all, module, db, as_json) -> None:
         elif r["valid"] is False:
             best += " (invalid)"
         table.add_row(r["run_id"], r["module"], r["strategy"], f"{r['evaluations']}/{r['budget']}", best,
-                      "-" if r["default_cost"] is None else f"{r['default_cost']:g}",
+                      "-" if r["default_cost"] is None else f"{r['default_cost']:g}", r["validation"] or "-",
                       "" if r["status"] == "finished" else r["status"])
     console().print(table)

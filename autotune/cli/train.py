@@ -8,7 +8,8 @@ import click
 
 from autotune.errors import BadInput
 from autotune.cli import cli
-from autotune.cli.common import check_writable, console, db_option, json_option, load_model, module_paths, parse_options, print_json, workers_option
+from autotune.core.spec import DEFAULT_MAX_LENGTH
+from autotune.cli.common import check_writable, console, db_option, json_option, load_model, module_paths, parse_options, print_json, workers_option, executor_option
 
 
 @cli.command()
@@ -25,12 +26,13 @@ from autotune.cli.common import check_writable, console, db_option, json_option,
               help="Environment steps (each appended pass is one evaluation, cache hits included).")
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--shaping", is_flag=True, help="Potential-based reward shaping from flops/transcendentals.")
-@click.option("--max-length", type=int, default=16, show_default=True, help="Longest pass sequence (episode length).")
+@click.option("--max-length", type=int, default=DEFAULT_MAX_LENGTH, show_default=True, help="Longest pass sequence (episode length).")
 @click.option("--objective", default="final-ops", show_default=True,
               help="final-ops | ops | cost | runtime (see `autotune run`).")
 @click.option("--option", "-O", "extra", multiple=True, help="Hyperparameter key=value (repeatable), e.g. n_steps=64.")
 @db_option
 @workers_option
+@executor_option
 @json_option
 def train(more, algo, modules, output, split, timesteps, seed, shaping, max_length, objective, extra, db, workers,
           as_json) -> None:
@@ -46,14 +48,14 @@ def train(more, algo, modules, output, split, timesteps, seed, shaping, max_leng
     out = zip_path_of(Path(output))
     check_writable(out)
     loaded = [load_model(str(p)) for p in paths]  # BadInput names the bad file
-    progress = None
+    observer = None
     if not as_json:
-        from autotune.core.tuner import RichProgress
+        from autotune.reporting.progress import RichObserver
 
-        progress = RichProgress()
+        observer = RichObserver()
     with open_engine(db, workers=workers) as ev:
         stats = train_policy(ev, loaded, out, timesteps=timesteps, seed=seed, shaping=shaping, objective=objective,
-                             algo=algo, max_length=max_length, progress=progress, options=options)
+                             algo=algo, max_length=max_length, observer=observer, options=options)
     if as_json:
         print_json(stats)
         return

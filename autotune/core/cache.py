@@ -7,12 +7,10 @@ Layout (one file, WAL mode, safe for several processes at once):
 * ``transitions`` (pipeline version, state fingerprint, action) -> next state fingerprint, or a
                   failure (status + compiler message). Two prefixes that reach the same module share
                   everything after it, because the walk continues from the state, not the prefix;
-* ``results``     (pipeline version, module fingerprint, pass sequence) -> final state: the
-                  per-sequence record the design asks for, filled when a sequence is evaluated;
 * ``roots``       raw input fingerprint -> normalised fingerprint (the load round trip);
 * ``inventory``   the discovered pass inventory per XLA version;
 * ``reports``     other measurements keyed by what they depend on (validity checks, runtimes);
-* ``runs``/``trials`` tuning runs and every trial they made (see ``autotune.core.tuner``).
+* ``runs``/``trials`` tuning runs and every trial they made (owned by ``autotune.core.runs``).
 
 Integrity: every ``states`` and ``transitions`` row carries a checksum of its own fields and every
 blob is checked against its hash when read. A row that fails its check is deleted and reported as a
@@ -40,6 +38,7 @@ import sqlite_utils
 
 from autotune.errors import BadInput, CacheError
 from autotune.core.metrics import Metrics
+from autotune.core.runs import create_run_tables
 
 SCHEMA_VERSION = 3
 DEFAULT_DB = ".autotune/cache.db"
@@ -126,32 +125,11 @@ class Cache:
                 },
                 pk=("version", "src", "action"), if_not_exists=True,
             )
-            db["results"].create(
-                {
-                    "version": str, "module": str, "sequence": str, "state": str, "status": str,
-                    "failed_at": int, "message": str, "created": float,
-                },
-                pk=("version", "module", "sequence"), if_not_exists=True,
-            )
             db["roots"].create({"version": str, "raw": str, "fp": str, "name": str}, pk=("version", "raw"), if_not_exists=True)
             db["inventory"].create({"key": str, "json": str, "created": float}, pk="key", if_not_exists=True)
             db["reports"].create({"kind": str, "key": str, "report": str, "created": float}, pk=("kind", "key"),
                                  if_not_exists=True)
-            db["runs"].create(
-                {
-                    "id": str, "created": float, "updated": float, "status": str, "module": str, "module_name": str,
-                    "strategy": str, "objective": str, "budget": int, "seed": int, "max_length": int,
-                    "options": str, "validate": int, "time_limit": float, "version": str, "best_sequence": str, "best_cost": float, "summary": str,
-                },
-                pk="id", if_not_exists=True,
-            )
-            db["trials"].create(
-                {
-                    "run": str, "n": int, "sequence": str, "cost": float, "status": str, "cached": int,
-                    "state": str, "message": str, "seconds": float, "created": float,
-                },
-                pk=("run", "n"), if_not_exists=True,
-            )
+            create_run_tables(db)  # runs and trials belong to the run store (autotune.core.runs)
 
     @contextmanager
     def write(self):
@@ -286,16 +264,7 @@ class Cache:
         with self.write():
             self.db.execute(f"DELETE FROM {table} WHERE {where}", params)
 
-    # ---- results / roots / inventory -------------------------------------------------------------
-    def put_result(self, version: str, module: str, sequence: tuple[str, ...], state: str | None, status: str,
-                   failed_at: int | None, message: str | None) -> None:
-        with self.write():
-            self.db.execute(
-                "INSERT OR REPLACE INTO results(version, module, sequence, state, status, failed_at, message, created)"
-                " VALUES (?,?,?,?,?,?,?,?)",
-                [version, module, ",".join(sequence), state, status, failed_at, message, time.time()],
-            )
-
+    # ---- roots / inventory -------------------------------------------------------------
     def put_root(self, version: str, raw: str, fp: str, name: str) -> None:
         with self.write():
             self.db.execute("INSERT OR REPLACE INTO roots(version, raw, fp, name) VALUES (?,?,?,?)", [version, raw, fp, name])
@@ -331,7 +300,7 @@ class Cache:
                 deleted["failed transitions"] = self.db.execute(
                     "DELETE FROM transitions WHERE status != 'ok'").rowcount
             if other_versions_than is not None:
-                for table in ("transitions", "states", "results", "roots"):
+                for table in ("transitions", "states", "roots"):
                     deleted[table] = deleted.get(table, 0) + self.db.execute(
                         f"DELETE FROM {table} WHERE version != ?", [other_versions_than]).rowcount
             deleted["blobs"] = self.db.execute(
@@ -342,6 +311,12 @@ class Cache:
         return deleted
 
     # ---- stats -----------------------------------------------------------------------------------
+    def step_seconds(self, version: str | None = None) -> list[float]:
+        """Worker seconds of every compiled step that succeeded (benchmarks read step costs here)."""
+        where, args = ("AND version = ?", [version]) if version else ("", [])
+        rows = self.db.execute(f"SELECT seconds FROM transitions WHERE status='ok' {where}", args).fetchall()
+        return [s for (s,) in rows if s]
+
     def stats(self) -> dict:
         def count(table: str) -> int:
             return self.db.execute(f"SELECT COUNT(*) FROM {table}").fetchone()[0]
@@ -356,7 +331,6 @@ class Cache:
             "states": count("states"),
             "transitions": count("transitions"),
             "failed_transitions": dict(failures),
-            "results": count("results"),
             "runs": count("runs"),
             "trials": count("trials"),
             "compiled_steps": count("transitions"),

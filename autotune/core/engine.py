@@ -7,6 +7,7 @@ from contextlib import contextmanager
 
 from autotune.core.cache import Cache
 from autotune.core.evaluator import Evaluator
+from autotune.errors import BadInput
 
 
 def default_workers() -> int:
@@ -16,17 +17,41 @@ def default_workers() -> int:
 
 @contextmanager
 def open_engine(db=None, workers: int | None = None, include_target_specific: bool = False,
-                step_timeout: float = 120.0, pipeline: str = "xla"):
-    """Yield an ``Evaluator`` whose cache and worker pool are closed on exit."""
-    from autotune import pipelines
+                step_timeout: float = 120.0, backend: str | None = None, executor: str | None = None,
+                executor_options: dict | None = None):
+    """Yield an ``Evaluator`` whose cache, worker pool and executor are closed on exit.
 
-    cache = Cache(db)
-    backend = pipelines.get(
-        pipeline, workers=workers or default_workers(), cache=cache,
-        include_target_specific=include_target_specific, step_timeout=step_timeout,
-    )
+    ``backend`` names a registered backend (default: ``$AUTOTUNE_BACKEND`` or ``xla``).
+    ``executor``: where its workers run, ``local`` (default, or ``$AUTOTUNE_EXECUTOR``) or ``ray``;
+    ``executor_options`` go to it (for ray: ``address``, ``num_cpus``, ``max_restarts``). The executor
+    is opened before the cache, so a bad address costs nothing.
+    """
+    from autotune.core import backend as backends
+    from autotune.core import executors
+
+    ex = executors.get(executor, **(executor_options or {}))
+    options = {"include_target_specific": include_target_specific} if include_target_specific else {}
+    if (backend or backends.default_name()) == "xla":
+        options["executor"] = ex
+    elif ex.name != "local":
+        ex.close()
+        raise BadInput(f"backend '{backend or backends.default_name()}' runs on the local executor only")
+    if workers is None:
+        workers = ex.default_workers() if hasattr(ex, "default_workers") else default_workers()
+    try:
+        cache = Cache(db)
+    except BaseException:
+        ex.close()
+        raise
+    try:
+        backend = backends.get(backend, workers=workers, cache=cache, step_timeout=step_timeout, **options)
+    except BaseException:
+        cache.close()
+        ex.close()
+        raise
     try:
         yield Evaluator(backend, cache)
     finally:
         backend.close()
         cache.close()
+        ex.close()

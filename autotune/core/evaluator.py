@@ -123,10 +123,7 @@ class Evaluator:
 
     def evaluate_many(self, root: Module, sequences: Sequence[Sequence[str]]) -> list[Result]:
         seqs = [self.pipeline.check_passes(s) for s in sequences]
-        results = self._evaluate_batch([(root.fingerprint, s) for s in seqs])
-        for r in results:
-            self.cache.put_result(self.version, root.fingerprint, r.sequence, r.state, r.status, r.failed_at, r.message)
-        return results
+        return self._evaluate_batch([(root.fingerprint, s) for s in seqs])
 
     def _evaluate_batch(self, items: Sequence[tuple[str, tuple[str, ...]]]) -> list[Result]:
         """Evaluate (start state, sequence) pairs, one step per worker job, cache consulted first.

@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass
 
 from autotune.core.module import Module
-from autotune.core.tuner import Progress
+from autotune.core.observer import Observer
 
 CHUNK = 128  # (state, action) pairs per batch: big enough to keep every worker busy, small for progress
 
@@ -60,11 +60,11 @@ class Outcome:
         return {**asdict(self), "improved": self.improved}
 
 
-def explore(ev, module: Module, depth: int = 2, progress: Progress | None = None, validate: bool = True) -> Outcome:
+def explore(ev, module: Module, depth: int = 2, observer: Observer | None = None, validate: bool = True) -> Outcome:
     """Walk every sequence of up to ``depth`` actions on ``module`` (see the module docstring)."""
     if depth < 1:
         raise ValueError("depth must be at least 1")
-    progress = progress or Progress()
+    observer = observer or Observer()
     t0 = time.perf_counter()
     compiled0, cached0 = ev.stats.steps_compiled, ev.stats.steps_cached
     root = ev.prepare(module)
@@ -87,7 +87,7 @@ def explore(ev, module: Module, depth: int = 2, progress: Progress | None = None
     for d in range(1, depth + 1):
         pairs = [(s, a) for s in frontier for a in actions]
         new, failed = [], 0
-        progress.start(len(pairs), f"depth {d}/{depth}")
+        observer.on_run_start(len(pairs), f"depth {d}/{depth}")
         t_depth = time.perf_counter()
         for i in range(0, len(pairs), CHUNK):
             chunk = pairs[i:i + CHUNK]
@@ -104,8 +104,8 @@ def explore(ev, module: Module, depth: int = 2, progress: Progress | None = None
             total = ev.stats.steps_compiled + ev.stats.steps_cached - compiled0 - cached0
             hits = (ev.stats.steps_cached - cached0) / total if total else 0.0
             rate = (i + len(chunk)) / max(time.perf_counter() - t_depth, 1e-9)
-            progress.update(i + len(chunk), min(final_ops.values()), rate, hits)
-        progress.stop()
+            observer.on_trial(i + len(chunk), min(final_ops.values()), rate, hits)
+        observer.on_run_end()
         levels.append(Level(d, len(pairs), failed, len(new)))
         frontier = new
         if not frontier:

@@ -10,6 +10,7 @@ the metric regressed: the CI gate. The JAX hook (``autotune.jax.use``) applies r
 from __future__ import annotations
 
 import json
+import math
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -33,6 +34,8 @@ class TuningRecord:
     run_id: str | None = None
     created: float = field(default_factory=time.time)
     format: int = FORMAT
+    validation: str | None = None  # the level the run established (``check`` must reach it again)
+    validation_reason: str | None = None
 
     def to_dict(self) -> dict:
         data = asdict(self)
@@ -69,6 +72,7 @@ class TuningRecord:
             xla_version=str(data.get("xla_version", "")), autotune_version=str(data.get("autotune_version", "")),
             metrics=dict(data["metrics"]), valid=bool(data.get("valid", False)), run_id=data.get("run_id"),
             created=float(data.get("created", 0.0)),
+            validation=data.get("validation"), validation_reason=data.get("validation_reason"),
         )
 
     @classmethod
@@ -86,13 +90,12 @@ class TuningRecord:
 def from_run(evaluator, run_id: str) -> TuningRecord:
     """Build a record from a finished run in the cache."""
     import autotune
-    from autotune.pipelines.xla import xla_version
-    from autotune.core.tuner import load_run
+    from autotune.core.runs import RunStore
 
-    run = load_run(evaluator.cache, run_id)
-    if not run.get("summary"):
-        raise BadInput(f"run '{run_id}' has not finished (status {run.get('status')}); nothing to export")
-    summary = json.loads(run["summary"])
+    run = RunStore(evaluator.cache).get(run_id)
+    if not run.finished:
+        raise BadInput(f"run '{run_id}' has not finished (status {run.status}); nothing to export")
+    summary = run.summary
     best = summary.get("best")
     if not best:
         raise BadInput(f"run '{run_id}' found no valid sequence; nothing to export")
@@ -107,12 +110,15 @@ def from_run(evaluator, run_id: str) -> TuningRecord:
         "cost": best["cost"],
         "default_cost": summary["default_cost"],
     }
-    validity = summary.get("validity")
+    from autotune.core.validation import Validation, verified
+
+    validation = Validation.from_dict(summary.get("validity"))
+    level = validation.level if validation else None
     return TuningRecord(
-        module=run["module_name"], fingerprint=run["module"], sequence=tuple(best["sequence"]),
-        objective=run["objective"], pipeline_version=run["version"], xla_version=xla_version(),
-        autotune_version=autotune.__version__, metrics=metrics, valid=bool(validity and validity.get("ok")),
-        run_id=run_id,
+        module=run.module_name, fingerprint=run.module, sequence=tuple(best["sequence"]),
+        objective=run.objective, pipeline_version=run.version, xla_version=evaluator.pipeline.compiler_version,
+        autotune_version=autotune.__version__, metrics=metrics, valid=verified(level),
+        run_id=run_id, validation=level, validation_reason=validation.reason if validation else None,
     )
 
 
@@ -132,6 +138,9 @@ class CheckResult:
     valid: bool | None
     pipeline_version: str
     record_pipeline_version: str
+    validation: str | None = None  # the level re-established now (None: not checked)
+    validation_reason: str | None = None
+    recorded_validation: str | None = None
 
     def to_dict(self) -> dict:
         data = asdict(self)
@@ -151,7 +160,7 @@ def check(evaluator, module, record: TuningRecord, max_regression: float = 0.0, 
     base = dict(module=root.name, fingerprint=root.fingerprint, record_fingerprint=record.fingerprint,
                 sequence=record.sequence, recorded_cost=float(record.metrics.get("cost", float("nan"))),
                 max_regression=max_regression, pipeline_version=evaluator.version,
-                record_pipeline_version=record.pipeline_version)
+                record_pipeline_version=record.pipeline_version, recorded_validation=record.validation)
     if root.fingerprint != record.fingerprint:
         return CheckResult(ok=False, reasons=("module changed: its fingerprint no longer matches the record",),
                            cost=None, default_cost=None, regression=None, valid=None, **base)
@@ -166,33 +175,33 @@ def check(evaluator, module, record: TuningRecord, max_regression: float = 0.0, 
                            cost=None, default_cost=None, regression=None, valid=None, **base)
     obj = objectives.get(record.objective)
     default = evaluator.default(root)
-    if obj.name == "runtime":
-        from autotune.core.runtime import measure_runtime
-
-        cost = measure_runtime(evaluator, result.state)
-        default_cost = measure_runtime(evaluator, default.state) if default.ok else None
+    cost = default_cost = None
+    if default.ok:
+        ctx = objectives.ObjectiveContext(evaluator, root, default, seed)
+        default_cost = obj.default_cost(ctx)
+        cost = obj.cost(result.state, ctx)
+        if math.isnan(cost):
+            reasons.append(obj.failure(result.state, ctx))
+            cost = None
     else:
-        tuned_metrics = result.metrics
-        if obj.after_default:
-            final = evaluator.final(result.state)
-            if not final.ok:
-                reasons.append(f"XLA's default pipeline fails after the sequence: {final.message}")
-                tuned_metrics = None
-            else:
-                tuned_metrics = final.metrics
-        cost = obj.from_metrics(tuned_metrics) if tuned_metrics else None
-        default_cost = obj.from_metrics(default.metrics) if default.ok else None
+        reasons.append(f"XLA's default pipeline fails on the module: {default.message}")
     regression = None
     if cost is not None and base["recorded_cost"] > 0:
         regression = (cost - base["recorded_cost"]) / base["recorded_cost"]
         if regression > max_regression / 100.0 + 1e-12:
             reasons.append(f"{record.objective} regressed by {regression:+.2%} "
                            f"({base['recorded_cost']:g} -> {cost:g}; allowed {max_regression:g}%)")
-    valid = None
+    valid = level = level_reason = None
     if validate:
+        from autotune.core.validation import meets, verified
+
         report = validity_of(evaluator, root, result.state, seed)
-        valid = bool(report.get("ok"))
-        if not valid:
+        level, level_reason = report.get("level"), report.get("reason")
+        valid = verified(level)
+        if not report.get("ok"):
             reasons.append(f"validity check failed: {report.get('reason') or 'outputs differ'}")
+        elif record.validation and not meets(level, record.validation):
+            reasons.append(f"validation: the record says {record.validation}, this machine re-established only "
+                           f"{level}" + (f" ({level_reason})" if level_reason else ""))
     return CheckResult(ok=not reasons, reasons=tuple(reasons), cost=cost, default_cost=default_cost,
-                       regression=regression, valid=valid, **base)
+                       regression=regression, valid=valid, validation=level, validation_reason=level_reason, **base)

@@ -7,7 +7,7 @@ later stages reject (``xla-mechanics.md`` section 6 has a real case). (2) catche
 semantics when run out of order or outside their sub-pipeline.
 
 Both modules run in a worker process (``XlaPipeline.execute``) on seeded random inputs built from
-the entry signature (``pipelines.xla.runner.random_inputs``), then the outputs are compared here
+the entry signature (the backend's ``parameter_specs``; XLA's ``runner.random_inputs``), then the outputs are compared here
 with dtype-aware tolerances (``tolerance``). Random inputs test one point of the input space; that
 is evidence, not proof. ``seed`` picks another point.
 
@@ -28,6 +28,39 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from autotune.errors import BadInput, PassFailed
+
+# ---- levels --------------------------------------------------------------------------------------
+IDENTICAL = "identical"
+EXECUTED = "executed"
+EXECUTED_WITH_STAND_INS = "executed-with-stand-ins"
+COMPILED = "compiled"
+UNVERIFIED = "unverified"
+INVALID = "invalid"
+
+#: Levels a reported result can reach, strongest first. ``invalid`` is not a level a result can
+#: have: a check that ran and said no rejects the candidate (the tuner tries the next best).
+LEVELS: tuple[str, ...] = (IDENTICAL, EXECUTED, EXECUTED_WITH_STAND_INS, COMPILED, UNVERIFIED)
+#: What ``--require`` accepts: a level, or ``none`` (anything, unverified included).
+REQUIREMENTS: tuple[str, ...] = (*LEVELS, "none")
+
+
+def rank(level: str) -> int:
+    """Higher is stronger: identical 4 ... unverified 0, invalid -1."""
+    return len(LEVELS) - 1 - LEVELS.index(level) if level in LEVELS else -1
+
+
+def verified(level: str | None) -> bool:
+    """The old yes/no "valid": a check ran and passed, at least the full compile (not unverified)."""
+    return level is not None and rank(level) >= rank(COMPILED)
+
+
+def meets(level: str, required: str) -> bool:
+    """Does a result at ``level`` satisfy ``--require required``?"""
+    if required == "none":
+        return level in LEVELS
+    if required not in LEVELS:
+        raise BadInput(f"unknown validation level '{required}' (expected one of {', '.join(REQUIREMENTS)})")
+    return rank(level) >= rank(required)
 
 #: Input distributions ``validate`` tries, in order, while the original's outputs are not finite:
 #: (float distribution, integer upper bound). The first is the default of ``runner.random_inputs``.
@@ -289,18 +322,16 @@ def validate(pipeline, original, tuned, seed: int = 0) -> ValidationReport:
     failing is ``BadInput``: the input itself cannot run, so there is nothing to validate against.
     A tuned module whose parameters differ from the original's is not ok (no common inputs).
     """
-    from autotune.pipelines.xla import runner
-
     seed = int(seed)
     try:
-        specs = runner.parameter_specs(original.proto)
+        specs = pipeline.parameter_specs(original)
     except BadInput as exc:
         raise BadInput(f"the original module cannot be run for validation: {exc}") from None
     n_inputs = len(specs)
     orig_outs, floats, int_high = _original_outputs(pipeline, original, seed, specs)
     described = _describe(floats, int_high)
     try:
-        tuned_specs = runner.parameter_specs(tuned.proto)
+        tuned_specs = pipeline.parameter_specs(tuned)
     except BadInput as exc:
         return ValidationReport(False, f"tuned module: {exc}", (), seed, n_inputs, described)
     if [(s.shape, s.dtype) for s in tuned_specs] != [(s.shape, s.dtype) for s in specs]:
@@ -315,4 +346,206 @@ def validate(pipeline, original, tuned, seed: int = 0) -> ValidationReport:
                                 n_inputs, described)
     except BadInput as exc:
         return ValidationReport(False, f"the tuned module cannot be run: {exc}", (), seed, n_inputs, described)
+    return compare(orig_outs, tuned_outs, seed=seed, n_inputs=n_inputs, inputs=described)
+
+
+# ---- the level of a result ------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Validation:
+    """How far this machine could check that a tuned module computes what the original computes.
+
+    ``level`` is one of ``LEVELS`` (strongest first) or ``invalid`` (a check ran and said no):
+
+    - ``identical``: after XLA's default pipeline the tuned module *is* the default's final module
+      (same fingerprint): it compiles and computes exactly what XLA's default would; nothing to run.
+    - ``executed``: full compile, and the same outputs as the original on seeded random inputs.
+    - ``executed-with-stand-ins``: the same, with ``stand_ins`` custom calls that the host cannot
+      run replaced by deterministic host stand-ins (``pipelines/xla/standins.py``) in both modules:
+      everything around those calls is checked by execution, the calls themselves are not.
+    - ``compiled``: the tuned module passes XLA's full pipeline including codegen, but is not
+      executed here; ``reason`` says why (memory needed vs available, ...).
+    - ``unverified``: not even compiled here (``--no-validate``, or the original itself does not
+      compile on this host); ``reason`` says why.
+
+    ``report`` is the output comparison (a ``ValidationReport``) when both modules ran.
+    """
+
+    level: str
+    reason: str | None = None
+    stand_ins: int = 0
+    report: ValidationReport | None = None
+
+    @property
+    def ok(self) -> bool:
+        """False only when a check ran and found the tuned module wrong (``invalid``)."""
+        return self.level != INVALID
+
+    def meets(self, required: str) -> bool:
+        return meets(self.level, required)
+
+    def describe(self) -> str:
+        """One line for a person, e.g. ``compiled (inputs need 30.1 GiB, 18.0 GiB available)``."""
+        return self.level + (f" ({self.reason})" if self.reason else "")
+
+    def to_dict(self) -> dict:
+        data = {"level": self.level, "ok": self.ok, "reason": self.reason, "stand_ins": self.stand_ins,
+                "report": self.report.to_dict() if self.report else None}
+        if self.report is not None:  # the old validity keys, for readers of stored summaries
+            data.update(outputs=data["report"]["outputs"], seed=self.report.seed, n_inputs=self.report.n_inputs,
+                        inputs=self.report.inputs)
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict | None) -> "Validation | None":
+        """Inverse of ``to_dict``; also reads the pre-level validity dicts (a bare ValidationReport)."""
+        if data is None:
+            return None
+        report = data.get("report")
+        if report is None and "outputs" in data and "level" not in data:
+            report = data
+        rep = None
+        if report is not None:
+            rep = ValidationReport(bool(report.get("ok")), report.get("reason"), tuple(
+                OutputDiff(int(o["index"]), tuple(o["shape"]), o["dtype"],
+                           math.inf if o.get("max_abs_diff") is None else float(o["max_abs_diff"]),
+                           math.inf if o.get("max_rel_diff") is None else float(o["max_rel_diff"]),
+                           int(o["mismatches"]), bool(o["ok"])) for o in report.get("outputs", ())),
+                int(report.get("seed", 0)), int(report.get("n_inputs", 0)),
+                report.get("inputs", "floats=normal,ints=[0,4)"))
+        level = data.get("level")
+        if level is None:  # a stored pre-level report: it ran, so it was executed or invalid
+            level = EXECUTED if data.get("ok") else INVALID
+        return cls(level, data.get("reason"), int(data.get("stand_ins") or 0), rep)
+
+
+def not_checked(reason: str = "not checked (--no-validate)") -> Validation:
+    return Validation(UNVERIFIED, reason)
+
+
+class _CannotRun(Exception):
+    """The original cannot be executed here (memory, signature); carries the reason."""
+
+
+class _OriginalFails(Exception):
+    """The original itself fails XLA's full pipeline or its run on this host."""
+
+
+def _original_outputs_or_reason(pipeline, original, seed, specs):
+    try:
+        return _original_outputs(pipeline, original, seed, specs)
+    except BadInput as exc:
+        message = str(exc)
+        if "itself does not compile" in message:
+            raise _OriginalFails(message.split(": ", 1)[-1]) from None
+        raise _CannotRun(message.split("validation: ", 1)[-1]) from None
+
+
+def _stand_in(pipeline, module, extra=()):
+    stand = getattr(pipeline, "stand_ins", None)
+    if stand is None:
+        return module, 0, ()
+    return stand(module, extra)
+
+
+def establish(pipeline, original, tuned, seed: int = 0, identical: bool = False) -> Validation:
+    """The strongest level this machine can establish for ``tuned`` against ``original``.
+
+    ``identical``: the caller already knows both end as the same module after XLA's default
+    pipeline (the tuner compares the final fingerprints it has anyway); nothing runs.
+    Otherwise: custom calls the host cannot run get stand-ins (identically in both modules); if
+    the inputs and the executable fit ``limits.execution_limit()``, both run and their outputs are
+    compared (``executed``/``executed-with-stand-ins``, or ``invalid``); if not, the tuned module
+    must pass the full compile (``compiled``, or ``invalid`` when the original does compile);
+    when the original itself does not compile here the result is ``unverified``. Never raises
+    for a module that cannot be executed: a lower level is the answer.
+    """
+    from autotune.core.limits import execution_limit, gib
+
+    if identical:
+        return Validation(IDENTICAL, "after XLA's default pipeline it is the same module as XLA's default result")
+    seed = int(seed)
+    # 1. stand-ins for custom calls the host cannot run
+    n_orig = n_tuned = 0
+    stand_in_error = None
+    orig_run, tuned_run = original, tuned
+    try:
+        orig_run, n_orig, targets = _stand_in(pipeline, original)
+        tuned_run, n_tuned, _ = _stand_in(pipeline, tuned, targets)
+    except PassFailed as exc:
+        stand_in_error = str(exc)
+        orig_run, tuned_run, n_orig, n_tuned = original, tuned, 0, 0
+
+    def stand_note() -> str:
+        if stand_in_error:
+            return f"; {stand_in_error}"
+        if not n_tuned and not n_orig:
+            return ""
+        note = f"{n_tuned} custom call(s) replaced by host stand-ins"
+        return "; " + note + (f" ({n_orig} in the original)" if n_orig != n_tuned else "")
+
+    # 2. can it run here?
+    why_not = None
+    try:
+        specs = pipeline.parameter_specs(original)
+        need = sum(s.nbytes for s in specs)
+        limit, _ = execution_limit()
+        if need > limit:
+            why_not = f"inputs need {gib(need)}, {gib(limit)} available"
+    except BadInput as exc:
+        specs, why_not = None, str(exc)
+    original_error = None
+    if why_not is None:
+        try:
+            orig_outs, floats, int_high = _original_outputs_or_reason(pipeline, orig_run, seed, specs)
+        except _CannotRun as exc:
+            why_not = str(exc)
+        except _OriginalFails as exc:
+            original_error = str(exc)
+    if why_not is None and original_error is None:
+        report = _compare_tuned(pipeline, tuned_run, specs, orig_outs, seed, floats, int_high)
+        if report is None:  # the tuned module needs more memory than the original did
+            why_not = "the tuned module's run does not fit the execution limit"
+        elif not report.ok:
+            return Validation(INVALID, report.reason, n_tuned, report)
+        else:
+            level = EXECUTED_WITH_STAND_INS if n_tuned or n_orig else EXECUTED
+            note = stand_note().lstrip("; ") or None
+            return Validation(level, note, n_tuned, report)
+    # 3. not executed here: does the tuned module at least compile?
+    if original_error is None:
+        try:
+            pipeline.compiles(tuned_run)
+            return Validation(COMPILED, f"not executed: {why_not}{stand_note()}", n_tuned)
+        except PassFailed as exc:
+            tuned_error = str(exc)
+        try:
+            pipeline.compiles(orig_run)
+        except PassFailed as exc:
+            original_error = str(exc)
+        else:
+            return Validation(INVALID, f"the tuned module fails XLA's full pipeline (the original passes it): "
+                                       f"{tuned_error}", n_tuned)
+    return Validation(UNVERIFIED, f"the original does not compile and run on this host: {original_error}"
+                                  f"{stand_note()}", n_tuned)
+
+
+def _compare_tuned(pipeline, tuned, specs, orig_outs, seed, floats, int_high) -> ValidationReport | None:
+    """Run the tuned module on the original's inputs and compare; None when it cannot run here."""
+    n_inputs, described = len(specs), _describe(floats, int_high)
+    try:
+        tuned_specs = pipeline.parameter_specs(tuned)
+    except BadInput as exc:
+        return ValidationReport(False, f"tuned module: {exc}", (), seed, n_inputs, described)
+    if [(s.shape, s.dtype) for s in tuned_specs] != [(s.shape, s.dtype) for s in specs]:
+        return ValidationReport(False, "the tuned module's parameters differ from the original's "
+                                f"({len(tuned_specs)} vs {len(specs)} parameter leaves)", (), seed, n_inputs, described)
+    try:
+        tuned_outs = pipeline.execute(tuned, seed=seed, floats=floats, int_high=int_high)
+    except PassFailed as exc:
+        kind = {"crash": "crashes the compiler", "timeout": "timed out"}.get(getattr(exc, "status", "error"),
+                                                                           "fails to compile or run")
+        return ValidationReport(False, f"the tuned module {kind} with XLA's full pipeline: {exc}", (), seed,
+                                n_inputs, described)
+    except BadInput:
+        return None
     return compare(orig_outs, tuned_outs, seed=seed, n_inputs=n_inputs, inputs=described)

@@ -32,6 +32,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
 
+from autotune.core import limits
 from autotune.errors import AutotuneError, BadInput, PassFailed
 
 #: Overrides the per-worker memory limit: bytes or a size such as ``6G``, ``512M``, ``2.5GiB``;
@@ -62,25 +63,17 @@ class Job:
 
 def parse_size(text: str) -> int:
     """``"6G"``, ``"512M"``, ``"2.5GiB"``, ``"1073741824"`` -> bytes (``0`` for none/off)."""
-    t = text.strip().lower().replace(" ", "")
-    if t in ("", "0", "none", "off", "unlimited"):
+    if text.strip().lower() in ("", "0", "none", "off", "unlimited"):
         return 0
-    m = re.fullmatch(r"(\d+(?:\.\d+)?)([kmgt]?)(?:i?b)?", t)
-    if not m:
-        raise BadInput(f"{MEMORY_ENV}={text!r} is not a size (expected e.g. 6G, 512M or a number of bytes)")
-    return int(float(m.group(1)) * 1024 ** " kmgt".index(m.group(2) or " "))
+    try:
+        return limits.parse_bytes(text)
+    except BadInput:
+        raise BadInput(f"{MEMORY_ENV}={text!r} is not a size (expected e.g. 6G, 512M or a number of bytes)") from None
 
 
 def available_memory() -> int:
     """Bytes this process could still get: ``MemAvailable``, lowered by a cgroup (v2/v1) limit if any."""
-    avail = None
-    try:
-        for line in open("/proc/meminfo"):
-            if line.startswith("MemAvailable:"):
-                avail = int(line.split()[1]) * 1024
-                break
-    except OSError:
-        pass
+    avail = limits.available_memory()
     if avail is None:
         try:
             avail = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
@@ -124,6 +117,29 @@ def memory_message(limit: int, detail: str) -> str:
     return (f"worker exceeded its memory limit of {describe_bytes(limit)} and was replaced"
             f" (raise it with {MEMORY_ENV}, e.g. {MEMORY_ENV}=16G){': ' + detail if detail else ''}")
 
+def stderr_text(path: str) -> str:
+    """The last 20 kB of a worker's log (its current job's output: the log is cut per job)."""
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(0, os.SEEK_END)
+            fh.seek(max(0, fh.tell() - 20000))
+            return fh.read().decode("utf-8", "replace")
+    except OSError:
+        return ""
+
+
+def stderr_tail(path: str, limit: int = 400) -> str:
+    """The compiler's own words: the most telling line (a CHECK failure, a fatal log line) of a log file.
+
+    Shared by the local pool and the Ray executor's actors, so a crash reads the same with either.
+    """
+    text = stderr_text(path)
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.strip().startswith("@")]
+    fatal = [ln for ln in lines if _FATAL_LINE.match(ln)]
+    # The compiler's own line (a CHECK failure) beats the signal handler's "*** SIGABRT received".
+    words = [ln for ln in fatal if not ln.startswith("*** SIG")] or fatal
+    pick = words[-1] if words else (lines[-1] if lines else "")
+    return pick[:limit]
 
 class _Worker:
     _ids = itertools.count()
@@ -167,22 +183,11 @@ class _Worker:
         self.cpu = cpu
 
     def stderr_text(self) -> str:
-        """The last 20 kB the worker printed (its current job's output: stderr is cut per job)."""
-        try:
-            with open(self.stderr_path, "rb") as fh:
-                fh.seek(0, os.SEEK_END)
-                fh.seek(max(0, fh.tell() - 20000))
-                return fh.read().decode("utf-8", "replace")
-        except OSError:
-            return ""
+        return stderr_text(self.stderr_path)
 
     def stderr_tail(self, limit: int = 400) -> str:
         """The compiler's own words: the most telling line of what the worker printed last."""
-        text = self.stderr_text()
-        lines = [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.strip().startswith("@")]
-        fatal = [ln for ln in lines if _FATAL_LINE.match(ln)]
-        pick = fatal[-1] if fatal else (lines[-1] if lines else "")
-        return pick[:limit]
+        return stderr_tail(self.stderr_path, limit)
 
     def alive(self) -> bool:
         return self.proc.poll() is None

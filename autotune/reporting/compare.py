@@ -60,6 +60,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 
+from autotune.core.spec import DEFAULT_MAX_LENGTH, DEFAULT_OBJECTIVE, check_budget, check_max_length, check_time_limit
 from autotune.errors import BadInput
 
 RATIO_FLOOR = 0.01
@@ -105,6 +106,7 @@ class RunRow:
     best_sequence: tuple[str, ...] = ()
     valid: bool | None = None  # validity of the reported best (None: not validated / no best)
     rejected: tuple[tuple[tuple[str, ...], str], ...] = ()  # candidates rejected by validation
+    validation: str | None = None  # validation level of the reported best (``autotune.core.validation``)
     seconds: float = 0.0
     steps_compiled: int = 0
     steps_cached: int = 0
@@ -429,7 +431,7 @@ class CompareProgress:
     def run_finished(self, index: int, row: RunRow) -> None: ...
 
     def tune_progress(self):
-        """A ``autotune.core.tuner.Progress`` for the run in flight (per-evaluation bar), or None."""
+        """An ``autotune.core.observer.Observer`` for the run in flight (per-evaluation bar), or None."""
         return None
 
     def stop(self) -> None: ...
@@ -461,8 +463,11 @@ def resolve(strategies: Sequence[str], options_per_strategy: dict | None) -> lis
         opts = dict(opts_all.get(label) or {})
         base = opts.pop("strategy", label)
         budget = opts.pop("budget", None)
-        if budget is not None and (not isinstance(budget, int) or budget < 1):
-            raise BadInput(f"{label}: budget must be a positive integer, not {budget!r}")
+        if budget is not None:
+            try:
+                check_budget(budget)
+            except BadInput as exc:
+                raise BadInput(f"{label}: {exc}") from None
         cls = strategy_mod.load(base)  # UnknownName (BadInput) before any work
         cls(**opts)  # options checked up front too (unknown options -> BadInput)
         out.append((label, base, opts, budget))
@@ -475,9 +480,9 @@ def compare(
     strategies: list[str],
     budget: int,
     seeds: list[int],
-    objective: str = "final-ops",
+    objective: str = DEFAULT_OBJECTIVE,
     time_limit: float | None = None,
-    max_length: int = 16,
+    max_length: int = DEFAULT_MAX_LENGTH,
     options_per_strategy: dict | None = None,
     validate: bool = True,
     progress: CompareProgress | None = None,
@@ -490,16 +495,12 @@ def compare(
     returned with ``status="interrupted"``.
     """
     from autotune.core import objectives
-    from autotune.core.tuner import Interrupted, tune
 
-    if budget is None or budget < 1:
-        raise BadInput(f"--budget must be a positive number of evaluations, not {budget}")
+    check_budget(budget)
+    check_max_length(max_length)
+    check_time_limit(time_limit)
     if not seeds:
         raise BadInput("no seeds given")
-    if max_length < 1:
-        raise BadInput("--max-length must be at least 1")
-    if time_limit is not None and time_limit <= 0:
-        raise BadInput("--time-limit must be positive")
     if not modules:
         raise BadInput("no modules to compare on")
     names = [m.name for m in modules]
@@ -512,56 +513,37 @@ def compare(
     progress = progress or CompareProgress()
 
     t0 = time.perf_counter()
-    runs: list[RunRow] = []
-    infos: dict[str, ModuleInfo] = {}
-    status = "finished"
-    total = len(plan) * len(modules) * len(seeds)
-    progress.start(total)
-    index = 0
+    jobs = []
+    for mi, module in enumerate(modules):
+        for si, seed in enumerate(seeds):
+            k = (mi * len(seeds) + si) % len(plan)
+            for label, base, opts, own_budget in plan[k:] + plan[:k]:  # rotate who meets the cold cache
+                jobs.append((len(jobs), module, seed, label, base, opts, own_budget or budget))
+    settings = dict(objective=objective, max_length=max_length, time_limit=time_limit, validate=validate)
+    progress.start(len(jobs))
+    parallel = _parallel_runs(evaluator)
     try:
-        for mi, module in enumerate(modules):
-            for si, seed in enumerate(seeds):
-                k = (mi * len(seeds) + si) % len(plan)
-                for label, base, opts, own_budget in plan[k:] + plan[:k]:  # rotate who meets the cold cache
-                    run_budget = own_budget or budget
-                    progress.run_started(index, label, module.name, seed, run_budget)
-                    before = (evaluator.stats.steps_compiled, evaluator.stats.steps_cached)
-                    start = time.perf_counter()
-                    row = None
-                    try:
-                        result = tune(evaluator, module, strategy=base, budget=run_budget, objective=objective,
-                                      seed=seed, max_length=max_length, time_limit=time_limit, options=dict(opts),
-                                      progress=progress.tune_progress(), validate=validate)
-                    except Interrupted as exc:
-                        result, status = exc.partial, "interrupted"
-                    except KeyboardInterrupt:
-                        status = "interrupted"
-                        result = None
-                    except BadInput:
-                        raise
-                    except Exception as exc:  # noqa: BLE001 - one module's failure must not lose the rest
-                        msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-                        row = RunRow(label, base, module.name, family_of(module.name), seed, run_budget,
-                                     status="error", error=msg)
-                        result = None
-                    seconds = time.perf_counter() - start
-                    compiled = evaluator.stats.steps_compiled - before[0]
-                    cached = evaluator.stats.steps_cached - before[1]
-                    if result is not None:
-                        row = _row(label, base, result, run_budget, seconds, compiled, cached)
-                        infos.setdefault(module.name, ModuleInfo(module.name, row.family, row.input_ops, row.default_ops))
-                    elif row is not None:
-                        row = _replace(row, seconds=seconds, steps_compiled=compiled, steps_cached=cached)
+        if parallel > 1:
+            done, status = _run_concurrently(evaluator, jobs, settings, progress, parallel)
+        else:
+            done, status = [], "finished"
+            try:
+                for job in jobs:
+                    row, stop = _run_one(evaluator, job, settings, progress, per_evaluation=True)
                     if row is not None:
-                        runs.append(row)
-                        progress.run_finished(index, row)
-                    index += 1
-                    if status == "interrupted":
-                        raise KeyboardInterrupt
-    except KeyboardInterrupt:
-        status = "interrupted"
+                        done.append((job[0], row))
+                    if stop:
+                        status = "interrupted"
+                        break
+            except KeyboardInterrupt:  # between two runs: keep what is done
+                status = "interrupted"
     finally:
         progress.stop()
+    runs = [row for _, row in sorted(done, key=lambda x: x[0])]
+    infos: dict[str, ModuleInfo] = {}
+    for row in runs:
+        if row.input_ops is not None:
+            infos.setdefault(row.module, ModuleInfo(row.module, row.family, row.input_ops, row.default_ops))
 
     summaries = []
     for label, base, opts, own_budget in plan:
@@ -574,6 +556,85 @@ def compare(
         runs=tuple(runs), summaries=tuple(summaries), seconds=time.perf_counter() - t0,
         pipeline_version=getattr(evaluator, "version", ""), status=status,
     )
+
+
+def _parallel_runs(evaluator) -> int:
+    """Runs to keep in flight at once: one per worker when the executor can take several driver
+    threads at once (Ray); one otherwise (the local pool is one process's, used by one loop)."""
+    executor = getattr(evaluator.pipeline, "executor", None)
+    if not getattr(executor, "concurrent", False) or evaluator.cache.path == ":memory:":
+        return 1
+    return max(1, int(getattr(evaluator.pipeline, "workers", 1)))
+
+
+def _run_one(evaluator, job, settings: dict, progress, per_evaluation: bool) -> tuple[RunRow | None, bool]:
+    """One (module, strategy, seed) run -> (its row or None, whether the comparison must stop)."""
+    from autotune.core.tuner import Interrupted, tune
+
+    index, module, seed, label, base, opts, run_budget = job
+    progress.run_started(index, label, module.name, seed, run_budget)
+    before = (evaluator.stats.steps_compiled, evaluator.stats.steps_cached)
+    start = time.perf_counter()
+    row, result, stop = None, None, False
+    try:
+        result = tune(evaluator, module, strategy=base, budget=run_budget, seed=seed, options=dict(opts),
+                      observer=progress.tune_progress() if per_evaluation else None, **settings)
+    except Interrupted as exc:
+        result, stop = exc.partial, True
+    except KeyboardInterrupt:
+        stop = True
+    except BadInput:
+        raise
+    except Exception as exc:  # noqa: BLE001 - one module's failure must not lose the rest
+        msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        row = RunRow(label, base, module.name, family_of(module.name), seed, run_budget, status="error", error=msg)
+    seconds = time.perf_counter() - start
+    compiled = evaluator.stats.steps_compiled - before[0]
+    cached = evaluator.stats.steps_cached - before[1]
+    if result is not None:
+        row = _row(label, base, result, run_budget, seconds, compiled, cached)
+    elif row is not None:
+        row = _replace(row, seconds=seconds, steps_compiled=compiled, steps_cached=cached)
+    if row is not None:
+        progress.run_finished(index, row)
+    return row, stop
+
+
+def _run_concurrently(evaluator, jobs, settings: dict, progress, parallel: int):
+    """Several runs at once over one executor (``compare --executor ray``): each driver thread has
+    its own Evaluator and its own handle on the same cache file (so step counts stay per run and no
+    SQLite connection is shared between threads); every compile goes to the shared worker pool."""
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    from autotune.core.cache import Cache
+    from autotune.core.evaluator import Evaluator
+
+    local = threading.local()
+    handles: list = []
+    stop = threading.Event()
+
+    def work(job):
+        if stop.is_set():
+            return job[0], None
+        if not hasattr(local, "ev"):
+            local.ev = Evaluator(evaluator.pipeline, Cache(evaluator.cache.path))
+            handles.append(local.ev.cache)
+        row, interrupted = _run_one(local.ev, job, settings, progress, per_evaluation=False)
+        if interrupted:
+            stop.set()
+        return job[0], row
+
+    try:
+        with ThreadPoolExecutor(max_workers=parallel, thread_name_prefix="autotune-run") as pool:
+            done = [(i, row) for i, row in pool.map(work, jobs) if row is not None]
+    except KeyboardInterrupt:
+        stop.set()
+        done = []
+    finally:
+        for cache in handles:
+            cache.close()
+    return done, "interrupted" if stop.is_set() else "finished"
 
 
 def _replace(row: RunRow, **kw) -> RunRow:
@@ -591,8 +652,11 @@ def _row(label: str, base: str, result, budget: int, seconds: float, compiled: i
 def _row_from_summary(label: str, base: str, s: dict, budget: int, history: tuple[float | None, ...],
                       seconds: float, compiled: int, cached: int) -> RunRow:
     """A ``RunRow`` from a run's summary (``TuneResult.to_dict()``, also what the runs table stores)."""
+    from autotune.core.validation import UNVERIFIED, Validation
+
     best = s.get("best") or None
     validity = s.get("validity")
+    level = s.get("validation_level") or (Validation.from_dict(validity).level if validity else None)
     return RunRow(
         strategy=label, base_strategy=base, module=s["module"], family=family_of(s["module"]), seed=s["seed"],
         budget=budget, run_id=s["run_id"], status=s["status"], evaluations=s["evaluations"],
@@ -601,7 +665,8 @@ def _row_from_summary(label: str, base: str, s: dict, budget: int, history: tupl
         best_raw_ops=best["raw"]["instructions"] if best else None,
         best_final_ops=best["final"]["instructions"] if best and best.get("final") else None,
         best_sequence=tuple(best["sequence"]) if best else (),
-        valid=None if validity is None else bool(validity.get("ok")),
+        valid=None if level in (None, UNVERIFIED) else bool(validity.get("ok")),
+        validation=level,
         rejected=tuple((tuple(x["sequence"]), str(x["reason"])) for x in s.get("invalid") or ()),
         seconds=seconds, steps_compiled=compiled, steps_cached=cached, history=history,
     )
@@ -614,33 +679,35 @@ def row_from_run(cache, run_id: str) -> RunRow:
     The best-so-far history is the running minimum of the recorded trials' costs, as the tuner
     kept it while the run worked.
     """
-    from autotune.core.tuner import load_run, load_trials
+    from autotune.core.runs import RunStore
 
-    run = load_run(cache, run_id)
-    if not run.get("summary"):
-        raise BadInput(f"run '{run_id}' has not finished (status {run.get('status')}); resume it first")
-    s = json.loads(run["summary"])
+    store = RunStore(cache)
+    run = store.get(run_id)
+    if not run.finished:
+        raise BadInput(f"run '{run_id}' has not finished (status {run.status}); resume it first")
+    s = run.summary
     history, low = [], math.inf
-    for t in load_trials(cache, run_id):
+    for t in store.trials(run_id):
         if t.status == "ok" and t.cost is not None and not math.isnan(t.cost):
             low = min(low, t.cost)
         history.append(None if low == math.inf else low)
-    return _row_from_summary(run["strategy"], run["strategy"], s, run["budget"], tuple(history),
+    return _row_from_summary(run.strategy, run.strategy, s, run.budget, tuple(history),
                              float(s.get("seconds") or 0.0), int(s.get("steps_compiled") or 0),
                              int(s.get("steps_cached") or 0))
 
 
 def comparison_of_runs(cache, run_ids: Sequence[str]) -> Comparison:
     """A ``Comparison`` of runs already in the cache, grouped by strategy (one objective only)."""
-    from autotune.core.tuner import load_run
+    from autotune.core.runs import RunStore
 
     if not run_ids:
         raise BadInput("give the ids of the runs to report on (see `autotune runs`)")
-    runs = [load_run(cache, rid) for rid in dict.fromkeys(run_ids)]
-    objectives_used = sorted({r["objective"] for r in runs})
+    store = RunStore(cache)
+    runs = [store.get(rid) for rid in dict.fromkeys(run_ids)]
+    objectives_used = sorted({r.objective for r in runs})
     if len(objectives_used) > 1:
         raise BadInput(f"runs with different objectives ({', '.join(objectives_used)}) cannot share one report")
-    rows = [row_from_run(cache, r["id"]) for r in runs]
+    rows = [row_from_run(cache, r.id) for r in runs]
     labels = list(dict.fromkeys(r.strategy for r in rows))
     budgets = sorted({r.budget for r in rows})
     modules, seen = [], set()
@@ -651,14 +718,14 @@ def comparison_of_runs(cache, run_ids: Sequence[str]) -> Comparison:
     summaries = []
     for label in labels:
         mine = [r for r in rows if r.strategy == label]
-        options = json.loads(next(x["options"] for x in runs if x["strategy"] == label) or "{}")
+        options = next(x.options for x in runs if x.strategy == label)
         summaries.append(summarise(label, label, options, max(r.budget for r in mine), mine))
     notes = () if len(budgets) == 1 else (f"runs had different budgets ({', '.join(map(str, budgets))}); "
                                           "the comparison is not at equal budget",)
     return Comparison(
         objective=objectives_used[0], budget=budgets[-1], seeds=tuple(sorted({r.seed for r in rows})),
-        max_length=max(int(x["max_length"] or 0) for x in runs), time_limit=None,
-        validate=all(bool(x["validate"]) for x in runs), strategies=tuple(labels), modules=tuple(modules),
+        max_length=max(x.max_length for x in runs), time_limit=None,
+        validate=all(x.validate for x in runs), strategies=tuple(labels), modules=tuple(modules),
         runs=tuple(rows), summaries=tuple(summaries), seconds=sum(r.seconds for r in rows),
-        pipeline_version=", ".join(sorted({x["version"] for x in runs})), notes=notes,
+        pipeline_version=", ".join(sorted({x.version for x in runs})), notes=notes,
     )

@@ -23,6 +23,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from autotune.core.spec import DEFAULT_MAX_LENGTH, DEFAULT_OBJECTIVE, check_max_length
 from autotune.errors import BadInput
 from autotune.core.module import Module
 
@@ -159,7 +160,7 @@ class _StepCallback:
     """SB3 callback factory (built lazily: importing the callback base imports torch)."""
 
     @staticmethod
-    def make(progress, env, timesteps: int, stats=None):
+    def make(observer, env, timesteps: int, stats=None):
         from stable_baselines3.common.callbacks import BaseCallback
 
         class Callback(BaseCallback):
@@ -175,10 +176,10 @@ class _StepCallback:
                     if done:
                         self.returns.append(self._ret)
                         self._ret = 0.0
-                if progress is not None:
+                if observer is not None:
                     best = min((s.best_cost / s.start_cost for s in env.sources if s.start_cost), default=None)
                     elapsed = max(1e-9, time.perf_counter() - self.t0)
-                    progress.update(min(self.num_timesteps, timesteps), best, self.num_timesteps / elapsed,
+                    observer.on_trial(min(self.num_timesteps, timesteps), best, self.num_timesteps / elapsed,
                                     stats.hit_rate if stats is not None else 0.0)
                 return True
 
@@ -193,8 +194,7 @@ def check_training(algo: str, timesteps: int, max_length: int, objective: str,
 
     if timesteps < 1:
         raise BadInput(f"--timesteps must be positive, not {timesteps}")
-    if max_length < 1:
-        raise BadInput("--max-length must be at least 1")
+    check_max_length(max_length)
     objectives.get(objective)
     return check_hyperparams(algo, options or {})
 
@@ -206,15 +206,15 @@ def train_policy(
     timesteps: int = 2048,
     seed: int = 0,
     shaping: bool = False,
-    objective: str = "final-ops",
+    objective: str = DEFAULT_OBJECTIVE,
     algo: str = "ppo",
-    max_length: int = 16,
-    progress=None,
+    max_length: int = DEFAULT_MAX_LENGTH,
+    observer=None,
     options: dict | None = None,
 ) -> dict:
     """Train one ``algo`` policy over ``modules``; write ``out`` (.zip) and its sidecar; return stats.
 
-    ``progress`` is an ``autotune.core.tuner.Progress`` (or None); ``options`` are hyperparameters
+    ``observer`` is an ``autotune.core.observer.Observer`` (or None); ``options`` are hyperparameters
     (see ``DEFAULT_HYPERPARAMS``) and the shaping weights ``w_flops``/``w_transcendentals``.
     Every environment step is one evaluation in its module's session (cache hits included).
     """
@@ -237,14 +237,14 @@ def train_policy(
         actions = evaluator.pipeline.passes()
         env = PassOrderingEnv(sources, actions, max_length=max_length, shaping=shaping, gamma=hp["gamma"], **env_opts)
         model = make_model(algo, env, seed, hp)
-        callback = _StepCallback.make(progress, env, timesteps, evaluator.stats)
-        if progress is not None:
-            progress.start(timesteps, f"{algo} on {len(modules)} module(s)")
+        callback = _StepCallback.make(observer, env, timesteps, evaluator.stats)
+        if observer is not None:
+            observer.on_run_start(timesteps, f"{algo} on {len(modules)} module(s)")
         try:
             model.learn(total_timesteps=timesteps, callback=callback)
         finally:
-            if progress is not None:
-                progress.stop()
+            if observer is not None:
+                observer.on_run_end()
         zip_path.parent.mkdir(parents=True, exist_ok=True)
         model.save(str(zip_path))
     finally:

@@ -1,9 +1,10 @@
 """XLA's HLO pass pipeline as a tuning backend (through jaxlib, CPU client).
 
-``XlaPipeline`` is the backend contract of the design: ``passes()``, ``apply``, ``default``,
-``measure``, ``normalize``, plus ``run_steps_many`` for the evaluator. Every compile happens in a
-``WorkerPool`` of processes running ``worker.XlaWorker``; this object only keeps the inventory and
-turns worker replies into ``Module``/``Metrics`` values.
+``XlaPipeline`` implements ``autotune.core.backend.Backend`` (what the engine calls: version,
+passes/describe/check_passes, normalize, measure, step_job/dispatcher, parameter_specs, compiles,
+execute, time), plus conveniences for tests and tools (``apply``, ``default``, ``trace``). Every
+compile happens in a ``WorkerPool`` of processes running ``worker.XlaWorker``; this object only
+keeps the inventory and turns worker replies into ``Module``/``Metrics`` values.
 """
 
 from __future__ import annotations
@@ -37,8 +38,12 @@ class XlaPipeline:
     name = "xla"
 
     def __init__(self, workers: int = 1, cache=None, include_target_specific: bool = False,
-                 step_timeout: float = 120.0, inventory: PassInventory | None = None):
+                 step_timeout: float = 120.0, inventory: PassInventory | None = None, executor=None):
+        from autotune.core import executors
+
         self.workers = max(1, int(workers))
+        #: Where the compiler workers live (``autotune.core.executors``: local processes or Ray actors).
+        self.executor = executor if executor is not None else executors.get("local")
         self.step_timeout = float(step_timeout)
         self.include_target_specific = include_target_specific
         self._cache = cache
@@ -68,8 +73,22 @@ class XlaPipeline:
         """Part of every cache key: XLA version, platform, inventory digest and engine version."""
         return f"xla:{xla_version()}:inv-{self.inventory.digest}:engine-{ENGINE_VERSION}"
 
+    @property
+    def compiler_version(self) -> str:
+        return xla_version()
+
     def passes(self) -> tuple[str, ...]:
         return self.inventory.names()
+
+    def describe(self) -> list:
+        from autotune.core.backend import PassInfo
+
+        inv = self.inventory
+        return [
+            PassInfo(a.name, " > ".join(reversed((inv.main_pipeline,) + a.path)) if not a.target_specific else "",
+                     "sub-pipeline" if a.macro else (a.target_specific or "pass"))
+            for a in inv.actions.values()
+        ]
 
     def check_passes(self, names: Iterable[str]) -> tuple[str, ...]:
         known = self.inventory.actions
@@ -84,7 +103,7 @@ class XlaPipeline:
     @property
     def pool(self) -> WorkerPool:
         if self._pool is None:
-            self._pool = WorkerPool(
+            self._pool = self.executor.pool(
                 WORKER, (self.inventory.to_json(), self.include_target_specific), size=self.workers, env=WORKER_ENV
             )
         return self._pool
@@ -184,6 +203,22 @@ class XlaPipeline:
         ("crash"/"timeout"); unusable inputs (too large, token parameters) raise ``BadInput``.
         """
         return self.pool.call("execute", module.proto, int(seed), floats, int(int_high), timeout=self.run_timeout)
+
+    def stand_ins(self, module: Module, extra: Sequence[str] = ()) -> tuple[Module, int, tuple[str, ...]]:
+        """``(module with host stand-ins, how many custom calls were replaced, their targets)``.
+
+        Custom calls the host cannot run (accelerator kernels) become deterministic functions of
+        their operands (``standins.py``), so the rest of the module can be executed; ``extra``
+        forces more targets. Raises ``PassFailed`` when no stand-in can be built.
+        """
+        proto, fp, n, targets = self.pool.call("stand_ins", module.proto, tuple(extra), timeout=self.run_timeout)
+        return (module if n == 0 else Module(module.name, proto, fp)), n, tuple(targets)
+
+    def parameter_specs(self, module: Module) -> list:
+        """The entry computation's parameter leaves (``runner.ParamSpec``), read in this process."""
+        from autotune.pipelines.xla.runner import parameter_specs
+
+        return parameter_specs(module.proto)
 
     def compiles(self, module: Module) -> bool:
         """True if the full default pipeline compiles ``module``; raises ``PassFailed`` otherwise."""

@@ -33,8 +33,9 @@ import numpy as np
 
 from autotune.errors import BadInput, PassFailed
 
-#: Refuse to build random inputs larger than this (a validation run must fit next to the model).
-MAX_INPUT_BYTES = 2 << 30
+#: Execution memory limit (``AUTOTUNE_MAX_EXEC_BYTES`` or a share of MemAvailable): see core/limits.py.
+from autotune.core.limits import EXEC_LIMIT_ENV, execution_limit, gib  # noqa: E402
+
 
 #: Integer (and unsigned) parameters are drawn from [0, INT_HIGH) by default. Integer entry
 #: parameters of real models are overwhelmingly indices: token ids for an embedding lookup, labels
@@ -143,7 +144,7 @@ def random_inputs(proto: bytes, seed: int = 0, floats: str = "normal", int_high:
     Floats are standard normal (rounded to bf16/f16/f8 via ml_dtypes where needed; its absolute
     value with ``floats="positive"``), complex numbers have such real and imaginary parts, integers
     are uniform in [0, ``int_high``) (default ``INT_HIGH``: see there for why), bools are fair coin
-    flips. Inputs above ``MAX_INPUT_BYTES`` are refused with ``BadInput`` before any allocation.
+    flips. Inputs above ``execution_limit()`` are refused with ``BadInput`` before any allocation.
     """
     if floats not in FLOAT_DISTRIBUTIONS:
         raise BadInput(f"unknown float distribution '{floats}' (expected one of {', '.join(FLOAT_DISTRIBUTIONS)})")
@@ -152,9 +153,9 @@ def random_inputs(proto: bytes, seed: int = 0, floats: str = "normal", int_high:
         raise BadInput(f"int_high must be in [1, 127] (got {int_high})")
     specs = parameter_specs(proto)
     total = sum(s.nbytes for s in specs)
-    if total > MAX_INPUT_BYTES:
-        raise BadInput(f"random inputs for this module would need {total / 2**30:.2f} GiB "
-                       f"(limit {MAX_INPUT_BYTES / 2**30:g} GiB); refusing to run it")
+    limit, _ = execution_limit()
+    if total > limit:
+        raise BadInput(f"inputs need {gib(total)}, {gib(limit)} available")
     base = int(seed) % (1 << 63)
     return [_random_array(np.random.default_rng([base, i]), s.shape, s.dtype, floats, int_high)
             for i, s in enumerate(specs)]
@@ -243,13 +244,84 @@ def _check_arity(exe, inputs: list) -> None:
                          f"parameter leaves", "error")
 
 
+def check_memory(exe) -> None:
+    """Refuse (``BadInput``) to run an executable whose buffers exceed ``execution_limit()``.
+
+    XLA's buffer assignment knows what a run needs: arguments + outputs + temporaries, less what
+    outputs alias from arguments. Checked after the compile, before any input is built.
+    """
+    try:
+        stats = exe.get_compiled_memory_stats()
+        need = (stats.argument_size_in_bytes + stats.output_size_in_bytes + stats.temp_size_in_bytes
+                - stats.alias_size_in_bytes)
+    except Exception:  # no statistics from this backend: the input check alone applies
+        return
+    limit, _ = execution_limit()
+    if need > limit:
+        raise BadInput(f"running it needs {gib(need)} (inputs, outputs, temporaries), {gib(limit)} available")
+
+
 def execute(worker, proto: bytes, seed: int = 0, floats: str = "normal", int_high: int = INT_HIGH) -> list[np.ndarray]:
-    """Full compile (cached), run once on ``random_inputs(...)``; all outputs (tuples flattened) as numpy."""
-    inputs = random_inputs(proto, seed, floats, int_high)
+    """Full compile (cached), run once on ``random_inputs(...)``; all outputs (tuples flattened) as numpy.
+
+    Too little memory for the inputs or for the compiled executable's buffers is ``BadInput``
+    (the module cannot be executed here); a compile or run error is ``PassFailed``.
+    """
+    specs_total = sum(s.nbytes for s in parameter_specs(proto))  # an unusable signature fails first
+    limit, _ = execution_limit()
+    if specs_total > limit:
+        raise BadInput(f"inputs need {gib(specs_total)}, {gib(limit)} available")
     exe, _ = cached_compile(worker, proto)
+    check_memory(exe)
+    inputs = random_inputs(proto, seed, floats, int_high)
     _check_arity(exe, inputs)
     outs = _run(exe, _device_put(worker, inputs))
     return [np.array(o) for o in outs]
+
+
+def host_custom_call_targets() -> frozenset[str]:
+    """Custom-call targets the host (CPU) runtime implements (read in a worker, after client start)."""
+    from jax._src.lib import _jax
+
+    try:
+        return frozenset(_jax.custom_call_targets("Host"))
+    except Exception:
+        return frozenset()
+
+
+def stand_ins(proto: bytes, extra: tuple[str, ...] = ()) -> tuple[bytes, str, int, tuple[str, ...]]:
+    """``proto`` with every custom call the host cannot run replaced by its stand-in (``standins``).
+
+    A target needs a stand-in when the host runtime does not implement it and XLA's compiler does
+    not handle it itself (``standins.COMPILER_HANDLED``); ``extra`` forces more targets (one that a
+    compile rejected although it looked runnable). Returns ``(proto, fingerprint, number replaced,
+    targets replaced)``; the input unchanged (and 0) when nothing needs one. A stand-in that cannot
+    be built or parsed is ``PassFailed``.
+    """
+    from autotune.core import hlo
+    from autotune.pipelines.xla import standins
+
+    module = hlo.parse_proto(proto)
+    text = hlo.to_text(module)
+    if " custom-call(" not in text:
+        return proto, hlo.fingerprint(module), 0, ()
+    host = host_custom_call_targets()
+    forced = set(extra)
+
+    def needs(target: str) -> bool:
+        return target in forced or (target not in host and target not in standins.COMPILER_HANDLED)
+
+    try:
+        new_text, n, targets = standins.rewrite(text, needs)
+    except standins.Unsupported as exc:
+        raise PassFailed(f"no host stand-in possible: {exc}", "error") from None
+    if n == 0:
+        return proto, hlo.fingerprint(module), 0, ()
+    try:
+        new = hlo.parse_text(new_text)
+    except Exception as exc:
+        raise PassFailed(f"the module with stand-ins does not parse: {_compiler_message(exc)}", "error") from None
+    return new.as_serialized_hlo_module_proto(), hlo.fingerprint(new), n, targets
 
 
 def time_execution(worker, proto: bytes, seed: int = 0, repeats: int = 5, warmup: int = 1,

@@ -232,6 +232,12 @@ class XlaWorker:
 
         return runner.time_execution(self, proto, seed, repeats, warmup, floats, int_high)
 
+    def stand_ins(self, proto: bytes, extra: tuple = ()) -> tuple:
+        """The module with host stand-ins for custom calls the host cannot run (see standins.py)."""
+        from autotune.pipelines.xla import runner
+
+        return runner.stand_ins(proto, tuple(extra))
+
     def compiles(self, proto: bytes) -> bool:
         """True if the full default pipeline (codegen included) accepts the module; else PassFailed."""
         from autotune.pipelines.xla import runner

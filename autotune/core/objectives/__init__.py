@@ -1,0 +1,209 @@
+"""Objectives: what "better module" means, as one number to minimise, and what it takes to claim it.
+
+An objective owns its measurement. The tuner resolves it once (``get(name)``) and then only calls
+the contract below; no code outside an objective's own file asks which objective it is.
+
+* ``cost(state, ctx)``: the number for one module state (NaN when the state cannot be measured, e.g.
+  XLA's default pipeline fails after it; ``failure(state, ctx)`` then says why).
+* ``prepare(states, ctx)``: batch work ahead of ``cost`` (compiles in parallel), optional.
+* ``default_cost(ctx)``: the number for XLA's default ordering, the baseline of every claim.
+* ``confirm(state, ctx)``: the evidence that ``state`` beats the default, as a ``Claim``. A
+  deterministic objective (an instruction count) needs none beyond the two numbers; a measured one
+  (runtime) re-measures before anything is claimed.
+
+Built in, one file each: ``final-ops`` (default), ``ops``, ``cost``, ``runtime``. Third parties
+register more through the ``autotune.objectives`` entry-point group (``name = "pkg.mod:Class"``).
+
+Why several (see ``xla-mechanics.md`` section 6): the raw instruction count right after a sequence
+rewards *not* running canonicalising expanders that the backend runs anyway, so it overstates wins;
+``final-ops`` counts what the backend will actually see.
+"""
+
+from __future__ import annotations
+
+import abc
+import math
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from importlib import import_module
+from importlib.metadata import entry_points
+from typing import ClassVar
+
+from autotune.errors import BadInput, UnknownName
+from autotune.core.metrics import Metrics
+
+ENTRY_POINT_GROUP = "autotune.objectives"
+
+
+@dataclass(frozen=True)
+class Claim:
+    """Whether a candidate beats XLA's default on an objective, with the evidence for it.
+
+    ``ratio`` is candidate / default (below 1 is better). A measured objective fills ``low``/``high``
+    (a confidence interval of the ratio at ``confidence``), ``min_effect`` (the smallest relative
+    improvement it calls a win) and ``rounds``; ``win`` is True only when the whole interval lies
+    below ``1 - min_effect``. ``message`` is one line for a person.
+    """
+
+    win: bool
+    cost: float
+    default_cost: float
+    message: str
+    ratio: float | None = None
+    low: float | None = None
+    high: float | None = None
+    confidence: float | None = None
+    min_effect: float | None = None
+    rounds: int | None = None
+    measured: bool = False
+
+    def to_dict(self) -> dict:
+        return {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in asdict(self).items()}
+
+    @classmethod
+    def from_dict(cls, data: dict | None) -> "Claim | None":
+        if not data:
+            return None
+        fields = {k: data.get(k) for k in cls.__dataclass_fields__}
+        fields["cost"] = math.nan if fields["cost"] is None else float(fields["cost"])
+        fields["default_cost"] = math.nan if fields["default_cost"] is None else float(fields["default_cost"])
+        fields["measured"] = bool(fields.get("measured"))
+        return cls(**fields)
+
+
+class ObjectiveContext:
+    """What an objective may use while measuring the states of one module (one per run or check).
+
+    It wraps the evaluator (cached metrics, module bytes, the default pipeline after a state) and
+    remembers the final module of each state it was asked for, so a batch of candidates compiles
+    its default pipelines once and in parallel.
+    """
+
+    def __init__(self, evaluator, root, default, seed: int = 0):
+        self.evaluator = evaluator
+        self.root = root
+        self.default = default  # evaluator.Result of XLA's default ordering on ``root``
+        self.seed = int(seed)
+        self._final: dict = {}
+
+    @property
+    def backend(self):
+        return self.evaluator.pipeline
+
+    @property
+    def cache(self):
+        return self.evaluator.cache
+
+    @property
+    def version(self) -> str:
+        return self.evaluator.version
+
+    def metrics(self, state: str) -> Metrics:
+        return self.evaluator.metrics(state)
+
+    def module(self, state: str):
+        return self.evaluator.module(state, self.root.name)
+
+    def finals(self, states: Sequence[str]) -> dict:
+        """``state -> Result`` of XLA's default pipeline after each state (memoised, parallel)."""
+        missing = [s for s in dict.fromkeys(states) if s not in self._final]
+        if missing:
+            for s, r in zip(missing, self.evaluator.final_many(missing)):
+                self._final[s] = r
+        return {s: self._final[s] for s in states}
+
+    def final(self, state: str):
+        return self.finals([state])[state]
+
+
+class Objective(abc.ABC):
+    """Base class of every objective (see the module docstring for the contract)."""
+
+    name: ClassVar[str]
+    description: ClassVar[str]
+    unit: ClassVar[str] = "instructions"
+    #: Same state, same cost, every time: a lower cost is a win without re-measuring, and a cached
+    #: cost may be compared with any other. False for measured objectives (runtime).
+    deterministic: ClassVar[bool] = True
+
+    def prepare(self, states: Sequence[str], ctx: ObjectiveContext) -> None:
+        """Do batch work for ``states`` before ``cost`` is asked for each (default: nothing)."""
+
+    @abc.abstractmethod
+    def cost(self, state: str, ctx: ObjectiveContext) -> float:
+        """The objective's value for a module state; NaN when it cannot be measured."""
+
+    @abc.abstractmethod
+    def default_cost(self, ctx: ObjectiveContext) -> float:
+        """The value for XLA's default ordering of the root module."""
+
+    def failure(self, state: str, ctx: ObjectiveContext) -> str:
+        """Why ``cost(state)`` was NaN, in one line."""
+        final = ctx.final(state)
+        return f"XLA's default pipeline fails after this sequence: {final.message}"
+
+    def confirm(self, state: str, cost: float, ctx: ObjectiveContext) -> Claim:
+        """Deterministic objectives: the recorded costs are the evidence."""
+        default = self.default_cost(ctx)
+        ratio = cost / default if default else None
+        if cost < default:
+            message = f"{self.name} {default:g} -> {cost:g}"
+        else:
+            message = f"no sequence beat XLA's default on {self.name}: keep XLA's default"
+        return Claim(cost < default, cost, default, message, ratio=ratio)
+
+
+class MetricObjective(Objective):
+    """An objective read off a module's metrics: raw (right after the sequence) or after XLA's
+    default pipeline (``after_default``), which is what the backend will actually see."""
+
+    after_default: ClassVar[bool] = True
+
+    @abc.abstractmethod
+    def from_metrics(self, metrics: Metrics) -> float:
+        """The cost of a module from its metrics."""
+
+    def prepare(self, states: Sequence[str], ctx: ObjectiveContext) -> None:
+        if self.after_default:
+            ctx.finals(states)
+
+    def cost(self, state: str, ctx: ObjectiveContext) -> float:
+        if not self.after_default:
+            return self.from_metrics(ctx.metrics(state))
+        final = ctx.final(state)
+        return self.from_metrics(final.metrics) if final.ok else math.nan
+
+    def default_cost(self, ctx: ObjectiveContext) -> float:
+        # XLA's default module is already the output of the default pipeline: read it as it is.
+        return self.from_metrics(ctx.default.metrics)
+
+
+BUILTIN = {
+    "final-ops": "autotune.core.objectives.final_ops:FinalOps",
+    "ops": "autotune.core.objectives.ops:Ops",
+    "cost": "autotune.core.objectives.cost:Cost",
+    "runtime": "autotune.core.objectives.runtime:Runtime",
+}
+
+
+def available() -> dict[str, str]:
+    """Objective name -> ``module:Class``: the built-ins, then third-party entry points."""
+    names = dict(BUILTIN)
+    for ep in entry_points(group=ENTRY_POINT_GROUP):
+        names.setdefault(ep.name, ep.value)
+    return names
+
+
+def get(name: str | Objective, **options) -> Objective:
+    """Resolve an objective by name (once, at the edge); an Objective instance passes through."""
+    if isinstance(name, Objective):
+        return name
+    names = available()
+    if name not in names:
+        raise UnknownName("objective", str(name), list(names))
+    module, _, cls = names[name].partition(":")
+    try:
+        obj_cls = getattr(import_module(module), cls)
+    except (ImportError, AttributeError) as exc:
+        raise BadInput(f"objective '{name}' cannot be loaded from {names[name]}: {exc}") from None
+    return obj_cls(**options)

@@ -1,0 +1,61 @@
+"""One run specification: the settings of a tuning run, their defaults and their checks.
+
+Every entry point (``autotune run``, ``compare``, ``train``, the Python API, the benchmarks) builds a
+``RunSpec``; a bad value is one ``BadInput`` line, raised before any compile, whichever way it came in.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from autotune.errors import BadInput
+
+DEFAULT_STRATEGY = "random"
+DEFAULT_BUDGET = 200
+DEFAULT_OBJECTIVE = "final-ops"
+DEFAULT_MAX_LENGTH = 16
+
+
+def check_budget(budget) -> int:
+    if isinstance(budget, bool) or not isinstance(budget, int) or budget < 1:
+        raise BadInput(f"--budget must be a positive number of evaluations, not {budget}")
+    return budget
+
+
+def check_max_length(max_length) -> int:
+    if isinstance(max_length, bool) or not isinstance(max_length, int) or max_length < 1:
+        raise BadInput(f"--max-length must be at least 1, not {max_length}")
+    return max_length
+
+
+def check_time_limit(time_limit) -> float | None:
+    if time_limit is None:
+        return None
+    if not isinstance(time_limit, (int, float)) or not math.isfinite(time_limit) or time_limit <= 0:
+        raise BadInput(f"--time-limit must be a positive number of seconds, not {time_limit}")
+    return float(time_limit)
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """What to run: strategy and its options, objective, budget (evaluations, cache hits included),
+    seed, longest sequence, optional time limit, whether to validate and prune the best."""
+
+    strategy: str = DEFAULT_STRATEGY
+    budget: int = DEFAULT_BUDGET
+    objective: str = DEFAULT_OBJECTIVE
+    seed: int = 0
+    max_length: int = DEFAULT_MAX_LENGTH
+    time_limit: float | None = None
+    options: dict = field(default_factory=dict)
+    validate: bool = True
+    prune: bool = True
+
+    def __post_init__(self):
+        check_budget(self.budget)
+        check_max_length(self.max_length)
+        object.__setattr__(self, "time_limit", check_time_limit(self.time_limit))
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int):
+            raise BadInput(f"--seed must be an integer, not {self.seed!r}")
+        object.__setattr__(self, "options", dict(self.options or {}))
