@@ -118,8 +118,8 @@ def canonical_text(module, proto: bytes | None = None) -> str:
     printed with large constants elided (XLA prints ``{...}`` for more than 10 elements); when
     those hold more than ``PRINT_CONSTANT_ELEMENTS`` elements, each constant with a large literal
     is replaced, in a copy of the serialized proto, by a data-free stand-in instruction whose text
-    carries a hash of the literal's bytes
-    (``constant_stand_ins``), and that copy is printed instead. The stand-in keeps the constant's
+    carries a hash of the literal's bytes (``constant_stand_ins``), and that copy is printed
+    instead (fewer elements are printed as they are: that is cheaper). The stand-in keeps the constant's
     place and shape, so the text still says which constant sits where; only the data is hashed
     as bytes rather than printed. ``proto`` (the module's serialized bytes) saves one serialisation.
     """
