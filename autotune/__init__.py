@@ -19,12 +19,12 @@ import os as _os
 # older HLO dumps) off the user's terminal unless they asked for it.
 _os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-from autotune.api import Session, apply, tune, validate  # noqa: E402
+from autotune.api import Session, apply, explain, tune, tune_fleet, validate  # noqa: E402
 from autotune.errors import AutotuneError, BadInput, CheckFailed, PassFailed  # noqa: E402
 from autotune.core.module import Module, load  # noqa: E402
 from autotune.core.record import TuningRecord  # noqa: E402
 
 __all__ = [
     "AutotuneError", "BadInput", "CheckFailed", "Module", "PassFailed", "Session", "TuningRecord", "__version__",
-    "apply", "load", "tune", "validate",
+    "apply", "explain", "load", "tune", "tune_fleet", "validate",
 ]

@@ -51,9 +51,12 @@ class Session:
         return self.evaluator.prepare(_module(module))
 
     def tune(self, module, strategy: str = RunSpec.strategy, budget: int = RunSpec.budget,
-             objective: str = RunSpec.objective, seed: int = 0, max_length: int = DEFAULT_MAX_LENGTH, time_limit: float | None = None, options: dict | None = None,
+             objective=RunSpec.objective, seed: int = 0, max_length: int = DEFAULT_MAX_LENGTH, time_limit: float | None = None, options: dict | None = None,
              progress: bool = False, validate: bool = True):
-        """Search the pass ordering of ``module``; returns ``autotune.core.tuner.TuneResult``."""
+        """Search the pass ordering of ``module``; returns ``autotune.core.tuner.TuneResult``.
+
+        ``objective`` is a name or an ``Objective`` (e.g. ``objectives.get("runtime", min_effect=0.05)``);
+        a measured objective's verdict, with its interval, is ``result.claim``."""
         from autotune.core.tuner import tune as _tune
         from autotune.reporting.progress import RichObserver
 
@@ -69,6 +72,33 @@ class Session:
 
         return _explore(self.evaluator, _module(module), depth, observer=RichObserver() if progress else None,
                         validate=validate)
+
+    def tune_fleet(self, modules, strategy: str = RunSpec.strategy, budget: int = RunSpec.budget,
+                   objective: str = RunSpec.objective, seed: int = 0, max_length: int = DEFAULT_MAX_LENGTH,
+                   time_limit: float | None = None, options: dict | None = None, progress: bool = False,
+                   validate: bool = True, allow_regressions: bool = False):
+        """ONE sequence for all ``modules`` (a fleet); ``budget`` counts fleet evaluations. Returns
+        ``autotune.core.fleet.FleetResult`` (the sequence, the mean ratio to XLA's default, every member)."""
+        from autotune.core.fleet import tune_fleet as _tune_fleet
+        from autotune.reporting.progress import RichObserver
+
+        return _tune_fleet(self.evaluator, [_module(m) for m in modules], strategy=strategy, budget=budget,
+                           objective=objective, seed=seed, max_length=max_length, time_limit=time_limit,
+                           options=options, observer=RichObserver() if progress else None, validate=validate,
+                           allow_regressions=allow_regressions)
+
+    def explain(self, target, sequence: Sequence[str] | None = None, member: str | None = None,
+                minimize: bool = True):
+        """Explain a win: ``explain(RUN_ID)`` (a finished run; ``member`` picks a fleet's module) or
+        ``explain(module, sequence)``. Returns ``autotune.reporting.explain.Explanation``
+        (``.to_markdown()``, ``.to_dict()``, ``.missed_optimization()``)."""
+        from autotune.reporting.explain import explain as _explain, explain_run
+
+        if sequence is None:
+            return explain_run(self.evaluator, str(target), member=member, minimize=minimize)
+        return _explain(self.evaluator, self.normalize(target), list(sequence), minimize=minimize,
+                        model_path=str(target) if isinstance(target, (str, Path)) and Path(str(target)).is_file()
+                        else None)
 
     def apply(self, module, sequence: Sequence[str]) -> Module:
         """``module`` (normalised) after ``sequence``; raises ``PassFailed`` if a step fails."""
@@ -89,6 +119,19 @@ class Session:
     def metrics(self, module):
         """``Metrics`` of a module (instructions, per-opcode counts, flops, ...)."""
         return self.evaluator.pipeline.measure(_module(module))
+
+    def compare_runtime(self, baseline, candidate, rounds: int | None = None, confidence: float | None = None,
+                        min_effect: float | None = None, seed: int = 0):
+        """Is ``candidate`` faster than ``baseline``? Both fully compiled and timed interleaved in one
+        worker, then the ratio of medians candidate/baseline with a bootstrap confidence interval:
+        ``autotune.core.stats.Comparison`` (``.faster`` only when the whole interval lies below
+        ``1 - min_effect``). The protocol of the ``runtime`` objective's claims (docs/runtime.md)."""
+        from autotune.core import stats
+
+        timing = self.evaluator.pipeline.time_ab(_module(baseline), _module(candidate), seed=seed,
+                                                 rounds=rounds or stats.ROUNDS)
+        return stats.compare(timing["a"], timing["b"], confidence or stats.CONFIDENCE,
+                             stats.MIN_EFFECT if min_effect is None else min_effect, seed=seed)
 
     def validate(self, original, tuned, seed: int = 0):
         """Compile both fully, run both on the same seeded inputs, compare every output."""
@@ -112,6 +155,20 @@ def tune(module, strategy: str = RunSpec.strategy, budget: int = RunSpec.budget,
     """One-shot ``Session(...).tune(...)``."""
     with Session(cache, workers) as s:
         return s.tune(module, strategy=strategy, budget=budget, objective=objective, seed=seed, **kwargs)
+
+
+def explain(target, sequence: Sequence[str] | None = None, cache: str | Path | None = None,
+            workers: int | None = None, **kwargs):
+    """One-shot ``Session(...).explain(...)``."""
+    with Session(cache, workers) as s:
+        return s.explain(target, sequence, **kwargs)
+
+
+def tune_fleet(modules, strategy: str = RunSpec.strategy, budget: int = RunSpec.budget, cache: str | Path | None = None,
+               workers: int | None = None, **kwargs):
+    """One-shot ``Session(...).tune_fleet(...)``."""
+    with Session(cache, workers) as s:
+        return s.tune_fleet(modules, strategy=strategy, budget=budget, **kwargs)
 
 
 def apply(module, sequence: Sequence[str], cache: str | Path | None = None, workers: int | None = 1) -> Module:

@@ -43,7 +43,7 @@ class HookStats:
 class _Hook:
     def __init__(self, records: Iterable[TuningRecord | str | Path], cache, workers: int, strict: bool):
         recs = [r if isinstance(r, TuningRecord) else TuningRecord.load(r) for r in records]
-        self.records = {r.fingerprint: r for r in recs}
+        self.records = {fp: r for r in recs for fp in r.applies_to}  # a fleet record: every member
         self.cache, self.workers, self.strict = cache, workers, strict
         self.stats = HookStats()
         self._session = None

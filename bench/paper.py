@@ -233,7 +233,7 @@ def run(s: Settings, argv: list[str] | None = None, log=print) -> dict:
 
 # ---- the report --------------------------------------------------------------------------------------------------
 def write(main, ops_comp, data: dict, results: Path, log=print) -> None:
-    from autotune.reporting.compare import PAPER
+    from autotune.reporting.metric import PAPER
     from autotune.reporting.report import Bullets, Code, Heading, Para, Table, overview_table, paper_table, pct, write_report
 
     s = data["settings"]
@@ -320,7 +320,7 @@ def _families(entries) -> str:
 
 def standing(main, ops_comp) -> list[str]:
     """Plain statements of where the numbers stand against the paper's, generated from the numbers."""
-    from autotune.reporting.compare import PAPER
+    from autotune.reporting.metric import PAPER
     from autotune.reporting.report import pct
 
     def fam(x, family, kind):
@@ -437,7 +437,7 @@ def parse(argv: list[str] | None = None, with_flags: bool = False):
 
 def rerender(results: Path, log=print) -> None:
     """Write the report again from ``results/paper/paper.json`` (no compile, no training)."""
-    from autotune.reporting.compare import Comparison
+    from autotune.reporting.comparison import Comparison
 
     data = json.loads((results / "paper" / "paper.json").read_text())
     comps = {k: Comparison.from_dict(v) for k, v in data["comparisons"].items()}

@@ -13,7 +13,9 @@ import math
 
 import pytest
 
-from autotune.reporting.compare import RATIO_FLOOR, Comparison, RunRow, compare, family_of, paper_metric
+from autotune.reporting.compare import compare
+from autotune.reporting.comparison import Comparison, RunRow, family_of
+from autotune.reporting.metric import RATIO_FLOOR, paper_metric
 from autotune.errors import BadInput
 from autotune.core.module import load
 from conftest import DATA, ROOT, SMALL, run_cli
@@ -119,7 +121,7 @@ def test_report_files_and_json_round_trip(comparison, tmp_path):
 
 def test_report_from_stored_runs_matches_the_comparison(engine, comparison, db_path, tmp_path):
     """`autotune report RUN_ID...` rebuilds compare's numbers from the cache alone."""
-    from autotune.reporting.compare import comparison_of_runs
+    from autotune.reporting.comparison import comparison_of_runs
 
     again = comparison_of_runs(engine.cache, [r.run_id for r in comparison.runs])
     assert again.strategies == comparison.strategies and again.objective == comparison.objective
@@ -137,6 +139,8 @@ def test_report_from_stored_runs_matches_the_comparison(engine, comparison, db_p
     assert proc.returncode == 0, proc.stderr
     assert [s["strategy"] for s in json.loads(proc.stdout)["summaries"]] == STRATEGIES
     assert (out / "report.md").is_file() and (out / "report.html").is_file()
+    table = run_cli("report", *ids, "--out", str(tmp_path / "rep-table"), db=db_path)  # the table for people
+    assert table.returncode == 0 and "paper (2023" in table.stdout and "report:" in table.stdout, table.stderr
     bad = run_cli("report", "no-such-run", "--out", str(tmp_path / "x"), db=db_path)
     assert bad.returncode == 2 and "no run 'no-such-run'" in bad.stderr and "Traceback" not in bad.stderr
     empty = run_cli("report", "--out", str(tmp_path / "y"), db=db_path)
@@ -228,7 +232,7 @@ def test_rejected_candidates_survive_the_summary_round_trip(engine, comparison):
     """A run's summary lists rejected candidates as {sequence, reason}; the report keeps both."""
     from dataclasses import replace
 
-    from autotune.reporting.compare import _row_from_summary
+    from autotune.reporting.comparison import _row_from_summary
     from autotune.core.runs import RunStore
 
     run = comparison.runs[0]

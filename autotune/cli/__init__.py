@@ -12,6 +12,7 @@ import sys
 
 import click
 
+from autotune.cli.common import die
 from autotune.errors import AutotuneError
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
@@ -57,6 +58,4 @@ def main(argv=None) -> None:
         die("interrupted", 130)
     except BrokenPipeError:
         sys.exit(0)
-
-
-from autotune.cli.common import die  # noqa: E402
+    sys.exit(rv if isinstance(rv, int) else 0)

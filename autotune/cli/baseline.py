@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import click
 
-from autotune.errors import AutotuneError, BadInput
+from autotune.errors import AutotuneError
 from autotune.cli import cli
 from autotune.cli.common import db_option, json_option, load_model, metrics_row, metrics_table, print_json, workers_option, executor_option
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import click
 
-from autotune.errors import AutotuneError, BadInput
+from autotune.errors import BadInput
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 

@@ -125,7 +125,7 @@ class Interrupted(AutotuneError):
 def _summary(comp, files) -> None:
     from rich.table import Table
 
-    from autotune.reporting.compare import PAPER
+    from autotune.reporting.metric import PAPER
     from autotune.reporting.report import _metric_cell, pct
 
     table = Table(title=f"{len(comp.modules)} modules x {len(comp.seeds)} seed(s), budget {comp.budget}, "
@@ -135,7 +135,18 @@ def _summary(comp, files) -> None:
     for s in comp.summaries:
         table.add_row(s.strategy, _metric_cell(s.raw), _metric_cell(s.final), f"{s.wins}/{s.ties}/{s.losses}",
                       str(s.validity_failures), str(s.evaluations), f"{s.seconds:.0f}s", f"{s.cache_hit_rate:.0%}")
-    console = console()
-    console.print(table)
-    console.print(f"paper (2023, raw ops, PPO + shaping): GPT-2 {pct(PAPER['gpt2'])}, mixed {pct(PAPER['mixed'])}")
-    console.print(f"report: {files.markdown} (also report.html, comparison.json and the plots in {files.html.parent})")
+    out = console()
+    out.print(table)
+    claims = [r for r in comp.runs if r.claim and r.claim.get("measured")]
+    if claims:  # a measured objective: each run's confirmation, with its interval
+        ct = Table(title="runtime claims (interleaved A/B against XLA's default; tuned/default)")
+        for col in ("module", "strategy", "seed", "ratio", "interval", "verdict"):
+            ct.add_column(col, justify="right" if col in ("ratio", "interval", "seed") else "left")
+        for r in claims:
+            c = r.claim
+            ct.add_row(r.module, r.strategy, str(r.seed), f"{c['ratio']:.3f}", f"[{c['low']:.3f}, {c['high']:.3f}]",
+                       ("win" if c["win"] else "no significant difference" if r.outcome == "tie" else "slower")
+                       + f" ({c['confidence']:.0%}, {c['rounds']} rounds)")
+        out.print(ct)
+    out.print(f"paper (2023, raw ops, PPO + shaping): GPT-2 {pct(PAPER['gpt2'])}, mixed {pct(PAPER['mixed'])}")
+    out.print(f"report: {files.markdown} (also report.html, comparison.json and the plots in {files.html.parent})")

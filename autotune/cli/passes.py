@@ -2,10 +2,6 @@
 
 from __future__ import annotations
 
-
-import click
-
-
 from autotune.cli import cli
 from autotune.cli.common import console, db_option, json_option, print_json, target_option
 

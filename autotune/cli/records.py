@@ -37,7 +37,8 @@ def export(run_id, output, db, as_json) -> None:
 @click.argument("model", type=click.Path())
 @click.option("--record", "record_path", type=click.Path(dir_okay=False), required=True, help="Tuning record (JSON).")
 @click.option("--max-regression", type=click.FloatRange(min=0), default=0.0, show_default=True,
-              help="Allowed worsening of the recorded metric, in percent.")
+              help="Allowed worsening of the recorded metric, in percent (runtime: of the tuned/default ratio, and "
+                   "only a worsening its confidence interval proves fails).")
 @click.option("--no-validate", is_flag=True, help="Skip the output comparison.")
 @db_option
 @workers_option
@@ -64,6 +65,12 @@ def check(model, record_path, max_regression, no_validate, db, workers, as_json)
         table.add_row(f"{record.objective} (now)", "-" if result.cost is None else f"{result.cost:g}")
         table.add_row("XLA default (now)", "-" if result.default_cost is None else f"{result.default_cost:g}")
         table.add_row("regression", "-" if result.regression is None else f"{result.regression:+.2%}")
+        if result.claim and result.claim.get("measured"):
+            c = result.claim
+            table.add_row("tuned/default (recorded)", "-" if record.metrics.get("ratio") is None
+                          else f"{record.metrics['ratio']:.3f}")
+            table.add_row("tuned/default (now)", f"{c['ratio']:.3f} [{c['low']:.3f}, {c['high']:.3f}] "
+                          f"({c['confidence']:.0%} CI, {c['rounds']} interleaved rounds)")
         table.add_row("validation (recorded)", result.recorded_validation or "-")
         table.add_row("validation (now)", "-" if result.validation is None else
                       result.validation + (f" ({result.validation_reason})" if result.validation_reason else ""))

@@ -29,7 +29,7 @@ def report(run_ids, module, out_dir, title, db, as_json) -> None:
     from autotune.core.cache import Cache
     from autotune.cli.compare import publish
     from autotune.cli.runs import list_runs
-    from autotune.reporting.compare import comparison_of_runs
+    from autotune.reporting.comparison import comparison_of_runs
     from autotune.errors import BadInput
 
     out = Path(out_dir)

@@ -15,7 +15,11 @@ from autotune.cli.common import check_writable, console, db_option, json_option,
 
 
 @cli.command()
-@click.argument("model", type=click.Path(), required=False)
+@click.argument("models", nargs=-1, type=click.Path(), metavar="[MODEL]...")
+@click.option("--modules", "modules_dir", type=click.Path(file_okay=False), default=None,
+              help="Fleet: tune ONE sequence for every .hlo in this directory (several MODELs do the same).")
+@click.option("--allow-regressions", is_flag=True,
+              help="Fleet: accept a sequence that makes some module worse than XLA's default (reported).")
 @click.option("--strategy", "-s", default="random", show_default=True, help="Search strategy (see `autotune strategies`).")
 @click.option("--budget", "-b", type=int, default=200, show_default=True, help="Sequence evaluations, cache hits included.")
 @click.option("--time-limit", type=float, default=None, help="Stop after this many seconds.")
@@ -23,6 +27,10 @@ from autotune.cli.common import check_writable, console, db_option, json_option,
 @click.option("--max-length", type=int, default=DEFAULT_MAX_LENGTH, show_default=True, help="Longest pass sequence.")
 @click.option("--objective", default="final-ops", show_default=True,
               help="final-ops | ops | cost | runtime (see README: Objectives).")
+@click.option("--min-effect", type=float, default=None,
+              help="runtime: smallest speed-up (percent) a confirmed win must prove [default: 2].")
+@click.option("--confirm-rounds", type=int, default=None,
+              help="runtime: interleaved A/B rounds that confirm the best candidate [default: 30].")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), default=None,
               help="Directory for best_sequence.json, tuned.hlo and summary.json.")
 @click.option("--resume", default=None, help="Continue an interrupted run by its id.")
@@ -40,8 +48,9 @@ from autotune.cli.common import check_writable, console, db_option, json_option,
 @workers_option
 @executor_option
 @json_option
-def run(model, strategy, budget, time_limit, seed, max_length, objective, out_dir, resume, sampler, optimizer,
-        policy, shaping, extra, no_validate, require, no_prune, db, workers, as_json) -> None:
+def run(models, modules_dir, allow_regressions, strategy, budget, time_limit, seed, max_length, objective, min_effect,
+        confirm_rounds, out_dir, resume, sampler, optimizer, policy, shaping, extra, no_validate, require, no_prune, db,
+        workers, as_json) -> None:
     """Tune MODEL's pass ordering with a search strategy and report the best sequence found."""
     from autotune import strategy as strategy_mod
     from autotune.core import objectives
@@ -49,21 +58,34 @@ def run(model, strategy, budget, time_limit, seed, max_length, objective, out_di
     from autotune.core.tuner import Interrupted, tune
     from autotune.reporting.progress import RichObserver
 
-    if not resume and not model:
+    from autotune.cli.common import module_paths
+
+    paths = module_paths(list(models) + ([modules_dir] if modules_dir else [])) if (models or modules_dir) else []
+    if resume and paths:
+        raise BadInput("--resume takes no MODEL (the run knows its module)")
+    if not resume and not paths:
         raise BadInput("give a MODEL to tune (or --resume RUN_ID)")
+    if len(paths) > 1 or modules_dir:
+        from autotune.cli.fleet import run_fleet
+
+        return run_fleet(paths, strategy, budget, time_limit, seed, max_length, objective, out_dir, sampler,
+                         optimizer, policy, shaping, extra, no_validate, no_prune, allow_regressions, db, workers,
+                         as_json, require)
+    model = paths[0] if paths else None
     if out_dir:
         check_writable(Path(out_dir), directory=True)
     module = None if resume else load_model(model)
+    chosen = objective
     options = parse_options(extra, sampler=sampler, optimizer=optimizer, policy=policy, shaping=shaping)
     if not resume:
         strategy_mod.load(strategy)  # unknown names fail before any compile
-        objectives.get(objective)
+        chosen = _objective(objectives, objective, min_effect, confirm_rounds)
         RunSpec(strategy=strategy, budget=budget, objective=objective, seed=seed, max_length=max_length,
                 time_limit=time_limit, options=options)  # every setting checked before any compile
     with open_engine(db, workers=workers) as ev:
         observer = None if as_json else RichObserver()
         try:
-            result = tune(ev, module, strategy=strategy, budget=budget, objective=objective, seed=seed,
+            result = tune(ev, module, strategy=strategy, budget=budget, objective=chosen, seed=seed,
                           max_length=max_length, time_limit=time_limit, options=options, observer=observer,
                           resume=resume, validate=not no_validate, prune=not no_prune)
         except Interrupted as exc:
@@ -73,6 +95,7 @@ def run(model, strategy, budget, time_limit, seed, max_length, objective, out_di
             raise
         if out_dir:
             _write_outputs(ev, result, Path(out_dir))
+            _write_explain(ev, result, Path(out_dir), model)
     _report(result, as_json, out_dir)
     check_required(result, require)
 
@@ -89,6 +112,42 @@ def check_required(result, require: str) -> None:
     if validation is None or not validation.meets(require):
         got = validation.describe() if validation else "not validated"
         raise CheckFailed(f"--require {require}: the best sequence reached {got}")
+
+
+def _write_explain(ev, result, out: Path, model_path) -> None:
+    """``explain.md`` next to the outputs when the run beat XLA's default (nothing to explain otherwise)."""
+    if not (result.best and result.beats_default):
+        return
+    from autotune.reporting.explain import explain
+
+    root = ev.module(result.fingerprint, result.module)
+    try:
+        text = explain(ev, root, result.best_sequence, run_id=result.run_id,
+                       model_path=str(model_path) if model_path else None).to_markdown()
+    except Exception as exc:  # the run's results are written already; an explanation is a bonus
+        text = f"# Explain: {result.module}\n\nNo explanation: {type(exc).__name__}: {exc}\n"
+    try:
+        (out / "explain.md").write_text(text)
+    except OSError as exc:
+        raise BadInput(f"{out}: cannot write explain.md ({exc.strerror or exc})") from None
+
+
+def _objective(objectives, name: str, min_effect, rounds):
+    """The objective by name, with the runtime claim's settings when given (checked before any compile)."""
+    options = {}
+    if min_effect is not None:
+        options["min_effect"] = min_effect / 100.0
+    if rounds is not None:
+        options["rounds"] = rounds
+    obj = objectives.get(name)
+    if not options:
+        return obj
+    if obj.deterministic:
+        raise BadInput(f"--min-effect/--confirm-rounds apply to measured objectives (runtime), not {name}")
+    try:
+        return objectives.get(name, **options)
+    except TypeError:
+        raise BadInput(f"objective '{name}' takes no --min-effect/--confirm-rounds") from None
 
 
 def _write_outputs(ev, result, out: Path) -> None:
@@ -142,9 +201,18 @@ def _report(result, as_json: bool, out_dir) -> None:
             return "n/a" if x is None else f"{x:+.1%}"
 
         out.print(f"reduction vs XLA default's reduction: final-ops {pct(imp_final)}, raw ops {pct(imp_raw)}")
+    elif result.claim is not None and not result.claim.win and (result.claim.measured or result.claim.rounds == 0):
+        out.print(f"[yellow]{result.objective}: {result.claim.message}.[/]")
     else:
         out.print(f"[yellow]No sequence beat XLA's default ordering on {result.objective} in {result.evaluations} "
-                      "evaluations: keep XLA's default.[/]")
+                  "evaluations: keep XLA's default.[/]")
+    if result.claim is not None and result.claim.measured and result.claim.win:
+        out.print(f"[green]{result.objective}: {result.claim.message}[/]")
+    if result.claim is not None and result.claim.measured:
+        c = result.claim
+        out.print(f"confirmation ({c.rounds} interleaved rounds of the best and XLA's default, extra to the "
+                      f"budget): median {c.cost:g} vs {c.default_cost:g} us, ratio {c.ratio:.3f} "
+                      f"[{c.low:.3f}, {c.high:.3f}] at {c.confidence:.0%} confidence")
     if result.validation is not None:
         out.print(f"validation: {result.validation.describe()}"
                       + ("" if result.beats_default else " (of the best candidate, which does not beat XLA's default)"))

@@ -89,8 +89,15 @@ class Backend(Protocol):
     def execute(self, module, seed: int = 0, floats: str = "normal", int_high: int = 4) -> list:
         """Run the fully compiled module once on seeded random inputs; every output as numpy."""
 
-    def time(self, module, seed: int = 0, repeats: int = 5, warmup: int = 1, **options) -> dict:
-        """Wall time of the fully compiled module (``seconds``, ``median``, ``min``, ...)."""
+    def time(self, module, seed: int = 0, repeats: int = 5, warmup: int = 1, min_seconds: float = 0.0,
+             **options) -> dict:
+        """Wall time of the fully compiled module: ``seconds`` (per run, one per sample; a sample is
+        a calibrated loop of >= ``min_seconds``), ``median``, ``min``, ``mad``, ``iqr``, ``inner``."""
+
+    def time_ab(self, a, b, seed: int = 0, rounds: int = 30, warmup: int = 2, min_seconds: float = 0.01,
+                **options) -> dict:
+        """Two modules timed interleaved (A B, B A, ...) in one worker after one compile each, as
+        ``autotune.core.stats`` needs for a claim: ``a``/``b`` lists of per-run seconds, one per round."""
 
     def close(self) -> None:
         """Stop the workers."""

@@ -36,10 +36,25 @@ class TuningRecord:
     format: int = FORMAT
     validation: str | None = None  # the level the run established (``check`` must reach it again)
     validation_reason: str | None = None
+    #: A fleet record (one sequence tuned for several modules) applies to each of these; per-module
+    #: figures are in ``metrics["modules"][fingerprint]``. Empty for a single-module record.
+    fingerprints: tuple[str, ...] = ()
+
+    @property
+    def applies_to(self) -> tuple[str, ...]:
+        """Every module fingerprint this record applies to."""
+        return self.fingerprints or (self.fingerprint,)
+
+    def metrics_for(self, fingerprint: str) -> dict:
+        """The recorded metrics of one module (a fleet member's own, else the record's)."""
+        return (self.metrics.get("modules") or {}).get(fingerprint) or self.metrics
 
     def to_dict(self) -> dict:
         data = asdict(self)
         data["sequence"] = list(self.sequence)
+        data["fingerprints"] = list(self.fingerprints)
+        if not self.fingerprints:
+            del data["fingerprints"]
         return data
 
     def dumps(self) -> str:
@@ -66,12 +81,15 @@ class TuningRecord:
             raise BadInput(f"{source}: 'sequence' must be a list of pass names")
         if not isinstance(data["metrics"], dict):
             raise BadInput(f"{source}: 'metrics' must be an object")
+        fps = data.get("fingerprints", [])
+        if not isinstance(fps, list) or not all(isinstance(f, str) and f for f in fps):
+            raise BadInput(f"{source}: 'fingerprints' must be a list of module fingerprints")
         return cls(
             module=str(data["module"]), fingerprint=str(data["fingerprint"]), sequence=tuple(seq),
             objective=str(data["objective"]), pipeline_version=str(data["pipeline_version"]),
             xla_version=str(data.get("xla_version", "")), autotune_version=str(data.get("autotune_version", "")),
             metrics=dict(data["metrics"]), valid=bool(data.get("valid", False)), run_id=data.get("run_id"),
-            created=float(data.get("created", 0.0)),
+            created=float(data.get("created", 0.0)), fingerprints=tuple(fps),
             validation=data.get("validation"), validation_reason=data.get("validation_reason"),
         )
 
@@ -96,6 +114,8 @@ def from_run(evaluator, run_id: str) -> TuningRecord:
     if not run.finished:
         raise BadInput(f"run '{run_id}' has not finished (status {run.status}); nothing to export")
     summary = run.summary
+    if summary.get("fleet"):
+        return _from_fleet_run(evaluator, run, summary, run_id)
     best = summary.get("best")
     if not best:
         raise BadInput(f"run '{run_id}' found no valid sequence; nothing to export")
@@ -110,6 +130,11 @@ def from_run(evaluator, run_id: str) -> TuningRecord:
         "cost": best["cost"],
         "default_cost": summary["default_cost"],
     }
+    claim = summary.get("claim")
+    if claim and claim.get("measured"):  # a measured objective: the confirmed ratio and its interval
+        metrics.update(ratio=claim.get("ratio"), ratio_low=claim.get("low"), ratio_high=claim.get("high"),
+                       confidence=claim.get("confidence"), min_effect=claim.get("min_effect"),
+                       rounds=claim.get("rounds"))
     from autotune.core.validation import Validation, verified
 
     validation = Validation.from_dict(summary.get("validity"))
@@ -119,6 +144,36 @@ def from_run(evaluator, run_id: str) -> TuningRecord:
         objective=run.objective, pipeline_version=run.version, xla_version=evaluator.pipeline.compiler_version,
         autotune_version=autotune.__version__, metrics=metrics, valid=verified(level),
         run_id=run_id, validation=level, validation_reason=validation.reason if validation else None,
+    )
+
+
+def _from_fleet_run(evaluator, run, summary: dict, run_id: str) -> TuningRecord:
+    """A record for every member of a fleet run: one sequence, per-module figures."""
+    import autotune
+
+    if not summary.get("best") or not summary.get("beats_default"):
+        raise BadInput(f"fleet run '{run_id}' found nothing better than XLA's default ordering; nothing to export "
+                       "(keep the default)")
+    modules = {}
+    for m in summary["members"]:
+        modules[m["fingerprint"]] = {
+            "module": m["name"], "input_ops": m["input"]["instructions"], "default_ops": m["default"]["instructions"],
+            "tuned_ops": (m.get("tuned_raw") or {}).get("instructions"),
+            "tuned_final_ops": (m.get("tuned") or {}).get("instructions"),
+            "cost": m["cost"], "default_cost": m["default_cost"],
+            "validation": (m.get("validity") or {}).get("level"),
+        }
+    from autotune.core.validation import verified
+
+    levels = [(m.get("validity") or {}).get("level") for m in summary["members"]]
+    weakest = (summary.get("validity") or {}).get("level")
+    fps = tuple(m["fingerprint"] for m in summary["members"])
+    return TuningRecord(
+        module=f"fleet of {len(fps)}: " + ", ".join(m["name"] for m in summary["members"]), fingerprint=fps[0],
+        sequence=tuple(summary["best"]["sequence"]), objective=run.objective, pipeline_version=run.version,
+        xla_version=evaluator.pipeline.compiler_version, autotune_version=autotune.__version__,
+        metrics={"cost": summary["best_cost"], "default_cost": summary["default_cost"], "modules": modules},
+        valid=all(verified(lv) for lv in levels), run_id=run_id, fingerprints=fps, validation=weakest,
     )
 
 
@@ -141,6 +196,7 @@ class CheckResult:
     validation: str | None = None  # the level re-established now (None: not checked)
     validation_reason: str | None = None
     recorded_validation: str | None = None
+    claim: dict | None = None  # a measured objective's re-confirmation against XLA's default (Claim.to_dict)
 
     def to_dict(self) -> dict:
         data = asdict(self)
@@ -157,11 +213,14 @@ def check(evaluator, module, record: TuningRecord, max_regression: float = 0.0, 
 
     reasons: list[str] = []
     root = evaluator.prepare(module)
-    base = dict(module=root.name, fingerprint=root.fingerprint, record_fingerprint=record.fingerprint,
-                sequence=record.sequence, recorded_cost=float(record.metrics.get("cost", float("nan"))),
+    matched = root.fingerprint if root.fingerprint in record.applies_to else record.fingerprint
+    base = dict(module=root.name, fingerprint=root.fingerprint, record_fingerprint=matched,
+                sequence=record.sequence,
+                recorded_cost=float(record.metrics_for(matched).get("cost", float("nan"))),
                 max_regression=max_regression, pipeline_version=evaluator.version,
-                record_pipeline_version=record.pipeline_version, recorded_validation=record.validation)
-    if root.fingerprint != record.fingerprint:
+                record_pipeline_version=record.pipeline_version,
+                recorded_validation=record.metrics_for(matched).get("validation") or record.validation)
+    if root.fingerprint not in record.applies_to:
         return CheckResult(ok=False, reasons=("module changed: its fingerprint no longer matches the record",),
                            cost=None, default_cost=None, regression=None, valid=None, **base)
     unknown = [p for p in record.sequence if p not in evaluator.pipeline.passes()]
@@ -186,7 +245,17 @@ def check(evaluator, module, record: TuningRecord, max_regression: float = 0.0, 
     else:
         reasons.append(f"XLA's default pipeline fails on the module: {default.message}")
     regression = None
-    if cost is not None and base["recorded_cost"] > 0:
+    claim = None
+    if cost is not None and not obj.deterministic:
+        # A measured objective's recorded cost is a time on another day (maybe another machine): it is
+        # re-confirmed against XLA's default now, and a regression must be proven by the interval.
+        # (-inf: confirm even when today's cheap sample happens not to look faster.)
+        claim_obj = obj.confirm(result.state, -math.inf, ctx)
+        claim = claim_obj.to_dict()
+        regression, reason = _interval_regression(record, record.metrics_for(matched), claim_obj, max_regression)
+        if reason:
+            reasons.append(reason)
+    elif cost is not None and base["recorded_cost"] > 0:
         regression = (cost - base["recorded_cost"]) / base["recorded_cost"]
         if regression > max_regression / 100.0 + 1e-12:
             reasons.append(f"{record.objective} regressed by {regression:+.2%} "
@@ -200,8 +269,32 @@ def check(evaluator, module, record: TuningRecord, max_regression: float = 0.0, 
         valid = verified(level)
         if not report.get("ok"):
             reasons.append(f"validity check failed: {report.get('reason') or 'outputs differ'}")
-        elif record.validation and not meets(level, record.validation):
-            reasons.append(f"validation: the record says {record.validation}, this machine re-established only "
+        elif base["recorded_validation"] and not meets(level, base["recorded_validation"]):
+            reasons.append(f"validation: the record says {base['recorded_validation']}, this machine re-established only "
                            f"{level}" + (f" ({level_reason})" if level_reason else ""))
     return CheckResult(ok=not reasons, reasons=tuple(reasons), cost=cost, default_cost=default_cost,
-                       regression=regression, valid=valid, validation=level, validation_reason=level_reason, **base)
+                       regression=regression, valid=valid, validation=level, validation_reason=level_reason, claim=claim,
+                       **base)
+
+
+def _interval_regression(record: TuningRecord, metrics: dict, claim,
+                         max_regression: float) -> tuple[float | None, str | None]:
+    """A measured record's regression, judged on the re-confirmation's interval.
+
+    The recorded figure is the confirmed ratio tuned/default (a record without one, e.g. an old
+    record, is held to "no slower than XLA's default": ratio 1). The check fails only when even the
+    favourable end of today's interval (``low``) is worse than that ratio by more than
+    ``max_regression`` percent, i.e. when the regression is significant, not when noise says so.
+    Returns (point regression of the ratio, reason or None).
+    """
+    recorded = metrics.get("ratio")
+    recorded = float(recorded) if isinstance(recorded, (int, float)) and recorded > 0 else 1.0
+    if claim.ratio is None or claim.low is None:
+        return None, None
+    regression = claim.ratio / recorded - 1.0
+    allowed = recorded * (1.0 + max_regression / 100.0)
+    if claim.low > allowed + 1e-12:
+        return regression, (f"{record.objective} regressed: tuned/default ratio now {claim.ratio:.3f} "
+                            f"[{claim.low:.3f}, {claim.high:.3f}] ({claim.confidence:.0%} CI, {claim.rounds} rounds), "
+                            f"recorded {recorded:.3f}; allowed up to {allowed:.3f} ({max_regression:g}%)")
+    return regression, None

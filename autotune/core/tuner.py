@@ -365,6 +365,8 @@ def tune(
     replay: list[TrialRecord] = []
     if resume:
         run = store.get(resume)
+        if "fleet" in run.options:
+            raise BadInput(f"run '{resume}' is a fleet run; resuming one is not supported yet (start it again)")
         if run.version != evaluator.version:
             raise BadInput(f"run '{resume}' was made with {run.version}, not {evaluator.version}")
         proto = evaluator.cache.state_proto(evaluator.version, run.module)
@@ -454,10 +456,15 @@ def _summarise(tuner: _Tuner, status: str, validate: bool, validation_seed: int,
     confirmations = 0
     ranked = sorted((r for r in tuner.records if r.status == "ok"), key=lambda r: (r.cost, r.n))
     seen: set[str] = set()
-    for rec in ranked:
-        if rec.state in seen or rec.state is None:
+    for i, rec in enumerate(ranked):
+        if rec.state is None:
             continue
-        seen.add(rec.state)
+        # A measured objective's cost belongs to the compiled module: states with the same final
+        # module are one candidate (the runner-up must be a different executable).
+        key = rec.state if obj.deterministic else tuner.ctx.final(rec.state).state
+        if key in seen:
+            continue
+        seen.add(key)
         if len(seen) > MAX_REJECTED:
             break
         found = rec.sequence
@@ -477,7 +484,11 @@ def _summarise(tuner: _Tuner, status: str, validate: bool, validation_seed: int,
         verdict = obj.confirm(rec.state, rec.cost, tuner.ctx)
         if not verdict.win and not obj.deterministic and rec.cost < tuner.default_cost:
             confirmations += 1  # a measured win that did not hold up: try the runner-up, within limits
-            if confirmations < MAX_CONFIRMATIONS:
+            # ... but only a runner-up that is itself a contender (measured faster, another executable);
+            # otherwise this candidate's failed confirmation, with its interval, is the run's answer.
+            if confirmations < MAX_CONFIRMATIONS and any(
+                    r.state and r.cost < tuner.default_cost and tuner.ctx.final(r.state).state not in seen
+                    for r in ranked[i + 1:]):
                 continue
         final = tuner.ctx.final(rec.state)
         best = Candidate(rec.sequence, rec.state, ev.metrics(rec.state), final.metrics if final.ok else None,

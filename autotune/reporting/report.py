@@ -26,7 +26,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from autotune.reporting.compare import PAPER, Comparison, StrategySummary
+from autotune.reporting.comparison import Comparison, StrategySummary
+from autotune.reporting.metric import PAPER
 
 FAMILY_ORDER = ("gpt2", "bert", "resnet", "other")
 FAMILY_LABEL = {"gpt2": "GPT-2", "bert": "BERT", "resnet": "ResNet", "other": "other"}
@@ -267,6 +268,25 @@ def module_table(comp: Comparison) -> Table:
                          "compiled > unverified).")
 
 
+def claims_table(comp: Comparison) -> Table | None:
+    """Per run of a measured objective: the confirmed ratio tuned/default with its interval (None if none)."""
+    rows = []
+    for r in comp.runs:
+        c = r.claim or {}
+        if not c.get("measured"):
+            continue
+        rows.append((f"`{r.module}`", r.strategy, str(r.seed), f"{c['ratio']:.3f}",
+                     f"[{c['low']:.3f}, {c['high']:.3f}]", f"{c['confidence']:.0%}", str(c["rounds"]),
+                     "win" if c.get("win") else ("loss" if r.outcome == "loss" else "no significant difference")))
+    if not rows:
+        return None
+    return Table(("module", "strategy", "seed", "tuned/default", "interval", "confidence", "rounds", "verdict"),
+                 tuple(rows), caption="Runtime claims: the best candidate and XLA's default re-measured interleaved; "
+                 "a win only when the whole interval lies below 1 - minimum effect (see docs/runtime.md). Runs "
+                 "without a row had nothing to confirm (their best was XLA's default executable or not faster in "
+                 "the search).")
+
+
 def _duration(seconds: float) -> str:
     return f"{seconds:.0f}s" if seconds < 120 else f"{seconds / 60:.1f} min"
 
@@ -317,7 +337,22 @@ def method_bullets(comp: Comparison) -> tuple[str, ...]:
         "stopped before its budget keeps its last value, and before its first successful evaluation a run reads 1.0 "
         "(XLA's default is what would be shipped).",
         *(f"**Note**: {n}" for n in comp.notes),
+        *_explain_bullets(comp),
     )
+
+
+def _explain_bullets(comp: Comparison) -> tuple[str, ...]:
+    """Where a run beat the default: the command that explains the win (autotune.reporting.explain)."""
+    wins = [r for r in comp.runs if r.ok and r.run_id and r.best_cost is not None and r.default_cost is not None
+            and r.best_cost < r.default_cost]
+    if not wins:
+        return ()
+    best = {}
+    for r in sorted(wins, key=lambda r: r.best_cost / r.default_cost if r.default_cost else 1.0):
+        best.setdefault(r.module, r)
+    cmds = "; ".join(f"{m}: `autotune explain {r.run_id}`" for m, r in best.items())
+    return (f"**Why a win** (which instructions vanish, which pass did it, a minimal sequence and the commands "
+            f"that reproduce it): {cmds}.",)
 
 
 def standard_blocks(comp: Comparison, images: Sequence[str] = ("convergence.png", "per_module.png", "families.png"),
@@ -343,7 +378,11 @@ def standard_blocks(comp: Comparison, images: Sequence[str] = ("convergence.png"
     blocks.append(Heading("Per strategy", h))
     for s in comp.summaries:
         blocks += [Heading(s.strategy, h + 1), strategy_table(comp, s)]
-    blocks += [Heading("Per module", h), module_table(comp), Heading("Method", h), Bullets(method_bullets(comp))]
+    blocks += [Heading("Per module", h), module_table(comp)]
+    claims = claims_table(comp)
+    if claims is not None:
+        blocks += [Heading("Runtime claims (confirmed by interleaved A/B)", h), claims]
+    blocks += [Heading("Method", h), Bullets(method_bullets(comp))]
     return blocks
 
 

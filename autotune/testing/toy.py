@@ -285,6 +285,23 @@ class ToyBackend:
                 "p90": float(np.percentile(arr, 90)), "mean": float(arr.mean()), "repeats": repeats,
                 "warmup": warmup}
 
+    def time_ab(self, a: Module, b: Module, seed: int = 0, rounds: int = 30, warmup: int = 2, **_) -> dict:
+        """Interleaved A/B timing (A B, B A, ...): per-run seconds per round of each."""
+        def once(m):
+            t0 = time.perf_counter()
+            self.execute(m, seed)
+            return time.perf_counter() - t0
+
+        for _ in range(warmup):
+            once(a), once(b)
+        sa, sb = [], []
+        for r in range(max(2, int(rounds))):
+            if r % 2 == 0:
+                sa.append(once(a)), sb.append(once(b))
+            else:
+                sb.append(once(b)), sa.append(once(a))
+        return {"a": sa, "b": sb, "rounds": len(sa), "inner": 1, "warmup": warmup}
+
     def __enter__(self):
         return self
 

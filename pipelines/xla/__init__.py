@@ -225,7 +225,19 @@ class XlaPipeline:
         return bool(self.pool.call("compiles", module.proto, timeout=self.run_timeout))
 
     def time(self, module: Module, seed: int = 0, repeats: int = 5, warmup: int = 1, floats: str = "normal",
-             int_high: int = 4) -> dict:
-        """Run time of the fully compiled module: ``seconds`` per repeat, ``median``, ``p90``, ``min``."""
+             int_high: int = 4, min_seconds: float = 0.0) -> dict:
+        """Run time of the fully compiled module: ``seconds`` per run for each sample, ``median``,
+        ``min``, ``mad``, ``iqr``, ``p90``; each sample a calibrated loop of >= ``min_seconds``."""
         return self.pool.call("time", module.proto, int(seed), int(repeats), int(warmup), floats, int(int_high),
-                              timeout=self.run_timeout)
+                              float(min_seconds), timeout=self.run_timeout)
+
+    def time_ab(self, a: Module, b: Module, seed: int = 0, rounds: int = 30, warmup: int = 2,
+                min_seconds: float = 0.01, floats: str = "normal", int_high: int = 4,
+                options_a: Sequence[tuple[str, str]] | None = None,
+                options_b: Sequence[tuple[str, str]] | None = None) -> dict:
+        """``a`` and ``b`` timed interleaved in ONE worker (one request: both compiled once, then
+        ``rounds`` alternating samples): per-run seconds per round in ``a`` and ``b``. ``options_*``
+        compile an arm with XLA debug options (``[("xla_disable_hlo_passes", "fusion")]``)."""
+        return self.pool.call("time_ab", a.proto, b.proto, int(seed), int(rounds), int(warmup), floats,
+                              int(int_high), float(min_seconds), list(options_a or []) or None,
+                              list(options_b or []) or None, timeout=self.run_timeout)

@@ -226,11 +226,21 @@ class XlaWorker:
         return runner.execute(self, proto, seed, floats, int_high)
 
     def time(self, proto: bytes, seed: int = 0, repeats: int = 5, warmup: int = 1, floats: str = "normal",
-             int_high: int = 4) -> dict:
-        """Full default compile, then ``warmup`` untimed and ``repeats`` timed runs (seconds)."""
+             int_high: int = 4, min_seconds: float = 0.0) -> dict:
+        """Full default compile, then ``warmup`` untimed and ``repeats`` timed samples (seconds per
+        run; each sample a calibrated loop of at least ``min_seconds``)."""
         from autotune.pipelines.xla import runner
 
-        return runner.time_execution(self, proto, seed, repeats, warmup, floats, int_high)
+        return runner.time_execution(self, proto, seed, repeats, warmup, floats, int_high, min_seconds)
+
+    def time_ab(self, proto_a: bytes, proto_b: bytes, seed: int = 0, rounds: int = 30, warmup: int = 2,
+                floats: str = "normal", int_high: int = 4, min_seconds: float = 0.01, options_a=None,
+                options_b=None) -> dict:
+        """Both modules compiled once in this process, then timed interleaved (see runner.time_ab)."""
+        from autotune.pipelines.xla import runner
+
+        return runner.time_ab(self, proto_a, proto_b, seed, rounds, warmup, floats, int_high, min_seconds,
+                              options_a, options_b)
 
     def stand_ins(self, proto: bytes, extra: tuple = ()) -> tuple:
         """The module with host stand-ins for custom calls the host cannot run (see standins.py)."""

@@ -1,38 +1,151 @@
-"""``runtime``: measured, not modelled, and cached like everything else.
+"""``runtime``: measured wall time of the fully compiled module, and a claim only after confirmation.
 
-The module is compiled with XLA's full CPU pipeline and run on seeded random inputs: ``REPEATS``
-timed runs after ``WARMUP`` untimed ones, reported as the median in microseconds. A measurement is
-cached per (pipeline version, module state, seed, repeats) so a state is timed once per run
-configuration.
+Two measurements with two purposes (see ``docs/runtime.md``):
+
+* **Search** (``cost``): a cheap, noisy sample: ``REPEATS`` calibrated samples (each an inner loop
+  of at least ``SEARCH_MIN_SECONDS``) after a warm-up, their median in microseconds. Good enough
+  to rank candidates, never enough to claim anything: the search keeps its luckiest sample.
+* **Claim** (``confirm``): the best candidate and XLA's default re-measured interleaved in one
+  worker (``Backend.time_ab``: both compiled once, then ``rounds`` rounds A B / B A ...), and the
+  ratio of medians with a bootstrap confidence interval (``autotune.core.stats``). A win needs the
+  whole interval below ``1 - min_effect``; otherwise: "no significant difference: keep XLA's default".
+
+Runtime is keyed by the fully compiled module. What a backend executes after a tuned sequence is
+XLA's default pipeline applied to the sequence's output, so the module after that pipeline
+(``ctx.final(state).state``) identifies the executable: candidates with the same final module share
+one measurement (cached per pipeline version, final module, seed and protocol), and a candidate
+whose final module is XLA's default's own *is* the default executable: it gets the default's time
+and is never a win, without any timing. Only genuinely different modules are timed.
+
+The default's executable is the root module compiled by XLA as it is (what a user gets without
+autotune); its final module is ``ctx.default.state``.
 """
 
 from __future__ import annotations
 
-from autotune.core.objectives import Objective, ObjectiveContext
+import math
 
+from autotune.core import stats
+from autotune.core.objectives import Claim, Objective, ObjectiveContext
+
+#: Search-time samples per distinct compiled module (after one warm-up sample).
 REPEATS = 5
 WARMUP = 1
+#: Each search-time sample is an inner loop of at least this long (seconds).
+SEARCH_MIN_SECONDS = 0.005
+#: Each confirmation sample is an inner loop of at least this long (seconds).
+CONFIRM_MIN_SECONDS = 0.01
+#: Protocol tag in the cache key: bump when the search-time measurement changes meaning.
+PROTOCOL = "search-v2"
 
 
-def measure_runtime(evaluator, state: str, seed: int = 0, repeats: int = REPEATS, warmup: int = WARMUP) -> float:
-    """Median runtime in microseconds of the fully compiled module ``state`` (cached)."""
-    key = f"{evaluator.version}|{state}|{seed}|{repeats}|{warmup}"
+def runtime_key(evaluator, final_state: str, seed: int = 0, repeats: int = REPEATS, warmup: int = WARMUP,
+                min_seconds: float = SEARCH_MIN_SECONDS) -> str:
+    """Cache key of the search-time measurement of the executable whose final module is ``final_state``."""
+    return f"{evaluator.version}|{final_state}|{seed}|{PROTOCOL}|{repeats}|{warmup}|{min_seconds:g}"
+
+
+def measure_runtime(evaluator, final_state: str, module, seed: int = 0, repeats: int = REPEATS,
+                    warmup: int = WARMUP, min_seconds: float = SEARCH_MIN_SECONDS) -> float:
+    """Median runtime in microseconds of ``module`` (whose final module is ``final_state``), cached
+    per final module: a second module with the same final module is not timed again."""
+    key = runtime_key(evaluator, final_state, seed, repeats, warmup, min_seconds)
     report = evaluator.cache.get_report("runtime", key)
     if report is None:
-        timing = evaluator.pipeline.time(evaluator.module(state), seed=seed, repeats=repeats, warmup=warmup)
-        report = {**timing, "median_us": 1e6 * float(timing["median"])}
+        timing = evaluator.pipeline.time(module, seed=seed, repeats=repeats, warmup=warmup, min_seconds=min_seconds)
+        report = {**timing, "median_us": 1e6 * float(timing["median"]), "timed": module.fingerprint}
         evaluator.cache.put_report("runtime", key, report)
     return float(report["median_us"])
 
 
 class Runtime(Objective):
     name = "runtime"
-    description = "measured median runtime (us) of the fully compiled tuned module on random inputs"
+    description = ("measured runtime (us, median) of the fully compiled module; a win is claimed only after an "
+                   "interleaved A/B re-measurement against XLA's default with a confidence interval")
     unit = "us (measured)"
     deterministic = False
 
+    def __init__(self, confidence: float = stats.CONFIDENCE, min_effect: float = stats.MIN_EFFECT,
+                 rounds: int = stats.ROUNDS, repeats: int = REPEATS, warmup: int = WARMUP,
+                 search_min_seconds: float = SEARCH_MIN_SECONDS, confirm_min_seconds: float = CONFIRM_MIN_SECONDS):
+        from autotune.errors import BadInput
+
+        if not 0.5 <= float(confidence) < 1.0:
+            raise BadInput(f"runtime: confidence must be in [0.5, 1), not {confidence}")
+        if not 0.0 <= float(min_effect) < 1.0:
+            raise BadInput(f"runtime: min_effect is a fraction in [0, 1) (0.02 = 2%), not {min_effect}")
+        if int(rounds) < 4:
+            raise BadInput(f"runtime: a confirmation needs at least 4 rounds, not {rounds}")
+        self.confidence = float(confidence)
+        self.min_effect = float(min_effect)
+        self.rounds = int(rounds)
+        self.repeats = int(repeats)
+        self.warmup = int(warmup)
+        self.search_min_seconds = float(search_min_seconds)
+        self.confirm_min_seconds = float(confirm_min_seconds)
+        self._claims: dict[tuple, Claim] = {}  # (version, final module, seed) -> confirmation of this instance
+
+    # ---- search ------------------------------------------------------------------------------------
+    def prepare(self, states, ctx: ObjectiveContext) -> None:
+        ctx.finals(states)  # the final modules (the runtime keys), compiled in parallel
+
+    def _time(self, ctx: ObjectiveContext, final_state: str, module) -> float:
+        return measure_runtime(ctx.evaluator, final_state, module, ctx.seed, self.repeats, self.warmup,
+                               self.search_min_seconds)
+
     def cost(self, state: str, ctx: ObjectiveContext) -> float:
-        return measure_runtime(ctx.evaluator, state)
+        final = ctx.final(state)
+        if not final.ok:
+            return math.nan
+        if final.state == ctx.default.state:  # XLA's default executable itself
+            return self.default_cost(ctx)
+        return self._time(ctx, final.state, ctx.module(state))
 
     def default_cost(self, ctx: ObjectiveContext) -> float:
-        return measure_runtime(ctx.evaluator, ctx.default.state)
+        return self._time(ctx, ctx.default.state, ctx.root)
+
+    # ---- claim ---------------------------------------------------------------------------------------
+    def compare(self, ctx: ObjectiveContext, state: str) -> stats.Comparison:
+        """Interleaved A/B of XLA's default executable (A) against ``state``'s (B), in one worker."""
+        timing = ctx.backend.time_ab(ctx.root, ctx.module(state), seed=ctx.seed, rounds=self.rounds,
+                                     min_seconds=self.confirm_min_seconds)
+        return stats.compare(timing["a"], timing["b"], self.confidence, self.min_effect, seed=ctx.seed)
+
+    def claim_from(self, cmp: stats.Comparison) -> Claim:
+        """The claim a comparison supports (A: XLA's default, B: the candidate)."""
+        threshold = 1.0 - self.min_effect
+        evidence = f"runtime ratio {cmp.describe()}"
+        if cmp.faster:
+            message = (f"faster than XLA's default: {evidence}; the whole interval lies below {threshold:.2f} "
+                       f"(minimum effect {self.min_effect:.0%})")
+        elif cmp.slower:
+            message = f"slower than XLA's default: {evidence}: keep XLA's default"
+        else:
+            message = (f"no significant difference: keep XLA's default ({evidence} does not lie below "
+                       f"{threshold:.2f}, minimum effect {self.min_effect:.0%})")
+        return Claim(cmp.faster, 1e6 * cmp.b.median, 1e6 * cmp.a.median, message, ratio=cmp.ratio, low=cmp.low,
+                     high=cmp.high, confidence=cmp.confidence, min_effect=cmp.min_effect, rounds=cmp.rounds,
+                     measured=True)
+
+    def confirm(self, state: str, cost: float, ctx: ObjectiveContext) -> Claim:
+        """Re-measure before claiming: interleaved A/B with a confidence interval (see module doc).
+
+        No timing when there is nothing to confirm: a final module identical to the default's is the
+        default executable, and a candidate whose search sample was not faster is no candidate.
+        """
+        default = self.default_cost(ctx)
+        final = ctx.final(state)
+        common = dict(confidence=self.confidence, min_effect=self.min_effect)
+        if not final.ok:
+            return Claim(False, math.nan, default, f"XLA's default pipeline fails after this sequence: {final.message}",
+                         rounds=0, **common)
+        if final.state == ctx.default.state:
+            return Claim(False, default, default, "no difference: the compiled module is XLA's default's own; keep "
+                         "XLA's default", ratio=1.0, low=1.0, high=1.0, rounds=0, **common)
+        if not cost < default:
+            return Claim(False, cost, default, "no sequence measured faster than XLA's default in the search: keep "
+                         "XLA's default", ratio=cost / default if default else None, rounds=0, **common)
+        key = (ctx.version, final.state, ctx.seed)
+        if key not in self._claims:
+            self._claims[key] = self.claim_from(self.compare(ctx, state))
+        return self._claims[key]

@@ -1,0 +1,109 @@
+"""``autotune run a.hlo b.hlo ...`` / ``--modules DIR``: one sequence for a fleet (see ``core.fleet``).
+
+Not a command of its own: ``run`` hands over here when it is given more than one module.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from autotune.cli.common import check_writable, console, load_model, parse_options, print_json
+from autotune.errors import BadInput
+
+
+def run_fleet(paths, strategy, budget, time_limit, seed, max_length, objective, out_dir, sampler, optimizer, policy,
+              shaping, extra, no_validate, no_prune, allow_regressions, db, workers, as_json,
+              require: str = "none") -> None:
+    from autotune import strategy as strategy_mod
+    from autotune.core import objectives
+    from autotune.core.engine import open_engine
+    from autotune.core.fleet import tune_fleet
+    from autotune.reporting.progress import RichObserver
+
+    if out_dir:
+        check_writable(Path(out_dir), directory=True)
+    from autotune.core.spec import RunSpec
+
+    strategy_mod.load(strategy)
+    objectives.get(objective)
+    options = parse_options(extra, sampler=sampler, optimizer=optimizer, policy=policy, shaping=shaping)
+    RunSpec(strategy=strategy, budget=budget, objective=objective, seed=seed, max_length=max_length,
+            time_limit=time_limit, options=options)  # every setting checked before any compile
+    modules = [load_model(str(p)) for p in paths]
+    with open_engine(db, workers=workers) as ev:
+        result = tune_fleet(ev, modules, strategy=strategy, budget=budget, objective=objective, seed=seed,
+                            max_length=max_length, time_limit=time_limit, options=options,
+                            observer=None if as_json else RichObserver(), validate=not no_validate,
+                            minimize=not no_prune, allow_regressions=allow_regressions)
+        if out_dir:
+            _write_outputs(ev, result, Path(out_dir), {m.name: str(p) for m, p in zip(modules, paths)})
+    if as_json:
+        print_json(result.to_dict())
+    else:
+        _report(result, out_dir)
+    if require != "none" and result.best_sequence:
+        from autotune.core.validation import meets
+        from autotune.errors import CheckFailed
+
+        if result.validation is None or not meets(result.validation, require):
+            weakest = [m.name for m in result.members if (m.validity or {}).get("level") == result.validation]
+            raise CheckFailed(f"--require {require}: the fleet's weakest member reached "
+                              f"{result.validation or 'no validation'} ({', '.join(weakest) or 'not validated'})")
+
+
+def biggest_win(result):
+    """The member with the largest relative gain (None when no member gained)."""
+    gains = [m for m in result.members if m.ratio is not None and m.ratio < 1.0]
+    return min(gains, key=lambda m: m.ratio) if gains else None
+
+
+def _write_outputs(ev, result, out: Path, paths: dict) -> None:
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "summary.json").write_text(json.dumps(result.to_dict(), indent=2))
+        (out / "best_sequence.json").write_text(json.dumps({
+            "modules": list(result.modules), "fingerprints": [m.fingerprint for m in result.members],
+            "objective": result.objective, "sequence": list(result.best_sequence), "cost": result.best_cost,
+            "default_cost": result.default_cost, "pipeline_version": ev.version, "run_id": result.run_id,
+            "beats_default": result.beats_default, "regressions": list(result.regressions),
+        }, indent=2))
+        win = biggest_win(result) if result.beats_default else None
+        if win is not None:
+            from autotune.reporting.explain import explain
+
+            text = explain(ev, ev.module(win.fingerprint, win.name), result.best_sequence, run_id=result.run_id,
+                           model_path=paths.get(win.name)).to_markdown()
+            (out / "explain.md").write_text(text)
+    except OSError as exc:
+        raise BadInput(f"{out}: cannot write outputs ({exc.strerror or exc})") from None
+
+
+def _report(result, out_dir) -> None:
+    from rich.table import Table
+
+    con = console()
+    table = Table(title=f"fleet of {len(result.members)}: {result.strategy}, {result.evaluations} fleet evaluations, "
+                        f"objective {result.objective}")
+    for col in ("module", "input", "XLA default", "tuned", "change", "valid"):
+        table.add_column(col, justify="left" if col == "module" else "right")
+    for m in result.members:
+        change = "fails" if m.ratio is None else f"{m.ratio - 1.0:+.2%}"
+        if m.regressed:
+            change += " WORSE"
+        valid = "-" if m.validity is None else (m.validity.get("level") or ("yes" if m.validity.get("ok") else "NO"))
+        tuned = m.tuned.instructions if m.tuned is not None else (m.cost if m.cost is not None else "-")
+        table.add_row(m.name, str(m.input.instructions), str(m.default.instructions), str(tuned), change, valid)
+    con.print(table)
+    if result.beats_default:
+        con.print(f"fleet sequence ({len(result.best_sequence)} passes): {','.join(result.best_sequence)}")
+        con.print(f"mean relative change vs XLA's default: {result.best_cost - 1.0:+.3%}"
+                  + (f"; worse than the default on: {', '.join(result.regressions)}" if result.regressions else
+                     "; no module worse than its default"))
+    else:
+        con.print(f"[yellow]No sequence beat XLA's default ordering on the fleet in {result.evaluations} "
+                  "evaluations: keep XLA's default.[/]")
+    for seq, reason in result.invalid:
+        con.print(f"[yellow]rejected (invalid):[/] {','.join(seq)}: {reason}")
+    con.print(f"run {result.run_id} ({result.status}): {result.seconds:.1f}s, steps compiled {result.steps_compiled}"
+              + (f"; outputs in {out_dir}" if out_dir else ""))

@@ -1,0 +1,134 @@
+"""Statistics of runtime measurements: robust summaries, and whether B is really faster than A.
+
+Wall-clock times of one executable on a shared machine vary by tens of percent from sample to
+sample, and a search that keeps its fastest sample keeps its luckiest (the winner's curse). A claim
+therefore rests on a separate interleaved A/B measurement (``Backend.time_ab``: A and B alternate
+in one process, so drift and neighbours hit both arms alike) and on the statistics below, the way
+benchmarking tools do it:
+
+* **summary**: min, median and two robust spreads (MAD, IQR) of per-run times, never the mean alone;
+* **ratio**: median(B) / median(A), below 1 when B is faster;
+* **confidence interval** of that ratio by the bootstrap (``scipy.stats.bootstrap``, as criterion
+  does), resampling *rounds* (``paired=True``): an A sample and the B sample beside it were taken
+  under the same conditions and stay together;
+* **verdict**: B is faster only if the whole interval lies below ``1 - min_effect`` (default 2%):
+  significant *and* large enough to matter; slower only if it lies above ``1 + min_effect``;
+  anything else is "no significant difference";
+* the Mann-Whitney U test (``scipy.stats.mannwhitneyu``, Google Benchmark's compare.py) is reported
+  beside the interval as a second opinion that assumes nothing about pairing; it does not decide.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+#: Defaults of a runtime claim (the ``runtime`` objective, ``check`` and the benchmark use these).
+CONFIDENCE = 0.95
+MIN_EFFECT = 0.02
+ROUNDS = 30
+#: Bootstrap resamples: enough for a stable 95% percentile interval of a ratio of medians.
+RESAMPLES = 4000
+
+
+@dataclass(frozen=True)
+class Summary:
+    """Robust description of per-run times (seconds)."""
+
+    n: int
+    min: float
+    median: float
+    mad: float  # median absolute deviation from the median
+    iqr: float  # interquartile range
+
+    @classmethod
+    def of(cls, seconds: Sequence[float]) -> "Summary":
+        arr = np.asarray(seconds, dtype=float)
+        if arr.size == 0:
+            raise ValueError("no samples")
+        q1, med, q3 = np.percentile(arr, [25, 50, 75])
+        return cls(int(arr.size), float(arr.min()), float(med), float(np.median(np.abs(arr - med))), float(q3 - q1))
+
+    @property
+    def relative_spread(self) -> float:
+        """MAD / median: the noise of one sample, as a fraction."""
+        return self.mad / self.median if self.median > 0 else math.nan
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """B against A: ``ratio`` = median(B) / median(A) with its confidence interval, and the verdict."""
+
+    ratio: float
+    low: float
+    high: float
+    confidence: float
+    min_effect: float
+    rounds: int
+    p_value: float  # two-sided Mann-Whitney U, for information
+    a: Summary
+    b: Summary
+
+    @property
+    def faster(self) -> bool:
+        """B is faster by at least ``min_effect`` at this confidence (the whole interval below 1 - min_effect)."""
+        return self.high < 1.0 - self.min_effect
+
+    @property
+    def slower(self) -> bool:
+        return self.low > 1.0 + self.min_effect
+
+    @property
+    def verdict(self) -> str:
+        if self.faster:
+            return "faster"
+        if self.slower:
+            return "slower"
+        return "no significant difference"
+
+    def describe(self) -> str:
+        """``0.524x [0.51, 0.54] (95% CI, 30 rounds)``: the ratio and its interval, for a person."""
+        return (f"{self.ratio:.3f}x [{self.low:.3f}, {self.high:.3f}] ({self.confidence:.0%} CI, "
+                f"{self.rounds} interleaved rounds)")
+
+    def to_dict(self) -> dict:
+        data = asdict(self)
+        data["verdict"] = self.verdict
+        return data
+
+
+def _ratio_of_medians(b, a, axis=-1):
+    return np.median(b, axis=axis) / np.median(a, axis=axis)
+
+
+def compare(a: Sequence[float], b: Sequence[float], confidence: float = CONFIDENCE,
+            min_effect: float = MIN_EFFECT, seed: int = 0, resamples: int = RESAMPLES) -> Comparison:
+    """Compare per-run times ``b`` (the candidate) with ``a`` (the baseline), paired by round.
+
+    ``a[i]`` and ``b[i]`` must come from the same round of an interleaved measurement. The interval
+    is a paired percentile bootstrap of median(b) / median(a) (``scipy.stats.bootstrap``), seeded,
+    so the same samples always give the same verdict.
+    """
+    from scipy import stats as sps
+
+    if not 0.5 <= confidence < 1.0:
+        raise ValueError(f"confidence must be in [0.5, 1), not {confidence}")
+    if not 0.0 <= min_effect < 1.0:
+        raise ValueError(f"min_effect must be in [0, 1), not {min_effect}")
+    a_arr, b_arr = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    if a_arr.shape != b_arr.shape or a_arr.ndim != 1 or a_arr.size < 2:
+        raise ValueError("compare needs two equally long lists of at least 2 paired samples")
+    ratio = float(_ratio_of_medians(b_arr, a_arr))
+    if np.all(a_arr == a_arr[0]) and np.all(b_arr == b_arr[0]):  # no spread at all: nothing to resample
+        low = high = ratio
+    else:
+        res = sps.bootstrap((b_arr, a_arr), _ratio_of_medians, paired=True, vectorized=True,
+                            confidence_level=confidence, n_resamples=int(resamples), method="percentile",
+                            rng=np.random.default_rng(seed))
+        low, high = float(res.confidence_interval.low), float(res.confidence_interval.high)
+    p_value = float(sps.mannwhitneyu(b_arr, a_arr, alternative="two-sided").pvalue)
+    return Comparison(ratio, low, high, float(confidence), float(min_effect), int(a_arr.size), p_value,
+                      Summary.of(a_arr), Summary.of(b_arr))

@@ -1,0 +1,416 @@
+"""The comparison model: one ``RunRow`` per (strategy, module, seed) run, one ``StrategySummary``
+per strategy, the ``Comparison`` that holds them (round-trips through JSON), and how rows are
+rebuilt from runs already in the cache (``row_from_run``, ``comparison_of_runs``: nothing compiled).
+The metric is ``autotune.reporting.metric``; the driver that makes the runs is
+``autotune.reporting.compare``.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+
+from autotune.errors import BadInput
+from autotune.reporting.metric import PAPER, RATIO_FLOOR, TIE_RTOL, PaperMetric, paper_metric  # noqa: F401
+
+FAMILIES = ("gpt2", "bert", "resnet")
+
+
+def family_of(name: str) -> str:
+    """Model family from a module name prefix: gpt2_/bert_/resnet_, else "other"."""
+    low = name.lower()
+    for fam in FAMILIES:
+        if low.startswith(fam + "_"):
+            return fam
+    return "other"
+
+
+# ---- rows ---------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class RunRow:
+    """One (strategy, module, seed) run, flattened to JSON-friendly fields."""
+
+    strategy: str  # the label (a strategy name, or a configured variant such as "ppo-zero-shot")
+    base_strategy: str  # the strategy plugin that ran
+    module: str
+    family: str
+    seed: int
+    budget: int
+    run_id: str | None = None
+    status: str = "finished"  # finished | time-limit | interrupted | error
+    error: str | None = None
+    evaluations: int = 0
+    input_ops: int | None = None
+    default_ops: int | None = None
+    default_cost: float | None = None
+    best_cost: float | None = None  # objective of the reported best (default_cost when none)
+    best_raw_ops: int | None = None
+    best_final_ops: int | None = None
+    best_sequence: tuple[str, ...] = ()
+    valid: bool | None = None  # validity of the reported best (None: not validated / no best)
+    rejected: tuple[tuple[tuple[str, ...], str], ...] = ()  # candidates rejected by validation
+    validation: str | None = None  # validation level of the reported best (``autotune.core.validation``)
+    seconds: float = 0.0
+    steps_compiled: int = 0
+    steps_cached: int = 0
+    history: tuple[float | None, ...] = ()  # best-so-far objective after each evaluation (None: nothing ok yet)
+    claim: dict | None = None  # the objective's verdict on the best (``Claim.to_dict``; measured: ratio + interval)
+
+    # -- derived ----------------------------------------------------------------------------------------
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+    @property
+    def default_reduction(self) -> int | None:
+        if self.input_ops is None or self.default_ops is None:
+            return None
+        return self.input_ops - self.default_ops
+
+    def ratio(self, final: bool = True) -> float | None:
+        """Tuned reduction / default reduction, unfloored; None when undefined (see module doc)."""
+        red = self.default_reduction
+        if not self.ok or red is None or red <= 0:
+            return None
+        if self.best_raw_ops is None:  # no valid best: the untuned module (+ XLA's default for final)
+            return 1.0 if final else 0.0
+        tuned = self.best_final_ops if final else self.best_raw_ops
+        if tuned is None:  # XLA's pipeline fails after the sequence: counts as nothing gained
+            return -math.inf
+        return (self.input_ops - tuned) / red
+
+    def floored_ratio(self, final: bool = True) -> float | None:
+        r = self.ratio(final)
+        return None if r is None else max(r, RATIO_FLOOR)
+
+    def improvement(self, final: bool = True) -> float | None:
+        r = self.ratio(final)
+        return None if r is None or math.isinf(r) else r - 1.0
+
+    @property
+    def outcome(self) -> str | None:
+        """win / tie / loss against XLA's default on the objective (None for an errored run)."""
+        if not self.ok or self.default_cost is None or self.best_cost is None:
+            return None
+        if self.claim and self.claim.get("measured"):  # a measured objective: the confirmation decides
+            if self.claim.get("win"):
+                return "win"
+            low, effect = self.claim.get("low"), self.claim.get("min_effect") or 0.0
+            return "loss" if low is not None and low > 1.0 + effect else "tie"
+        tol = TIE_RTOL * max(1.0, abs(self.default_cost))
+        if self.best_cost < self.default_cost - tol:
+            return "win"
+        if self.best_cost > self.default_cost + tol:
+            return "loss"
+        return "tie"
+
+    @property
+    def validity_failure(self) -> bool:
+        """The run's best (at least one top candidate) was rejected by the validity check."""
+        return bool(self.rejected)
+
+    @property
+    def cache_hit_rate(self) -> float:
+        total = self.steps_compiled + self.steps_cached
+        return self.steps_cached / total if total else 0.0
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["best_sequence"] = list(self.best_sequence)
+        d["rejected"] = [{"sequence": list(s), "reason": r} for s, r in self.rejected]
+        d["history"] = [None if h is None else float(h) for h in self.history]
+        d.update(
+            default_reduction=self.default_reduction,
+            ratio_raw=_json_num(self.ratio(False)), ratio_final=_json_num(self.ratio(True)),
+            improvement_raw=self.improvement(False), improvement_final=self.improvement(True),
+            outcome=self.outcome, validity_failure=self.validity_failure, cache_hit_rate=self.cache_hit_rate,
+        )
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "RunRow":
+        names = set(cls.__dataclass_fields__)
+        kw = {k: v for k, v in d.items() if k in names}
+        kw["best_sequence"] = tuple(kw.get("best_sequence") or ())
+        kw["rejected"] = tuple((tuple(x["sequence"]), x["reason"]) for x in kw.get("rejected") or ())
+        kw["history"] = tuple(kw.get("history") or ())
+        return cls(**kw)
+
+
+def _json_num(x: float | None):
+    if x is None:
+        return None
+    if math.isinf(x):
+        return "-inf" if x < 0 else "inf"
+    return x
+
+
+@dataclass(frozen=True)
+class StrategySummary:
+    strategy: str  # label
+    base_strategy: str
+    options: dict
+    budget: int
+    runs: int
+    errors: int
+    modules: int
+    raw: PaperMetric  # the paper's metric on raw ops
+    final: PaperMetric  # ... on final-ops
+    by_family: dict[str, dict[str, PaperMetric]]  # family -> {"raw": ..., "final": ...}
+    wins: int
+    ties: int
+    losses: int
+    validity_failures: int  # runs whose best candidate was rejected by the validity check
+    no_valid_best: int  # runs that ended with no valid sequence at all
+    evaluations: int
+    seconds: float
+    steps_compiled: int
+    steps_cached: int
+    objective_geomean: float | None  # geometric mean over runs of best objective / default objective
+
+    @property
+    def cache_hit_rate(self) -> float:
+        total = self.steps_compiled + self.steps_cached
+        return self.steps_cached / total if total else 0.0
+
+    @property
+    def mean_evaluations(self) -> float:
+        ok = self.runs - self.errors
+        return self.evaluations / ok if ok else 0.0
+
+    def to_dict(self) -> dict:
+        return {
+            "strategy": self.strategy, "base_strategy": self.base_strategy, "options": self.options,
+            "budget": self.budget, "runs": self.runs, "errors": self.errors, "modules": self.modules,
+            "raw": self.raw.to_dict(), "final": self.final.to_dict(),
+            "by_family": {f: {k: m.to_dict() for k, m in d.items()} for f, d in self.by_family.items()},
+            "wins": self.wins, "ties": self.ties, "losses": self.losses,
+            "validity_failures": self.validity_failures, "no_valid_best": self.no_valid_best,
+            "evaluations": self.evaluations, "mean_evaluations": self.mean_evaluations, "seconds": self.seconds,
+            "steps_compiled": self.steps_compiled, "steps_cached": self.steps_cached,
+            "cache_hit_rate": self.cache_hit_rate, "objective_geomean": self.objective_geomean,
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "StrategySummary":
+        return cls(
+            d["strategy"], d["base_strategy"], dict(d.get("options") or {}), d["budget"], d["runs"], d["errors"],
+            d["modules"], PaperMetric.from_dict(d["raw"]), PaperMetric.from_dict(d["final"]),
+            {f: {k: PaperMetric.from_dict(m) for k, m in v.items()} for f, v in (d.get("by_family") or {}).items()},
+            d["wins"], d["ties"], d["losses"], d["validity_failures"], d["no_valid_best"], d["evaluations"],
+            d["seconds"], d["steps_compiled"], d["steps_cached"], d.get("objective_geomean"),
+        )
+
+
+def summarise(label: str, base: str, options: dict, budget: int, rows: Sequence[RunRow]) -> StrategySummary:
+    ok = [r for r in rows if r.ok]
+    families = sorted({r.family for r in ok})
+    by_family = {f: {"raw": paper_metric([r for r in ok if r.family == f], final=False),
+                     "final": paper_metric([r for r in ok if r.family == f], final=True)} for f in families}
+    outcomes = [r.outcome for r in ok]
+    rel = [r.best_cost / r.default_cost for r in ok
+           if r.best_cost is not None and r.default_cost and r.default_cost > 0 and r.best_cost > 0]
+    return StrategySummary(
+        strategy=label, base_strategy=base, options=_jsonable(options), budget=budget, runs=len(rows),
+        errors=len(rows) - len(ok), modules=len({r.module for r in rows}),
+        raw=paper_metric(ok, final=False), final=paper_metric(ok, final=True), by_family=by_family,
+        wins=outcomes.count("win"), ties=outcomes.count("tie"), losses=outcomes.count("loss"),
+        validity_failures=sum(r.validity_failure for r in ok),
+        no_valid_best=sum(1 for r in ok if r.best_raw_ops is None),
+        evaluations=sum(r.evaluations for r in ok), seconds=sum(r.seconds for r in rows),
+        steps_compiled=sum(r.steps_compiled for r in rows), steps_cached=sum(r.steps_cached for r in rows),
+        objective_geomean=math.exp(statistics.fmean(math.log(x) for x in rel)) if rel else None,
+    )
+
+
+def _jsonable(options: dict) -> dict:
+    return {k: (v if isinstance(v, (str, int, float, bool)) or v is None else str(v)) for k, v in options.items()}
+
+
+# ---- the comparison -------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class ModuleInfo:
+    name: str
+    family: str
+    input_ops: int | None
+    default_ops: int | None
+
+    @property
+    def default_reduction(self) -> int | None:
+        if self.input_ops is None or self.default_ops is None:
+            return None
+        return self.input_ops - self.default_ops
+
+
+@dataclass(frozen=True)
+class Comparison:
+    objective: str
+    budget: int
+    seeds: tuple[int, ...]
+    max_length: int
+    time_limit: float | None
+    validate: bool
+    strategies: tuple[str, ...]  # labels, in the order asked
+    modules: tuple[ModuleInfo, ...]
+    runs: tuple[RunRow, ...]
+    summaries: tuple[StrategySummary, ...]
+    seconds: float
+    pipeline_version: str = ""
+    status: str = "finished"  # finished | interrupted
+    ratio_floor: float = RATIO_FLOOR
+    notes: tuple[str, ...] = ()
+
+    def summary(self, label: str) -> StrategySummary:
+        for s in self.summaries:
+            if s.strategy == label:
+                return s
+        raise KeyError(label)
+
+    def rows(self, label: str | None = None) -> list[RunRow]:
+        return [r for r in self.runs if label is None or r.strategy == label]
+
+    def to_dict(self) -> dict:
+        return {
+            "objective": self.objective, "budget": self.budget, "seeds": list(self.seeds),
+            "max_length": self.max_length, "time_limit": self.time_limit, "validate": self.validate,
+            "strategies": list(self.strategies),
+            "modules": [asdict(m) | {"default_reduction": m.default_reduction} for m in self.modules],
+            "summaries": [s.to_dict() for s in self.summaries],
+            "runs": [r.to_dict() for r in self.runs],
+            "seconds": self.seconds, "pipeline_version": self.pipeline_version, "status": self.status,
+            "ratio_floor": self.ratio_floor, "paper": dict(PAPER), "notes": list(self.notes),
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Comparison":
+        return cls(
+            objective=d["objective"], budget=d["budget"], seeds=tuple(d["seeds"]), max_length=d["max_length"],
+            time_limit=d.get("time_limit"), validate=d.get("validate", True), strategies=tuple(d["strategies"]),
+            modules=tuple(ModuleInfo(m["name"], m["family"], m.get("input_ops"), m.get("default_ops"))
+                          for m in d["modules"]),
+            runs=tuple(RunRow.from_dict(r) for r in d["runs"]),
+            summaries=tuple(StrategySummary.from_dict(s) for s in d["summaries"]),
+            seconds=d.get("seconds", 0.0), pipeline_version=d.get("pipeline_version", ""),
+            status=d.get("status", "finished"), ratio_floor=d.get("ratio_floor", RATIO_FLOOR),
+            notes=tuple(d.get("notes") or ()),
+        )
+
+    def merged(self, other: "Comparison", notes: Sequence[str] = ()) -> "Comparison":
+        """This comparison plus ``other``'s strategies (same objective; modules matched by name)."""
+        if other.objective != self.objective:
+            raise BadInput(f"cannot merge comparisons on {self.objective} and {other.objective}")
+        clash = set(self.strategies) & set(other.strategies)
+        if clash:
+            raise BadInput(f"both comparisons have strategy {sorted(clash)[0]!r}")
+        known = {m.name for m in self.modules}
+        return Comparison(
+            objective=self.objective, budget=max(self.budget, other.budget),
+            seeds=tuple(dict.fromkeys(self.seeds + other.seeds)), max_length=self.max_length,
+            time_limit=self.time_limit, validate=self.validate and other.validate,
+            strategies=self.strategies + other.strategies,
+            modules=self.modules + tuple(m for m in other.modules if m.name not in known),
+            runs=self.runs + other.runs, summaries=self.summaries + other.summaries,
+            seconds=self.seconds + other.seconds, pipeline_version=self.pipeline_version or other.pipeline_version,
+            status="interrupted" if "interrupted" in (self.status, other.status) else "finished",
+            ratio_floor=self.ratio_floor, notes=self.notes + other.notes + tuple(notes),
+        )
+
+
+def _replace(row: RunRow, **kw) -> RunRow:
+    from dataclasses import replace
+
+    return replace(row, **kw)
+
+
+def _row(label: str, base: str, result, budget: int, seconds: float, compiled: int, cached: int) -> RunRow:
+    history = tuple(None if (h is None or (isinstance(h, float) and math.isnan(h))) else float(h)
+                    for h in result.history)
+    return _row_from_summary(label, base, result.to_dict(), budget, history, seconds, compiled, cached)
+
+
+def _row_from_summary(label: str, base: str, s: dict, budget: int, history: tuple[float | None, ...],
+                      seconds: float, compiled: int, cached: int) -> RunRow:
+    """A ``RunRow`` from a run's summary (``TuneResult.to_dict()``, also what the runs table stores)."""
+    from autotune.core.validation import UNVERIFIED, Validation
+
+    best = s.get("best") or None
+    validity = s.get("validity")
+    level = s.get("validation_level") or (Validation.from_dict(validity).level if validity else None)
+    return RunRow(
+        strategy=label, base_strategy=base, module=s["module"], family=family_of(s["module"]), seed=s["seed"],
+        budget=budget, run_id=s["run_id"], status=s["status"], evaluations=s["evaluations"],
+        input_ops=s["input"]["instructions"], default_ops=s["default"]["instructions"],
+        default_cost=float(s["default_cost"]), best_cost=float(best["cost"] if best else s["default_cost"]),
+        best_raw_ops=best["raw"]["instructions"] if best else None,
+        best_final_ops=best["final"]["instructions"] if best and best.get("final") else None,
+        best_sequence=tuple(best["sequence"]) if best else (),
+        valid=None if level in (None, UNVERIFIED) else bool(validity.get("ok")),
+        validation=level,
+        rejected=tuple((tuple(x["sequence"]), str(x["reason"])) for x in s.get("invalid") or ()),
+        seconds=seconds, steps_compiled=compiled, steps_cached=cached, history=history, claim=s.get("claim"),
+    )
+
+
+# ---- reports from runs already in the cache ------------------------------------------------------------
+def row_from_run(cache, run_id: str) -> RunRow:
+    """A ``RunRow`` rebuilt from a finished run's stored summary and trials (no compiling).
+
+    The best-so-far history is the running minimum of the recorded trials' costs, as the tuner
+    kept it while the run worked.
+    """
+    from autotune.core.runs import RunStore
+
+    store = RunStore(cache)
+    run = store.get(run_id)
+    if not run.finished:
+        raise BadInput(f"run '{run_id}' has not finished (status {run.status}); resume it first")
+    s = run.summary
+    history, low = [], math.inf
+    for t in store.trials(run_id):
+        if t.status == "ok" and t.cost is not None and not math.isnan(t.cost):
+            low = min(low, t.cost)
+        history.append(None if low == math.inf else low)
+    return _row_from_summary(run.strategy, run.strategy, s, run.budget, tuple(history),
+                             float(s.get("seconds") or 0.0), int(s.get("steps_compiled") or 0),
+                             int(s.get("steps_cached") or 0))
+
+
+def comparison_of_runs(cache, run_ids: Sequence[str]) -> Comparison:
+    """A ``Comparison`` of runs already in the cache, grouped by strategy (one objective only)."""
+    from autotune.core.runs import RunStore
+
+    if not run_ids:
+        raise BadInput("give the ids of the runs to report on (see `autotune runs`)")
+    store = RunStore(cache)
+    runs = [store.get(rid) for rid in dict.fromkeys(run_ids)]
+    fleets = [r.id for r in runs if (r.summary or {}).get("fleet")]
+    if fleets:  # one sequence over many modules: its figures are per member, not one row
+        raise BadInput(f"run '{fleets[0]}' is a fleet run: its per-module figures are in its summary (`run --json`, "
+                       f"`--out`); `autotune explain {fleets[0]} --module NAME` explains one member")
+    objectives_used = sorted({r.objective for r in runs})
+    if len(objectives_used) > 1:
+        raise BadInput(f"runs with different objectives ({', '.join(objectives_used)}) cannot share one report")
+    rows = [row_from_run(cache, r.id) for r in runs]
+    labels = list(dict.fromkeys(r.strategy for r in rows))
+    budgets = sorted({r.budget for r in rows})
+    modules, seen = [], set()
+    for r in rows:
+        if r.module not in seen:
+            seen.add(r.module)
+            modules.append(ModuleInfo(r.module, r.family, r.input_ops, r.default_ops))
+    summaries = []
+    for label in labels:
+        mine = [r for r in rows if r.strategy == label]
+        options = next(x.options for x in runs if x.strategy == label)
+        summaries.append(summarise(label, label, options, max(r.budget for r in mine), mine))
+    notes = () if len(budgets) == 1 else (f"runs had different budgets ({', '.join(map(str, budgets))}); "
+                                          "the comparison is not at equal budget",)
+    return Comparison(
+        objective=objectives_used[0], budget=budgets[-1], seeds=tuple(sorted({r.seed for r in rows})),
+        max_length=max(x.max_length for x in runs), time_limit=None,
+        validate=all(x.validate for x in runs), strategies=tuple(labels), modules=tuple(modules),
+        runs=tuple(rows), summaries=tuple(summaries), seconds=sum(r.seconds for r in rows),
+        pipeline_version=", ".join(sorted({x.version for x in runs})), notes=notes,
+    )

@@ -1,0 +1,196 @@
+"""The runtime objective's protocol on real XLA: one measurement per compiled module, and no claim
+without an interleaved A/B confirmation and its confidence interval. No assertion here depends on
+absolute speed; a real difference is one we create (XLA's fusion pass disabled) or none at all.
+
+The module is ``mlp_train_step``: of its single-pass sequences that succeed, all but one leave XLA's default executable
+unchanged (same final module) and one (``algsimp``) gives a genuinely different but equally fast one.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+from autotune.core import objectives, stats
+from autotune.core.module import load
+from autotune.core.objectives import ObjectiveContext
+from autotune.core.objectives.runtime import Runtime, runtime_key
+from autotune.core.record import TuningRecord, check
+from autotune.core.runs import RunStore
+from autotune.core.tuner import tune
+from conftest import DATA, run_cli
+
+MLP = DATA / "mlp_train_step.hlo"
+NO_FUSION = [("xla_disable_hlo_passes", "fusion")]
+
+
+def _runtime_reports(engine) -> int:
+    return engine.cache.db.execute("SELECT COUNT(*) FROM reports WHERE kind='runtime'").fetchone()[0]
+
+
+@pytest.fixture(scope="module")
+def mlp(engine):
+    root = engine.prepare(load(MLP))
+    default = engine.default(root)
+    singles = [r for r in engine.evaluate_many(root, [[p] for p in engine.pipeline.passes()]) if r.ok]
+    finals = engine.final_many([r.state for r in singles])
+    different = [(r, f) for r, f in zip(singles, finals) if f.state != default.state]
+    assert len(different) == 1 and different[0][0].sequence == ("algsimp",)  # what the module doc says
+    return root, default, different[0][0].state, different[0][1].state
+
+
+# ---- statistics on synthetic samples --------------------------------------------------------------------
+def test_statistics_detect_a_known_difference_and_not_identical_distributions():
+    rng = np.random.default_rng(0)
+    drift = 1 + 0.3 * rng.random(30)  # the machine slows down and speeds up: both arms alike
+    a = 1e-3 * drift * (1 + 0.01 * rng.standard_normal(30))
+    b = 0.9e-3 * drift * (1 + 0.01 * rng.standard_normal(30))
+    faster = stats.compare(a, b)
+    assert faster.faster and faster.verdict == "faster"
+    assert faster.low <= 0.9 <= faster.high < 0.98 and faster.p_value < 0.05
+    slower = stats.compare(b, a)
+    assert slower.slower and not slower.faster
+
+    wins = excluded_one = 0
+    for trial in range(100):  # identical distributions: A/A
+        drift = 1 + 0.3 * rng.random(30)
+        a = 1e-3 * drift * (1 + 0.05 * rng.standard_normal(30))
+        b = 1e-3 * drift * (1 + 0.05 * rng.standard_normal(30))
+        c = stats.compare(a, b, seed=trial)
+        wins += c.faster
+        excluded_one += c.high < 1 or c.low > 1
+    assert wins == 0  # 2% minimum effect on top of 95% confidence
+    assert excluded_one <= 10  # the interval itself is roughly calibrated (nominal 5 of 100)
+
+
+def test_statistics_refuse_unpaired_or_tiny_samples():
+    with pytest.raises(ValueError):
+        stats.compare([1.0, 2.0, 3.0], [1.0, 2.0])
+    with pytest.raises(ValueError):
+        stats.compare([1.0], [1.0])
+
+
+# ---- identity sharing --------------------------------------------------------------------------------------
+def test_candidates_with_the_same_compiled_module_share_one_measurement(engine, mlp):
+    root, default, algsimp_state, algsimp_final = mlp
+    seed = 101  # a seed no other test uses: nothing of this run is cached yet
+    before = _runtime_reports(engine)
+    result = tune(engine, load(MLP), strategy="greedy", budget=57, max_length=1, objective="runtime", seed=seed,
+                  validate=False)
+    trials = RunStore(engine.cache).trials(result.run_id)
+    assert len(trials) == 57 and sum(t.status == "ok" for t in trials) >= 50
+    # 57 candidates, two compiled modules: XLA's default executable and algsimp's. Two timings.
+    assert _runtime_reports(engine) - before == 2
+    for key in (runtime_key(engine, default.state, seed), runtime_key(engine, algsimp_final, seed)):
+        assert engine.cache.get_report("runtime", key) is not None
+    for t in trials:
+        if t.status == "ok" and t.sequence != ("algsimp",):
+            assert t.cost == result.default_cost  # the default's own executable: its time, no timing
+    tune(engine, load(MLP), strategy="greedy", budget=57, max_length=1, objective="runtime", seed=seed,
+                 validate=False)
+    assert _runtime_reports(engine) - before == 2  # cached per compiled module
+
+
+def test_a_default_executable_is_never_timed_or_claimed(engine, mlp):
+    root, default, _, _ = mlp
+    ctx = ObjectiveContext(engine, root, default, seed=102)
+    obj = Runtime()
+    state = engine.evaluate(root, ["dce"]).state
+    assert ctx.final(state).state == default.state
+    before = _runtime_reports(engine)
+    claim = obj.confirm(state, -math.inf, ctx)  # even a "search sample" of -inf claims nothing
+    assert not claim.win and claim.ratio == 1.0 and claim.rounds == 0 and "XLA's default" in claim.message
+    assert _runtime_reports(engine) - before == 1  # the default's own search-time measurement, nothing else
+
+
+# ---- confirmation ----------------------------------------------------------------------------------------
+def test_a_poisoned_search_sample_is_not_claimed(engine, mlp):
+    """The search's cached sample of algsimp's executable says 1 ns (a lucky, here fake, sample):
+    it wins the search, and the interleaved confirmation refuses the claim."""
+    root, default, algsimp_state, algsimp_final = mlp
+    seed = 103
+    key = runtime_key(engine, algsimp_final, seed)
+    engine.cache.put_report("runtime", key, {"median_us": 1e-3, "poisoned": True})
+    # min_effect 25%: two equally fast executables are never 25% apart, whatever the machine's load.
+    obj = objectives.get("runtime", min_effect=0.25)
+    result = tune(engine, load(MLP), strategy="greedy", budget=57, max_length=1, objective=obj, seed=seed,
+                  validate=False)
+    assert result.best is not None and result.best.sequence == ("algsimp",) and result.best.cost == 1e-3
+    claim = result.claim
+    assert claim.measured and claim.rounds == 30 and claim.confidence == 0.95
+    assert not claim.win and not result.beats_default
+    assert claim.low <= claim.ratio <= claim.high and claim.high > 0.75
+    assert "keep XLA's default" in claim.message
+    summary = json.loads(json.dumps(result.to_dict()))
+    assert summary["beats_default"] is False and summary["claim"]["high"] == claim.high
+
+
+def test_a_claimed_win_carries_its_interval(engine, mlp):
+    """A real difference: the same module compiled without XLA's fusion pass (A) and with it (B)."""
+    root, default, _, _ = mlp
+    obj = Runtime()
+    timing = engine.pipeline.time_ab(root, root, seed=0, rounds=obj.rounds, options_a=NO_FUSION)
+    assert len(timing["a"]) == len(timing["b"]) == obj.rounds and timing["inner"] >= 1
+    claim = obj.claim_from(stats.compare(timing["a"], timing["b"]))
+    assert claim.win, claim.message
+    assert claim.measured and claim.low <= claim.ratio <= claim.high < 1 - obj.min_effect
+    assert claim.confidence == 0.95 and claim.rounds == 30 and claim.min_effect == 0.02
+    assert "95% CI" in claim.message and "30 interleaved rounds" in claim.message
+    # Every verdict the objective can give: a win has its interval, and only a proven one is a win.
+    rng = np.random.default_rng(5)
+    for scale in (0.5, 0.9, 0.97, 1.0, 1.2):
+        a = 1e-3 * (1 + 0.03 * rng.standard_normal(12))
+        c = obj.claim_from(stats.compare(a, scale * a * (1 + 0.03 * rng.standard_normal(12))))
+        assert c.win == (c.high is not None and c.high < 0.98)
+        if c.win:
+            assert None not in (c.ratio, c.low, c.high, c.confidence, c.rounds)
+
+
+# ---- records ---------------------------------------------------------------------------------------------
+def test_check_judges_a_runtime_record_on_the_interval(engine, mlp):
+    root, default, _, _ = mlp
+    base = TuningRecord(module="mlp", fingerprint=root.fingerprint, sequence=("algsimp",), objective="runtime",
+                        pipeline_version=engine.version, xla_version="", autotune_version="",
+                        metrics={"cost": 1.0, "default_cost": 2.0, "ratio": 0.5}, valid=True)
+    claimed_half = check(engine, load(MLP), base, validate=False)
+    assert not claimed_half.ok and "regressed" in claimed_half.reasons[0]
+    assert claimed_half.claim["measured"] and claimed_half.claim["low"] > 0.5
+    assert claimed_half.regression > 0.25
+    no_gain = TuningRecord(**{**base.__dict__, "metrics": {"cost": 1.0, "default_cost": 1.0, "ratio": 1.0}})
+    held = check(engine, load(MLP), no_gain, max_regression=25, validate=False)
+    assert held.ok, held.reasons
+    assert held.claim["rounds"] == 30 and held.claim["low"] <= held.claim["ratio"] <= held.claim["high"]
+
+
+# ---- the command line --------------------------------------------------------------------------------------
+def test_run_prints_the_claim_and_its_interval(engine, db_path, mlp):
+    # algsimp's search sample poisoned (as in the test above), so that the run has a claim to confirm.
+    engine.cache.put_report("runtime", runtime_key(engine, mlp[3], 104), {"median_us": 1e-3, "poisoned": True})
+    args = ("run", str(MLP), "--strategy", "greedy", "--budget", "57", "--max-length", "1", "--objective",
+            "runtime", "--min-effect", "25", "--no-validate", "--seed", "104")
+    text = run_cli(*args, db=db_path)
+    assert text.returncode == 0, text.stderr
+    out = " ".join(text.stdout.split())  # rich wraps long lines
+    assert "confirmation (30 interleaved rounds" in out and "at 95% confidence" in out
+    assert "no significant difference: keep XLA's default" in out
+    data = json.loads(run_cli(*args, "--json", db=db_path).stdout)
+    assert data["claim"]["measured"] and data["claim"]["min_effect"] == 0.25 and not data["beats_default"]
+    bad = run_cli(*args[:8], "--objective", "final-ops", "--min-effect", "5", db=db_path)
+    assert bad.returncode == 2 and "measured objectives" in bad.stderr
+
+
+# ---- reports -----------------------------------------------------------------------------------------------
+def test_a_measured_run_is_a_win_in_compare_only_when_its_claim_is():
+    from autotune.reporting.comparison import RunRow
+
+    claim = {"win": False, "measured": True, "ratio": 0.93, "low": 0.85, "high": 1.01, "confidence": 0.95,
+             "min_effect": 0.02, "rounds": 30, "cost": 93.0, "default_cost": 100.0, "message": "no significant"}
+    row = RunRow("random", "random", "gpt2_x", "gpt2", 0, 30, default_cost=100.0, best_cost=70.0, claim=claim)
+    assert row.outcome == "tie"  # the search's sample (70 vs 100) is not the verdict
+    assert RunRow.from_dict(row.to_dict()).claim == claim
+    assert RunRow(**{**row.__dict__, "claim": {**claim, "win": True, "high": 0.95}}).outcome == "win"
+    assert RunRow(**{**row.__dict__, "claim": {**claim, "low": 1.05, "high": 1.2}}).outcome == "loss"
+    assert RunRow(**{**row.__dict__, "claim": None}).outcome == "win"  # deterministic objectives: the costs
