@@ -28,14 +28,18 @@ class Case:
 
 
 @pytest.fixture(scope="module", params=["toy", "xla"])
-def case(request, engine, tmp_path_factory):
-    if request.param == "xla":
-        yield Case("xla", engine, load(SMALL), load(GPT2), ("dce", "scatter_simplifier", "cse"), ("cse", "dce"))
-        return
+def case(request, tmp_path_factory):
+    """Each backend on a cache of its own, so what one test compiled is never another test's cache hit."""
     from autotune.core.engine import open_engine
+
+    db = tmp_path_factory.mktemp(request.param) / "cache.db"
+    if request.param == "xla":
+        with open_engine(db, workers=2) as ev:
+            yield Case("xla", ev, load(SMALL), load(GPT2), ("dce", "scatter_simplifier", "cse"), ("cse", "dce"))
+        return
     from autotune.testing.toy import ToyBackend
 
-    with open_engine(tmp_path_factory.mktemp("toy") / "toy.db", workers=2, backend="toy") as ev:
+    with open_engine(db, workers=2, backend="toy") as ev:
         yield Case("toy", ev, ToyBackend.module(TOY_PROGRAM), ToyBackend.module("boom*2 + x"),
                    ("canon", "abort", "canon"), ("fold-one", "drop-zero", "combine"))
 
