@@ -9,6 +9,7 @@ spreads the tails over all workers, so independent sequences compile in parallel
 from __future__ import annotations
 
 import time
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
@@ -58,10 +59,32 @@ class EvaluatorStats:
 class Evaluator:
     """Owns the cache and the pipeline's worker pool for one tuning session."""
 
+    #: Bytes of recently used module protos kept decompressed: a search steps from the same few
+    #: states again and again, and reading one back from the cache (zlib + SHA-256 check) costs
+    #: ~15 ms for a module with 5 MB of weights baked in.
+    PROTO_MEMO_BYTES = 256 << 20
+
     def __init__(self, pipeline, cache: Cache):
         self.pipeline = pipeline
         self.cache = cache
         self.stats = EvaluatorStats()
+        self._protos: OrderedDict[tuple[str, str], bytes] = OrderedDict()
+        self._proto_bytes = 0
+
+    def _state_proto(self, version: str, fp: str) -> bytes | None:
+        """``cache.state_proto`` through a small LRU of decompressed protos (see PROTO_MEMO_BYTES)."""
+        key = (version, fp)
+        proto = self._protos.get(key)
+        if proto is not None:
+            self._protos.move_to_end(key)
+            return proto
+        proto = self.cache.state_proto(version, fp)
+        if proto is not None and len(proto) <= self.PROTO_MEMO_BYTES // 4:
+            self._protos[key] = proto
+            self._proto_bytes += len(proto)
+            while self._proto_bytes > self.PROTO_MEMO_BYTES:
+                self._proto_bytes -= len(self._protos.popitem(last=False)[1])
+        return proto
 
     @property
     def version(self) -> str:
@@ -170,7 +193,7 @@ class Evaluator:
             if key in waiting:
                 waiting[key].append(i)
                 return
-            proto = self.cache.state_proto(version, key[0])
+            proto = self._state_proto(version, key[0])
             if proto is None:
                 if key[0] == roots[i]:
                     raise KeyError(f"the input module {key[0]} is no longer in the cache; load it again")
@@ -212,7 +235,8 @@ class Evaluator:
         elif isinstance(item, BaseException):
             raise item
         elif item.status == "ok":
-            if self.cache.state_metrics(version, item.fingerprint) is None:
+            # item.proto is None when the step changed nothing (the state is the stored source).
+            if item.proto is not None and self.cache.state_metrics(version, item.fingerprint) is None:
                 self.cache.put_state(version, item.fingerprint, item.proto, Metrics.from_dict(item.metrics))
             self.cache.put_transition(version, Transition(src, action, item.fingerprint, "ok", None, item.seconds))
         else:

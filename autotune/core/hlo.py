@@ -83,29 +83,59 @@ def largest_array_bytes(text: str) -> int:
     return largest
 
 
-def _print_options(canonical: bool):
+def _print_options(canonical: bool, large_constants: bool = True):
     opts = _hlo().HloPrintOptions.canonical() if canonical else _hlo().HloPrintOptions()
-    opts.print_large_constants = True
+    opts.print_large_constants = large_constants
     opts.print_metadata = False
     return opts
 
 
 def to_text(module) -> str:
-    """Parseable HLO text with every constant printed (the default elides large ones as {...})."""
+    """Parseable HLO text with every constant printed (the default elides large ones as {...}).
+
+    Printing constant data is slow (~1 s for 3M bf16 elements): use it only to write a module out,
+    never on a hot path (fingerprints and shape checks use ``elided_text``).
+    """
     return module.to_string(_print_options(canonical=False))
 
 
-def canonical_text(module) -> str:
+def elided_text(module) -> str:
+    """HLO text with constants of more than 10 elements printed as ``{...}`` (shapes, names, structure)."""
+    return module.to_string(_print_options(canonical=False, large_constants=False))
+
+
+def canonical_text(module, proto: bytes | None = None) -> str:
     """Module text with metadata, instruction names, ids and computation names removed.
 
     XLA's canonical printer renames instructions (tmp_N) and prints every called computation's
     body inline at its call site (``to_apply=`` followed by the body), so references carry no
     names. What remains name-dependent is each computation's header line and the order of the
     computation blocks; here headers lose their names and the non-entry blocks are sorted by
-    content. Constants are printed in full: programs that differ only in a constant's value are
-    different programs. Dead computations are kept: they count as instructions.
+    content. Dead computations are kept: they count as instructions.
+
+    Constants: programs that differ only in a constant's value are different programs, but
+    printing constant data as text costs seconds on a module with weights baked in. So the text is
+    printed with large constants elided (XLA prints ``{...}`` for more than 10 elements); when
+    those hold more than ``PRINT_CONSTANT_ELEMENTS`` elements, each constant with a large literal
+    is replaced, in a copy of the serialized proto, by a data-free stand-in instruction whose text
+    carries a hash of the literal's bytes (``constant_stand_ins``), and that copy is printed
+    instead (fewer elements are printed as they are: that is cheaper). The stand-in keeps the constant's
+    place and shape, so the text still says which constant sits where; only the data is hashed
+    as bytes rather than printed. ``proto`` (the module's serialized bytes) saves one serialisation.
     """
-    text = module.to_string(_print_options(canonical=True))
+    text = module.to_string(_print_options(canonical=True, large_constants=False))
+    if "{...}" in text and elided_elements(text) <= PRINT_CONSTANT_ELEMENTS:
+        text = module.to_string(_print_options(canonical=True))  # little data: printing it is cheapest
+    elif "{...}" in text:
+        if proto is None:
+            proto = module.as_serialized_hlo_module_proto()
+        for min_bytes in (LARGE_LITERAL_BYTES, 0):
+            stand_in = parse_proto(constant_stand_ins(proto, min_bytes))
+            text = stand_in.to_string(_print_options(canonical=True, large_constants=False))
+            if "{...}" not in text:
+                break
+        else:  # pragma: no cover - a constant kind the stand-ins do not cover: print it in full
+            text = module.to_string(_print_options(canonical=True))
     header, _, body = text.partition("\n")
     header = re.sub(r"^HloModule \S+?(,|$)", r"HloModule m\1", header)
     entry: list[str] = []
@@ -119,9 +149,173 @@ def canonical_text(module) -> str:
     return "\n\n".join([header, *entry, *sorted(others)])
 
 
-def fingerprint(module) -> str:
+#: Up to this many elided constant elements the data is printed (about 0.3 us an element, so
+#: under ~20 ms); beyond, constants are hashed as bytes. Decided from the program's own text, so
+#: equal programs always take the same path.
+PRINT_CONSTANT_ELEMENTS = 1 << 16
+
+_ELIDED_CONSTANT = re.compile(r"= [a-z0-9]+\[([\d,]*)\]\S* constant\(\{\.\.\.\}\)")
+
+
+def elided_elements(text: str) -> int:
+    """Elements of all constants printed as ``{...}`` in ``text``."""
+    total = 0
+    for dims in _ELIDED_CONSTANT.findall(text):
+        n = 1
+        for d in dims.split(","):
+            if d:
+                n *= int(d)
+        total += n
+    return total
+
+
+def fingerprint(module, proto: bytes | None = None) -> str:
     """SHA-256 (hex, 32 chars) of ``canonical_text``: equal programs get equal keys."""
-    return hashlib.sha256(canonical_text(module).encode()).hexdigest()[:32]
+    return hashlib.sha256(canonical_text(module, proto).encode()).hexdigest()[:32]
+
+
+# ---- constants as bytes, read from the serialized HloModuleProto ---------------------------------------
+# Field numbers of xla/service/hlo.proto (stable across XLA versions: protobuf fields are never renumbered;
+# checked against jaxlib 0.10.2's own serialisation in tests/test_real_engine.py).
+_MODULE_COMPUTATIONS = 3
+_COMPUTATION_INSTRUCTIONS = 2
+_INSTRUCTION_OPCODE = 2
+_INSTRUCTION_LITERAL = 8
+_INSTRUCTION_CUSTOM_CALL_TARGET = 28
+_OPCODE_CONSTANT = b"\x12\x08constant"  # field 2, length 8, "constant"
+
+#: Constants whose LiteralProto is larger than this get a stand-in. XLA elides constants of more
+#: than 10 elements, and the smallest such literal (pred[11], s8[11]) serializes to 31 bytes (shape
+#: included), while scalars take 15-28: so one pass covers every elided constant and leaves most
+#: scalars printed as they are. Should a smaller elided literal exist, ``canonical_text`` sees a
+#: ``{...}`` left and replaces every constant instead.
+LARGE_LITERAL_BYTES = 30
+
+#: Prefix of the custom-call target that stands for a constant in fingerprint text.
+STAND_IN_TARGET = b"autotune.constant."
+
+
+def _varint(buf, i: int) -> tuple[int, int]:
+    result = shift = 0
+    while True:
+        byte = buf[i]
+        i += 1
+        result |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return result, i
+        shift += 7
+
+
+def _put_varint(n: int) -> bytes:
+    out = bytearray()
+    while True:
+        byte = n & 0x7F
+        n >>= 7
+        if n:
+            out.append(byte | 0x80)
+        else:
+            out.append(byte)
+            return bytes(out)
+
+
+def _fields(buf, start: int = 0, end: int | None = None):
+    """Yield ``(field, wire_type, value_start, value_end, field_start)`` of one protobuf message.
+
+    Values are not copied: a length-delimited value is ``buf[value_start:value_end]``.
+    """
+    i = start
+    end = len(buf) if end is None else end
+    while i < end:
+        field_start = i
+        tag, i = _varint(buf, i)
+        field, wire = tag >> 3, tag & 7
+        if wire == 0:
+            _, j = _varint(buf, i)
+            yield field, wire, i, j, field_start
+            i = j
+        elif wire == 2:
+            n, i = _varint(buf, i)
+            yield field, wire, i, i + n, field_start
+            i += n
+        elif wire == 5:
+            yield field, wire, i, i + 4, field_start
+            i += 4
+        elif wire == 1:
+            yield field, wire, i, i + 8, field_start
+            i += 8
+        else:
+            raise BadInput(f"not a valid serialized HloModuleProto: unsupported wire type {wire}")
+
+
+def _field(number: int, payload: bytes) -> bytes:
+    return _put_varint((number << 3) | 2) + _put_varint(len(payload)) + payload
+
+
+def constant_literals(proto: bytes, min_bytes: int = 0):
+    """Yield ``(computation index, instruction index, literal bytes)`` for constants in the proto.
+
+    ``literal bytes`` is a zero-copy view of the serialized LiteralProto (shape and data): the
+    cheap way to reach a module's weights, which jaxlib's Python API does not expose otherwise.
+    """
+    buf = memoryview(proto)
+    for ci, (f, w, cs, ce, _) in enumerate(x for x in _fields(buf) if x[0] == _MODULE_COMPUTATIONS):
+        ii = -1
+        for f2, w2, s2, e2, _ in _fields(buf, cs, ce):
+            if f2 != _COMPUTATION_INSTRUCTIONS:
+                continue
+            ii += 1
+            if e2 - s2 <= min_bytes or bytes(buf[s2:min(e2, s2 + 512)]).find(_OPCODE_CONSTANT) < 0:
+                continue
+            for f3, w3, s3, e3, _ in _fields(buf, s2, e2):
+                if f3 == _INSTRUCTION_LITERAL and e3 - s3 > min_bytes:
+                    yield ci, ii, buf[s3:e3]
+                    break
+
+
+def constant_stand_ins(proto: bytes, min_bytes: int = LARGE_LITERAL_BYTES) -> bytes:
+    """A copy of ``proto`` where every constant with a literal over ``min_bytes`` is a stand-in.
+
+    The stand-in is a custom-call with no operands, the constant's shape, and the target
+    ``autotune.constant.<sha256 of the literal bytes>``: printing it costs nothing whatever the
+    data size, and two constants print alike exactly when their shapes and data are equal. The copy
+    is only ever printed for a fingerprint, never compiled.
+    """
+    buf = memoryview(proto)
+    out = bytearray()
+    for f, w, cs, ce, fs in _fields(buf):
+        if f != _MODULE_COMPUTATIONS:
+            out += buf[fs:ce]
+            continue
+        comp = bytearray()
+        changed = False
+        for f2, w2, s2, e2, fs2 in _fields(buf, cs, ce):
+            inst = buf[fs2:e2]
+            if (f2 == _COMPUTATION_INSTRUCTIONS and e2 - s2 > min_bytes
+                    and bytes(buf[s2:min(e2, s2 + 512)]).find(_OPCODE_CONSTANT) >= 0):
+                replaced = _stand_in(buf, s2, e2, min_bytes)
+                if replaced is not None:
+                    inst = _field(_COMPUTATION_INSTRUCTIONS, replaced)
+                    changed = True
+            comp += inst
+        out += _field(_MODULE_COMPUTATIONS, bytes(comp)) if changed else buf[fs:ce]
+    return bytes(out)
+
+
+def _stand_in(buf, start: int, end: int, min_bytes: int) -> bytes | None:
+    parts = []
+    literal = None
+    for f, w, s, e, fs in _fields(buf, start, end):
+        if f == _INSTRUCTION_LITERAL:
+            literal = buf[s:e]
+        elif f == _INSTRUCTION_OPCODE:
+            parts.append(_field(_INSTRUCTION_OPCODE, b"custom-call"))
+        else:
+            parts.append(bytes(buf[fs:e]))
+    if literal is None or len(literal) <= min_bytes:
+        return None
+    digest = hashlib.sha256(literal).hexdigest()[:32].encode()
+    parts.append(_field(_INSTRUCTION_CUSTOM_CALL_TARGET, STAND_IN_TARGET + digest))
+    return b"".join(parts)
 
 
 def opcode_histogram(module) -> dict[str, int]:

@@ -52,8 +52,32 @@ def execution_limit() -> tuple[int, str]:
         return parse_bytes(override), EXEC_LIMIT_ENV
     avail = available_memory()
     if avail is None:
-        return FALLBACK_EXEC_BYTES, "fallback (no /proc/meminfo)"
-    return int(avail * EXEC_MEMORY_SHARE), f"{EXEC_MEMORY_SHARE:.0%} of MemAvailable"
+        limit, how = FALLBACK_EXEC_BYTES, "fallback (no /proc/meminfo)"
+    else:
+        limit, how = int(avail * EXEC_MEMORY_SHARE), f"{EXEC_MEMORY_SHARE:.0%} of MemAvailable"
+    left = worker_memory_left()
+    if left is not None and left < limit:
+        return left, "what this worker's memory limit leaves (AUTOTUNE_WORKER_MEMORY)"
+    return limit, how
+
+
+def worker_memory_left() -> int | None:
+    """Inside a worker under a memory limit (``RLIMIT_DATA``, core/workers.py): what it still leaves.
+
+    An execution over it would only fail that worker, so it counts as "cannot be executed here".
+    None where no limit is set (the driver, or ``AUTOTUNE_WORKER_MEMORY=none``).
+    """
+    try:
+        import resource
+
+        soft, _ = resource.getrlimit(resource.RLIMIT_DATA)
+        if soft == resource.RLIM_INFINITY:
+            return None
+        with open("/proc/self/status") as fh:
+            used = next(int(ln.split()[1]) * 1024 for ln in fh if ln.startswith("VmData:"))
+        return max(0, soft - used)
+    except (ImportError, OSError, ValueError, StopIteration):
+        return None
 
 
 def gib(n: float) -> str:

@@ -25,8 +25,14 @@ from autotune.core import hlo
 
 #: Inputs larger than this are refused before parsing (a model graph is far smaller).
 MAX_INPUT_BYTES = 512 * 1024 * 1024
-#: An array shape larger than this (1 TiB) is a malformed or hostile input, not a model.
-MAX_ARRAY_BYTES = 1 << 40
+#: An array shape larger than this (2**57 bytes = 128 PiB) is a malformed or hostile input, not a model.
+#: Tuning never allocates a module's arrays (applying passes works on shapes), so a shape too large
+#: for this machine is fine: an LLM training step's attention scores f32[1024,32,4096,4096] need
+#: 2 TiB, a pre-partitioning (global-shape) module more. The bound is what no machine can address:
+#: 57 bits is the widest virtual address space of any 64-bit CPU (x86-64 with 5-level paging; ARM64
+#: stops at 52), and it keeps byte counts far from int64 overflow inside XLA (2**63).
+#: f32[1e9,1e9] (3.5 EiB, tests/data/bad/huge_shape.hlo) is refused.
+MAX_ARRAY_BYTES = 1 << 57
 
 TEXT_SUFFIXES = (".hlo", ".txt")
 PROTO_SUFFIXES = (".pb", ".hlopb", ".proto")
@@ -44,7 +50,7 @@ class Module:
     @classmethod
     def from_proto(cls, proto: bytes, name: str | None = None) -> "Module":
         parsed = hlo.parse_proto(proto)
-        return cls(name or parsed.name, proto, hlo.fingerprint(parsed))
+        return cls(name or parsed.name, proto, hlo.fingerprint(parsed, proto))
 
     def hlo_module(self):
         """The jaxlib ``HloModule`` object (parsed on demand, never stored: it is not picklable)."""
@@ -62,12 +68,24 @@ class Module:
 
 
 def _checked(module, name: str) -> Module:
-    """Module from a parsed HloModule, refusing shapes no machine could hold."""
-    text = hlo.to_text(module)
-    largest = hlo.largest_array_bytes(text)
+    """Module from a parsed HloModule, refusing shapes no machine could address.
+
+    Shapes are read from the text with large constants elided: printing constant data costs
+    seconds on a module with weights baked in and says nothing about shapes.
+    """
+    largest = hlo.largest_array_bytes(hlo.elided_text(module))
     if largest > MAX_ARRAY_BYTES:
-        raise BadInput(f"an array shape needs {largest / 2**40:.3g} TiB; refusing (limit {MAX_ARRAY_BYTES >> 40} TiB)")
-    return Module(name, module.as_serialized_hlo_module_proto(), hlo.fingerprint(module))
+        raise BadInput(f"an array shape needs {_human_bytes(largest)}, more than any machine can address "
+                       f"(limit {_human_bytes(MAX_ARRAY_BYTES)}); refusing")
+    proto = module.as_serialized_hlo_module_proto()
+    return Module(name, proto, hlo.fingerprint(module, proto))
+
+
+def _human_bytes(n: int) -> str:
+    for unit, shift in (("EiB", 60), ("PiB", 50), ("TiB", 40), ("GiB", 30), ("MiB", 20)):
+        if n >= 1 << shift:
+            return f"{n / (1 << shift):.3g} {unit}"
+    return f"{n} bytes"
 
 
 def load(source, name: str | None = None) -> Module:

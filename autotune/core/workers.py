@@ -9,6 +9,11 @@ message; on a deadline or a dead socket it kills that one worker, turns the even
 ``PassFailed`` (``timeout`` or ``crash``, with the last lines the compiler printed to stderr) and
 starts a replacement on the next request. Handlers may stream: a generator's items arrive one by
 one, so a crash in step 7 of a job still delivers steps 1-6.
+
+Memory: every worker runs under a memory limit (``worker_memory_limit``), so a runaway allocation
+(executing a big module, folding a huge constant) fails that worker with "worker exceeded its
+memory limit of X GiB" instead of taking the machine down; the pool replaces the worker and the
+run goes on. The limit is ``RLIMIT_DATA`` (see ``_limit_memory`` for why not ``RLIMIT_AS``).
 """
 
 from __future__ import annotations
@@ -27,7 +32,22 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
 
-from autotune.errors import AutotuneError, PassFailed
+from autotune.core import limits
+from autotune.errors import AutotuneError, BadInput, PassFailed
+
+#: Overrides the per-worker memory limit: bytes or a size such as ``6G``, ``512M``, ``2.5GiB``;
+#: ``0``, ``none`` or ``off`` removes the limit.
+MEMORY_ENV = "AUTOTUNE_WORKER_MEMORY"
+#: Never less than this per worker: a worker holding a warm XLA client and compiling a 10k-instruction
+#: module peaks at several hundred MiB (bench/perf.py measures ~185 MiB on the GPT-2 example).
+MIN_WORKER_MEMORY = 1 << 30
+#: What the limit leaves to everything else on the machine (the evaluator, other programs).
+HEADROOM_FRACTION = 0.10
+MIN_HEADROOM = 1 << 30
+
+# What an allocation failure looks like from the worker: XLA's status, C++'s exception, Python's.
+_MEMORY_SIGNS = re.compile(r"RESOURCE_EXHAUSTED|Out of memory|std::bad_alloc|MemoryError|Cannot allocate memory",
+                           re.I)
 
 _FATAL_LINE = re.compile(r"^(F\d{4}|E\d{4}|Check failed|\*\*\* SIG|INTERNAL|.*RET_CHECK)", re.M)
 
@@ -41,18 +61,79 @@ class Job:
     per_item_timeout: float
 
 
+def parse_size(text: str) -> int:
+    """``"6G"``, ``"512M"``, ``"2.5GiB"``, ``"1073741824"`` -> bytes (``0`` for none/off)."""
+    if text.strip().lower() in ("", "0", "none", "off", "unlimited"):
+        return 0
+    try:
+        return limits.parse_bytes(text)
+    except BadInput:
+        raise BadInput(f"{MEMORY_ENV}={text!r} is not a size (expected e.g. 6G, 512M or a number of bytes)") from None
+
+
+def available_memory() -> int:
+    """Bytes this process could still get: ``MemAvailable``, lowered by a cgroup (v2/v1) limit if any."""
+    avail = limits.available_memory()
+    if avail is None:
+        try:
+            avail = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+        except (ValueError, OSError):
+            avail = 8 << 30
+    for limit_file, usage_file in (("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current"),
+                                   ("/sys/fs/cgroup/memory/memory.limit_in_bytes",
+                                    "/sys/fs/cgroup/memory/memory.usage_in_bytes")):
+        try:
+            limit = open(limit_file).read().strip()
+            usage = int(open(usage_file).read().strip())
+        except (OSError, ValueError):
+            continue
+        if limit.isdigit() and int(limit) < (1 << 60):
+            avail = min(avail, max(0, int(limit) - usage))
+    return avail
+
+
+def worker_memory_limit(workers: int) -> int:
+    """Bytes each of ``workers`` processes may use (0: no limit).
+
+    ``$AUTOTUNE_WORKER_MEMORY`` if set; else the memory available now, less a headroom (10% of it,
+    at least 1 GiB) for the evaluator and the rest of the machine, shared evenly: all workers at
+    their limits at once still fit, so no combination of runaway jobs can exhaust the machine.
+    Never below ``MIN_WORKER_MEMORY`` (a worker could not even compile below that).
+    """
+    override = os.environ.get(MEMORY_ENV)
+    if override is not None:
+        return parse_size(override)
+    avail = available_memory()
+    usable = avail - max(MIN_HEADROOM, int(HEADROOM_FRACTION * avail))
+    return max(MIN_WORKER_MEMORY, usable // max(1, int(workers)))
+
+
+def describe_bytes(n: int) -> str:
+    return f"{n / 2**30:.3g} GiB" if n >= 1 << 30 else f"{n / 2**20:.0f} MiB"
+
+
+def memory_message(limit: int, detail: str) -> str:
+    """The one line a user sees when a worker ran out of its memory."""
+    return (f"worker exceeded its memory limit of {describe_bytes(limit)} and was replaced"
+            f" (raise it with {MEMORY_ENV}, e.g. {MEMORY_ENV}=16G){': ' + detail if detail else ''}")
+
+def stderr_text(path: str) -> str:
+    """The last 20 kB of a worker's log (its current job's output: the log is cut per job)."""
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(0, os.SEEK_END)
+            fh.seek(max(0, fh.tell() - 20000))
+            return fh.read().decode("utf-8", "replace")
+    except OSError:
+        return ""
+
+
 def stderr_tail(path: str, limit: int = 400) -> str:
     """The compiler's own words: the most telling line (a CHECK failure, a fatal log line) of a log file.
 
     Shared by the local pool and the Ray executor's actors, so a crash reads the same with either.
     """
-    try:
-        with open(path, "rb") as fh:
-            fh.seek(0, os.SEEK_END)
-            fh.seek(max(0, fh.tell() - 20000))
-            text = fh.read().decode("utf-8", "replace")
-    except OSError:
-        return ""
+    text = stderr_text(path)
     lines = [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.strip().startswith("@")]
     fatal = [ln for ln in lines if _FATAL_LINE.match(ln)]
     # The compiler's own line (a CHECK failure) beats the signal handler's "*** SIGABRT received".
@@ -64,8 +145,9 @@ class _Worker:
     _ids = itertools.count()
 
     def __init__(self, factory: str, init_args: tuple, env: dict[str, str] | None, start_timeout: float,
-                 cpu: int | None = None):
+                 cpu: int | None = None, memory_limit: int = 0):
         self.id = next(self._ids)
+        self.memory_limit = memory_limit
         parent_sock, child_sock = socket.socketpair()
         self.stderr_path = os.path.join(tempfile.gettempdir(), f"autotune-worker-{os.getpid()}-{self.id}.log")
         self._stderr = open(self.stderr_path, "wb")
@@ -73,6 +155,7 @@ class _Worker:
         full_env.update(env or {})
         if cpu is not None:
             full_env["AUTOTUNE_WORKER_CPU"] = str(cpu)
+        full_env["AUTOTUNE_WORKER_MEMORY_BYTES"] = str(int(memory_limit))
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "autotune.core.workers", str(child_sock.fileno()), factory],
             pass_fds=(child_sock.fileno(),),
@@ -98,6 +181,9 @@ class _Worker:
             raise AutotuneError(f"compiler worker failed to start: {payload}")
         self.pid = self.proc.pid
         self.cpu = cpu
+
+    def stderr_text(self) -> str:
+        return stderr_text(self.stderr_path)
 
     def stderr_tail(self, limit: int = 400) -> str:
         """The compiler's own words: the most telling line of what the worker printed last."""
@@ -130,6 +216,8 @@ class _Worker:
 
     def describe_death(self) -> str:
         code = self.proc.poll()
+        if self.memory_limit and _MEMORY_SIGNS.search(self.stderr_text()):
+            return memory_message(self.memory_limit, self.stderr_tail())
         if code is None:
             return "worker stopped answering"
         if code < 0:
@@ -151,8 +239,12 @@ class WorkerPool:
         env: dict[str, str] | None = None,
         start_timeout: float = 180.0,
         pin: bool = True,
+        memory_limit: int | None = None,
     ):
         self.factory, self.init_args, self.size = factory, init_args, max(1, int(size))
+        #: Bytes per worker (0: unlimited); by default derived from the machine (``worker_memory_limit``).
+        self.memory_limit = worker_memory_limit(self.size) if memory_limit is None else int(memory_limit)
+        self.memory_failures = 0
         self.env, self.start_timeout = env, start_timeout
         self.pin = pin
         self._idle: list[_Worker] = []
@@ -163,7 +255,8 @@ class WorkerPool:
 
     # ---- lifecycle -----------------------------------------------------------------------------
     def _spawn(self) -> _Worker:
-        worker = _Worker(self.factory, self.init_args, self.env, self.start_timeout, self._free_cpu())
+        worker = _Worker(self.factory, self.init_args, self.env, self.start_timeout, self._free_cpu(),
+                         self.memory_limit)
         self._all.append(worker)
         self.started += 1
         return worker
@@ -312,7 +405,11 @@ class Dispatcher:
                         except subprocess.TimeoutExpired:
                             pass
                         detail = worker.stderr_tail()
-                        message = worker.describe_death() + (f": {detail}" if detail else "")
+                        message = worker.describe_death()
+                        if message.startswith("worker exceeded its memory limit"):
+                            pool.memory_failures += 1
+                        elif detail:
+                            message += f": {detail}"
                         pool._discard(worker)
                         yield key, PassFailed(message, "crash")
                         yield key, StopJob
@@ -322,6 +419,14 @@ class Dispatcher:
                         yield key, payload
                     else:
                         del running[conn.fileno()]
+                        if kind == "error" and worker.memory_limit and _MEMORY_SIGNS.search(str(payload[1])):
+                            # It hit its limit and said so: its heap may be left fragmented or half-freed,
+                            # so it is replaced rather than reused.
+                            pool.memory_failures += 1
+                            pool._discard(worker)
+                            yield key, PassFailed(memory_message(worker.memory_limit, str(payload[1])[:300]), "crash")
+                            yield key, StopJob
+                            continue
                         pool._idle.append(worker)
                         if kind == "error":
                             yield key, _rebuild_error(payload)
@@ -356,7 +461,37 @@ def _rebuild_error(payload) -> AutotuneError:
 
 
 # ---- the worker side ---------------------------------------------------------------------------------
+def _limit_memory() -> None:
+    """Apply the parent's per-worker limit as ``RLIMIT_DATA`` before jaxlib is imported.
+
+    Why RLIMIT_DATA: it counts what a process really allocates (private writable memory: heap,
+    anonymous mmaps; since Linux 4.7), so an allocation beyond it fails at once, in the worker,
+    enforced by the kernel: XLA reports RESOURCE_EXHAUSTED, C++ throws bad_alloc, numpy raises
+    MemoryError. RLIMIT_AS counts reserved address space instead: a worker with a warm XLA client
+    has 1.5 GiB of virtual memory for 0.33 GiB resident (thread stacks, allocator arenas; measured
+    on the GPT-2 example, 17 threads), and that grows with the core count, so an address-space
+    limit would fail healthy workers on big machines. A watchdog polling RSS from the parent acts
+    only after the memory is taken (a runaway allocation can take gigabytes between two polls),
+    and cgroups need privileges this tool cannot assume.
+    """
+    try:
+        limit = int(os.environ.get("AUTOTUNE_WORKER_MEMORY_BYTES", "0"))
+    except ValueError:
+        return
+    if limit > 0:
+        import resource
+
+        soft, hard = resource.getrlimit(resource.RLIMIT_DATA)
+        if hard != resource.RLIM_INFINITY:
+            limit = min(limit, hard)
+        try:
+            resource.setrlimit(resource.RLIMIT_DATA, (limit, hard))
+        except (ValueError, OSError):
+            pass
+
+
 def _serve(fd: int, factory: str) -> None:
+    _limit_memory()
     cpu = os.environ.get("AUTOTUNE_WORKER_CPU")
     if cpu is not None and hasattr(os, "sched_setaffinity"):
         try:

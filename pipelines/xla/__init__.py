@@ -10,6 +10,7 @@ keeps the inventory and turns worker replies into ``Module``/``Metrics`` values.
 from __future__ import annotations
 
 import platform
+from dataclasses import replace
 from collections.abc import Iterable, Iterator, Sequence
 
 from autotune.errors import PassFailed, UnknownName
@@ -19,7 +20,7 @@ from autotune.pipelines.xla.inventory import PassInventory
 from autotune.core.workers import Job, StopJob, WorkerPool
 
 #: Bumped when the meaning of a cached step changes (capture method, fingerprint, metrics).
-ENGINE_VERSION = 4
+ENGINE_VERSION = 5
 
 WORKER = "autotune.pipelines.xla.worker:XlaWorker"
 WORKER_ENV = {"JAX_PLATFORMS": "cpu", "XLA_FLAGS": "", "TF_CPP_MIN_LOG_LEVEL": "1"}
@@ -133,7 +134,11 @@ class XlaPipeline:
 
     def _steps(self, module: Module, actions: Sequence[str]) -> list:
         outs = []
+        proto = module.proto
         for _, item in self.run_steps_many([(module.proto, module.fingerprint, list(actions))]):
+            if getattr(item, "status", None) == "ok":  # an unchanged module comes back without its bytes
+                item = item if item.proto is not None else replace(item, proto=proto)
+                proto = item.proto
             if item is StopJob:
                 break
             if isinstance(item, PassFailed):

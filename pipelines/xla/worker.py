@@ -51,7 +51,12 @@ class _Captured(Exception):
 
 @dataclass(frozen=True)
 class StepOut:
-    """What a worker sends back for one step (picklable, no jaxlib objects)."""
+    """What a worker sends back for one step (picklable, no jaxlib objects).
+
+    ``proto`` is None when the step left the module unchanged (``fingerprint`` equals the input's):
+    the caller already holds those bytes, and a module with weights baked in is megabytes that
+    would otherwise cross the socket, be unpickled and be compared for nothing on most steps.
+    """
 
     action: str
     status: str  # ok | error
@@ -165,7 +170,7 @@ class XlaWorker:
 
     def measure(self, proto: bytes) -> dict:
         module = hlo.parse_proto(proto)
-        return {"fingerprint": hlo.fingerprint(module), **self._measure(module)}
+        return {"fingerprint": hlo.fingerprint(module, proto), **self._measure(module)}
 
     def run_plain(self, text: str, actions: list[str]) -> list[str | None]:
         """The straightforward method, kept as the reference the fast path is tested against.
@@ -205,12 +210,13 @@ class XlaWorker:
                 yield StepOut(action, "error", message=str(exc), seconds=time.perf_counter() - t0)
                 return
             module = hlo.parse_proto(out)
-            fp = hlo.fingerprint(module)
+            fp = hlo.fingerprint(module, out)
             metrics = self._measure(module)
-            if i + 1 < len(actions) and fp != key:
+            changed = fp != key
+            if i + 1 < len(actions) and changed:
                 mlir = self._to_mlir(out, fp)
             key = fp
-            yield StepOut(action, "ok", fp, out, metrics, seconds=time.perf_counter() - t0)
+            yield StepOut(action, "ok", fp, out if changed else None, metrics, seconds=time.perf_counter() - t0)
 
     # ---- full compile and execution (validation, runtime objective; see runner.py) ----------------
     def execute(self, proto: bytes, seed: int = 0, floats: str = "normal", int_high: int = 4) -> list:
