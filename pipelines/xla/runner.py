@@ -34,7 +34,7 @@ import numpy as np
 from autotune.errors import BadInput, PassFailed
 
 #: Execution memory limit (``AUTOTUNE_MAX_EXEC_BYTES`` or a share of MemAvailable): see core/limits.py.
-from autotune.core.limits import EXEC_LIMIT_ENV, execution_limit, gib  # noqa: E402
+from autotune.core.limits import execution_limit, gib  # noqa: E402
 
 
 #: Integer (and unsigned) parameters are drawn from [0, INT_HIGH) by default. Integer entry
