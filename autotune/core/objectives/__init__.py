@@ -7,7 +7,7 @@ the contract below; no code outside an objective's own file asks which objective
   XLA's default pipeline fails after it; ``failure(state, ctx)`` then says why).
 * ``prepare(states, ctx)``: batch work ahead of ``cost`` (compiles in parallel), optional.
 * ``default_cost(ctx)``: the number for XLA's default ordering, the baseline of every claim.
-* ``confirm(state, ctx)``: the evidence that ``state`` beats the default, as a ``Claim``. A
+* ``confirm(state, cost, ctx)``: the evidence that ``state`` (found at ``cost``) beats the default, as a ``Claim``. A
   deterministic objective (an instruction count) needs none beyond the two numbers; a measured one
   (runtime) re-measures before anything is claimed.
 
