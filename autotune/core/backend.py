@@ -21,11 +21,9 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from importlib import import_module
-from importlib.metadata import entry_points
 from typing import Protocol, runtime_checkable
 
-from autotune.errors import BadInput, UnknownName
+from autotune.core import plugins
 
 ENTRY_POINT_GROUP = "autotune.backends"
 DEFAULT_BACKEND = "xla"
@@ -105,10 +103,7 @@ class Backend(Protocol):
 
 def available() -> dict[str, str]:
     """Backend name -> ``module:Class``: the built-ins, then third-party entry points."""
-    names = dict(BUILTIN)
-    for ep in entry_points(group=ENTRY_POINT_GROUP):
-        names.setdefault(ep.name, ep.value)
-    return names
+    return plugins.names(BUILTIN, ENTRY_POINT_GROUP)
 
 
 def default_name() -> str:
@@ -118,12 +113,4 @@ def default_name() -> str:
 def get(name: str | None = None, **options) -> Backend:
     """Construct a backend by name (imported lazily, so listing names stays cheap)."""
     name = name or default_name()
-    names = available()
-    if name not in names:
-        raise UnknownName("backend", name, list(names))
-    module, _, cls = names[name].partition(":")
-    try:
-        backend_cls = getattr(import_module(module), cls)
-    except (ImportError, AttributeError) as exc:
-        raise BadInput(f"backend '{name}' cannot be loaded from {names[name]}: {exc}") from None
-    return backend_cls(**options)
+    return plugins.load("backend", name, available())(**options)

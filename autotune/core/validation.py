@@ -327,26 +327,12 @@ def validate(pipeline, original, tuned, seed: int = 0) -> ValidationReport:
         specs = pipeline.parameter_specs(original)
     except BadInput as exc:
         raise BadInput(f"the original module cannot be run for validation: {exc}") from None
-    n_inputs = len(specs)
     orig_outs, floats, int_high = _original_outputs(pipeline, original, seed, specs)
-    described = _describe(floats, int_high)
     try:
-        tuned_specs = pipeline.parameter_specs(tuned)
+        return _compare_tuned(pipeline, tuned, specs, orig_outs, seed, floats, int_high)
     except BadInput as exc:
-        return ValidationReport(False, f"tuned module: {exc}", (), seed, n_inputs, described)
-    if [(s.shape, s.dtype) for s in tuned_specs] != [(s.shape, s.dtype) for s in specs]:
-        return ValidationReport(False, "the tuned module's parameters differ from the original's "
-                                f"({len(tuned_specs)} vs {len(specs)} parameter leaves)", (), seed, n_inputs, described)
-    try:
-        tuned_outs = pipeline.execute(tuned, seed=seed, floats=floats, int_high=int_high)
-    except PassFailed as exc:
-        kind = {"crash": "crashes the compiler", "timeout": "timed out"}.get(getattr(exc, "status", "error"),
-                                                                           "fails to compile or run")
-        return ValidationReport(False, f"the tuned module {kind} with XLA's full pipeline: {exc}", (), seed,
-                                n_inputs, described)
-    except BadInput as exc:
-        return ValidationReport(False, f"the tuned module cannot be run: {exc}", (), seed, n_inputs, described)
-    return compare(orig_outs, tuned_outs, seed=seed, n_inputs=n_inputs, inputs=described)
+        return ValidationReport(False, f"the tuned module cannot be run: {exc}", (), seed, len(specs),
+                                _describe(floats, int_high))
 
 
 # ---- the level of a result ------------------------------------------------------------------------------
@@ -502,7 +488,10 @@ def establish(pipeline, original, tuned, seed: int = 0, identical: bool = False)
         except _OriginalFails as exc:
             original_error = str(exc)
     if why_not is None and original_error is None:
-        report = _compare_tuned(pipeline, tuned_run, specs, orig_outs, seed, floats, int_high)
+        try:
+            report = _compare_tuned(pipeline, tuned_run, specs, orig_outs, seed, floats, int_high)
+        except BadInput:
+            report = None
         if report is None:  # the tuned module needs more memory than the original did
             why_not = "the tuned module's run does not fit the execution limit"
         elif not report.ok:
@@ -529,8 +518,8 @@ def establish(pipeline, original, tuned, seed: int = 0, identical: bool = False)
                                   f"{stand_note()}", n_tuned)
 
 
-def _compare_tuned(pipeline, tuned, specs, orig_outs, seed, floats, int_high) -> ValidationReport | None:
-    """Run the tuned module on the original's inputs and compare; None when it cannot run here."""
+def _compare_tuned(pipeline, tuned, specs, orig_outs, seed, floats, int_high) -> ValidationReport:
+    """Run the tuned module on the original's inputs and compare (``BadInput`` when it cannot run here)."""
     n_inputs, described = len(specs), _describe(floats, int_high)
     try:
         tuned_specs = pipeline.parameter_specs(tuned)
@@ -546,6 +535,4 @@ def _compare_tuned(pipeline, tuned, specs, orig_outs, seed, floats, int_high) ->
                                                                            "fails to compile or run")
         return ValidationReport(False, f"the tuned module {kind} with XLA's full pipeline: {exc}", (), seed,
                                 n_inputs, described)
-    except BadInput:
-        return None
     return compare(orig_outs, tuned_outs, seed=seed, n_inputs=n_inputs, inputs=described)

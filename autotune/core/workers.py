@@ -228,7 +228,36 @@ class _Worker:
         return f"worker exited with code {code}"
 
 
-class WorkerPool:
+class PoolRequests:
+    """The request side every pool offers, built on its ``dispatcher``: the local ``WorkerPool`` and
+    the Ray executor's pool share it, so the Evaluator and the backends cannot tell them apart."""
+
+    def dispatcher(self, on_start=None):  # pragma: no cover - every pool defines its own
+        raise NotImplementedError
+
+    def call(self, method: str, *args, timeout: float = 600.0):
+        """Run one non-streaming request on a worker and return its result."""
+        items = list(self.stream(method, *args, timeout=timeout))
+        return items[-1] if items else None
+
+    def stream(self, method: str, *args, timeout: float = 600.0) -> Iterator:
+        """Yield the items of one (streaming) request; a death ends the stream with PassFailed."""
+        for _, item in self.run_many([Job(method, args, timeout)]):
+            if item is StopJob:
+                return
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+
+    def run_many(self, jobs: Sequence[Job], on_start: Callable[[int, int], None] | None = None) -> Iterator[tuple[int, object]]:
+        """Run a fixed list of jobs in parallel; yield ``(job_index, item)`` as items arrive."""
+        dispatcher = self.dispatcher(on_start)
+        for index, job in enumerate(jobs):
+            dispatcher.submit(index, job)
+        yield from dispatcher
+
+
+class WorkerPool(PoolRequests):
     """``size`` long-lived workers created by ``factory(*init_args)`` (a ``module:callable`` path)."""
 
     def __init__(
@@ -322,28 +351,7 @@ class WorkerPool:
     def __exit__(self, *exc) -> None:
         self.close()
 
-    # ---- requests --------------------------------------------------------------------------------
-    def call(self, method: str, *args, timeout: float = 600.0):
-        """Run one non-streaming request on a worker and return its result."""
-        items = list(self.stream(method, *args, timeout=timeout))
-        return items[-1] if items else None
-
-    def stream(self, method: str, *args, timeout: float = 600.0) -> Iterator:
-        """Yield the items of one (streaming) request; a death ends the stream with PassFailed."""
-        for _, item in self.run_many([Job(method, args, timeout)]):
-            if item is StopJob:
-                return
-            if isinstance(item, BaseException):
-                raise item
-            yield item
-
-    def run_many(self, jobs: Sequence[Job], on_start: Callable[[int, int], None] | None = None) -> Iterator[tuple[int, object]]:
-        """Run a fixed list of jobs in parallel; yield ``(job_index, item)`` as items arrive."""
-        dispatcher = self.dispatcher(on_start)
-        for index, job in enumerate(jobs):
-            dispatcher.submit(index, job)
-        yield from dispatcher
-
+    # ---- requests (call/stream/run_many come from PoolRequests) ----------------------------------
     def dispatcher(self, on_start: Callable[[object, int], None] | None = None) -> "Dispatcher":
         return Dispatcher(self, on_start or self.on_start)
 

@@ -30,10 +30,10 @@ import tempfile
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 
 from autotune.core.executors import ExecutorLost
-from autotune.core.workers import Job, StopJob, _rebuild_error, stderr_tail
+from autotune.core.workers import Job, PoolRequests, StopJob, _rebuild_error, stderr_tail
 from autotune.errors import AutotuneError, BadInput, PassFailed
 
 
@@ -220,7 +220,7 @@ class _Actor:
         self.node: str | None = None
 
 
-class RayPool:
+class RayPool(PoolRequests):
     """``size`` actors hosting ``factory(*init_args)``; the ``WorkerPool`` interface over Ray."""
 
     def __init__(self, factory: str, init_args: tuple = (), size: int = 1, env: dict | None = None,
@@ -329,25 +329,7 @@ class RayPool:
     def __exit__(self, *exc) -> None:
         self.close()
 
-    # ---- requests (the WorkerPool interface) --------------------------------------------------------------
-    def call(self, method: str, *args, timeout: float = 600.0):
-        items = list(self.stream(method, *args, timeout=timeout))
-        return items[-1] if items else None
-
-    def stream(self, method: str, *args, timeout: float = 600.0) -> Iterator:
-        for _, item in self.run_many([Job(method, args, timeout)]):
-            if item is StopJob:
-                return
-            if isinstance(item, BaseException):
-                raise item
-            yield item
-
-    def run_many(self, jobs: Sequence[Job], on_start: Callable[[int, int], None] | None = None) -> Iterator[tuple[int, object]]:
-        dispatcher = self.dispatcher(on_start)
-        for index, job in enumerate(jobs):
-            dispatcher.submit(index, job)
-        yield from dispatcher
-
+    # ---- requests (call/stream/run_many: workers.PoolRequests, on this dispatcher) -------------------------
     def dispatcher(self, on_start: Callable[[object, int], None] | None = None) -> "RayDispatcher":
         return RayDispatcher(self, on_start or self.on_start)
 

@@ -25,11 +25,9 @@ import abc
 import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from importlib import import_module
-from importlib.metadata import entry_points
 from typing import ClassVar
 
-from autotune.errors import BadInput, UnknownName
+from autotune.core import plugins
 from autotune.core.metrics import Metrics
 
 ENTRY_POINT_GROUP = "autotune.objectives"
@@ -188,22 +186,11 @@ BUILTIN = {
 
 def available() -> dict[str, str]:
     """Objective name -> ``module:Class``: the built-ins, then third-party entry points."""
-    names = dict(BUILTIN)
-    for ep in entry_points(group=ENTRY_POINT_GROUP):
-        names.setdefault(ep.name, ep.value)
-    return names
+    return plugins.names(BUILTIN, ENTRY_POINT_GROUP)
 
 
 def get(name: str | Objective, **options) -> Objective:
     """Resolve an objective by name (once, at the edge); an Objective instance passes through."""
     if isinstance(name, Objective):
         return name
-    names = available()
-    if name not in names:
-        raise UnknownName("objective", str(name), list(names))
-    module, _, cls = names[name].partition(":")
-    try:
-        obj_cls = getattr(import_module(module), cls)
-    except (ImportError, AttributeError) as exc:
-        raise BadInput(f"objective '{name}' cannot be loaded from {names[name]}: {exc}") from None
-    return obj_cls(**options)
+    return plugins.load("objective", name, available())(**options)
