@@ -14,6 +14,10 @@ from pathlib import Path
 from conftest import ROOT, run_cli
 
 GPT2_SMALLER = ROOT / "tests" / "data" / "real" / "hloenv_maml_train_step.hlo"
+#: A run that an interruption must land in the middle of: on the 137-instruction MAML module a
+#: budget-150 search now takes about a second, so a signal sent after the first trials could miss
+#: it; on the 855-instruction GPT-2 example it takes several seconds.
+INTERRUPTED = ROOT / "examples" / "gpt2_train_step.hlo"
 
 
 def _start(*args: str, db: Path) -> subprocess.Popen:
@@ -58,7 +62,7 @@ RUN = ["run", "--strategy", "random", "--budget", str(BUDGET), "--seed", "5", "-
 
 def test_kill9_then_resume_keeps_every_trial(tmp_path):
     db = tmp_path / "c.db"
-    proc = _start(*RUN, str(GPT2_SMALLER), db=db)
+    proc = _start(*RUN, str(INTERRUPTED), db=db)
     run_id = _wait_for_trials(db, 10, proc)
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
@@ -71,7 +75,7 @@ def test_kill9_then_resume_keeps_every_trial(tmp_path):
     assert data["evaluations"] == BUDGET and len(after) == BUDGET
     assert after[: len(before)] == before  # nothing completed before the kill was lost or redone
     # Same seed, uninterrupted, in a fresh cache: the same trials and the same answer.
-    fresh = run_cli(*RUN, str(GPT2_SMALLER), db=tmp_path / "fresh.db")
+    fresh = run_cli(*RUN, str(INTERRUPTED), db=tmp_path / "fresh.db")
     ref = json.loads(fresh.stdout)
     assert [r[1:] for r in _trials(tmp_path / "fresh.db", ref["run_id"])] == [r[1:] for r in after]
     assert ref["best"]["sequence"] == data["best"]["sequence"]
@@ -80,7 +84,7 @@ def test_kill9_then_resume_keeps_every_trial(tmp_path):
 def test_ctrl_c_stops_cleanly_and_says_how_to_resume(tmp_path):
     db = tmp_path / "c.db"
     out = tmp_path / "out"
-    proc = _start(*RUN, str(GPT2_SMALLER), "--out", str(out), db=db)
+    proc = _start(*RUN, str(INTERRUPTED), "--out", str(out), db=db)
     run_id = _wait_for_trials(db, 5, proc)
     os.kill(proc.pid, signal.SIGINT)
     stdout, stderr = proc.communicate(timeout=120)

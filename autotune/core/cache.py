@@ -24,6 +24,7 @@ which is what avoids SQLite's "database is locked" upgrade deadlock between conc
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import os
 import sqlite3
@@ -82,18 +83,32 @@ class Cache:
             # POSIX lock this process holds on it, including the locks of SQLite connections already
             # open on it; another process could then delete their WAL (seen: "database disk image is
             # malformed"). SQLite itself recognises a foreign file without writing to it.
-        try:
-            conn = sqlite3.connect(self.path, timeout=busy_timeout, isolation_level=None, check_same_thread=False)
-            conn.execute(f"PRAGMA busy_timeout={int(busy_timeout * 1000)}")
-            self.db = sqlite_utils.Database(conn)
-            if self.path != ":memory:":
-                self.db.enable_wal()
-            conn.execute("PRAGMA synchronous=NORMAL")
-            self._ensure_schema()
-        except sqlite3.DatabaseError as exc:
-            if "not a database" in str(exc):
-                raise CacheError(f"{self.path}: not an SQLite database (corrupted or foreign file); left untouched") from None
-            raise CacheError(f"{self.path}: cannot use cache database ({exc}); left untouched") from None
+        # Switching a new file to WAL needs an exclusive lock, and SQLite answers "database is locked"
+        # at once (no busy handler) when several processes open a fresh cache together: retry the
+        # opening for as long as the busy timeout, like any other wait for the lock.
+        deadline = time.monotonic() + busy_timeout
+        for attempt in itertools.count():
+            conn = None
+            try:
+                conn = sqlite3.connect(self.path, timeout=busy_timeout, isolation_level=None, check_same_thread=False)
+                conn.execute(f"PRAGMA busy_timeout={int(busy_timeout * 1000)}")
+                self.db = sqlite_utils.Database(conn)
+                if self.path != ":memory:":
+                    self.db.enable_wal()
+                conn.execute("PRAGMA synchronous=NORMAL")
+                self._ensure_schema()
+                break
+            except sqlite3.OperationalError as exc:
+                if "locked" in str(exc) and time.monotonic() < deadline:
+                    if conn is not None:
+                        conn.close()
+                    time.sleep(min(1.0, 0.02 * 2 ** attempt))
+                    continue
+                raise CacheError(f"{self.path}: cannot use cache database ({exc}); left untouched") from None
+            except sqlite3.DatabaseError as exc:
+                if "not a database" in str(exc):
+                    raise CacheError(f"{self.path}: not an SQLite database (corrupted or foreign file); left untouched") from None
+                raise CacheError(f"{self.path}: cannot use cache database ({exc}); left untouched") from None
         self._transitions: dict[tuple[str, str, str], Transition] = {}
         self._states: dict[tuple[str, str], Metrics] = {}
         self.hits = 0
