@@ -210,21 +210,11 @@ def diff_modules(before, after, cap: int = LIST_CAP) -> ModuleDiff:
     a, b = structural_index(before), structural_index(after)
     ha, hb = Counter(n.hash for n in a), Counter(n.hash for n in b)
 
-    def unmatched(nodes: list[Node], other: Counter) -> list[Node]:
-        left = dict(other)
-        out = []
-        for n in nodes:
-            if left.get(n.hash, 0) > 0:
-                left[n.hash] -= 1
-            else:
-                out.append(n)
-        return out
-
-    ua, ub = unmatched(a, hb), unmatched(b, ha)
+    ua, ub = _unmatched(a, hb, "hash"), _unmatched(b, ha, "hash")
     # Second level: unmatched instructions with the same local signature on both sides are the
     # same instruction reading different inputs; only the rest vanished or appeared.
     la, lb = Counter(n.local for n in ua), Counter(n.local for n in ub)
-    va, vb = unmatched_local(ua, lb), unmatched_local(ub, la)
+    va, vb = _unmatched(ua, lb, "local"), _unmatched(ub, la, "local")
     rewired = len(ua) - len(va)
 
     def marked(nodes: list[Node], other: Counter) -> list[Instr]:
@@ -239,12 +229,14 @@ def diff_modules(before, after, cap: int = LIST_CAP) -> ModuleDiff:
                       tuple(_capped(appeared, cap)), len(vanished), len(appeared))
 
 
-def unmatched_local(nodes: list[Node], other: Counter) -> list[Node]:
+def _unmatched(nodes: list[Node], other: Counter, key: str) -> list[Node]:
+    """The nodes left once each is paired with one of ``other``'s (a multiset of ``key`` values)."""
     left = dict(other)
     out = []
     for n in nodes:
-        if left.get(n.local, 0) > 0:
-            left[n.local] -= 1
+        k = getattr(n, key)
+        if left.get(k, 0) > 0:
+            left[k] -= 1
         else:
             out.append(n)
     return out
@@ -541,7 +533,7 @@ def render_markdown(e: Explanation) -> str:
                      f"{s.instructions if s.instructions is not None else 'fails'} | "
                      f"{s.final_instructions if s.final_instructions is not None else 'fails'}{mark} |")
     if e.minimal != e.sequence and e.minimal_steps:
-        lines += ["", f"The minimal sequence, step by step: " + ", ".join(
+        lines += ["", "The minimal sequence, step by step: " + ", ".join(
             f"{s.action or 'start'} -> {s.final_instructions}" for s in e.minimal_steps)]
     lines += ["", "## Instructions that differ (matched structurally, names ignored)", "",
               f"{d.matched} instructions are identical with everything below them; {d.rewired} more exist in both "
