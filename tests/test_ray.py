@@ -67,6 +67,44 @@ def test_same_seed_same_best_and_same_accounting_as_local(ray_engine, tmp_path, 
     assert got.steps_compiled > 0
 
 
+def test_compare_on_ray_runs_several_runs_at_once(ray_engine, tmp_path):
+    """``compare`` with a concurrent executor keeps one run per worker in flight, each in its own
+    driver thread with its own cache handle; the numbers are those of the same runs done one by one.
+    (Placed before the tests that kill and hang actors: it needs every actor of the shared pool.)"""
+    import threading
+
+    from autotune.core.cache import Cache
+    from autotune.core.engine import open_engine
+    from autotune.core.evaluator import Evaluator
+    from autotune.core.module import load
+    from autotune.reporting import compare as compare_mod
+
+    seen: set[str] = set()
+    original = compare_mod._run_one
+
+    def spy(*args, **kwargs):
+        seen.add(threading.current_thread().name)
+        return original(*args, **kwargs)
+
+    compare_mod._run_one = spy
+    cold = Cache(tmp_path / "c.db")  # a cold cache of its own, on the module's Ray pool (the cluster's CPUs)
+    try:
+        ev = Evaluator(ray_engine.pipeline, cold)
+        assert compare_mod._parallel_runs(ev) == 2
+        comp = compare_mod.compare(ev, [load(SMALL)], ["random", "nevergrad"], budget=6, seeds=[0, 1],
+                                   max_length=3, validate=False)
+    finally:
+        compare_mod._run_one = original
+        cold.close()
+    assert len(comp.runs) == 4 and all(r.evaluations == 6 for r in comp.runs), [(r.status, r.error) for r in comp.runs]
+    assert len({n for n in seen if n.startswith("autotune-run")}) == 2  # two runs were in flight at once
+    with open_engine(tmp_path / "c.db", workers=1) as ev:
+        again = compare_mod.compare(ev, [load(SMALL)], ["random", "nevergrad"], budget=6, seeds=[0, 1],
+                                    max_length=3, validate=False)
+    assert [(r.strategy, r.seed, r.best_sequence) for r in again.runs] == \
+        [(r.strategy, r.seed, r.best_sequence) for r in comp.runs]
+
+
 def test_actors_span_both_nodes(ray_engine, cluster):
     from autotune.core.module import load
 
@@ -162,40 +200,3 @@ def test_unreachable_address_is_one_line_and_exit_2(tmp_path):
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and "cannot reach a Ray cluster at 127.0.0.1:1" in lines[0]
     assert not (tmp_path / "c.db").exists()  # refused before anything was opened
-
-
-def test_compare_on_ray_runs_several_runs_at_once(ray_engine, tmp_path):
-    """``compare`` with a concurrent executor keeps one run per worker in flight, each in its own
-    driver thread with its own cache handle; the numbers are those of the same runs done one by one."""
-    import threading
-
-    from autotune.core.cache import Cache
-    from autotune.core.engine import open_engine
-    from autotune.core.evaluator import Evaluator
-    from autotune.core.module import load
-    from autotune.reporting import compare as compare_mod
-
-    seen: set[str] = set()
-    original = compare_mod._run_one
-
-    def spy(*args, **kwargs):
-        seen.add(threading.current_thread().name)
-        return original(*args, **kwargs)
-
-    compare_mod._run_one = spy
-    cold = Cache(tmp_path / "c.db")  # a cold cache of its own, on the module's Ray pool (the cluster's CPUs)
-    try:
-        ev = Evaluator(ray_engine.pipeline, cold)
-        assert compare_mod._parallel_runs(ev) == 2
-        comp = compare_mod.compare(ev, [load(SMALL)], ["random", "nevergrad"], budget=6, seeds=[0, 1],
-                                   max_length=3, validate=False)
-    finally:
-        compare_mod._run_one = original
-        cold.close()
-    assert len(comp.runs) == 4 and all(r.evaluations == 6 for r in comp.runs), [(r.status, r.error) for r in comp.runs]
-    assert len({n for n in seen if n.startswith("autotune-run")}) == 2  # two runs were in flight at once
-    with open_engine(tmp_path / "c.db", workers=1) as ev:
-        again = compare_mod.compare(ev, [load(SMALL)], ["random", "nevergrad"], budget=6, seeds=[0, 1],
-                                    max_length=3, validate=False)
-    assert [(r.strategy, r.seed, r.best_sequence) for r in again.runs] == \
-        [(r.strategy, r.seed, r.best_sequence) for r in comp.runs]

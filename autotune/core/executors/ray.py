@@ -233,6 +233,7 @@ class RayPool(PoolRequests):
         options = {"runtime_env": {"env_vars": dict(env)}} if env else {}
         self._lock = threading.Lock()
         self._idle: list[_Actor] = []
+        self._busy: set[int] = set()  # ids of actors taken by a dispatcher and not yet released
         self._warming: dict = {}  # hello ref -> (actor, deadline)
         self.actors = [_Actor(cls.options(**options).remote(factory, tuple(init_args))) for _ in range(self.size)]
         self.crashes = 0
@@ -275,11 +276,21 @@ class RayPool(PoolRequests):
 
     def _take(self) -> _Actor | None:
         with self._lock:
-            return self._idle.pop() if self._idle else None
+            if not self._idle:
+                return None
+            actor = self._idle.pop()
+            self._busy.add(id(actor))
+            return actor
 
     def _release(self, actor: _Actor) -> None:
         with self._lock:
+            self._busy.discard(id(actor))
             self._idle.append(actor)
+
+    def busy_elsewhere(self) -> bool:
+        """Whether some actor is out on a job or warming (it will come back to ``_idle``)."""
+        with self._lock:
+            return bool(self._busy or self._warming)
 
     def warming(self) -> dict:
         with self._lock:
@@ -361,6 +372,7 @@ class RayDispatcher:
 
         pool = self.pool
         running, postmortem = self.running, self.postmortem
+        starved_since = None
         try:
             while self.queue or running or postmortem:
                 while self.queue:
@@ -375,7 +387,15 @@ class RayDispatcher:
                 warming = pool.warming() if self.queue else {}
                 waits = list(running) + list(postmortem) + list(warming)
                 if not waits:
+                    # Every live actor is busy in another driver thread's dispatcher (``compare``
+                    # keeps several runs in flight on one pool): wait for one to come back, for as
+                    # long as an actor may take to start; only then is the cluster lost.
+                    starved_since = starved_since or time.monotonic()
+                    if pool.busy_elsewhere() and time.monotonic() - starved_since < pool.start_timeout:
+                        time.sleep(0.005)
+                        continue
                     raise ExecutorLost("no Ray worker could be started (is the cluster still up?)")
+                starved_since = None
                 deadlines = ([d for (_, _, _, d, _) in running.values()] + [e[5] for e in postmortem.values()]
                              + [d for (_, d) in warming.values()])
                 timeout = max(0.0, min(deadlines) - time.monotonic())
