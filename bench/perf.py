@@ -52,6 +52,17 @@ def large_module(tmp: Path) -> Path:
     return path
 
 
+def median_ms(fn, repeats: int) -> float:
+    """Median wall time of ``fn()`` in milliseconds over ``repeats`` calls after one untimed call."""
+    fn()
+    ts = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        ts.append(time.perf_counter() - t0)
+    return 1e3 * statistics.median(ts)
+
+
 def pct(values, q):
     values = sorted(values)
     if not values:
@@ -111,13 +122,7 @@ def breakdown(path: Path, repeats: int) -> dict:
     from jax._src.lib import _jax
 
     def med(fn):
-        fn()
-        ts = []
-        for _ in range(repeats):
-            t0 = time.perf_counter()
-            fn()
-            ts.append(time.perf_counter() - t0)
-        return 1e3 * statistics.median(ts)
+        return median_ms(fn, repeats)
 
     cse = w._overrides["cse"]
     out = w._capture(mlir, cse)

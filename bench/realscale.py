@@ -47,7 +47,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from perf import step_latency  # noqa: E402
+from perf import median_ms, step_latency  # noqa: E402
 
 from autotune.core.engine import open_engine  # noqa: E402
 from autotune.core.module import load  # noqa: E402
@@ -94,13 +94,7 @@ def parts(path: Path, repeats: int) -> dict:
     mlir = w._to_mlir(proto, None)
 
     def med(fn):
-        fn()
-        ts = []
-        for _ in range(repeats):
-            t0 = time.perf_counter()
-            fn()
-            ts.append(time.perf_counter() - t0)
-        return _ms(statistics.median(ts))
+        return round(median_ms(fn, repeats), 2)
 
     out = w._capture(mlir, w._overrides["cse"])
     parsed = hlo.parse_proto(out)
