@@ -110,7 +110,7 @@ def step_latency(path: Path, tmp: Path, actions_limit: int | None) -> dict:
 
 def breakdown(path: Path, repeats: int) -> dict:
     """Where an uncached step's time goes, measured in-process on a warm XLA client."""
-    from autotune.core import hlo
+    from autotune.pipelines.xla import hlo
     from autotune.pipelines.xla import XlaPipeline
     from autotune.pipelines.xla.worker import XlaWorker
 

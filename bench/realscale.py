@@ -84,7 +84,7 @@ def parts(path: Path, repeats: int) -> dict:
     the captured bytes, fingerprinting, counting, XLA's cost analysis, and the transfer of the step's
     result between processes (pickling and unpickling it with the module bytes).
     """
-    from autotune.core import hlo
+    from autotune.pipelines.xla import hlo
     from autotune.pipelines.xla import XlaPipeline
     from autotune.pipelines.xla.worker import StepOut, XlaWorker
 

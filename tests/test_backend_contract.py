@@ -15,6 +15,9 @@ from autotune.errors import UnknownName
 from conftest import GPT2, SMALL
 
 TOY_PROGRAM = "x*1 + 0 + y*z + x*1 + y*z*1"
+#: A program where a sequence beats the toy's default ordering: ``combine`` before the default
+#: pipeline merges the terms twice (2*2*x), the default alone once (2*x + 2*x).
+TOY_WIN = "2*x + x + x + y*1"
 
 
 @dataclass
@@ -141,3 +144,60 @@ def test_core_never_imports_a_backend_and_no_objective_is_special_cased_by_name(
     special = [f"{p.relative_to(root)}" for p in root.rglob("*.py")
                if "objectives" not in p.parts and by_name.search(p.read_text())]
     assert not special, special
+
+
+def test_a_toy_run_imports_no_jax(tmp_path):
+    """Core, tuner and explain on the toy backend never load XLA: nothing in core names it."""
+    import subprocess
+    import sys
+
+    script = (
+        "import sys\n"
+        "from autotune.core.engine import open_engine\n"
+        "from autotune.core.module import load\n"
+        "from autotune.core.tuner import tune\n"
+        "from autotune.reporting.explain import explain\n"
+        f"with open_engine({str(tmp_path / 'c.db')!r}, workers=1, backend='toy') as ev:\n"
+        f"    m = load({TOY_WIN!r}, backend=ev.pipeline)\n"
+        "    r = tune(ev, m, strategy='random', budget=6, seed=0, max_length=3)\n"
+        "    e = explain(ev, ev.prepare(m), ['fold-one', 'combine'])\n"
+        "    assert r.evaluations == 6 and e.diff.vanished_total > 0, (r.evaluations, e.diff)\n"
+        "print(sorted(k for k in sys.modules if k.split('.')[0] in ('jax', 'jaxlib')))\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "[]"
+
+
+def test_the_toy_backend_through_the_cli_local_ray_fleet_and_explain(tmp_path):
+    """``--backend toy`` from the command line: a run, the same run on Ray, a fleet, explain."""
+    import json
+
+    from conftest import run_cli
+
+    db = tmp_path / "c.db"
+    models = tmp_path / "models"
+    models.mkdir()
+    (models / "a.toy").write_text(TOY_WIN + "\n")
+    (models / "b.toy").write_text("a*1 + b*0 + a*1\n")
+    args = ("--strategy", "greedy", "--budget", "12", "--max-length", "3", "--json")
+    local = run_cli("run", "--backend", "toy", *args, str(models / "a.toy"), db=db)
+    assert local.returncode == 0, local.stderr
+    first = json.loads(local.stdout)
+    assert first["executor"]["name"] == "local" and first["evaluations"] == 12 and first["beats_default"]
+    on_ray = run_cli("run", "--backend", "toy", "--executor", "ray", "--workers", "2", *args, str(models / "a.toy"),
+                     db=tmp_path / "ray.db")
+    assert on_ray.returncode == 0, on_ray.stderr
+    second = json.loads(on_ray.stdout)
+    assert second["executor"]["name"] == "ray"
+    assert (second["best"]["sequence"], second["evaluations"]) == (first["best"]["sequence"], 12)
+    fleet = run_cli("run", "--backend", "toy", *args, "--modules", str(models), db=db)
+    assert fleet.returncode == 0, fleet.stderr
+    assert json.loads(fleet.stdout)["modules"] == ["a", "b"]
+    explained = run_cli("explain", first["run_id"], "--json", env={"AUTOTUNE_BACKEND": "toy"}, db=db)
+    assert explained.returncode == 0, explained.stderr
+    e = json.loads(explained.stdout)
+    assert e["minimal_sequence"] and e["diff"]["delta"] < 0
+    assert e["reproduce"]["autotune"][0].startswith("autotune baseline --backend toy")
+    bad = run_cli("run", "--backend", "no-such-backend", str(models / "a.toy"), db=db)
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "no-such-backend" in bad.stderr

@@ -163,7 +163,7 @@ def _write_outputs(ev, result, out: Path) -> None:
             "beats_default": result.beats_default,
         }, indent=2))
         if result.best is not None:
-            (out / "tuned.hlo").write_text(ev.module(result.best.state, result.module).text())
+            (out / f"tuned{ev.pipeline.suffixes[0]}").write_text(ev.pipeline.to_text(ev.module(result.best.state, result.module)))
     except OSError as exc:
         raise BadInput(f"{out}: cannot write outputs ({exc.strerror or exc})") from None
 

@@ -13,14 +13,12 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
+from autotune.core.backend import DEFAULT
 from autotune.core.cache import Cache, Transition
 from autotune.errors import BadInput, PassFailed
 from autotune.core.metrics import Metrics
 from autotune.core.module import Module
 from autotune.core.workers import StopJob
-
-IDENTITY = "<identity>"
-DEFAULT = "<default>"
 
 
 @dataclass(frozen=True)

@@ -509,8 +509,7 @@ def _summarise(tuner: _Tuner, status: str, validate: bool, validation_seed: int,
 
 
 def _executor_of(ev: Evaluator) -> dict | None:
-    executor = getattr(ev.pipeline, "executor", None)
-    return executor.describe() if executor is not None else None
+    return ev.pipeline.executor.describe()
 
 
 def validity_of(evaluator: Evaluator, root: Module, state: str, seed: int = 0) -> dict:

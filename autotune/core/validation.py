@@ -427,10 +427,7 @@ def _original_outputs_or_reason(pipeline, original, seed, specs):
 
 
 def _stand_in(pipeline, module, extra=()):
-    stand = getattr(pipeline, "stand_ins", None)
-    if stand is None:
-        return module, 0, ()
-    return stand(module, extra)
+    return pipeline.stand_ins(module, extra)
 
 
 def establish(pipeline, original, tuned, seed: int = 0, identical: bool = False) -> Validation:

@@ -203,17 +203,16 @@ def compare(
         objective=objective, budget=budget, seeds=tuple(seeds), max_length=max_length, time_limit=time_limit,
         validate=validate, strategies=tuple(label for label, *_ in plan), modules=module_infos,
         runs=tuple(runs), summaries=tuple(summaries), seconds=time.perf_counter() - t0,
-        pipeline_version=getattr(evaluator, "version", ""), status=status,
+        pipeline_version=evaluator.version, status=status,
     )
 
 
 def _parallel_runs(evaluator) -> int:
     """Runs to keep in flight at once: one per worker when the executor can take several driver
     threads at once (Ray); one otherwise (the local pool is one process's, used by one loop)."""
-    executor = getattr(evaluator.pipeline, "executor", None)
-    if not getattr(executor, "concurrent", False) or evaluator.cache.path == ":memory:":
+    if not evaluator.pipeline.executor.concurrent or evaluator.cache.path == ":memory:":
         return 1
-    return max(1, int(getattr(evaluator.pipeline, "workers", 1)))
+    return max(1, int(evaluator.pipeline.workers))
 
 
 def _run_one(evaluator, job, settings: dict, progress, per_evaluation: bool) -> tuple[RunRow | None, bool]:

@@ -17,10 +17,10 @@ import os
 import tempfile
 import time
 from collections import OrderedDict
-from dataclasses import dataclass
 
+from autotune.core.backend import StepOut
 from autotune.errors import BadInput, PassFailed
-from autotune.core import hlo
+from autotune.pipelines.xla import hlo
 
 CAPTURE_PASS_NAME = "autotune-capture"
 
@@ -47,24 +47,6 @@ ENTRY main {
 
 class _Captured(Exception):
     """Raised inside the hook to abort the compile once the module is in hand."""
-
-
-@dataclass(frozen=True)
-class StepOut:
-    """What a worker sends back for one step (picklable, no jaxlib objects).
-
-    ``proto`` is None when the step left the module unchanged (``fingerprint`` equals the input's):
-    the caller already holds those bytes, and a module with weights baked in is megabytes that
-    would otherwise cross the socket, be unpickled and be compared for nothing on most steps.
-    """
-
-    action: str
-    status: str  # ok | error
-    fingerprint: str | None = None
-    proto: bytes | None = None
-    metrics: dict | None = None
-    message: str | None = None
-    seconds: float = 0.0
 
 
 class XlaWorker:
