@@ -201,3 +201,27 @@ def test_the_toy_backend_through_the_cli_local_ray_fleet_and_explain(tmp_path):
     assert e["reproduce"]["autotune"][0].startswith("autotune baseline --backend toy")
     bad = run_cli("run", "--backend", "no-such-backend", str(models / "a.toy"), db=db)
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "no-such-backend" in bad.stderr
+
+
+def test_run_json_round_trips_and_a_tie_reports_the_empty_sequence(tmp_path):
+    """``TuneResult.from_dict`` inverts ``to_dict``; the validation report appears once; a run
+    where nothing beats the default reports the empty sequence (``found_sequence`` keeps the search's)."""
+    import json
+
+    from autotune.core.engine import open_engine
+    from autotune.core.tuner import TuneResult
+    from autotune.testing.toy import ToyBackend
+
+    with open_engine(tmp_path / "toy.db", workers=1, backend="toy") as ev:
+        win = tune(ev, ToyBackend.module(TOY_WIN), strategy="greedy", budget=12, seed=0, max_length=2)
+        tie = tune(ev, ToyBackend.module("x + y"), strategy="random", budget=6, seed=0, max_length=3)
+    assert win.beats_default and win.best_sequence and win.validation_level == "executed"
+    for result in (win, tie):
+        data = json.loads(json.dumps(result.to_dict()))
+        back = TuneResult.from_dict(data)
+        assert back == result and back.to_dict() == data
+    validity = win.to_dict()["validity"]  # executed: the output comparison is there, once
+    assert "outputs" not in validity and len(validity["report"]["outputs"]) == 1
+    assert not tie.beats_default and tie.best is not None
+    data = tie.to_dict()
+    assert data["best"]["sequence"] == [] and data["best"]["found_sequence"]

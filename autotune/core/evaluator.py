@@ -119,7 +119,7 @@ class Evaluator:
 
     def default(self, root: Module) -> Result:
         """XLA's default ordering on ``root`` (cached as the pseudo-action ``<default>``)."""
-        return self._evaluate_batch([(root.fingerprint, (DEFAULT,))])[0]
+        return self.evaluate_pairs([(root.fingerprint, (DEFAULT,))])[0]
 
     def final(self, state: str) -> Result:
         """A state followed by XLA's default pipeline: what the backend will actually see."""
@@ -127,7 +127,7 @@ class Evaluator:
 
     def final_many(self, states: Sequence[str]) -> list[Result]:
         """``final`` for several states, compiled in parallel."""
-        return self._evaluate_batch([(s, (DEFAULT,)) for s in states])
+        return self.evaluate_pairs([(s, (DEFAULT,)) for s in states])
 
     def steps(self, pairs: Sequence[tuple[str, str]]) -> list[Result]:
         """One action applied to one state, for each ``(state fingerprint, action)`` pair, in parallel.
@@ -136,7 +136,7 @@ class Evaluator:
         same module share everything after it, so a breadth-first walk expands each state once.
         """
         actions = self.pipeline.check_passes([a for _, a in pairs])
-        return self._evaluate_batch([(s, (a,)) for (s, _), a in zip(pairs, actions)])
+        return self.evaluate_pairs([(s, (a,)) for (s, _), a in zip(pairs, actions)])
 
     # ---- sequences ----------------------------------------------------------------------------------
     def evaluate(self, root: Module, sequence: Sequence[str]) -> Result:
@@ -144,10 +144,12 @@ class Evaluator:
 
     def evaluate_many(self, root: Module, sequences: Sequence[Sequence[str]]) -> list[Result]:
         seqs = [self.pipeline.check_passes(s) for s in sequences]
-        return self._evaluate_batch([(root.fingerprint, s) for s in seqs])
+        return self.evaluate_pairs([(root.fingerprint, s) for s in seqs])
 
-    def _evaluate_batch(self, items: Sequence[tuple[str, tuple[str, ...]]]) -> list[Result]:
-        """Evaluate (start state, sequence) pairs, one step per worker job, cache consulted first.
+    def evaluate_pairs(self, items: Sequence[tuple[str, tuple[str, ...]]]) -> list[Result]:
+        """Evaluate (start state fingerprint, checked sequence) pairs, one step per worker job, cache
+        consulted first. The start states may differ (a fleet evaluates one sequence on many roots);
+        sequences must already be ``check_passes``-ed (or pseudo-actions).
 
         Each sequence advances through cached transitions as far as it can; its next uncached step
         becomes a job. Identical steps (same state, same action) wanted by several sequences are

@@ -376,9 +376,6 @@ class Validation:
     def to_dict(self) -> dict:
         data = {"level": self.level, "ok": self.ok, "reason": self.reason, "stand_ins": self.stand_ins,
                 "report": self.report.to_dict() if self.report else None}
-        if self.report is not None:  # the old validity keys, for readers of stored summaries
-            data.update(outputs=data["report"]["outputs"], seed=self.report.seed, n_inputs=self.report.n_inputs,
-                        inputs=self.report.inputs)
         return data
 
     @classmethod

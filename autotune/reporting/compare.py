@@ -60,10 +60,11 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 
 from autotune.core.spec import DEFAULT_MAX_LENGTH, DEFAULT_OBJECTIVE, check_budget, check_max_length, check_time_limit
 from autotune.errors import BadInput
-from autotune.reporting.comparison import Comparison, ModuleInfo, RunRow, _replace, _row, family_of, summarise
+from autotune.reporting.comparison import Comparison, ModuleInfo, RunRow, family_of, row_from_result, summarise
 
 #: Keys of ``options_per_strategy[label]`` that configure the comparison, not the strategy.
 RESERVED_OPTIONS = ("strategy", "budget")
@@ -240,9 +241,9 @@ def _run_one(evaluator, job, settings: dict, progress, per_evaluation: bool) -> 
     compiled = evaluator.stats.steps_compiled - before[0]
     cached = evaluator.stats.steps_cached - before[1]
     if result is not None:
-        row = _row(label, base, result, run_budget, seconds, compiled, cached)
+        row = row_from_result(label, base, result, run_budget, seconds, compiled, cached)
     elif row is not None:
-        row = _replace(row, seconds=seconds, steps_compiled=compiled, steps_cached=cached)
+        row = replace(row, seconds=seconds, steps_compiled=compiled, steps_cached=cached)
     if row is not None:
         progress.run_finished(index, row)
     return row, stop

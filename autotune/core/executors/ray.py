@@ -34,7 +34,7 @@ from collections import deque
 from collections.abc import Callable, Iterator
 
 from autotune.core.executors import ExecutorLost
-from autotune.core.workers import Job, PoolRequests, StopJob, _rebuild_error, stderr_tail
+from autotune.core.workers import Job, PoolRequests, StopJob, rebuild_error, stderr_tail
 from autotune.errors import AutotuneError, BadInput, PassFailed
 
 
@@ -459,7 +459,7 @@ class RayDispatcher:
             raise ExecutorLost(f"lost the Ray cluster: {_first_line(exc)}") from None
         self.pool._release(actor)
         for kind, payload in out:
-            yield key, (payload if kind == "item" else _rebuild_error(payload))
+            yield key, (payload if kind == "item" else rebuild_error(payload))
         yield key, StopJob
 
     def _postmortem(self, ref) -> Iterator[tuple[object, object]]:
