@@ -284,7 +284,7 @@ def _original_outputs(pipeline, original, seed: int, specs) -> tuple[list[np.nda
     Returns ``(outputs, floats, int_high)``. Any failure of the original is ``BadInput``: the input
     itself cannot run, so nothing can be validated against it.
     """
-    key = (getattr(pipeline, "version", None), original.fingerprint, int(seed))
+    key = (pipeline.version, original.fingerprint, int(seed))
     hit = _ORIGINAL_CACHE.get(key)
     if hit is not None and hit[3] == original.proto:
         _ORIGINAL_CACHE.move_to_end(key)
