@@ -35,15 +35,26 @@ def _set_env(name: str):
     return callback
 
 
+def _choose_executor(ctx, param, value):
+    if value:
+        from autotune.core import executors
+        from autotune.errors import UnknownName
+
+        known = executors.available()
+        if value.strip().lower() not in known:
+            raise UnknownName("executor", value, list(known))
+        os.environ[executors.EXECUTOR_ENV] = value.strip().lower()  # read when the engine opens
+    return value
+
+
 def executor_option(f):
     """``--executor local|ray`` and ``--ray-address``: where the compiler workers run (docs/cluster.md)."""
     f = click.option("--ray-address", default=None, expose_value=False, callback=_set_env("AUTOTUNE_RAY_ADDRESS"),
                      help="Ray cluster for --executor ray: auto, HOST:PORT or ray://HOST:10001 "
                           "(default: start a local Ray instance; or $AUTOTUNE_RAY_ADDRESS).")(f)
-    return click.option("--executor", type=click.Choice(["local", "ray"]), default=None, expose_value=False,
-                        callback=_set_env("AUTOTUNE_EXECUTOR"),
-                        help="Where compiler workers run: local processes (default) or Ray actors "
-                             "(or $AUTOTUNE_EXECUTOR).")(f)
+    return click.option("--executor", default=None, expose_value=False, callback=_choose_executor,
+                        help="Where compiler workers run: local processes (default), Ray actors (ray) or a "
+                             "registered executor (or $AUTOTUNE_EXECUTOR).")(f)
 
 
 def _choose_backend(ctx, param, value):
