@@ -90,7 +90,7 @@ class Evaluator:
 
     # ---- modules ---------------------------------------------------------------------------------
     def prepare(self, module: Module) -> Module:
-        """The normalised root of a loaded module (one XLA import round trip; cached)."""
+        """The normalised root of a loaded module (the compiler's import round trip, ``Backend.normalize``; cached)."""
         version = self.version
         fp = self.cache.root(version, module.fingerprint)
         if fp is not None:
@@ -99,7 +99,7 @@ class Evaluator:
                 return Module(module.name, proto, fp)
         try:
             root = self.pipeline.normalize(module)
-        except PassFailed as exc:  # the input itself does not go through XLA's importer
+        except PassFailed as exc:  # the input itself does not go through the compiler's importer
             raise BadInput(f"{module.name}: {exc}") from None
         self.cache.put_state(version, root.fingerprint, root.proto, self.pipeline.measure(root))
         self.cache.put_root(version, module.fingerprint, root.fingerprint, module.name)
@@ -118,11 +118,11 @@ class Evaluator:
         return metrics
 
     def default(self, root: Module) -> Result:
-        """XLA's default ordering on ``root`` (cached as the pseudo-action ``<default>``)."""
+        """The compiler's default ordering on ``root`` (cached as the pseudo-action ``DEFAULT``)."""
         return self.evaluate_pairs([(root.fingerprint, (DEFAULT,))])[0]
 
     def final(self, state: str) -> Result:
-        """A state followed by XLA's default pipeline: what the backend will actually see."""
+        """A state followed by the compiler's default pipeline: what the backend will actually compile."""
         return self.final_many([state])[0]
 
     def final_many(self, states: Sequence[str]) -> list[Result]:
