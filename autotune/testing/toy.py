@@ -16,6 +16,12 @@ A program is a sum of terms, each a product of factors: ``x*1 + 0 + y*2 + x + x`
 * ``abort``       an internal compiler error: kills the worker process (``os.abort``) on any program
                   containing ``boom`` (crash isolation must contain it).
 
+A module file (``.toy``) holds one program, e.g. ``2*x + x + x + y*1``; from the command line::
+
+    autotune run --backend toy --strategy greedy --budget 12 prog.toy      # also --executor ray
+    autotune run --backend toy --modules progs/                           # a fleet of .toy files
+    autotune explain --backend toy RUN_ID
+
 The default ordering runs ``canon, fold-one, drop-zero, combine, canon``. A program's metrics count its
 tokens (variables, numbers and operators) as "instructions". Executing a program evaluates it on
 seeded random values of its variables.
