@@ -205,3 +205,16 @@ def test_run_json_round_trips_and_a_tie_reports_the_empty_sequence(tmp_path):
     assert not tie.beats_default and tie.best is not None
     data = tie.to_dict()
     assert data["best"]["sequence"] == [] and data["best"]["found_sequence"]
+
+
+def test_the_api_session_tunes_a_toy_file(tmp_path):
+    """``Session(backend="toy")`` loads files with its own backend's parser."""
+    import autotune
+
+    path = tmp_path / "p.toy"
+    path.write_text(TOY_WIN + "\n")
+    with autotune.Session(tmp_path / "c.db", workers=1, backend="toy") as s:
+        result = s.tune(str(path), strategy="greedy", budget=12, max_length=2)
+        tuned = s.apply(str(path), result.best_sequence)
+    assert result.beats_default and s.evaluator.pipeline.name == "toy"
+    assert result.best_cost < result.default_cost and tuned.fingerprint == result.best.state
