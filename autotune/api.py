@@ -18,20 +18,24 @@ from autotune.core.module import Module, load
 from autotune.core.spec import DEFAULT_MAX_LENGTH, RunSpec
 
 
-def _module(source) -> Module:
-    return source if isinstance(source, Module) else load(source)
-
-
 class Session:
     """A cache plus a warm worker pool, shared by the calls made through it."""
 
     def __init__(self, cache: str | Path | None = None, workers: int | None = None,
-                 include_target_specific: bool = False, step_timeout: float = 120.0):
+                 include_target_specific: bool = False, step_timeout: float = 120.0, backend: str | None = None,
+                 executor: str | None = None):
+        """``backend``/``executor``: registered names (default ``$AUTOTUNE_BACKEND`` or xla,
+        ``$AUTOTUNE_EXECUTOR`` or local)."""
         from autotune.core.engine import open_engine
 
         self._cm = open_engine(cache, workers=workers, include_target_specific=include_target_specific,
-                               step_timeout=step_timeout)
+                               step_timeout=step_timeout, backend=backend, executor=executor)
         self.evaluator = self._cm.__enter__()
+
+    def load(self, source) -> Module:
+        """A ``Module`` as given, else ``source`` loaded by this session's backend (a path, program
+        text, serialized bytes or a lowered JAX function)."""
+        return source if isinstance(source, Module) else load(source, backend=self.evaluator.pipeline)
 
     def close(self) -> None:
         self._cm.__exit__(None, None, None)
@@ -48,7 +52,7 @@ class Session:
 
     def normalize(self, module) -> Module:
         """The module after XLA's import round trip: the form every result is measured on."""
-        return self.evaluator.prepare(_module(module))
+        return self.evaluator.prepare(self.load(module))
 
     def tune(self, module, strategy: str = RunSpec.strategy, budget: int = RunSpec.budget,
              objective=RunSpec.objective, seed: int = 0, max_length: int = DEFAULT_MAX_LENGTH, time_limit: float | None = None, options: dict | None = None,
@@ -60,7 +64,7 @@ class Session:
         from autotune.core.tuner import tune as _tune
         from autotune.reporting.progress import RichObserver
 
-        return _tune(self.evaluator, _module(module), strategy=strategy, budget=budget, objective=objective,
+        return _tune(self.evaluator, self.load(module), strategy=strategy, budget=budget, objective=objective,
                      seed=seed, max_length=max_length, time_limit=time_limit, options=options,
                      observer=RichObserver() if progress else None, validate=validate)
 
@@ -70,7 +74,7 @@ class Session:
         from autotune.core.explore import explore as _explore
         from autotune.reporting.progress import RichObserver
 
-        return _explore(self.evaluator, _module(module), depth, observer=RichObserver() if progress else None,
+        return _explore(self.evaluator, self.load(module), depth, observer=RichObserver() if progress else None,
                         validate=validate)
 
     def tune_fleet(self, modules, strategy: str = RunSpec.strategy, budget: int = RunSpec.budget,
@@ -82,7 +86,7 @@ class Session:
         from autotune.core.fleet import tune_fleet as _tune_fleet
         from autotune.reporting.progress import RichObserver
 
-        return _tune_fleet(self.evaluator, [_module(m) for m in modules], strategy=strategy, budget=budget,
+        return _tune_fleet(self.evaluator, [self.load(m) for m in modules], strategy=strategy, budget=budget,
                            objective=objective, seed=seed, max_length=max_length, time_limit=time_limit,
                            options=options, observer=RichObserver() if progress else None, validate=validate,
                            allow_regressions=allow_regressions)
@@ -118,7 +122,7 @@ class Session:
 
     def metrics(self, module):
         """``Metrics`` of a module (instructions, per-opcode counts, flops, ...)."""
-        return self.evaluator.pipeline.measure(_module(module))
+        return self.evaluator.pipeline.measure(self.load(module))
 
     def compare_runtime(self, baseline, candidate, rounds: int | None = None, confidence: float | None = None,
                         min_effect: float | None = None, seed: int = 0):
@@ -128,7 +132,7 @@ class Session:
         ``1 - min_effect``). The protocol of the ``runtime`` objective's claims (docs/runtime.md)."""
         from autotune.core import stats
 
-        timing = self.evaluator.pipeline.time_ab(_module(baseline), _module(candidate), seed=seed,
+        timing = self.evaluator.pipeline.time_ab(self.load(baseline), self.load(candidate), seed=seed,
                                                  rounds=rounds or stats.ROUNDS)
         return stats.compare(timing["a"], timing["b"], confidence or stats.CONFIDENCE,
                              stats.MIN_EFFECT if min_effect is None else min_effect, seed=seed)
@@ -137,7 +141,7 @@ class Session:
         """Compile both fully, run both on the same seeded inputs, compare every output."""
         from autotune.core.validation import validate as _validate
 
-        return _validate(self.evaluator.pipeline, self.normalize(original), _module(tuned), seed=seed)
+        return _validate(self.evaluator.pipeline, self.normalize(original), self.load(tuned), seed=seed)
 
     def validation(self, original, tuned, seed: int = 0):
         """The strongest validation level this machine can establish for ``tuned`` against ``original``

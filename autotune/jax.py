@@ -86,11 +86,10 @@ class _Hook:
         from jax._src.interpreters import mlir as jax_mlir
         from jax._src.lib import _jax
 
-        from autotune.core import hlo
-        from autotune.core.module import Module
+        from autotune.pipelines.xla import hlo, loader
 
         proto = hlo.from_mlir(jax_mlir.module_to_bytecode(module))
-        root = self.session.normalize(Module.from_proto(proto))
+        root = self.session.normalize(loader.module_from_proto(proto))
         self.stats.seen.append(root.fingerprint)
         record = self.records.get(root.fingerprint)
         if record is None:

@@ -132,10 +132,6 @@ class Evaluate(abc.ABC):
     def empty_cost(self) -> float:
         """Cost of the module as it is (the empty sequence), free of charge: no budget is spent."""
 
-    def state_features(self, sequence: Sequence[str]):  # pragma: no cover - optional
-        """Features of the module after ``sequence`` (used by learning strategies such as PPO)."""
-        raise NotImplementedError
-
 
 class Strategy(abc.ABC):
     """Base class of all strategies. Subclasses set ``name`` and implement ``minimize``.
@@ -146,8 +142,6 @@ class Strategy(abc.ABC):
 
     name: ClassVar[str] = ""
     description: ClassVar[str] = ""
-    #: Strategies that learn from module features (PPO) get ``Evaluate.state_features``.
-    needs_features: ClassVar[bool] = False
 
     def __init__(self, **options):
         if options:

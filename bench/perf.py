@@ -110,7 +110,7 @@ def step_latency(path: Path, tmp: Path, actions_limit: int | None) -> dict:
 
 def breakdown(path: Path, repeats: int) -> dict:
     """Where an uncached step's time goes, measured in-process on a warm XLA client."""
-    from autotune.core import hlo
+    from autotune.pipelines.xla import hlo
     from autotune.pipelines.xla import XlaPipeline
     from autotune.pipelines.xla.worker import XlaWorker
 
@@ -118,36 +118,36 @@ def breakdown(path: Path, repeats: int) -> dict:
     w = XlaWorker(inv.to_json())
     module = load(path)
     proto = list(w.run_steps(module.proto, None, ["<identity>"]))[-1].proto  # normalised
-    mlir = w._to_mlir(proto, None)
+    mlir = w.to_mlir(proto, None)
     from jax._src.lib import _jax
 
     def med(fn):
         return median_ms(fn, repeats)
 
-    cse = w._overrides["cse"]
-    out = w._capture(mlir, cse)
+    cse = w.flags("cse")
+    out = w.capture(mlir, cse)
     parsed = hlo.parse_proto(out)
     text = hlo.to_text(hlo.parse_proto(proto))
 
     def straightforward_step():
         """The method the engine replaces: HLO text in, one capture compile, HLO text out."""
         m = hlo.parse_text(text)
-        b = w._capture(w._jax.mlir.hlo_to_stablehlo(m.as_serialized_hlo_module_proto()), cse)
+        b = w.capture(_jax.mlir.hlo_to_stablehlo(m.as_serialized_hlo_module_proto()), cse)
         return hlo.to_text(hlo.parse_proto(b))
 
     res = {
         "straightforward_step_ms": med(straightforward_step),
-        "hlo_to_mlir_ms": med(lambda: w._jax.mlir.hlo_to_stablehlo(proto)),
+        "hlo_to_mlir_ms": med(lambda: _jax.mlir.hlo_to_stablehlo(proto)),
         "mlir_import_only_ms": med(lambda: _jax.mlir.mlir_module_to_xla_computation(mlir, use_tuple_args=False, return_tuple=False)),
-        "capture_compile_identity_ms": med(lambda: w._capture(mlir, w._overrides["<identity>"])),
-        "capture_compile_cse_ms": med(lambda: w._capture(mlir, cse)),
+        "capture_compile_identity_ms": med(lambda: w.capture(mlir, w.flags("<identity>"))),
+        "capture_compile_cse_ms": med(lambda: w.capture(mlir, cse)),
         "parse_result_ms": med(lambda: hlo.parse_proto(out)),
         "fingerprint_ms": med(lambda: hlo.fingerprint(parsed)),
-        "measure_ms": med(lambda: w._measure(parsed)),
+        "measure_ms": med(lambda: w.metrics_of(parsed)),
     }
     res.update(alternatives(w, proto, mlir, med))
     t0 = time.perf_counter()
-    w.backend.compile_and_load(mlir, w.devices, w._jax.CompileOptions())
+    w.backend.compile_and_load(mlir, w.devices, _jax.CompileOptions())
     res["full_default_compile_ms"] = 1e3 * (time.perf_counter() - t0)
     return res
 
@@ -160,24 +160,25 @@ def alternatives(w, proto: bytes, mlir: bytes, med) -> dict:
     ``xla_disable_hlo_passes`` switch them off (it would show as a cheaper capture compile)?
     """
     from jax._src.interpreters import mlir as jax_mlir
+    from jax._src.lib import _jax
     from jax._src.lib.mlir import ir
     from jaxlib import _hlo
 
     with jax_mlir.make_ir_context():
         stablehlo_text = ir.Module.parse(mlir).operation.get_asm(enable_debug_info=False)
-    mhlo_text = w._jax.mlir.xla_computation_to_mlir_module(_hlo.XlaComputation(proto))
-    identity = w._overrides["<identity>"]
+    mhlo_text = _jax.mlir.xla_computation_to_mlir_module(_hlo.XlaComputation(proto))
+    identity = w.flags("<identity>")
     (flag, value), = identity
     no_verifier = [(flag, value + ",hlo-verifier,cpu-gpu-verifier")]
 
     def imp(m):
-        return lambda: w._jax.mlir.mlir_module_to_xla_computation(m, use_tuple_args=False, return_tuple=False)
+        return lambda: _jax.mlir.mlir_module_to_xla_computation(m, use_tuple_args=False, return_tuple=False)
 
     return {
         "import_stablehlo_bytecode_ms": med(imp(mlir)),
         "import_stablehlo_text_ms": med(imp(stablehlo_text)),
         "import_mhlo_text_ms": med(imp(mhlo_text)),
-        "capture_identity_verifiers_named_disabled_ms": med(lambda: w._capture(mlir, no_verifier)),
+        "capture_identity_verifiers_named_disabled_ms": med(lambda: w.capture(mlir, no_verifier)),
     }
 
 

@@ -84,33 +84,36 @@ def parts(path: Path, repeats: int) -> dict:
     the captured bytes, fingerprinting, counting, XLA's cost analysis, and the transfer of the step's
     result between processes (pickling and unpickling it with the module bytes).
     """
-    from autotune.core import hlo
+    from jax._src.lib import _jax
+
+    from autotune.core.backend import StepOut
+    from autotune.pipelines.xla import hlo
     from autotune.pipelines.xla import XlaPipeline
-    from autotune.pipelines.xla.worker import StepOut, XlaWorker
+    from autotune.pipelines.xla.worker import XlaWorker
 
     inv = XlaPipeline(cache=None).inventory
     w = XlaWorker(inv.to_json())
     proto = list(w.run_steps(load(path).proto, None, ["<identity>"]))[-1].proto  # normalised
-    mlir = w._to_mlir(proto, None)
+    mlir = w.to_mlir(proto, None)
 
     def med(fn):
         return round(median_ms(fn, repeats), 2)
 
-    out = w._capture(mlir, w._overrides["cse"])
+    out = w.capture(mlir, w.flags("cse"))
     parsed = hlo.parse_proto(out)
-    metrics = w._measure(parsed)
+    metrics = w.metrics_of(parsed)
     step = StepOut("cse", "ok", hlo.fingerprint(parsed, out), out, metrics)
     return {
         "instructions": hlo.instruction_count(parsed),
-        "hlo_to_mlir_ms": med(lambda: w._jax.mlir.hlo_to_stablehlo(proto)),
-        "import_ms": med(lambda: w._jax.mlir.mlir_module_to_xla_computation(mlir, use_tuple_args=False,
+        "hlo_to_mlir_ms": med(lambda: _jax.mlir.hlo_to_stablehlo(proto)),
+        "import_ms": med(lambda: _jax.mlir.mlir_module_to_xla_computation(mlir, use_tuple_args=False,
                                                                             return_tuple=False)),
-        "pipeline_floor_ms": med(lambda: w._capture(mlir, w._overrides["<identity>"])),
-        "capture_cse_ms": med(lambda: w._capture(mlir, w._overrides["cse"])),
+        "pipeline_floor_ms": med(lambda: w.capture(mlir, w.flags("<identity>"))),
+        "capture_cse_ms": med(lambda: w.capture(mlir, w.flags("cse"))),
         "parse_ms": med(lambda: hlo.parse_proto(out)),
         "fingerprint_ms": med(lambda: hlo.fingerprint(parsed, out)),
         "metrics_ms": med(lambda: (hlo.instruction_count(parsed), hlo.opcode_histogram(parsed))),
-        "cost_analysis_ms": med(lambda: w._jax.hlo_module_cost_analysis(w.backend, parsed)),
+        "cost_analysis_ms": med(lambda: _jax.hlo_module_cost_analysis(w.backend, parsed)),
         "transfer_ms": med(lambda: pickle.loads(pickle.dumps(step))),
     }
 

@@ -2,9 +2,5 @@
 
 A backend implements ``autotune.core.backend.Backend``. The one shipped is ``xla``: XLA's HLO pass
 pipeline driven through jaxlib. Others register under the ``autotune.backends`` entry-point group;
-``get(name)`` constructs one by name (``autotune.core.backend.get``).
+``autotune.core.backend.get(name)`` constructs one by name.
 """
-
-from __future__ import annotations
-
-from autotune.core.backend import available, get  # noqa: F401

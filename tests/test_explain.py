@@ -34,9 +34,9 @@ ENTRY other_entry {
 
 
 def _hlo(text):
-    from autotune.core import hlo
+    from autotune.pipelines.xla import hlo
 
-    return hlo.parse_text(text)
+    return hlo.instructions(hlo.parse_text(text))
 
 
 def test_diff_of_a_known_pair_lists_exactly_what_vanished():
@@ -139,10 +139,8 @@ def test_explain_again_compiles_nothing(maml_explained):
 
 
 def test_xla_flags_are_the_workers(engine):
-    from autotune.reporting.explain import xla_flags
-
     inv = engine.pipeline.inventory
-    steps = xla_flags(engine, ["algsimp"])
+    steps = engine.pipeline.reproduce(["algsimp"])["xla_steps"]
     disabled = set(steps[0]["xla_disable_hlo_passes"].split(","))
     assert "algsimp" not in disabled and "simplification" not in disabled and "cse" in disabled
     assert steps[-1]["action"] == "<default>"

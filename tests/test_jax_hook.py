@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import autotune
-from autotune.core import hlo
+from autotune.pipelines.xla import hlo
 import autotune.jax as autotune_jax
 from autotune.core.record import TuningRecord
 

@@ -12,9 +12,10 @@ import json
 
 import pytest
 
-from autotune.core import hlo
+from autotune.pipelines.xla import hlo
 from autotune.core.limits import execution_limit, parse_bytes
 from autotune.core.module import Module, load
+from autotune.pipelines.xla.loader import module_from_proto
 from autotune.core.validation import (COMPILED, EXECUTED, EXECUTED_WITH_STAND_INS, IDENTICAL, INVALID, LEVELS,
                                       UNVERIFIED, Validation, establish, meets)
 from autotune.errors import BadInput
@@ -27,7 +28,7 @@ LLM, BAKED = GEN / "llm_train_step.hlo", GEN / "baked_weights.hlo"
 
 
 def text_module(text: str, name: str = "m") -> Module:
-    return Module.from_proto(hlo.parse_text(text).as_serialized_hlo_module_proto(), name)
+    return module_from_proto(hlo.parse_text(text).as_serialized_hlo_module_proto(), name)
 
 
 @pytest.fixture(scope="module")

@@ -6,7 +6,8 @@ import re
 
 import pytest
 
-from autotune.core import hlo
+from autotune.pipelines.xla import hlo
+from autotune.pipelines.xla.loader import hlo_module, module_text
 from autotune.errors import BadInput
 from autotune.core.module import load
 from conftest import REAL, SMALL
@@ -28,7 +29,7 @@ def rename(text: str, suffix: str) -> str:
 def test_fingerprint_ignores_names_and_metadata():
     base = load(TEXT)
     renamed = load(rename(TEXT, "_x"))
-    assert renamed.text() != base.text()
+    assert module_text(renamed) != module_text(base)
     assert renamed.fingerprint == base.fingerprint
     with_metadata = TEXT.replace("exponential(xm)\n", 'exponential(xm), metadata={op_name="jit(f)/exp" source_file="a.py" source_line=3}\n', 1)
     assert load(with_metadata).fingerprint == base.fingerprint
@@ -63,7 +64,7 @@ def test_all_loaders_agree_after_normalisation(engine, tmp_path):
     (tmp_path / "f.mlir").write_text(lowered.as_text())
     from_jax = load(lowered)
     from_mlir = load(tmp_path / "f.mlir")
-    (tmp_path / "f.hlo").write_text(from_mlir.text())
+    (tmp_path / "f.hlo").write_text(module_text(from_mlir))
     (tmp_path / "f.pb").write_bytes(from_mlir.proto)
     roots = {engine.prepare(m).fingerprint for m in (from_jax, from_mlir, load(tmp_path / "f.hlo"), load(tmp_path / "f.pb"))}
     assert len(roots) == 1
@@ -93,6 +94,6 @@ def test_load_refuses_non_modules(tmp_path):
 
 
 def test_opcode_histogram_spells_opcodes_like_hlo_text():
-    counts = hlo.opcode_histogram(load(TEXT).hlo_module())
+    counts = hlo.opcode_histogram(hlo_module(load(TEXT)))
     assert counts["exponential"] == 2 and counts["parameter"] == 4
     assert set(counts) <= set(hlo.opcode_vocabulary())

@@ -42,6 +42,27 @@ def ray_engine(cluster, tmp_path_factory):
         yield ev
 
 
+def test_the_toy_backend_runs_on_ray_like_xla(cluster, tmp_path):
+    """Ray hosts whatever worker a backend names: the toy compiler's crash costs one actor there too,
+    and a seeded run finds what it finds on local workers. (Runs before ``ray_engine`` holds both CPUs.)"""
+    from autotune.core.engine import open_engine
+    from autotune.core.tuner import tune
+    from autotune.testing.toy import ToyBackend
+
+    program = "2*x + x + x + y*1"
+    args = dict(strategy="random", budget=10, seed=2, max_length=3, validate=False)
+    with open_engine(tmp_path / "ray.db", workers=2, backend="toy", executor="ray") as ev:
+        assert ev.pipeline.executor.name == "ray"
+        root = ev.prepare(ToyBackend.module("boom*2 + x*1"))
+        crashed = ev.evaluate(root, ["canon", "abort"])
+        assert crashed.status == "crash" and crashed.failed_at == 1
+        on_ray = tune(ev, ToyBackend.module(program), **args)
+    with open_engine(tmp_path / "local.db", workers=2, backend="toy") as ev:
+        local = tune(ev, ToyBackend.module(program), **args)
+    assert on_ray.executor["name"] == "ray" and local.executor["name"] == "local"
+    assert (on_ray.best_sequence, on_ray.evaluations) == (local.best_sequence, local.evaluations)
+
+
 @pytest.mark.parametrize("strategy", ["random", "nevergrad"])
 def test_same_seed_same_best_and_same_accounting_as_local(ray_engine, tmp_path, strategy):
     """The executor is invisible to the search: same trials, same best, same compiled/cached steps."""

@@ -92,7 +92,8 @@ def test_ctrl_c_stops_cleanly_and_says_how_to_resume(tmp_path):
     assert f"autotune run --resume {run_id}" in stderr
     assert "Traceback" not in stderr
     best = json.loads((out / "best_sequence.json").read_text())
-    assert best["run_id"] == run_id and best["sequence"]
+    # Nothing beats XLA's default on GPT-2 (results/exhaustive.md): the partial best applies nothing.
+    assert best["run_id"] == run_id and best["sequence"] == [] and not best["beats_default"]
     assert _rows(db, "SELECT status FROM runs WHERE id=?", (run_id,))[0][0] == "interrupted"
     resumed = run_cli("run", "--resume", run_id, "--json", db=db)
     assert resumed.returncode == 0, resumed.stderr

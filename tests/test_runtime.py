@@ -118,7 +118,8 @@ def test_a_poisoned_search_sample_is_not_claimed(engine, mlp):
     obj = objectives.get("runtime", min_effect=0.25)
     result = tune(engine, load(MLP), strategy="greedy", budget=57, max_length=1, objective=obj, seed=seed,
                   validate=False)
-    assert result.best is not None and result.best.sequence == ("algsimp",) and result.best.cost == 1e-3
+    assert result.best is not None and result.best.found == ("algsimp",) and result.best.cost == 1e-3
+    assert result.best.sequence == ()  # the claim is refused: nothing beats the default, apply nothing
     claim = result.claim
     assert claim.measured and claim.rounds == 30 and claim.confidence == 0.95
     assert not claim.win and not result.beats_default

@@ -13,6 +13,7 @@ import random
 import pytest
 
 from autotune.core.module import load
+from autotune.pipelines.xla.loader import module_text
 from conftest import DATA, GPT2, SMALL
 
 MODULES = [SMALL, DATA / "mlp_train_step.hlo", DATA / "real" / "hloenv_maml_train_step.hlo", GPT2]
@@ -26,7 +27,7 @@ def test_engine_matches_the_straightforward_method(engine, path):
     sequences = [tuple(rng.choice(actions) for _ in range(rng.randint(1, 5))) for _ in range(6)]
     sequences.append(("cse", "algsimp", "dce", "reshape-mover", "cse"))
     results = engine.evaluate_many(root, sequences)  # parallel, cached, MLIR reused
-    text = root.text()
+    text = module_text(root)
     for seq, result in zip(sequences, results):
         plain = engine.pipeline.pool.call("run_plain", text, list(seq), timeout=300)
         if result.ok:

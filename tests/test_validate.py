@@ -8,17 +8,18 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from autotune.core import hlo
+from autotune.pipelines.xla import hlo
 from autotune.errors import BadInput
-from autotune.core.module import Module
 from autotune.pipelines.xla import runner
+from autotune.core.module import Module
+from autotune.pipelines.xla.loader import module_from_proto
 from autotune.core.validation import compare, tolerance, validate
 from conftest import SMALL
 
 
 def text_module(text: str, name: str = "m") -> Module:
     """A Module straight from (known-good) HLO text, parsed in this process."""
-    return Module.from_proto(hlo.parse_text(text).as_serialized_hlo_module_proto(), name)
+    return module_from_proto(hlo.parse_text(text).as_serialized_hlo_module_proto(), name)
 
 
 #: tests/data/small_redundant.hlo with one constant changed (c3: 3 -> 4); same signature.

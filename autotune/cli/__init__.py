@@ -4,6 +4,10 @@ Every command prints a table for people or JSON for machines (``--json``), exits
 when a check it ran says no, and 2 for bad usage or bad input, which always gets exactly one line
 on stderr and never a traceback. The group lives here; each command is one module of this package
 (shared options and helpers in ``common``) and registers itself on ``cli`` when imported.
+
+``--backend NAME`` (or ``$AUTOTUNE_BACKEND``) picks the compiler backend and is accepted by every
+command and by the group itself (``autotune --backend toy run ...`` = ``autotune run --backend toy ...``):
+it is added here to every registered command, so no command can forget it.
 """
 
 from __future__ import annotations
@@ -12,7 +16,7 @@ import sys
 
 import click
 
-from autotune.cli.common import die
+from autotune.cli.common import backend_option, die
 from autotune.errors import AutotuneError
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
@@ -20,6 +24,7 @@ CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
 @click.group(context_settings=CONTEXT)
 @click.version_option(package_name="autotune")
+@backend_option
 def cli() -> None:
     """Autotune XLA's HLO pass ordering: search for the pass sequence that gives the best module."""
 
@@ -34,7 +39,17 @@ def _register_commands() -> None:
             importlib.import_module(f"{__name__}.{info.name}")
 
 
+def _add_backend_option(group: click.Group) -> None:
+    """``--backend`` on every command of ``group`` (and of its sub-groups)."""
+    for command in group.commands.values():
+        if not any(p.name == "backend" for p in command.params):
+            backend_option(command)
+        if isinstance(command, click.Group):
+            _add_backend_option(command)
+
+
 _register_commands()
+_add_backend_option(cli)
 
 
 def main(argv=None) -> None:

@@ -44,7 +44,7 @@ def apply(model, pass_list, output, db, workers, include_target_specific, as_jso
                  f"[{result.status}]: {result.message}", 1)
         tuned = ev.module(result.state, module.name)
         if output:
-            write_module(tuned, Path(output))
+            write_module(tuned, Path(output), ev.pipeline)
         out = {
             "module": module.name,
             "sequence": sequence,

@@ -11,9 +11,6 @@ import click
 
 from autotune.errors import BadInput
 
-CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
-
-
 def die(message: str, code: int = 2) -> None:
     click.echo(f"autotune: error: {message}", err=True)
     sys.exit(code)
@@ -38,15 +35,52 @@ def _set_env(name: str):
     return callback
 
 
+def _choose_executor(ctx, param, value):
+    if value:
+        from autotune.core import executors
+        from autotune.errors import UnknownName
+
+        known = executors.available()
+        if value.strip().lower() not in known:
+            raise UnknownName("executor", value, list(known))
+        os.environ[executors.EXECUTOR_ENV] = value.strip().lower()  # read when the engine opens
+    return value
+
+
 def executor_option(f):
     """``--executor local|ray`` and ``--ray-address``: where the compiler workers run (docs/cluster.md)."""
     f = click.option("--ray-address", default=None, expose_value=False, callback=_set_env("AUTOTUNE_RAY_ADDRESS"),
                      help="Ray cluster for --executor ray: auto, HOST:PORT or ray://HOST:10001 "
                           "(default: start a local Ray instance; or $AUTOTUNE_RAY_ADDRESS).")(f)
-    return click.option("--executor", type=click.Choice(["local", "ray"]), default=None, expose_value=False,
-                        callback=_set_env("AUTOTUNE_EXECUTOR"),
-                        help="Where compiler workers run: local processes (default) or Ray actors "
-                             "(or $AUTOTUNE_EXECUTOR).")(f)
+    return click.option("--executor", default=None, expose_value=False, callback=_choose_executor,
+                        help="Where compiler workers run: local processes (default), Ray actors (ray) or a "
+                             "registered executor (or $AUTOTUNE_EXECUTOR).")(f)
+
+
+def _choose_backend(ctx, param, value):
+    if value:
+        from autotune.core import backend as backends
+        from autotune.errors import UnknownName
+
+        known = backends.available()
+        if value not in known:
+            raise UnknownName("backend", value, list(known))
+        os.environ[backends.BACKEND_ENV] = value  # read by load and open_engine (backends.default_name)
+    return value
+
+
+def backend_option(f):
+    """``--backend NAME``: the compiler backend (``xla`` by default; or ``$AUTOTUNE_BACKEND``).
+
+    A click ``Command`` gets the option appended (the CLI adds it to every command this way); a
+    function gets it as a decorator would.
+    """
+    settings = dict(default=None, expose_value=False, is_eager=True, callback=_choose_backend,
+                    help="Compiler backend: xla (default), toy or a registered plugin (or $AUTOTUNE_BACKEND).")
+    if isinstance(f, click.Command):
+        f.params.append(click.Option(["--backend"], **settings))
+        return f
+    return click.option("--backend", **settings)(f)
 
 
 def json_option(f):
@@ -74,12 +108,20 @@ def load_model(path: str):
     return load_path(Path(path))
 
 
-MODULE_SUFFIXES = (".hlo",)
+def _backend(backend=None):
+    """The backend given, else a fresh (unstarted) instance of the chosen one (``--backend``)."""
+    if backend is not None:
+        return backend
+    from autotune.core import backend as backends
+
+    return backends.get()
 
 
 def module_paths(values, split: str | None = None) -> list[Path]:
-    """Files as given; for a directory every ``.hlo`` in it (sorted), or with ``split`` the modules of
-    that side of its suite manifest. Duplicates are kept once."""
+    """Files as given; for a directory every module file in it (the backend's own extension, e.g.
+    ``.hlo``; sorted), or with ``split`` the modules of that side of its suite manifest. Duplicates
+    are kept once."""
+    suffix = _backend().suffixes[0]
     paths: list[Path] = []
     for value in values:
         p = Path(value)
@@ -99,9 +141,9 @@ def module_paths(values, split: str | None = None) -> list[Path]:
                 if not found:
                     raise BadInput(f"{p}: no {split} modules in its manifest")
             else:
-                found = sorted(f for f in p.iterdir() if f.suffix.lower() in MODULE_SUFFIXES and f.is_file())
+                found = sorted(f for f in p.iterdir() if f.suffix.lower() == suffix and f.is_file())
                 if not found:
-                    raise BadInput(f"{p}: no .hlo modules in this directory")
+                    raise BadInput(f"{p}: no {suffix} modules in this directory")
             paths.extend(found)
         elif p.exists():
             if split is not None:
@@ -147,13 +189,14 @@ def check_writable(path: Path, directory: bool = False) -> None:
         raise BadInput(f"{path}: {parent} is not writable")
 
 
-def write_module(module, path: Path) -> None:
+def write_module(module, path: Path, backend=None) -> None:
+    """``module`` as the backend prints it, or its serialized bytes as they are for a ``.pb`` path."""
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         if path.suffix == ".pb":
             path.write_bytes(module.proto)
         else:
-            path.write_text(module.text())
+            path.write_text(_backend(backend).to_text(module))
     except OSError as exc:
         raise BadInput(f"{path}: cannot write ({exc.strerror or exc})") from None
 

@@ -126,14 +126,14 @@ def _summary(comp, files) -> None:
     from rich.table import Table
 
     from autotune.reporting.metric import PAPER
-    from autotune.reporting.report import _metric_cell, pct
+    from autotune.reporting.report import metric_cell, pct
 
     table = Table(title=f"{len(comp.modules)} modules x {len(comp.seeds)} seed(s), budget {comp.budget}, "
                         f"objective {comp.objective}: improvement over XLA default's reduction (geomean)")
     for col in ("strategy", "raw ops", "final-ops", "win/tie/loss", "invalid", "evals", "time", "cache hits"):
         table.add_column(col, justify="left" if col == "strategy" else "right")
     for s in comp.summaries:
-        table.add_row(s.strategy, _metric_cell(s.raw), _metric_cell(s.final), f"{s.wins}/{s.ties}/{s.losses}",
+        table.add_row(s.strategy, metric_cell(s.raw), metric_cell(s.final), f"{s.wins}/{s.ties}/{s.losses}",
                       str(s.validity_failures), str(s.evaluations), f"{s.seconds:.0f}s", f"{s.cache_hit_rate:.0%}")
     out = console()
     out.print(table)

@@ -162,8 +162,9 @@ def _write_outputs(ev, result, out: Path) -> None:
             "validation_level": result.validation_level,
             "beats_default": result.beats_default,
         }, indent=2))
-        if result.best is not None:
-            (out / "tuned.hlo").write_text(ev.module(result.best.state, result.module).text())
+        if result.best is not None:  # nothing beats the default: the tuned module is the input as it is
+            state = result.best.state if result.best_sequence else result.fingerprint
+            (out / f"tuned{ev.pipeline.suffixes[0]}").write_text(ev.pipeline.to_text(ev.module(state, result.module)))
     except OSError as exc:
         raise BadInput(f"{out}: cannot write outputs ({exc.strerror or exc})") from None
 

@@ -1,19 +1,37 @@
 """The Backend contract: exactly what the engine asks of a compiler, and how backends are found.
 
 A backend turns pass sequences into modules and measurements. The core (evaluator, objectives,
-validation, records, the CLI) calls only what is below; it never imports a backend's package. XLA's
-HLO pipeline (``pipelines/xla``) is one implementation; ``autotune.testing.toy`` (a pure-Python
-string-rewriting "compiler") is another, and the shared engine, cache and strategy tests run on both.
+validation, records, the CLI) calls only what is declared here; it never imports a backend's
+package and never reads a module's bytes itself. XLA's HLO pipeline (``pipelines/xla``) is one
+implementation; ``autotune.testing.toy`` (a pure-Python string-rewriting "compiler", about 300
+lines) is another, and the shared engine, cache and strategy tests run on both.
 
 The shape follows CompilerGym's ``CompilationSession`` (compiler_version, action space, apply an
 action, observe), plus what an autotuner needs beyond a gym: a default ordering to beat, a full
 compile and execution to validate and time results, and isolation of the compiler in workers.
 
-Steps run in worker processes: ``step_job`` describes one job (apply actions to a module, stream one
-``StepOut``-like reply per step) and ``dispatcher()`` runs jobs on the backend's worker pool; a
-compiler crash or hang costs one worker (see ``autotune.core.workers``). Backends register under
-the ``autotune.backends`` entry-point group (``name = "package.module:Class"``); the class is
-constructed with ``workers``, ``cache``, ``step_timeout`` and its own options.
+Writing a backend, member by member (``BackendBase`` gives the plumbing and the defaults):
+
+* **Modules.** A ``Module`` is the backend's own serialized program (opaque bytes to the core), a
+  name and a fingerprint that the backend computes (equal programs, equal fingerprints: it is the
+  cache key). ``parse`` turns file bytes into a Module (``autotune.core.module.load`` calls it),
+  ``to_text`` prints one for people and files, ``suffixes`` names the file extensions.
+* **Steps in workers.** ``step_job`` describes one job: apply actions to a module and stream one
+  ``StepOut`` per step; ``dispatcher()`` runs jobs on ``pool`` (the backend's worker pool, built by
+  its ``executor``: local processes or Ray actors). The handler class named by ``BackendBase.worker``
+  runs inside the worker and answers ``run_steps(proto, key, actions)`` and ``measure(proto)``.
+  Besides the vocabulary, a step job must accept the two pseudo-actions ``IDENTITY`` (the
+  compiler's import round trip, no pass) and ``DEFAULT`` (the compiler's own default ordering).
+* **Validation and timing.** ``parameter_specs``/``compiles``/``execute``/``time``/``time_ab``;
+  ``stand_ins`` replaces what the host cannot run (default: nothing to replace).
+* **Explanations.** ``instructions`` lists a module's instructions (``Instruction``) for the
+  structural diff of ``autotune explain``; ``reproduce`` says how to replay a sequence with the
+  compiler's own tools (default: nothing beyond autotune's commands).
+
+Backends register under the ``autotune.backends`` entry-point group (``name = "package.module:Class"``);
+the class is constructed with ``workers``, ``cache``, ``step_timeout``, ``executor`` and its own
+options. Constructing one must start nothing: workers start on first use, so ``load`` can parse a
+file with a fresh instance before any worker exists.
 """
 
 from __future__ import annotations
@@ -28,6 +46,14 @@ from autotune.core import plugins
 ENTRY_POINT_GROUP = "autotune.backends"
 DEFAULT_BACKEND = "xla"
 BUILTIN = {"xla": "autotune.pipelines.xla:XlaPipeline"}
+#: Environment variable naming the backend (the CLI's ``--backend`` sets it).
+BACKEND_ENV = "AUTOTUNE_BACKEND"
+
+#: Pseudo-action: the compiler's own import round trip, no pass (``normalize`` is built on it).
+IDENTITY = "<identity>"
+#: Pseudo-action: the compiler's own default ordering (the baseline every claim is measured against).
+DEFAULT = "<default>"
+PSEUDO_ACTIONS = (IDENTITY, DEFAULT)
 
 
 @dataclass(frozen=True)
@@ -39,11 +65,59 @@ class PassInfo:
     kind: str = "pass"  # pass | sub-pipeline | target-specific kind
 
 
+@dataclass(frozen=True)
+class StepOut:
+    """What a worker sends back for one step of a ``step_job`` (picklable, plain Python values).
+
+    ``proto`` is None when the step left the module unchanged (``fingerprint`` equals the input's):
+    the caller already holds those bytes, and a module with weights baked in is megabytes that
+    would otherwise cross the socket, be unpickled and be compared for nothing on most steps.
+    ``metrics`` is ``Metrics.to_dict()``-shaped (``instructions``, ``opcodes``, ``flops``, ...).
+    """
+
+    action: str
+    status: str  # ok | error
+    fingerprint: str | None = None
+    proto: bytes | None = None
+    metrics: dict | None = None
+    message: str | None = None
+    seconds: float = 0.0
+
+
+@dataclass(frozen=True)
+class Instruction:
+    """One instruction of a module as ``autotune explain`` matches it structurally.
+
+    ``signature`` identifies the instruction apart from its operands (opcode, shape, attributes),
+    with every instruction and computation name removed; ``loose`` is the same with details that do
+    not make it another instruction left out (XLA: layouts); ``operands`` name instructions of the
+    same computation, ``called`` names computations. ``text`` is what a listing shows.
+    """
+
+    computation: str
+    name: str
+    opcode: str
+    text: str
+    signature: str
+    loose: str
+    operands: tuple[str, ...] = ()
+    called: tuple[str, ...] = ()
+    root: bool = False
+
+
 @runtime_checkable
 class Backend(Protocol):
     """What the engine calls. Modules are ``autotune.core.module.Module`` (bytes + fingerprint)."""
 
     name: str
+    #: File extensions of this backend's module files, lower case; the first is the one it writes.
+    suffixes: tuple[str, ...]
+    #: Worker processes (or actors) steps are spread over.
+    workers: int
+    #: Seconds one step may take before its worker is killed and the step recorded as ``timeout``.
+    step_timeout: float
+    #: Where the workers live (``autotune.core.executors.Executor``).
+    executor: object
 
     # -- identity and vocabulary --
     @property
@@ -63,7 +137,19 @@ class Backend(Protocol):
     def check_passes(self, names: Iterable[str]) -> tuple[str, ...]:
         """``names`` as a tuple, or ``UnknownName`` (with suggestions) for one that is not an action."""
 
+    # -- the module format --
+    def parse(self, data: bytes, suffix: str, name: str | None):
+        """File bytes -> ``Module`` (``suffix``: the file's lower-case extension, "" when unknown;
+        ``name`` None: the program's own name). ``BadInput`` with one line for anything else."""
+
+    def to_text(self, module) -> str:
+        """The module printed in the compiler's text form (parseable again by ``parse``)."""
+
     # -- modules and steps (in workers) --
+    @property
+    def pool(self):
+        """The worker pool (``workers.PoolRequests``: ``call``, ``dispatcher``, ``crashes``, ``warm``)."""
+
     def normalize(self, module):
         """The module after the compiler's own import round trip (what every result is measured on)."""
 
@@ -71,7 +157,7 @@ class Backend(Protocol):
         """``Metrics`` of a module."""
 
     def step_job(self, proto: bytes, key: str | None, actions: Sequence[str]):
-        """A worker job applying ``actions`` (or the pseudo-actions ``<identity>``/``<default>``)."""
+        """A worker job applying ``actions`` (or the pseudo-actions ``IDENTITY``/``DEFAULT``)."""
 
     def dispatcher(self):
         """A dispatcher over the worker pool: ``submit(key, job)``; iterate for ``(key, reply)``."""
@@ -87,6 +173,11 @@ class Backend(Protocol):
     def execute(self, module, seed: int = 0, floats: str = "normal", int_high: int = 4) -> list:
         """Run the fully compiled module once on seeded random inputs; every output as numpy."""
 
+    def stand_ins(self, module, extra: Sequence[str] = ()) -> tuple:
+        """``(module, replaced, targets)``: the module with host stand-ins for what the host cannot
+        run (accelerator kernels), how many were replaced and their names; ``PassFailed`` if none
+        can be built."""
+
     def time(self, module, seed: int = 0, repeats: int = 5, warmup: int = 1, min_seconds: float = 0.0,
              **options) -> dict:
         """Wall time of the fully compiled module: ``seconds`` (per run, one per sample; a sample is
@@ -97,8 +188,81 @@ class Backend(Protocol):
         """Two modules timed interleaved (A B, B A, ...) in one worker after one compile each, as
         ``autotune.core.stats`` needs for a claim: ``a``/``b`` lists of per-run seconds, one per round."""
 
+    # -- explanations --
+    def instructions(self, module) -> list[Instruction]:
+        """Every instruction of the module, in module order (``autotune explain``'s diff)."""
+
+    def reproduce(self, sequence: Sequence[str]) -> dict:
+        """How to replay ``sequence`` with the compiler's own tools (versions, flags per step)."""
+
     def close(self) -> None:
         """Stop the workers."""
+
+
+class BackendBase:
+    """Plumbing and declared defaults for a ``Backend``: the worker pool on the chosen executor,
+    step jobs, the optional capabilities, context management. Subclasses set ``name``, ``worker``
+    (``"module:Class"`` of the handler served in each worker) and ``suffixes`` and implement the
+    compiler-specific members."""
+
+    name: str = ""
+    suffixes: tuple[str, ...] = ()
+    worker: str = ""
+    #: Environment of the worker processes (on top of the driver's).
+    worker_env: dict | None = None
+
+    def __init__(self, workers: int = 1, cache=None, step_timeout: float = 120.0, executor=None):
+        self.workers = max(1, int(workers))
+        self.cache = cache
+        self.step_timeout = float(step_timeout)
+        #: Where the workers live; the local processes unless the engine chose another executor.
+        if executor is None:
+            from autotune.core import executors
+
+            executor = executors.get("local")
+        self.executor = executor
+        self._pool = None
+
+    def worker_args(self) -> tuple:
+        """The arguments the worker handler is constructed with (in every worker)."""
+        return ()
+
+    @property
+    def pool(self):
+        if self._pool is None:
+            self._pool = self.executor.pool(self.worker, self.worker_args(), size=self.workers, env=self.worker_env)
+        return self._pool
+
+    def step_job(self, proto: bytes, key: str | None, actions: Sequence[str]):
+        """The job ``run_steps(proto, key, actions)`` on a worker, ``step_timeout`` per step."""
+        from autotune.core.workers import Job
+
+        return Job("run_steps", (proto, key, list(actions)), self.step_timeout)
+
+    def dispatcher(self):
+        return self.pool.dispatcher()
+
+    def stand_ins(self, module, extra: Sequence[str] = ()) -> tuple:
+        """Nothing to replace: a backend whose modules the host runs as they are."""
+        return module, 0, ()
+
+    def instructions(self, module) -> list[Instruction]:
+        """No instruction listing: ``explain`` then reports metrics and steps without a diff."""
+        return []
+
+    def reproduce(self, sequence: Sequence[str]) -> dict:
+        return {}
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.close()
+            self._pool = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
 
 
 def available() -> dict[str, str]:
@@ -107,7 +271,8 @@ def available() -> dict[str, str]:
 
 
 def default_name() -> str:
-    return os.environ.get("AUTOTUNE_BACKEND") or DEFAULT_BACKEND
+    """``$AUTOTUNE_BACKEND`` (the CLI's ``--backend``) or ``xla``."""
+    return os.environ.get(BACKEND_ENV) or DEFAULT_BACKEND
 
 
 def get(name: str | None = None, **options) -> Backend:

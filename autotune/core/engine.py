@@ -1,18 +1,11 @@
-"""One place that wires cache, pipeline and evaluator together for a command or an API call."""
+"""One place that wires executor, cache, backend and evaluator together for a command or an API call."""
 
 from __future__ import annotations
 
-import os
 from contextlib import contextmanager
 
 from autotune.core.cache import Cache
 from autotune.core.evaluator import Evaluator
-from autotune.errors import BadInput
-
-
-def default_workers() -> int:
-    """Worker processes by default: one per core, at most 4 (each holds a warm XLA client)."""
-    return max(1, min(4, os.cpu_count() or 1))
 
 
 @contextmanager
@@ -22,29 +15,26 @@ def open_engine(db=None, workers: int | None = None, include_target_specific: bo
     """Yield an ``Evaluator`` whose cache, worker pool and executor are closed on exit.
 
     ``backend`` names a registered backend (default: ``$AUTOTUNE_BACKEND`` or ``xla``).
-    ``executor``: where its workers run, ``local`` (default, or ``$AUTOTUNE_EXECUTOR``) or ``ray``;
-    ``executor_options`` go to it (for ray: ``address``, ``num_cpus``, ``max_restarts``). The executor
-    is opened before the cache, so a bad address costs nothing.
+    ``executor``: where its workers run, a registered executor (``local``, the default, or ``ray``;
+    or ``$AUTOTUNE_EXECUTOR``); ``executor_options`` go to it (for ray: ``address``, ``num_cpus``,
+    ``max_restarts``). Any backend runs on any executor. The executor is opened before the cache, so
+    a bad address costs nothing.
     """
     from autotune.core import backend as backends
     from autotune.core import executors
 
     ex = executors.get(executor, **(executor_options or {}))
     options = {"include_target_specific": include_target_specific} if include_target_specific else {}
-    if (backend or backends.default_name()) == "xla":
-        options["executor"] = ex
-    elif ex.name != "local":
-        ex.close()
-        raise BadInput(f"backend '{backend or backends.default_name()}' runs on the local executor only")
     if workers is None:
-        workers = ex.default_workers() if hasattr(ex, "default_workers") else default_workers()
+        workers = ex.default_workers()
     try:
         cache = Cache(db)
     except BaseException:
         ex.close()
         raise
     try:
-        backend = backends.get(backend, workers=workers, cache=cache, step_timeout=step_timeout, **options)
+        backend = backends.get(backend, workers=workers, cache=cache, step_timeout=step_timeout, executor=ex,
+                               **options)
     except BaseException:
         cache.close()
         ex.close()

@@ -13,14 +13,12 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
+from autotune.core.backend import DEFAULT
 from autotune.core.cache import Cache, Transition
 from autotune.errors import BadInput, PassFailed
 from autotune.core.metrics import Metrics
 from autotune.core.module import Module
 from autotune.core.workers import StopJob
-
-IDENTITY = "<identity>"
-DEFAULT = "<default>"
 
 
 @dataclass(frozen=True)
@@ -92,7 +90,7 @@ class Evaluator:
 
     # ---- modules ---------------------------------------------------------------------------------
     def prepare(self, module: Module) -> Module:
-        """The normalised root of a loaded module (one XLA import round trip; cached)."""
+        """The normalised root of a loaded module (the compiler's import round trip, ``Backend.normalize``; cached)."""
         version = self.version
         fp = self.cache.root(version, module.fingerprint)
         if fp is not None:
@@ -101,7 +99,7 @@ class Evaluator:
                 return Module(module.name, proto, fp)
         try:
             root = self.pipeline.normalize(module)
-        except PassFailed as exc:  # the input itself does not go through XLA's importer
+        except PassFailed as exc:  # the input itself does not go through the compiler's importer
             raise BadInput(f"{module.name}: {exc}") from None
         self.cache.put_state(version, root.fingerprint, root.proto, self.pipeline.measure(root))
         self.cache.put_root(version, module.fingerprint, root.fingerprint, module.name)
@@ -120,16 +118,16 @@ class Evaluator:
         return metrics
 
     def default(self, root: Module) -> Result:
-        """XLA's default ordering on ``root`` (cached as the pseudo-action ``<default>``)."""
-        return self._evaluate_batch([(root.fingerprint, (DEFAULT,))])[0]
+        """The compiler's default ordering on ``root`` (cached as the pseudo-action ``DEFAULT``)."""
+        return self.evaluate_pairs([(root.fingerprint, (DEFAULT,))])[0]
 
     def final(self, state: str) -> Result:
-        """A state followed by XLA's default pipeline: what the backend will actually see."""
+        """A state followed by the compiler's default pipeline: what the backend will actually compile."""
         return self.final_many([state])[0]
 
     def final_many(self, states: Sequence[str]) -> list[Result]:
         """``final`` for several states, compiled in parallel."""
-        return self._evaluate_batch([(s, (DEFAULT,)) for s in states])
+        return self.evaluate_pairs([(s, (DEFAULT,)) for s in states])
 
     def steps(self, pairs: Sequence[tuple[str, str]]) -> list[Result]:
         """One action applied to one state, for each ``(state fingerprint, action)`` pair, in parallel.
@@ -138,7 +136,7 @@ class Evaluator:
         same module share everything after it, so a breadth-first walk expands each state once.
         """
         actions = self.pipeline.check_passes([a for _, a in pairs])
-        return self._evaluate_batch([(s, (a,)) for (s, _), a in zip(pairs, actions)])
+        return self.evaluate_pairs([(s, (a,)) for (s, _), a in zip(pairs, actions)])
 
     # ---- sequences ----------------------------------------------------------------------------------
     def evaluate(self, root: Module, sequence: Sequence[str]) -> Result:
@@ -146,10 +144,12 @@ class Evaluator:
 
     def evaluate_many(self, root: Module, sequences: Sequence[Sequence[str]]) -> list[Result]:
         seqs = [self.pipeline.check_passes(s) for s in sequences]
-        return self._evaluate_batch([(root.fingerprint, s) for s in seqs])
+        return self.evaluate_pairs([(root.fingerprint, s) for s in seqs])
 
-    def _evaluate_batch(self, items: Sequence[tuple[str, tuple[str, ...]]]) -> list[Result]:
-        """Evaluate (start state, sequence) pairs, one step per worker job, cache consulted first.
+    def evaluate_pairs(self, items: Sequence[tuple[str, tuple[str, ...]]]) -> list[Result]:
+        """Evaluate (start state fingerprint, checked sequence) pairs, one step per worker job, cache
+        consulted first. The start states may differ (a fleet evaluates one sequence on many roots);
+        sequences must already be ``check_passes``-ed (or pseudo-actions).
 
         Each sequence advances through cached transitions as far as it can; its next uncached step
         becomes a job. Identical steps (same state, same action) wanted by several sequences are

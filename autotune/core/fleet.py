@@ -234,7 +234,7 @@ class _Fleet:
         pairs = [(r.fingerprint, s) for s in seqs for r in self.roots]
         # One batch over every (module, sequence) pair keeps all workers busy even when a strategy
         # asks one sequence at a time. (An integration point: a public ``Evaluator.evaluate_pairs``.)
-        results = self.ev._evaluate_batch([(fp, self.ev.pipeline.check_passes(s)) for fp, s in pairs])
+        results = self.ev.evaluate_pairs([(fp, self.ev.pipeline.check_passes(s)) for fp, s in pairs])
         n = len(self.roots)
         out = []
         for k, seq in enumerate(seqs):
@@ -344,7 +344,7 @@ def tune_fleet(evaluator: Evaluator, modules: Sequence[Module], strategy: str = 
     fleet cost and no new regression (outside the budget, through the cache).
     """
     from autotune import strategy as strategy_mod
-    from autotune.core.tuner import _seed_everything
+    from autotune.core.tuner import seed_everything
 
     if len(modules) < 1:
         raise BadInput("a fleet needs at least one module")
@@ -372,7 +372,7 @@ def tune_fleet(evaluator: Evaluator, modules: Sequence[Module], strategy: str = 
     fleet = _Fleet(evaluator, roots, obj, FleetObjective(allow_regressions), budget, spec.time_limit, run_id,
                    observer, seed)
     status = "finished"
-    _seed_everything(seed)
+    seed_everything(seed)
     observer.on_run_start(budget, f"{strategy} on a fleet of {len(roots)}")
     try:
         try:

@@ -49,8 +49,8 @@ MAX_CONFIRMATIONS = 2
 class Candidate:
     """A module the tuner reports: raw metrics, metrics after XLA's default pipeline, cost."""
 
-    sequence: tuple[str, ...]
-    state: str
+    sequence: tuple[str, ...]  # what to apply: empty when the candidate does not beat the default
+    state: str  # the module ``found`` reached
     raw: Metrics
     final: Metrics | None
     cost: float
@@ -151,8 +151,28 @@ class TuneResult:
             "invalid": [{"sequence": list(s), "reason": r} for s, r in self.invalid],
             "improvement_final_ops": self.improvement(True), "improvement_raw_ops": self.improvement(False),
             "seconds": self.seconds, "steps_compiled": self.steps_compiled, "steps_cached": self.steps_cached,
-            "cache_hit_rate": self.cache_hit_rate, "executor": self.executor,
+            "cache_hit_rate": self.cache_hit_rate, "executor": self.executor, "history": list(self.history),
         }
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "TuneResult":
+        """The inverse of ``to_dict`` (derived keys such as ``beats_default`` are recomputed, not read)."""
+        best = data.get("best")
+        if best is not None:
+            best = Candidate(tuple(best["sequence"]), best["state"], Metrics.from_dict(best["raw"]),
+                             Metrics.from_dict(best["final"]) if best.get("final") else None, float(best["cost"]),
+                             tuple(best.get("found_sequence") or ()))
+        return cls(
+            run_id=data["run_id"], module=data["module"], fingerprint=data["fingerprint"], strategy=data["strategy"],
+            objective=data["objective"], seed=int(data["seed"]), budget=int(data["budget"]),
+            evaluations=int(data["evaluations"]), status=data["status"], input=Metrics.from_dict(data["input"]),
+            default=Metrics.from_dict(data["default"]), default_cost=float(data["default_cost"]), best=best,
+            validity=data.get("validity"),
+            invalid=tuple((tuple(i["sequence"]), i["reason"]) for i in data.get("invalid") or ()),
+            seconds=float(data["seconds"]), steps_compiled=int(data["steps_compiled"]),
+            steps_cached=int(data["steps_cached"]), history=tuple(float(h) for h in data.get("history") or ()),
+            claim=Claim.from_dict(data.get("claim")), executor=data.get("executor"),
+        )
 
 
 class RunEvaluate(Evaluate):
@@ -399,7 +419,7 @@ def tune(
     tuner = _Tuner(evaluator, root, obj, spec.budget, spec.time_limit, run_id, replay, observer, spec.seed,
                    spec.strategy)
     status, reason = "finished", None
-    _seed_everything(spec.seed)
+    seed_everything(spec.seed)
     observer.on_run_start(spec.budget, f"{spec.strategy} on {root.name}")
     try:
         try:
@@ -434,7 +454,9 @@ class Interrupted(AutotuneError):
         self.run_id, self.partial = run_id, partial
 
 
-def _seed_everything(seed: int) -> None:
+def seed_everything(seed: int) -> None:
+    """Seed Python's and numpy's global generators: strategies built on libraries that draw from
+    them (and not from the seed they are given) stay deterministic under a run's seed."""
     random.seed(seed)
     try:
         import numpy as np
@@ -496,6 +518,8 @@ def _summarise(tuner: _Tuner, status: str, validate: bool, validation_seed: int,
         validity = report
         claim = verdict
         break
+    if best is not None and not (claim.win if claim is not None else best.cost < tuner.default_cost):
+        best = replace(best, sequence=())  # nothing beats the default: apply nothing (``found`` keeps the search's)
     compiled, cached = tuner.steps()
     return TuneResult(
         run_id=tuner.run_id, module=tuner.root.name, fingerprint=tuner.root.fingerprint,
@@ -509,8 +533,7 @@ def _summarise(tuner: _Tuner, status: str, validate: bool, validation_seed: int,
 
 
 def _executor_of(ev: Evaluator) -> dict | None:
-    executor = getattr(ev.pipeline, "executor", None)
-    return executor.describe() if executor is not None else None
+    return ev.pipeline.executor.describe()
 
 
 def validity_of(evaluator: Evaluator, root: Module, state: str, seed: int = 0) -> dict:

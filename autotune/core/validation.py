@@ -284,7 +284,7 @@ def _original_outputs(pipeline, original, seed: int, specs) -> tuple[list[np.nda
     Returns ``(outputs, floats, int_high)``. Any failure of the original is ``BadInput``: the input
     itself cannot run, so nothing can be validated against it.
     """
-    key = (getattr(pipeline, "version", None), original.fingerprint, int(seed))
+    key = (pipeline.version, original.fingerprint, int(seed))
     hit = _ORIGINAL_CACHE.get(key)
     if hit is not None and hit[3] == original.proto:
         _ORIGINAL_CACHE.move_to_end(key)
@@ -376,9 +376,6 @@ class Validation:
     def to_dict(self) -> dict:
         data = {"level": self.level, "ok": self.ok, "reason": self.reason, "stand_ins": self.stand_ins,
                 "report": self.report.to_dict() if self.report else None}
-        if self.report is not None:  # the old validity keys, for readers of stored summaries
-            data.update(outputs=data["report"]["outputs"], seed=self.report.seed, n_inputs=self.report.n_inputs,
-                        inputs=self.report.inputs)
         return data
 
     @classmethod
@@ -427,10 +424,7 @@ def _original_outputs_or_reason(pipeline, original, seed, specs):
 
 
 def _stand_in(pipeline, module, extra=()):
-    stand = getattr(pipeline, "stand_ins", None)
-    if stand is None:
-        return module, 0, ()
-    return stand(module, extra)
+    return pipeline.stand_ins(module, extra)
 
 
 def establish(pipeline, original, tuned, seed: int = 0, identical: bool = False) -> Validation:

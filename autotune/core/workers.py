@@ -437,7 +437,7 @@ class Dispatcher:
                             continue
                         pool._idle.append(worker)
                         if kind == "error":
-                            yield key, _rebuild_error(payload)
+                            yield key, rebuild_error(payload)
                         yield key, StopJob
         finally:
             # A consumer that stops early (or an interrupt) leaves workers mid-job: they cannot be
@@ -455,7 +455,11 @@ class _StopJob:
 StopJob = _StopJob()
 
 
-def _rebuild_error(payload) -> AutotuneError:
+def rebuild_error(payload) -> AutotuneError:
+    """The exception a worker reported as ``(class name, message, status)``, rebuilt in the driver.
+
+    Shared by the local pool and the Ray executor, so a handler's error reads the same with either.
+    """
     cls_name, message, status = payload
     if cls_name == "PassFailed":
         return PassFailed(message, status or "error")

@@ -60,10 +60,11 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 
 from autotune.core.spec import DEFAULT_MAX_LENGTH, DEFAULT_OBJECTIVE, check_budget, check_max_length, check_time_limit
 from autotune.errors import BadInput
-from autotune.reporting.comparison import Comparison, ModuleInfo, RunRow, _replace, _row, family_of, summarise
+from autotune.reporting.comparison import Comparison, ModuleInfo, RunRow, family_of, row_from_result, summarise
 
 #: Keys of ``options_per_strategy[label]`` that configure the comparison, not the strategy.
 RESERVED_OPTIONS = ("strategy", "budget")
@@ -203,17 +204,16 @@ def compare(
         objective=objective, budget=budget, seeds=tuple(seeds), max_length=max_length, time_limit=time_limit,
         validate=validate, strategies=tuple(label for label, *_ in plan), modules=module_infos,
         runs=tuple(runs), summaries=tuple(summaries), seconds=time.perf_counter() - t0,
-        pipeline_version=getattr(evaluator, "version", ""), status=status,
+        pipeline_version=evaluator.version, status=status,
     )
 
 
 def _parallel_runs(evaluator) -> int:
     """Runs to keep in flight at once: one per worker when the executor can take several driver
     threads at once (Ray); one otherwise (the local pool is one process's, used by one loop)."""
-    executor = getattr(evaluator.pipeline, "executor", None)
-    if not getattr(executor, "concurrent", False) or evaluator.cache.path == ":memory:":
+    if not evaluator.pipeline.executor.concurrent or evaluator.cache.path == ":memory:":
         return 1
-    return max(1, int(getattr(evaluator.pipeline, "workers", 1)))
+    return max(1, int(evaluator.pipeline.workers))
 
 
 def _run_one(evaluator, job, settings: dict, progress, per_evaluation: bool) -> tuple[RunRow | None, bool]:
@@ -241,9 +241,9 @@ def _run_one(evaluator, job, settings: dict, progress, per_evaluation: bool) -> 
     compiled = evaluator.stats.steps_compiled - before[0]
     cached = evaluator.stats.steps_cached - before[1]
     if result is not None:
-        row = _row(label, base, result, run_budget, seconds, compiled, cached)
+        row = row_from_result(label, base, result, run_budget, seconds, compiled, cached)
     elif row is not None:
-        row = _replace(row, seconds=seconds, steps_compiled=compiled, steps_cached=cached)
+        row = replace(row, seconds=seconds, steps_compiled=compiled, steps_cached=cached)
     if row is not None:
         progress.run_finished(index, row)
     return row, stop

@@ -318,13 +318,9 @@ class Comparison:
         )
 
 
-def _replace(row: RunRow, **kw) -> RunRow:
-    from dataclasses import replace
-
-    return replace(row, **kw)
-
-
-def _row(label: str, base: str, result, budget: int, seconds: float, compiled: int, cached: int) -> RunRow:
+def row_from_result(label: str, base: str, result, budget: int, seconds: float, compiled: int, cached: int) -> RunRow:
+    """The ``RunRow`` of a live ``TuneResult`` (``compare`` builds its table from these; stored runs
+    go through the same summary reader, so live and rebuilt reports agree)."""
     history = tuple(None if (h is None or (isinstance(h, float) and math.isnan(h))) else float(h)
                     for h in result.history)
     return _row_from_summary(label, base, result.to_dict(), budget, history, seconds, compiled, cached)

@@ -23,11 +23,9 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import re
 from collections import Counter, defaultdict
 from dataclasses import asdict, dataclass, field, replace
 
-from autotune.core import hlo
 from autotune.core.metrics import Metrics
 
 #: How many unmatched instructions a report lists per side (a big module can differ in thousands).
@@ -89,83 +87,37 @@ class Node:
     instr: Instr
 
 
-_NAME = re.compile(r"%([\w.\-]+)")
-#: A shape's layout (``f32[4,8]{1,0}``): ignored when pairing "the same instruction, other inputs".
-_LAYOUT = re.compile(r"\]\{[^{}]*\}")
+def structural_index(instructions) -> list[Node]:
+    """A ``Node`` for every instruction (``core.backend.Instruction``, in module order, as the
+    backend's ``instructions`` lists them).
 
-
-def _strip_attr(text: str, attr: str) -> str:
-    """``text`` without ``, attr={...}`` (brace- and quote-aware: metadata holds arbitrary strings)."""
-    key = f", {attr}="
-    while True:
-        i = text.find(key)
-        if i < 0:
-            return text
-        j = i + len(key)
-        if j < len(text) and text[j] == "{":
-            depth, quoted, k = 0, False, j
-            while k < len(text):
-                ch = text[k]
-                if quoted:
-                    if ch == "\\":
-                        k += 1
-                    elif ch == '"':
-                        quoted = False
-                elif ch == '"':
-                    quoted = True
-                elif ch == "{":
-                    depth += 1
-                elif ch == "}":
-                    depth -= 1
-                    if depth == 0:
-                        break
-                k += 1
-            text = text[:i] + text[k + 1:]
-        else:  # attr=value without braces: up to the next ", "
-            k = text.find(", ", j)
-            text = text[:i] + ("" if k < 0 else text[k:])
-
-
-def _clean(text: str) -> str:
-    text = _strip_attr(text, "metadata")
-    return text.strip()
-
-
-def structural_index(module) -> list[Node]:
-    """A ``Node`` for every instruction of ``module`` (a jaxlib HloModule), in module order.
-
-    The hash covers opcode, shape, attributes (metadata excluded), the operands' hashes in order and
-    the called computations' hashes (a computation's hash is its root's); instruction and
-    computation names never enter it. Computed bottom-up without recursion (deep modules).
+    The hash covers the instruction's signature (opcode, shape, attributes; no names), the
+    operands' hashes in order and the called computations' hashes (a computation's hash is its
+    root's); instruction and computation names never enter it. Computed bottom-up without recursion
+    (deep modules).
     """
-    comps = list(module.computations())
-    by_comp_name = {c.name: c for c in comps}
-    info: dict[tuple[str, str], tuple[str, list, list[str], object]] = {}  # key -> (sig, operand keys, called, inst)
+    info: dict[tuple[str, str], object] = {}
     order: list[tuple[str, str]] = []
     roots: dict[str, tuple[str, str]] = {}
-    for comp in comps:
-        insts = comp.instructions()
-        names = {i.name for i in insts}
-        for inst in insts:
-            raw = inst.to_string()
-            line = _clean(raw)
-            body = line.split(" = ", 1)[1] if " = " in line else line
-            if raw.startswith("ROOT "):
-                roots[comp.name] = (comp.name, inst.name)
-            operands = [o.name for o in inst.operands()]
-            called = [n for n in _NAME.findall(body) if n in by_comp_name and n not in names]
-            # Literals (parameter(3), constant values, dimensions) stay; names become placeholders.
-            sig = _NAME.sub(lambda m: "%" + ("C" if m.group(1) in by_comp_name and m.group(1) not in names else "?"), body)
-            info[(comp.name, inst.name)] = (sig, [(comp.name, o) for o in operands], called, inst)
-            order.append((comp.name, inst.name))
-        if comp.name not in roots and insts:
-            roots[comp.name] = (comp.name, insts[-1].name)
+    last: dict[str, tuple[str, str]] = {}
+    for inst in instructions:
+        key = (inst.computation, inst.name)
+        info[key] = inst
+        order.append(key)
+        last[inst.computation] = key
+        if inst.root:
+            roots[inst.computation] = key
+    for comp, key in last.items():
+        roots.setdefault(comp, key)
 
     hashes: dict[tuple[str, str], str] = {}
 
+    def operand_keys(inst) -> list[tuple[str, str]]:
+        return [(inst.computation, o) for o in inst.operands]
+
     def deps(key):
-        _, operands, called, _ = info[key]
-        return [o for o in operands if o in info] + [roots[c] for c in called if c in roots]
+        inst = info[key]
+        return [o for o in operand_keys(inst) if o in info] + [roots[c] for c in inst.called if c in roots]
 
     for start in order:
         if start in hashes:
@@ -177,25 +129,24 @@ def structural_index(module) -> list[Node]:
             if key in hashes:
                 continue
             if expanded:
-                sig, operands, called, _ = info[key]
-                parts = [sig] + [hashes.get(o, "?") for o in operands] + ["C" + hashes.get(roots.get(c), "?") for c in called]
+                inst = info[key]
+                parts = ([inst.signature] + [hashes.get(o, "?") for o in operand_keys(inst)]
+                         + ["C" + hashes.get(roots.get(c), "?") for c in inst.called])
                 hashes[key] = _h(parts)
                 on_path.discard(key)
                 continue
-            if key in on_path:  # a cycle cannot happen in valid HLO; do not loop on a malformed one
+            if key in on_path:  # a cycle cannot happen in a valid module; do not loop on a malformed one
                 continue
             on_path.add(key)
             stack.append((key, True))
             stack.extend((d, False) for d in deps(key) if d not in hashes)
     out = []
     for key in order:
-        sig, operands, called, inst = info[key]
-        text = _clean(inst.to_string())
-        if len(text) > TEXT_CAP:
-            text = text[:TEXT_CAP] + " ..."
-        local = _h([_LAYOUT.sub("]", sig)] + ["C" + hashes.get(roots.get(c), "?") for c in called])
-        out.append(Node(hashes[key], local, tuple(hashes.get(o, "?") for o in operands),
-                        Instr(key[0], key[1], hlo._opcode_name(inst), text)))
+        inst = info[key]
+        text = inst.text if len(inst.text) <= TEXT_CAP else inst.text[:TEXT_CAP] + " ..."
+        local = _h([inst.loose] + ["C" + hashes.get(roots.get(c), "?") for c in inst.called])
+        out.append(Node(hashes[key], local, tuple(hashes.get(o, "?") for o in operand_keys(inst)),
+                        Instr(key[0], key[1], inst.opcode, text)))
     return out
 
 
@@ -204,9 +155,8 @@ def _h(parts: list[str]) -> str:
 
 
 def diff_modules(before, after, cap: int = LIST_CAP) -> ModuleDiff:
-    """Compare two modules (jaxlib ``HloModule``s or ``Module``s) structurally; see ``ModuleDiff``."""
-    before = before.hlo_module() if hasattr(before, "hlo_module") else before
-    after = after.hlo_module() if hasattr(after, "hlo_module") else after
+    """Compare two modules structurally, given as their instruction lists (``Backend.instructions``);
+    see ``ModuleDiff``."""
     a, b = structural_index(before), structural_index(after)
     ha, hb = Counter(n.hash for n in a), Counter(n.hash for n in b)
 
@@ -356,38 +306,24 @@ def trace(evaluator, root, sequence) -> tuple[tuple[Step, ...], int]:
     return tuple(steps), evaluator.stats.steps_compiled - compiled0
 
 
-def xla_flags(evaluator, sequence) -> list[dict]:
-    """The per-step compile options the XLA worker uses: one compile per pass, then the default
-    pipeline ([] for a backend without XLA's pass inventory)."""
-    inv = getattr(evaluator.pipeline, "inventory", None)
-    if inv is None or not hasattr(inv, "disabled_for"):
-        return []
-    steps = []
-    for action in sequence:
-        steps.append({"action": action,
-                      "xla_disable_hlo_passes": ",".join(inv.disabled_for(inv.actions[action].keep)),
-                      "keeps": sorted(inv.actions[action].keep)})
-    steps.append({"action": "<default>", "xla_disable_hlo_passes": ",".join(inv.disabled_for(inv.default_keep)),
-                  "keeps": ["(XLA's default pre-layout pipeline)"]})
-    return steps
-
-
 def _reproduce(evaluator, module_name: str, model_path: str | None, minimal: tuple[str, ...]) -> dict:
-    import jax
-    import jaxlib
+    """autotune's commands that replay ``minimal``, plus what the backend adds (``Backend.reproduce``:
+    for XLA the pinned versions and the per-step ``xla_disable_hlo_passes`` as ``xla_steps``)."""
+    from autotune.core import backend as backends
 
-    model = model_path or f"{module_name}.hlo"
+    backend = evaluator.pipeline
+    suffix = (backend.suffixes or (".txt",))[0]
+    model = model_path or f"{module_name}{suffix}"
+    which = "" if backend.name == backends.DEFAULT_BACKEND else f" --backend {backend.name}"
     passes = ",".join(minimal)
     return {
-        "jax": jax.__version__, "jaxlib": jaxlib.__version__,
-        "compiler": getattr(evaluator.pipeline, "compiler_version", None),
-        "install": f"pip install jax=={jax.__version__} jaxlib=={jaxlib.__version__} autotune",
+        "compiler": backend.compiler_version,
         "autotune": [
-            f"autotune baseline {model}",
-            f"autotune apply --passes {passes} {model} -o tuned.hlo",
-            "autotune baseline tuned.hlo",
+            f"autotune baseline{which} {model}",
+            f"autotune apply{which} --passes {passes} {model} -o tuned{suffix}",
+            f"autotune baseline{which} tuned{suffix}",
         ],
-        "xla_steps": xla_flags(evaluator, minimal),
+        **backend.reproduce(minimal),
     }
 
 
@@ -421,7 +357,9 @@ def explain(evaluator, root, sequence, run_id: str | None = None, model_path: st
                              f"{','.join(by_cost.sequence)}")
     steps, _ = trace(evaluator, root, seq)
     minimal_steps, _ = trace(evaluator, root, minimal) if minimal != seq else (steps, 0)
-    diff = diff_modules(evaluator.module(default.state), evaluator.module(final.state), cap=cap)
+    backend = evaluator.pipeline
+    diff = diff_modules(backend.instructions(evaluator.module(default.state)),
+                        backend.instructions(evaluator.module(final.state)), cap=cap)
     if final.state == default.state:
         notes.append("the sequence reaches exactly XLA's default final module: nothing to explain")
     return Explanation(
@@ -556,7 +494,8 @@ def render_missed(e: Explanation, heading: str = "#") -> str:
     passes = ",".join(e.minimal)
     vanished = Counter(i.opcode for i in e.diff.vanished if i.frontier) or Counter(i.opcode for i in e.diff.vanished)
     lines = [f"{heading} Missed optimization: {e.module}", "",
-             f"XLA's default HLO pipeline (jaxlib {r['jaxlib']}, CPU) leaves {e.default.instructions} instructions; "
+             f"{r.get('default_pipeline') or 'The default pipeline of ' + str(r['compiler'])} leaves "
+             f"{e.default.instructions} instructions; "
              f"running `{passes}` first, then the same default pipeline, leaves {e.tuned.instructions} "
              f"({e.tuned.instructions - e.default.instructions:+d}).",
              (f"Minimal: removing any one of these {len(e.minimal)} passes loses the effect (ddmin)."
@@ -566,8 +505,9 @@ def render_missed(e: Explanation, heading: str = "#") -> str:
     if vanished:
         lines.append("Where it starts (default-only instructions whose operands both modules share): "
                      + ", ".join(f"{n} x {o}" for o, n in vanished.most_common()) + ".")
-    lines += ["", "Reproduce with autotune (same jaxlib):", "", "```sh", r["install"], *r["autotune"], "```", "",
-              *([] if not r["xla_steps"] else [
+    lines += ["", f"Reproduce with autotune (same {r['compiler']}):", "", "```sh",
+              *([r["install"]] if r.get("install") else []), *r["autotune"], "```", "",
+              *([] if not r.get("xla_steps") else [
               "Reproduce with XLA's own flags: one compile per step, each capturing the module at the pre-scheduler "
               "stage (`xla_dump_to=DIR`, `xla_dump_hlo_pass_re=.+` shows which passes ran), feeding each step's "
               "module to the next; the last step is XLA's default pre-layout pipeline. Each pass runs where XLA "
@@ -575,7 +515,7 @@ def render_missed(e: Explanation, heading: str = "#") -> str:
               "point). The value of `xla_disable_hlo_passes` per step, as an environment variable (names "
               "with spaces are XLA's real pipeline names, listed next to their dump spellings; both are needed) "
               "or from JAX as `.lower(...).compile(compiler_options={\"xla_disable_hlo_passes\": ...})`:", ""])]
-    for i, step in enumerate(r["xla_steps"], 1):
+    for i, step in enumerate(r.get("xla_steps") or (), 1):
         lines += [f"{i}. `{step['action']}` (kept: {', '.join(step['keeps'])})", "",
                   "   ```sh", f"   XLA_FLAGS='--xla_disable_hlo_passes=\"{step['xla_disable_hlo_passes']}\"'", "   ```", ""]
     return "\n".join(lines).rstrip() + "\n"

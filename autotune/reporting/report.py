@@ -176,7 +176,7 @@ def pct(x: float | None, digits: int = 1) -> str:
     return f"{x * 100:+.{digits}f}%"
 
 
-def _metric_cell(m) -> str:
+def metric_cell(m) -> str:
     """``+3.2%`` with the geometric mean's caveats (floored runs, excluded modules) in brackets."""
     if m is None:
         return "-"
@@ -198,8 +198,8 @@ def paper_table(comp: Comparison) -> Table:
     rows = [("paper (2023): PPO + reward shaping", pct(PAPER["gpt2"]), pct(PAPER["mixed"]), "not reported",
              "not reported")]
     for s in comp.summaries:
-        rows.append((f"ours: {s.strategy}", _metric_cell(_family_metric(s, "gpt2", "raw")), _metric_cell(s.raw),
-                     _metric_cell(_family_metric(s, "gpt2", "final")), _metric_cell(s.final)))
+        rows.append((f"ours: {s.strategy}", metric_cell(_family_metric(s, "gpt2", "raw")), metric_cell(s.raw),
+                     metric_cell(_family_metric(s, "gpt2", "final")), metric_cell(s.final)))
     return Table(("", "GPT-2, raw ops", "mixed, raw ops", "GPT-2, final-ops", "mixed, final-ops"), tuple(rows),
                  caption="Geometric mean over modules of (tuned reduction / XLA default's reduction), minus 1. "
                          "'mixed' = every module compared (the paper: GPT-2, BERT and ResNet graphs).")
@@ -209,7 +209,7 @@ def overview_table(comp: Comparison) -> Table:
     rows = []
     for s in comp.summaries:
         rows.append((
-            s.strategy, str(s.budget), _metric_cell(s.raw), _metric_cell(s.final),
+            s.strategy, str(s.budget), metric_cell(s.raw), metric_cell(s.final),
             f"{s.wins}/{s.ties}/{s.losses}", str(s.validity_failures),
             f"{s.evaluations} ({s.mean_evaluations:.1f}/run)", f"{s.seconds:.0f}s", f"{s.cache_hit_rate:.0%}",
         ))
@@ -234,7 +234,7 @@ def strategy_table(comp: Comparison, s: StrategySummary) -> Table:
     for fam in FAMILY_ORDER:
         if fam in s.by_family:
             rows.append((f"{FAMILY_LABEL[fam]}: raw ops / final-ops",
-                         f"{_metric_cell(s.by_family[fam]['raw'])} / {_metric_cell(s.by_family[fam]['final'])}"))
+                         f"{metric_cell(s.by_family[fam]['raw'])} / {metric_cell(s.by_family[fam]['final'])}"))
     rows += [
         (f"best {comp.objective} / XLA default's (geomean over runs)", _num(s.objective_geomean)),
         (f"wins / ties / losses vs XLA default ({comp.objective})", f"{s.wins} / {s.ties} / {s.losses}"),

@@ -72,7 +72,7 @@ import numpy as np
 from gymnasium import spaces
 
 from autotune.errors import BadInput
-from autotune.core.hlo import opcode_vocabulary
+from autotune.pipelines.xla.hlo import opcode_vocabulary
 from autotune.core.metrics import Metrics
 from autotune.strategy import Evaluate
 

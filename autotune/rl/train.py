@@ -126,7 +126,7 @@ def read_sidecar(zip_path: Path) -> dict:
 
 def check_vocabulary(meta: dict, actions: Sequence[str], zip_path: Path) -> None:
     """BadInput unless the policy's action and opcode vocabularies are the installed ones."""
-    from autotune.core.hlo import opcode_vocabulary
+    from autotune.pipelines.xla.hlo import opcode_vocabulary
 
     theirs, ours = list(meta.get("actions") or []), list(actions)
     if theirs != ours:
@@ -249,7 +249,7 @@ def train_policy(
         model.save(str(zip_path))
     finally:
         torch.set_num_threads(threads)
-    from autotune.core.hlo import opcode_vocabulary
+    from autotune.pipelines.xla.hlo import opcode_vocabulary
 
     meta = {
         "format": SIDECAR_FORMAT, "algo": algo, "shaping": bool(shaping), "gamma": hp["gamma"],

@@ -16,6 +16,12 @@ A program is a sum of terms, each a product of factors: ``x*1 + 0 + y*2 + x + x`
 * ``abort``       an internal compiler error: kills the worker process (``os.abort``) on any program
                   containing ``boom`` (crash isolation must contain it).
 
+A module file (``.toy``) holds one program, e.g. ``2*x + x + x + y*1``; from the command line::
+
+    autotune run --backend toy --strategy greedy --budget 12 prog.toy      # also --executor ray
+    autotune run --backend toy --modules progs/                           # a fleet of .toy files
+    autotune explain --backend toy RUN_ID
+
 The default ordering runs ``canon, fold-one, drop-zero, combine, canon``. A program's metrics count its
 tokens (variables, numbers and operators) as "instructions". Executing a program evaluates it on
 seeded random values of its variables.
@@ -28,14 +34,14 @@ import os
 import random
 import time
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import replace
 
 import numpy as np
 
-from autotune.core.backend import PassInfo
+from autotune.core.backend import DEFAULT, IDENTITY, BackendBase, Instruction, PassInfo, StepOut
 from autotune.core.metrics import Metrics
 from autotune.core.module import Module
-from autotune.core.workers import Job, StopJob, WorkerPool
+from autotune.core.workers import StopJob
 from autotune.errors import BadInput, PassFailed, UnknownName
 
 PASSES = ("fold-one", "drop-zero", "combine", "split", "canon", "shuffle-bug", "abort")
@@ -113,9 +119,9 @@ def apply_pass(name: str, text: str) -> str:
         if "boom" in text:
             os.abort()  # what an XLA CHECK failure does to the process
         return text
-    if name == "<identity>":
+    if name == IDENTITY:
         return show(parse(text))
-    if name == "<default>":
+    if name == DEFAULT:
         for p in DEFAULT_ORDER:
             text = apply_pass(p, text)
         return text
@@ -153,17 +159,6 @@ def evaluate(text: str, values: dict[str, float]) -> float:
 
 
 # ---- the worker side ------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class StepOut:
-    action: str
-    status: str
-    fingerprint: str | None = None
-    proto: bytes | None = None
-    metrics: dict | None = None
-    message: str | None = None
-    seconds: float = 0.0
-
-
 class ToyWorker:
     """The handler a worker process serves (``autotune.core.workers``); methods are requests."""
 
@@ -197,32 +192,56 @@ class ToyParam:
         return 8
 
 
-class ToyBackend:
-    """``autotune.core.backend.Backend`` for toy programs (registered as ``toy``)."""
+class ToyBackend(BackendBase):
+    """``autotune.core.backend.Backend`` for toy programs (registered as ``toy``).
+
+    Module files are program text (``.toy``, e.g. ``x*1 + 0 + y*z``), one program per file.
+    """
 
     name = "toy"
     version = "toy:1"
     compiler_version = "toy-compiler-1.0"
+    suffixes = (".toy",)
+    worker = WORKER
 
-    def __init__(self, workers: int = 1, cache=None, step_timeout: float = 30.0, **_):
-        self.workers = max(1, int(workers))
-        self.step_timeout = float(step_timeout)
-        self._pool: WorkerPool | None = None
+    def __init__(self, workers: int = 1, cache=None, step_timeout: float = 30.0, executor=None, **_):
+        super().__init__(workers, cache, step_timeout, executor)
 
     @staticmethod
     def module(text: str, name: str = "toy") -> Module:
         return Module(name, show(parse(text)).encode(), fingerprint(text))
 
-    @property
-    def pool(self) -> WorkerPool:
-        if self._pool is None:
-            self._pool = WorkerPool(WORKER, (), size=self.workers)
-        return self._pool
+    def parse(self, data: bytes, suffix: str, name: str | None) -> Module:
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError:
+            raise BadInput("not a toy program: not UTF-8 text") from None
+        return self.module(text.strip(), name or "toy")
 
-    def close(self) -> None:
-        if self._pool is not None:
-            self._pool.close()
-            self._pool = None
+    def to_text(self, module: Module) -> str:
+        return module.proto.decode() + "\n"
+
+    def instructions(self, module: Module) -> list[Instruction]:
+        """The program as a chain of binary operations, one per token counted as an instruction:
+        a ``parameter``/``constant`` per factor, ``multiply`` between factors, ``add`` between terms."""
+        out: list[Instruction] = []
+
+        def emit(name: str, opcode: str, args: tuple[str, ...] = (), literal: str = "") -> str:
+            sig = f"{opcode}({literal})" if literal else opcode
+            out.append(Instruction("main", name, opcode, f"{name} = {opcode}({literal or ', '.join(args)})", sig, sig,
+                                   args))
+            return name
+
+        total = None
+        for i, term in enumerate(parse(module.proto.decode())):
+            value = None
+            for j, f in enumerate(term):
+                leaf = emit(f"t{i}.{j}", "constant" if f.isdigit() else "parameter", literal=f)
+                value = leaf if value is None else emit(f"t{i}.m{j}", "multiply", (value, leaf))
+            total = value if total is None else emit(f"s{i}", "add", (total, value))
+        if out:
+            out[-1] = replace(out[-1], root=True)
+        return out
 
     def passes(self) -> tuple[str, ...]:
         return PASSES
@@ -236,12 +255,6 @@ class ToyBackend:
             if n not in PASSES:
                 raise UnknownName("pass", n, list(PASSES))
         return out
-
-    def step_job(self, proto: bytes, key: str | None, actions) -> Job:
-        return Job("run_steps", (proto, key, list(actions)), self.step_timeout)
-
-    def dispatcher(self):
-        return self.pool.dispatcher()
 
     def _one(self, module: Module, action: str) -> Module:
         for _, item in self.pool.run_many([self.step_job(module.proto, module.fingerprint, [action])]):
@@ -302,8 +315,3 @@ class ToyBackend:
                 sb.append(once(b)), sa.append(once(a))
         return {"a": sa, "b": sb, "rounds": len(sa), "inner": 1, "warmup": warmup}
 
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()

@@ -1,10 +1,12 @@
 """XLA's HLO pass pipeline as a tuning backend (through jaxlib, CPU client).
 
 ``XlaPipeline`` implements ``autotune.core.backend.Backend`` (what the engine calls: version,
-passes/describe/check_passes, normalize, measure, step_job/dispatcher, parameter_specs, compiles,
-execute, time), plus conveniences for tests and tools (``apply``, ``default``, ``trace``). Every
-compile happens in a ``WorkerPool`` of processes running ``worker.XlaWorker``; this object only
-keeps the inventory and turns worker replies into ``Module``/``Metrics`` values.
+passes/describe/check_passes, parse/to_text, normalize, measure, step_job/dispatcher,
+parameter_specs, compiles, execute, time, stand_ins, instructions, reproduce), plus conveniences for
+tests and tools (``apply``, ``default``, ``trace``). Every compile happens in a pool of worker
+processes (or Ray actors: the executor decides) running ``worker.XlaWorker``; this object only keeps
+the inventory and turns worker replies into ``Module``/``Metrics`` values. HLO itself (parsing,
+printing, fingerprints) is ``hlo.py``; reading module files is ``loader.py``.
 """
 
 from __future__ import annotations
@@ -13,11 +15,13 @@ import platform
 from dataclasses import replace
 from collections.abc import Iterable, Iterator, Sequence
 
+from autotune.core.backend import DEFAULT, IDENTITY, BackendBase
 from autotune.errors import PassFailed, UnknownName
 from autotune.core.metrics import Metrics
 from autotune.core.module import Module
+from autotune.pipelines.xla import hlo, loader
 from autotune.pipelines.xla.inventory import PassInventory
-from autotune.core.workers import Job, StopJob, WorkerPool
+from autotune.core.workers import StopJob, WorkerPool
 
 #: Bumped when the meaning of a cached step changes (capture method, fingerprint, metrics).
 ENGINE_VERSION = 5
@@ -32,23 +36,20 @@ def xla_version() -> str:
     return f"jaxlib-{jaxlib.__version__}-cpu-{platform.machine()}"
 
 
-class XlaPipeline:
+class XlaPipeline(BackendBase):
     """XLA CPU pipeline. ``cache`` (optional) stores the discovered inventory per XLA version."""
 
     name = "xla"
+    suffixes = loader.TEXT_SUFFIXES + loader.PROTO_SUFFIXES + loader.MLIR_SUFFIXES
+    worker = WORKER
+    worker_env = WORKER_ENV
 
     def __init__(self, workers: int = 1, cache=None, include_target_specific: bool = False,
                  step_timeout: float = 120.0, inventory: PassInventory | None = None, executor=None):
-        from autotune.core import executors
-
-        self.workers = max(1, int(workers))
-        #: Where the compiler workers live (``autotune.core.executors``: local processes or Ray actors).
-        self.executor = executor if executor is not None else executors.get("local")
-        self.step_timeout = float(step_timeout)
+        super().__init__(workers, cache, step_timeout, executor)
         self.include_target_specific = include_target_specific
         self._cache = cache
         self._inventory = inventory.with_target_specific(include_target_specific) if inventory else None
-        self._pool: WorkerPool | None = None
 
     # ---- inventory ---------------------------------------------------------------------------------
     @property
@@ -99,35 +100,38 @@ class XlaPipeline:
             out.append(name)
         return tuple(out)
 
-    # ---- workers ---------------------------------------------------------------------------------------
-    @property
-    def pool(self) -> WorkerPool:
-        if self._pool is None:
-            self._pool = self.executor.pool(
-                WORKER, (self.inventory.to_json(), self.include_target_specific), size=self.workers, env=WORKER_ENV
-            )
-        return self._pool
+    # ---- workers (the pool itself, step_job and dispatcher come from BackendBase) ---------------------
+    def worker_args(self) -> tuple:
+        return (self.inventory.to_json(), self.include_target_specific)
 
-    def close(self) -> None:
-        if self._pool is not None:
-            self._pool.close()
-            self._pool = None
+    # ---- the module format --------------------------------------------------------------------------
+    def parse(self, data: bytes, suffix: str, name: str | None) -> Module:
+        """HLO text, a serialized HloModuleProto or StableHLO/MHLO MLIR -> Module (parsed in a child
+        process: XLA's parser aborts the process on some malformed inputs)."""
+        return loader.parse_isolated(data, suffix, name)
 
-    def __enter__(self) -> "XlaPipeline":
-        return self
+    def to_text(self, module: Module) -> str:
+        return loader.module_text(module)
 
-    def __exit__(self, *exc) -> None:
-        self.close()
+    def instructions(self, module: Module) -> list:
+        return hlo.instructions(loader.hlo_module(module))
 
-    # ---- the backend contract --------------------------------------------------------------------
-    def step_job(self, proto: bytes, key: str | None, actions: Sequence[str]) -> Job:
-        """A worker job applying ``actions`` to ``proto`` (``key``: its fingerprint, for reuse)."""
-        return Job("run_steps", (proto, key, list(actions)), self.step_timeout)
+    def reproduce(self, sequence: Sequence[str]) -> dict:
+        """The pinned jax/jaxlib and, per step, the ``xla_disable_hlo_passes`` the worker compiles with."""
+        import jax
+        import jaxlib
 
-    def dispatcher(self):
-        """A ``workers.Dispatcher`` over this pipeline's pool (jobs may be added while iterating)."""
-        return self.pool.dispatcher()
+        inv = self.inventory
+        steps = [{"action": a, "xla_disable_hlo_passes": ",".join(inv.disabled_for(inv.actions[a].keep)),
+                  "keeps": sorted(inv.actions[a].keep)} for a in sequence]
+        steps.append({"action": DEFAULT, "xla_disable_hlo_passes": ",".join(inv.disabled_for(inv.default_keep)),
+                      "keeps": ["(XLA's default pre-layout pipeline)"]})
+        return {"jax": jax.__version__, "jaxlib": jaxlib.__version__,
+                "default_pipeline": f"XLA's default HLO pipeline (jaxlib {jaxlib.__version__}, CPU)",
+                "install": f"pip install jax=={jax.__version__} jaxlib=={jaxlib.__version__} autotune",
+                "xla_steps": steps}
 
+    # ---- steps -----------------------------------------------------------------------------------------
     def run_steps_many(self, jobs: Sequence[tuple[bytes, str | None, Sequence[str]]]) -> Iterator[tuple[int, object]]:
         """Run several step lists in parallel; yields ``(job, StepOut | PassFailed | StopJob)``."""
         yield from self.pool.run_many([self.step_job(*job) for job in jobs])
@@ -164,7 +168,7 @@ class XlaPipeline:
         """Round-trip through XLA's importer (no HLO pass) until the fingerprint is stable."""
         current = module
         for _ in range(rounds):
-            out = self._steps(current, ["<identity>"])[-1]
+            out = self._steps(current, [IDENTITY])[-1]
             if out.status != "ok":
                 raise PassFailed(f"XLA cannot import this module: {out.message}", "error")
             nxt = Module(module.name, out.proto, out.fingerprint)
@@ -175,9 +179,9 @@ class XlaPipeline:
 
     def default(self, module: Module) -> Module:
         """XLA's own ordering of the same action set (its pre-layout target-independent pipeline)."""
-        out = self._steps(module, ["<default>"])[-1]
+        out = self._steps(module, [DEFAULT])[-1]
         if out.status != "ok":
-            raise PassFailed(f"XLA's default pipeline failed on this module: {out.message}", "error", "<default>")
+            raise PassFailed(f"XLA's default pipeline failed on this module: {out.message}", "error", DEFAULT)
         return Module(module.name, out.proto, out.fingerprint)
 
     def measure(self, module: Module) -> Metrics:

@@ -298,7 +298,7 @@ def stand_ins(proto: bytes, extra: tuple[str, ...] = ()) -> tuple[bytes, str, in
     targets replaced)``; the input unchanged (and 0) when nothing needs one. A stand-in that cannot
     be built or parsed is ``PassFailed``.
     """
-    from autotune.core import hlo
+    from autotune.pipelines.xla import hlo
     from autotune.pipelines.xla import standins
 
     module = hlo.parse_proto(proto)

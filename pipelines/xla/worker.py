@@ -17,10 +17,10 @@ import os
 import tempfile
 import time
 from collections import OrderedDict
-from dataclasses import dataclass
 
+from autotune.core.backend import StepOut
 from autotune.errors import BadInput, PassFailed
-from autotune.core import hlo
+from autotune.pipelines.xla import hlo
 
 CAPTURE_PASS_NAME = "autotune-capture"
 
@@ -47,24 +47,6 @@ ENTRY main {
 
 class _Captured(Exception):
     """Raised inside the hook to abort the compile once the module is in hand."""
-
-
-@dataclass(frozen=True)
-class StepOut:
-    """What a worker sends back for one step (picklable, no jaxlib objects).
-
-    ``proto`` is None when the step left the module unchanged (``fingerprint`` equals the input's):
-    the caller already holds those bytes, and a module with weights baked in is megabytes that
-    would otherwise cross the socket, be unpickled and be compared for nothing on most steps.
-    """
-
-    action: str
-    status: str  # ok | error
-    fingerprint: str | None = None
-    proto: bytes | None = None
-    metrics: dict | None = None
-    message: str | None = None
-    seconds: float = 0.0
 
 
 class XlaWorker:
@@ -104,7 +86,13 @@ class XlaWorker:
         self._captured = module_bytes
         raise _Captured()
 
-    def _capture(self, mlir: bytes, overrides: list[tuple[str, str]]) -> bytes:
+    def capture(self, mlir: bytes, overrides: list[tuple[str, str]]) -> bytes:
+        """Compile ``mlir`` with debug-option ``overrides`` and return the serialized HloModuleProto the
+        hook captured at the pre-scheduler stage (one step; ``PassFailed`` when XLA refuses).
+
+        Public (like ``to_mlir`` and ``flags``) because ``bench/perf.py`` and ``bench/realscale.py``
+        time the parts of a step; a request too, though the engine only sends ``run_steps``.
+        """
         options = self._jax.CompileOptions()
         options.env_option_overrides = overrides
         self._captured = None
@@ -120,7 +108,9 @@ class XlaWorker:
             raise PassFailed("compile finished without reaching the capture stage")
         return self._captured
 
-    def _to_mlir(self, proto: bytes, key: str | None) -> bytes:
+    def to_mlir(self, proto: bytes, key: str | None) -> bytes:
+        """StableHLO bytecode of a serialized HloModuleProto (the form a compile takes), memoised by
+        fingerprint ``key`` for the last 32 modules (None: not memoised)."""
         if key is not None and key in self._mlir_cache:
             self._mlir_cache.move_to_end(key)
             return self._mlir_cache[key]
@@ -131,7 +121,12 @@ class XlaWorker:
                 self._mlir_cache.popitem(last=False)
         return mlir
 
-    def _measure(self, module) -> dict:
+    def flags(self, action: str) -> list[tuple[str, str]]:
+        """The debug-option overrides (``xla_disable_hlo_passes``) one step of ``action`` compiles with."""
+        return list(self._overrides[action])
+
+    def metrics_of(self, module) -> dict:
+        """``Metrics.to_dict()``-shaped metrics of a jaxlib ``HloModule`` (counts, XLA's cost analysis)."""
         metrics = {
             "instructions": hlo.instruction_count(module),
             "opcodes": hlo.opcode_histogram(module),
@@ -155,7 +150,7 @@ class XlaWorker:
         """Compile the probe with a per-pass dump; return the dump's file names."""
         with tempfile.TemporaryDirectory(prefix="autotune-dump-") as tmp:
             proto = hlo.parse_text(PROBE_HLO).as_serialized_hlo_module_proto()
-            self._capture(
+            self.capture(
                 self._jax.mlir.hlo_to_stablehlo(proto),
                 [("xla_dump_to", tmp), ("xla_dump_hlo_pass_re", ".+")],
             )
@@ -165,12 +160,12 @@ class XlaWorker:
         """Apply one action with a per-pass dump and return the dump file names (isolation proof)."""
         with tempfile.TemporaryDirectory(prefix="autotune-trace-") as tmp:
             overrides = list(self._overrides[action]) + [("xla_dump_to", tmp), ("xla_dump_hlo_pass_re", ".+")]
-            self._capture(self._to_mlir(proto, None), overrides)
+            self.capture(self.to_mlir(proto, None), overrides)
             return sorted(os.listdir(tmp))
 
     def measure(self, proto: bytes) -> dict:
         module = hlo.parse_proto(proto)
-        return {"fingerprint": hlo.fingerprint(module, proto), **self._measure(module)}
+        return {"fingerprint": hlo.fingerprint(module, proto), **self.metrics_of(module)}
 
     def run_plain(self, text: str, actions: list[str]) -> list[str | None]:
         """The straightforward method, kept as the reference the fast path is tested against.
@@ -183,7 +178,7 @@ class XlaWorker:
         for action in actions:
             try:
                 proto = hlo.parse_text(text).as_serialized_hlo_module_proto()
-                result = self._capture(self._jax.mlir.hlo_to_stablehlo(proto), self._overrides[action])
+                result = self.capture(self._jax.mlir.hlo_to_stablehlo(proto), self._overrides[action])
             except PassFailed:
                 return out + [None] * (len(actions) - len(out))
             module = hlo.parse_proto(result)
@@ -198,23 +193,23 @@ class XlaWorker:
         leave the module unchanged reuse the MLIR too: most passes are no-ops on a given module.
         A failing step ends the stream (later steps have no defined input).
         """
-        mlir = self._to_mlir(proto, key)
+        mlir = self.to_mlir(proto, key)
         for i, action in enumerate(actions):
             overrides = self._overrides.get(action)
             if overrides is None:
                 raise BadInput(f"unknown pass '{action}'")
             t0 = time.perf_counter()
             try:
-                out = self._capture(mlir, overrides)
+                out = self.capture(mlir, overrides)
             except PassFailed as exc:
                 yield StepOut(action, "error", message=str(exc), seconds=time.perf_counter() - t0)
                 return
             module = hlo.parse_proto(out)
             fp = hlo.fingerprint(module, out)
-            metrics = self._measure(module)
+            metrics = self.metrics_of(module)
             changed = fp != key
             if i + 1 < len(actions) and changed:
-                mlir = self._to_mlir(out, fp)
+                mlir = self.to_mlir(out, fp)
             key = fp
             yield StepOut(action, "ok", fp, out if changed else None, metrics, seconds=time.perf_counter() - t0)
 

@@ -1,7 +1,8 @@
-"""Executors: where the compiler workers of a pipeline live (one file per executor).
+"""Executors: where the compiler workers of a backend live (one file per executor).
 
-An executor builds *pools* of warm handler objects (``pipelines.xla.worker:XlaWorker``) with the
-interface the backend and the Evaluator already use: ``dispatcher()`` (``submit(key, job)`` while
+An executor builds *pools* of warm handler objects (the class a backend names as its ``worker``,
+e.g. ``autotune.testing.toy:ToyWorker``) with the interface the backend and the Evaluator use
+(``autotune.core.workers.PoolRequests``): ``dispatcher()`` (``submit(key, job)`` while
 iterating; yields ``(key, item)`` with ``item`` a handler value, a ``PassFailed`` or ``StopJob``),
 ``run_many``, ``call(method, *args, timeout=)``, ``stream`` and ``close()``. Neither the Evaluator
 nor the cache knows which executor runs the steps: the cache stays the driver's one SQLite file and
@@ -9,6 +10,11 @@ workers never open it.
 
 - ``local`` (default): crash-isolated subprocesses on this machine (``autotune.core.workers``).
 - ``ray``: Ray actors, each hosting one warm handler; crashes are restarted by Ray itself.
+
+Executors are found by name like backends and strategies: the built-ins below, then third-party
+classes registered under the ``autotune.executors`` entry point (``name = "package.module:Class"``,
+constructed with the options ``get`` receives). Any backend runs on any executor: the executor only
+hosts the handler its backend names.
 """
 
 from __future__ import annotations
@@ -16,9 +22,13 @@ from __future__ import annotations
 import os
 from typing import Protocol
 
-from autotune.errors import AutotuneError, UnknownName
+from autotune.core import plugins
+from autotune.errors import AutotuneError
 
-EXECUTORS = ("local", "ray")
+ENTRY_POINT_GROUP = "autotune.executors"
+BUILTIN = {"local": "autotune.core.executors.local:LocalExecutor", "ray": "autotune.core.executors.ray:RayExecutor"}
+#: Environment variable naming the executor (the CLI's ``--executor`` sets it).
+EXECUTOR_ENV = "AUTOTUNE_EXECUTOR"
 
 
 class ExecutorLost(AutotuneError):
@@ -33,6 +43,11 @@ class ExecutorLost(AutotuneError):
 
 class Executor(Protocol):
     name: str
+    #: Whether several driver threads may drive one pool at once (each with its own dispatcher).
+    concurrent: bool
+
+    def default_workers(self) -> int:
+        """Workers to start when the user names no number (local: cores, at most 4; Ray: cluster CPUs)."""
 
     def pool(self, factory: str, init_args: tuple = (), size: int = 1, env: dict | None = None):
         """A pool of ``size`` handlers ``factory(*init_args)`` (a ``module:callable`` path)."""
@@ -43,19 +58,16 @@ class Executor(Protocol):
     def close(self) -> None: ...
 
 
+def available() -> dict[str, str]:
+    """Executor name -> ``module:Class``: the built-ins, then third-party entry points."""
+    return plugins.names(BUILTIN, ENTRY_POINT_GROUP)
+
+
 def get(name: str | None = None, **options) -> Executor:
     """An executor by name (default ``$AUTOTUNE_EXECUTOR`` or ``local``); ``options`` go to its class.
 
     Bad names and unusable options (an unreachable Ray address, an incompatible Ray version) raise
-    ``BadInput`` before any work is done.
+    ``BadInput``/``UnknownName`` before any work is done.
     """
-    name = (name or os.environ.get("AUTOTUNE_EXECUTOR") or "local").strip().lower()
-    if name == "local":
-        from autotune.core.executors.local import LocalExecutor
-
-        return LocalExecutor(**options)
-    if name == "ray":
-        from autotune.core.executors.ray import RayExecutor
-
-        return RayExecutor(**options)
-    raise UnknownName("executor", name, EXECUTORS)
+    name = (name or os.environ.get(EXECUTOR_ENV) or "local").strip().lower()
+    return plugins.load("executor", name, available())(**options)

@@ -1,13 +1,14 @@
 """The ``ray`` executor: compiler workers as Ray actors, on one machine or a whole cluster.
 
-Each actor hosts one warm handler (the same ``pipelines.xla.worker:XlaWorker`` the local pool runs
-in a subprocess), constructed inside the actor once and reused for every step. The driver keeps the
+Each actor hosts one warm handler (whatever worker class the backend names, e.g.
+``autotune.testing.toy:ToyWorker``: the same one the local pool runs in a subprocess), constructed
+inside the actor once and reused for every step; any backend runs here. The driver keeps the
 cache (one SQLite file) and the search; actors only receive a module's bytes and pass names and send
 back ``StepOut`` values, so a cluster needs no shared file system.
 
 Crash semantics match the local pool:
 
-- An XLA fatal error (CHECK failure, LOG(FATAL), a signal) kills the actor's process. Ray restarts
+- A compiler's fatal error (XLA: a CHECK failure, LOG(FATAL), a signal) kills the actor's process. Ray restarts
   it (``max_restarts``; no hand-made respawn), and its new incarnation reads the last words the old
   one wrote to its own stderr file (same node: the actor id names the file), so the step is recorded
   as ``crash`` with the compiler's message. A death with no compiler output at all (killed from
@@ -33,7 +34,7 @@ from collections import deque
 from collections.abc import Callable, Iterator
 
 from autotune.core.executors import ExecutorLost
-from autotune.core.workers import Job, PoolRequests, StopJob, _rebuild_error, stderr_tail
+from autotune.core.workers import Job, PoolRequests, StopJob, rebuild_error, stderr_tail
 from autotune.errors import AutotuneError, BadInput, PassFailed
 
 
@@ -458,7 +459,7 @@ class RayDispatcher:
             raise ExecutorLost(f"lost the Ray cluster: {_first_line(exc)}") from None
         self.pool._release(actor)
         for kind, payload in out:
-            yield key, (payload if kind == "item" else _rebuild_error(payload))
+            yield key, (payload if kind == "item" else rebuild_error(payload))
         yield key, StopJob
 
     def _postmortem(self, ref) -> Iterator[tuple[object, object]]:

@@ -1,8 +1,10 @@
 """HLO module helpers that need only ``jaxlib._hlo`` (parsing, printing, fingerprints, counts).
 
+XLA's own format, so it lives with the XLA backend: the core treats a module's bytes as opaque and
+asks the backend to parse, print and fingerprint them (``autotune.core.backend.Backend.parse``).
 These run in the main process as well as in workers: importing ``jaxlib._hlo`` is cheap (~0.1 s)
-and does not start an XLA client. Anything that compiles lives in ``compiler.py`` and runs only in
-worker processes, where an XLA fatal error costs one process.
+and does not start an XLA client. Anything that compiles runs only in worker processes
+(``worker.py``), where an XLA fatal error costs one process.
 """
 
 from __future__ import annotations
@@ -326,7 +328,7 @@ def opcode_histogram(module) -> dict[str, int]:
             op = inst.opcode
             name = _OPCODE_NAMES.get(op)
             if name is None:
-                name = _OPCODE_NAMES[op] = _opcode_name(inst)
+                name = _OPCODE_NAMES[op] = opcode_name(inst)
             counts[name] += 1
     return dict(sorted(counts.items()))
 
@@ -335,8 +337,11 @@ _OPCODE_NAMES: dict = {}
 _OPCODE_IN_TEXT = re.compile(r"=\s.*?\s([a-z][a-z0-9\-]*)\(")
 
 
-def _opcode_name(inst) -> str:
-    """The opcode as HLO text spells it (kExp -> exponential), read once per opcode from XLA."""
+def opcode_name(inst) -> str:
+    """The opcode of a jaxlib ``HloInstruction`` as HLO text spells it (kExp -> exponential).
+
+    Public because reports list instructions by opcode as a compiler engineer reads them in a dump.
+    """
     m = _OPCODE_IN_TEXT.search(inst.to_string())
     if m:
         return m.group(1)
@@ -370,3 +375,75 @@ def opcode_vocabulary() -> tuple[str, ...]:
             continue
         names.append(_SPELLING.get(member) or re.sub(r"(?<!^)(?=[A-Z])", "-", member[1:]).lower())
     return tuple(sorted(set(names)))
+
+
+# ---- instructions for a structural diff (``Backend.instructions``, ``autotune explain``) -----------------
+_NAME = re.compile(r"%([\w.\-]+)")
+#: A shape's layout (``f32[4,8]{1,0}``): ignored when pairing "the same instruction, other inputs".
+_LAYOUT = re.compile(r"\]\{[^{}]*\}")
+
+
+def _strip_attr(text: str, attr: str) -> str:
+    """``text`` without ``, attr={...}`` (brace- and quote-aware: metadata holds arbitrary strings)."""
+    key = f", {attr}="
+    while True:
+        i = text.find(key)
+        if i < 0:
+            return text
+        j = i + len(key)
+        if j < len(text) and text[j] == "{":
+            depth, quoted, k = 0, False, j
+            while k < len(text):
+                ch = text[k]
+                if quoted:
+                    if ch == "\\":
+                        k += 1
+                    elif ch == '"':
+                        quoted = False
+                elif ch == '"':
+                    quoted = True
+                elif ch == "{":
+                    depth += 1
+                elif ch == "}":
+                    depth -= 1
+                    if depth == 0:
+                        break
+                k += 1
+            text = text[:i] + text[k + 1:]
+        else:  # attr=value without braces: up to the next ", "
+            k = text.find(", ", j)
+            text = text[:i] + ("" if k < 0 else text[k:])
+
+
+def _clean(text: str) -> str:
+    """An instruction's text without its metadata (source locations differ between equal programs)."""
+    text = _strip_attr(text, "metadata")
+    return text.strip()
+
+
+
+def instructions(module) -> list:
+    """Every instruction of a jaxlib ``HloModule`` as ``core.backend.Instruction``, in module order.
+
+    The signature is the instruction's text after ``=`` (opcode, shape, attributes, operands
+    spelled as placeholders), metadata removed and every name replaced: ``%C`` for a called
+    computation, ``%?`` for anything else; the loose signature drops layouts too.
+    """
+    from autotune.core.backend import Instruction
+
+    comps = list(module.computations())
+    comp_names = {c.name for c in comps}
+    out = []
+    for comp in comps:
+        insts = comp.instructions()
+        names = {i.name for i in insts}
+        for inst in insts:
+            raw = inst.to_string()
+            line = _clean(raw)
+            body = line.split(" = ", 1)[1] if " = " in line else line
+            called = tuple(n for n in _NAME.findall(body) if n in comp_names and n not in names)
+            # Literals (parameter(3), constant values, dimensions) stay; names become placeholders.
+            sig = _NAME.sub(lambda m: "%" + ("C" if m.group(1) in comp_names and m.group(1) not in names else "?"), body)
+            out.append(Instruction(comp.name, inst.name, opcode_name(inst), line, sig, _LAYOUT.sub("]", sig),
+                                   tuple(o.name for o in inst.operands()), called, raw.startswith("ROOT ")))
+    return out

@@ -1,0 +1,203 @@
+"""The structural rules of docs/architecture.md, checked on the syntax tree (no compiler, < 1 s).
+
+Each rule is a small checker over one file's source; the tests run every checker over the code base
+and, so that a checker that can never fail is caught too, over a snippet that breaks its rule.
+
+* **No private reach-ins.** A module never imports another module's ``_name`` and never reaches
+  ``something._name`` that its own file does not define (``self._x`` set elsewhere, a worker's
+  ``_capture`` called from a benchmark). Private means private to its file.
+* **Core never imports a compiler.** ``autotune/core`` imports no ``jax``/``jaxlib`` and no
+  ``autotune.pipelines``: it talks to ``core.backend.Backend`` only.
+* **The Backend contract is declared, not probed.** Nothing outside the backends asks
+  ``getattr(backend, "pool", None)``: every member the engine uses is on ``core.backend.Backend``.
+* **No objective is special-cased by name.** Outside ``core/objectives/``, core never compares a
+  value with an objective's name (``== "runtime"``, ``in ("ops", "final-ops")``) nor looks one up
+  in a table keyed by objective names: the objective object answers for itself.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+#: Every Python file of the project that follows the rules (the tests' own helpers are exempt).
+CODE = [ROOT / d for d in ("autotune", "pipelines", "strategies", "bench")]
+CORE = ROOT / "autotune" / "core"
+OBJECTIVE_NAMES = frozenset({"final-ops", "ops", "cost", "runtime"})
+COMPILER_PACKAGES = ("jax", "jaxlib", "autotune.pipelines")
+
+
+def _files(*roots: Path) -> list[Path]:
+    return sorted(p for r in roots for p in r.rglob("*.py") if ".venv" not in p.parts)
+
+
+def _private(name: str) -> bool:
+    return name.startswith("_") and not (name.startswith("__") and name.endswith("__"))
+
+
+def _defined_here(tree: ast.AST) -> set[str]:
+    """Every name this file defines: functions, classes, assigned names and attributes, parameters."""
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            names.add(node.id)
+        elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store):
+            names.add(node.attr)
+        elif isinstance(node, ast.arg):
+            names.add(node.arg)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names.update((a.asname or a.name).split(".")[0] for a in node.names)
+    return names
+
+
+def private_reach_ins(source: str) -> list[str]:
+    """``from autotune.x import _y`` and ``obj._y`` where this file defines no ``_y``.
+
+    ``self._y``/``cls._y`` is the object's own state (a subclass may use what its base class keeps):
+    only reaching into *another* object's privates counts.
+    """
+    tree = ast.parse(source)
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("autotune"):
+            found += [f"line {node.lineno}: from {node.module} import {a.name}" for a in node.names if _private(a.name)]
+    here = _defined_here(tree)
+    for node in ast.walk(tree):
+        own = isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in ("self", "cls")
+        if isinstance(node, ast.Attribute) and _private(node.attr) and node.attr not in here and not own:
+            found.append(f"line {node.lineno}: .{node.attr}")
+    return found
+
+
+def compiler_imports(source: str) -> list[str]:
+    """Imports of jax, jaxlib or a backend package (what core must never do)."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+            [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+        found += [f"line {node.lineno}: {n}" for n in names
+                  if any(n == p or n.startswith(p + ".") for p in COMPILER_PACKAGES)]
+    return found
+
+
+def _objective_names(node: ast.AST) -> list[str]:
+    """The objective names a constant, or a tuple/list/set of constants, spells."""
+    items = node.elts if isinstance(node, (ast.Tuple, ast.List, ast.Set)) else [node]
+    return [i.value for i in items if isinstance(i, ast.Constant) and i.value in OBJECTIVE_NAMES]
+
+
+def _about_objective(node: ast.AST) -> bool:
+    """Whether an expression reads an objective or its name (``objective``, ``obj``, ``x.name``)."""
+    for n in ast.walk(node):
+        if isinstance(n, ast.Name) and ("objective" in n.id or n.id == "obj"):
+            return True
+        if isinstance(n, ast.Attribute) and n.attr in ("name", "objective"):
+            return True
+    return False
+
+
+def objective_special_cases(source: str) -> list[str]:
+    """Comparisons of an objective (or its name) with objective names (``==``, ``!=``, ``in``,
+    ``not in``), and lookups in tables keyed by two or more objective names (``{"runtime": ...,
+    "cost": ...}[name]`` or ``.get(name)``). Other uses of the words (a ddmin mode called "cost",
+    a ``"cost"`` key of a summary) are not about objectives and pass."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Compare) and any(isinstance(op, (ast.Eq, ast.NotEq, ast.In, ast.NotIn))
+                                                 for op in node.ops):
+            sides = [node.left, *node.comparators]
+            names = [n for side in sides for n in _objective_names(side)]
+            if names and any(_about_objective(side) for side in sides if not _objective_names(side)):
+                found.append(f"line {node.lineno}: compares with {', '.join(names)}")
+        table = node.value if isinstance(node, ast.Subscript) else \
+            node.func.value if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
+            and node.func.attr == "get" else None
+        if isinstance(table, ast.Dict) and sum(bool(k is not None and _objective_names(k)) for k in table.keys) >= 2:
+            found.append(f"line {node.lineno}: looks up a table keyed by objective names")
+    return found
+
+
+def backend_probes(source: str) -> list[str]:
+    """``getattr``/``hasattr`` of a member the Backend protocol declares (it is always there)."""
+    from autotune.core.backend import Backend
+
+    declared = {n for n in dir(Backend) if not n.startswith("_")} | set(Backend.__annotations__)
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("getattr", "hasattr")
+                and len(node.args) >= 2 and isinstance(node.args[1], ast.Constant) and node.args[1].value in declared
+                and re.search(r"pipeline|backend", ast.unparse(node.args[0]))):
+            found.append(f"line {node.lineno}: {ast.unparse(node)}")
+    return found
+
+
+def _offenders(check, files: list[Path]) -> list[str]:
+    return [f"{p.relative_to(ROOT)} {hit}" for p in files for hit in check(p.read_text())]
+
+
+# ---- the code base keeps the rules ----------------------------------------------------------------------
+def test_no_module_reaches_into_another_modules_privates():
+    assert not _offenders(private_reach_ins, _files(*CODE))
+
+
+def test_core_never_imports_jax_jaxlib_or_a_backend():
+    assert not _offenders(compiler_imports, _files(CORE))
+
+
+def test_nothing_probes_the_backend_for_a_declared_member():
+    assert not _offenders(backend_probes, _files(ROOT / "autotune"))
+
+
+def test_core_never_special_cases_an_objective_by_name():
+    files = [p for p in _files(CORE) if "objectives" not in p.relative_to(CORE).parts]
+    assert not _offenders(objective_special_cases, files)
+
+
+def test_the_step_reply_and_pseudo_actions_are_declared_once():
+    """``StepOut``, ``<identity>`` and ``<default>`` live in core.backend; backends import them."""
+    declared = [p.relative_to(ROOT) for p in _files(*CODE)
+                if any(isinstance(n, ast.ClassDef) and n.name == "StepOut" for n in ast.walk(ast.parse(p.read_text())))]
+    assert [str(p) for p in declared] == ["autotune/core/backend.py"]
+
+
+# ---- ... and each checker can fail ----------------------------------------------------------------------
+def test_the_private_reach_in_checker_catches_both_forms():
+    bad = ("from autotune.core.workers import _rebuild_error\n"
+           "def f(ev, w):\n    ev._evaluate_batch([])\n    return w._capture(b'', [])\n")
+    hits = private_reach_ins(bad)
+    assert len(hits) == 3 and "_rebuild_error" in hits[0] and "._capture" in hits[2]
+    own = "class A:\n    def __init__(self):\n        self._x = 1\n    def f(self, other):\n        return other._x\n"
+    assert private_reach_ins(own) == []  # a private of this file's own class is this file's business
+    assert private_reach_ins("from autotune.core.workers import rebuild_error\nx = y.__dict__\n") == []
+
+
+def test_the_compiler_import_checker_catches_jaxlib_jax_and_backends():
+    bad = ("from jaxlib import _hlo\nimport jax.numpy as jnp\nfrom autotune.pipelines.xla import hlo\n"
+           "def f():\n    import jaxlib\n")
+    assert [h.split(": ")[1] for h in compiler_imports(bad)] == ["jaxlib", "jax.numpy", "autotune.pipelines.xla",
+                                                                 "jaxlib"]
+    assert compiler_imports("import jaxtyping\nfrom autotune.core import backend\n") == []
+
+
+def test_the_probe_checker_catches_getattr_of_declared_members():
+    bad = ('def f(evaluator, backend):\n'
+           '    ex = getattr(evaluator.pipeline, "executor", None)\n'
+           '    return hasattr(backend, "stand_ins"), getattr(backend, "pool")\n')
+    assert [h.split(":")[0] for h in backend_probes(bad)] == ["line 2", "line 3", "line 3"]
+    assert backend_probes('x = getattr(evaluator.pipeline, "not_a_member", None)\n') == []
+
+
+def test_the_objective_checker_catches_comparisons_and_lookups():
+    bad = ('def f(obj, spec, name):\n'
+           '    if obj.name == "runtime":\n        pass\n'
+           '    if spec.objective in ("ops", "final-ops"):\n        pass\n'
+           '    scale = {"runtime": 1e6, "cost": 1.0}[name]\n'
+           '    return {"final-ops": 1, "ops": 1}.get(name, 0)\n')
+    hits = objective_special_cases(bad)
+    assert [h.split(":")[0] for h in hits] == ["line 2", "line 4", "line 6", "line 7"]
+    fine = 'def f(d, obj, same):\n    if same == "cost":\n        pass\n    return d["cost"], obj.deterministic\n'
+    assert objective_special_cases(fine) == []
