@@ -136,8 +136,8 @@ def read_sidecar(zip_path: Path) -> dict:
     return meta
 
 
-def check_vocabulary(meta: dict, actions: Sequence[str], zip_path: Path) -> None:
-    """BadInput unless the policy's action and opcode vocabularies are the installed ones."""
+def vocabulary_mismatch(meta: dict, actions: Sequence[str]) -> str | None:
+    """Why a policy cannot drive this pipeline (its action or opcode vocabulary differs), or None."""
     from autotune.core.hlo import opcode_vocabulary
 
     theirs, ours = list(meta.get("actions") or []), list(actions)
@@ -147,11 +147,34 @@ def check_vocabulary(meta: dict, actions: Sequence[str], zip_path: Path) -> None
         detail = (f"{len(missing)} of its actions unknown here (e.g. {missing[0]})" if missing else
                   f"{len(extra)} actions here it never saw (e.g. {extra[0]})" if extra else
                   "the same actions in another order")
-        raise BadInput(f"{zip_path}: policy action vocabulary differs from this pipeline's ({detail}; "
-                       f"trained with {meta.get('pipeline_version', '?')}); retrain it with `autotune train`")
+        return (f"policy action vocabulary differs from this pipeline's ({detail}; "
+                f"trained with {meta.get('pipeline_version', '?')})")
     if list(meta.get("opcodes") or []) != list(opcode_vocabulary()):
-        raise BadInput(f"{zip_path}: policy opcode vocabulary differs from this jaxlib's "
-                       f"(trained with {meta.get('pipeline_version', '?')}); retrain it with `autotune train`")
+        return (f"policy opcode vocabulary differs from this jaxlib's "
+                f"(trained with {meta.get('pipeline_version', '?')})")
+    return None
+
+
+def check_vocabulary(meta: dict, actions: Sequence[str], zip_path: Path) -> None:
+    """BadInput unless the policy's action and opcode vocabularies are the installed ones."""
+    reason = vocabulary_mismatch(meta, actions)
+    if reason is not None:
+        raise BadInput(f"{zip_path}: {reason}; retrain it with `autotune train`")
+
+
+def other_pipeline_version(meta: dict) -> str | None:
+    """A one-line note when the policy was trained on another pipeline version than the installed
+    XLA pipeline's (its compiler build and engine version), else None. The inventory digest part
+    of the version is not compared: with the same jaxlib it is the same, and a vocabulary that
+    differs is refused by ``vocabulary_mismatch`` anyway."""
+    from autotune.pipelines.xla import ENGINE_VERSION, xla_version
+
+    theirs = str(meta.get("pipeline_version") or "")
+    ours = f"xla:{xla_version()}:"
+    engine = f":engine-{ENGINE_VERSION}"
+    if theirs.startswith(ours) and theirs.endswith(engine):
+        return None
+    return f"trained on pipeline {theirs or '(unrecorded)'}, this is {ours}...{engine}"
 
 
 def load_model(zip_path: Path, meta: dict, env, seed: int, overrides: dict | None = None):
