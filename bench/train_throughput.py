@@ -115,7 +115,7 @@ def main() -> int:
         r["speedup"] = r["steps_per_second"] / base
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    command = COMMAND + (" --quick" if args.quick else "")
+    command = COMMAND + (" --quick" if args.quick else "") + (f" --repeats {args.repeats}" if args.repeats else "")
     data = {"command": command, "quick": args.quick, "modules": list(names), "timesteps": timesteps,
             "max_length": max_length, "repeats": repeats, "cpu_count": os.cpu_count(),
             "load_average_at_start": load1, "machine": platform.machine(), "python": platform.python_version(),
@@ -131,11 +131,13 @@ def main() -> int:
         + ", ".join(f"`{n}`" for n in names) + f"; a cold cache per run; median of {repeats} run(s) per N. "
         f"Machine: {os.cpu_count()} cores, shared (1-minute load average {load1:.1f} at the start).",
         "",
-        "| envs | env steps/s | speed-up vs 1 | learn s | start-up s | evaluations | distinct steps compiled | episodes per env |",
-        "|---:|---:|---:|---:|---:|---:|---:|---|",
+        "| envs | env steps/s (median) | every run | speed-up vs 1 | learn s | start-up s | evaluations "
+        "| distinct steps compiled | episodes per env |",
+        "|---:|---:|---|---:|---:|---:|---:|---:|---|",
     ]
     for r in rows:
-        lines.append(f"| {r['envs']} | {r['steps_per_second']:.1f} | {r['speedup']:.2f}x | {r['learn_seconds']:.1f} | "
+        every = ", ".join(f"{x:.1f}" for x in r["all_steps_per_second"])
+        lines.append(f"| {r['envs']} | {r['steps_per_second']:.1f} | {every} | {r['speedup']:.2f}x | {r['learn_seconds']:.1f} | "
                      f"{r['startup_seconds']:.1f} | {r['evaluations']} | {r['distinct_steps_compiled']} | "
                      f"{', '.join(map(str, r['per_env_episodes']))} |")
     cores = os.cpu_count() or 1
@@ -144,7 +146,8 @@ def main() -> int:
         "",
         "![throughput](train_throughput.png)",
         "",
-        f"Throughput grows with N here: {by_n[2]['speedup']:.2f}x with 2 envs, {by_n[4]['speedup']:.2f}x with 4. "
+        f"Median speed-up here: {by_n[2]['speedup']:.2f}x with 2 envs, {by_n[4]['speedup']:.2f}x with 4 (single runs "
+        "vary a lot on this shared machine: compare the 'every run' column). "
         f"On an idle {cores}-core machine at most {cores} compiles overlap (each env has one compiler worker), "
         f"so the ceiling is about {cores}x; on this shared, loaded machine (load {load1:.1f} on {cores} cores) "
         "more processes also take a larger share of contended CPU, which is part of the gain past "
