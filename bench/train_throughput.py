@@ -154,6 +154,11 @@ def main() -> int:
         f"{cores} envs and would not show on a dedicated one. Start-up (N subprocesses importing jaxlib and "
         "starting a worker, in parallel) is paid once per training run.",
         "",
+        *([("A likely reason (not measured separately) why 2 envs gain little: SB3 steps a vector of envs in "
+            "lock-step, every vector step waits for the slowest env, so while one env compiles a step of the larger "
+            "module, an env on the smaller module, or one that chose STOP (free), idles. With modules of very "
+            "different sizes this barrier, not only the cores, limits the gain; more envs make the slowest step a "
+            "smaller share of the work per vector step."), ""] if by_n[2]["speedup"] < 1.3 else []),
         "Environment steps include STOP actions (free) and cache hits; all envs share one SQLite cache, so a "
         "step compiled by one env is a hit for the others; with more envs more distinct sequences are explored "
         "(each env has its own seed).",

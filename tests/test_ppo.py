@@ -342,6 +342,12 @@ def test_default_policy_is_rolled_out_first_then_fine_tuned(engine, tiny_policy_
     assert [t.sequence for t in trials[:3]] == rollout  # zero-shot first: a budget of 3 is its answer
     assert result.evaluations == 8  # then fine-tuning spends the rest
 
+    # A run allowing longer sequences keeps the policy's own horizon (its step feature's unit).
+    longer = tune(engine, autotune.load(MAML), strategy="ppo", budget=8, seed=0, max_length=6, validate=False)
+    trials = RunStore(engine.cache).trials(longer.run_id)
+    assert [t.sequence for t in trials[:3]] == rollout
+    assert max(len(t.sequence) for t in trials) == 3
+
 
 def test_notes_for_another_pipeline_version_and_an_unusable_default(tiny_policy_dir, tmp_path, db_path):
     def older(meta):
