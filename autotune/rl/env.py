@@ -91,7 +91,7 @@ from gymnasium import spaces
 from autotune.errors import BadInput
 from autotune.core.hlo import opcode_vocabulary
 from autotune.core.metrics import Metrics
-from autotune.rl import ENV_ID, register_env
+from autotune.rl import ENV_ID, register_env  # noqa: F401  (ENV_ID: re-exported)
 from autotune.strategy import Evaluate
 
 #: Upper bound of every observation coordinate (values are clipped into the box).
