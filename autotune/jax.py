@@ -94,8 +94,10 @@ class _PolicyDecider:
         sequence = tuple(result.best_sequence) if keep else ()
         reason = ("beats XLA's default" if keep else
                   "fails its check" if result.beats_default else "does not beat XLA's default")
+        # The roll-out as the policy proposed it (``best.sequence`` is empty when it ties the default).
+        rollout = list(result.best.found or result.best.sequence) if result.best else []
         evaluator.cache.put_report(DECISION_KIND, key, {
-            "sequence": list(sequence), "rollout": list(result.best_sequence), "reason": reason,
+            "sequence": list(sequence), "rollout": rollout, "reason": reason,
             "cost": result.best.cost if result.best else None, "default_cost": result.default_cost,
             "validation": validation.level if validation else None, "run_id": result.run_id,
             "policy": self.path.name})
