@@ -9,6 +9,10 @@ found across the family (results/llm_headroom.md).
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -16,6 +20,7 @@ from autotune.core.module import load
 from autotune.zoo import LLMConfig, count_instructions, llm, lower, module_name
 from autotune.zoo import suite
 
+ROOT = Path(__file__).resolve().parent.parent
 SMALL = dict(layers=2, d_model=32, heads=4, kv_heads=2, ffn=64, vocab=64, seq=16, batch=2)
 
 #: Configs that between them use every structural option of the family.
@@ -103,3 +108,14 @@ def test_a_small_decode_step_beats_the_default(engine):
     final = engine.final(tuned.state)
     assert final.ok
     assert final.metrics.instructions < default.metrics.instructions
+
+
+def test_lowering_is_deterministic_across_processes():
+    """The same config gives the same bytes in a fresh interpreter (generation is reproducible)."""
+    cfg = VARIANTS[1]
+    code = (f"from autotune.zoo import lower, LLMConfig; import hashlib; "
+            f"print(hashlib.sha256(lower('llm', 'prefill', LLMConfig(**{dataclasses.asdict(cfg)!r})).encode()).hexdigest())")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT,
+                         env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", "TF_CPP_MIN_LOG_LEVEL": "2"})
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == [hashlib.sha256(lower("llm", "prefill", cfg).encode()).hexdigest()]
