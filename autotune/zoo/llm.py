@@ -376,8 +376,7 @@ def _embed(params: dict[str, Any], tokens: jax.Array, positions: jax.Array, cfg:
 
 
 def _logits(params: dict[str, Any], x: jax.Array, cfg: LLMConfig) -> jax.Array:
-    head = {k.replace("final_norm", "f"): v for k, v in params.items() if k.startswith("final_norm")}
-    return _norm(head, "f", x, cfg) @ params["head"]
+    return _norm(params, "final_norm", x, cfg) @ params["head"]
 
 
 # --------------------------------------------------------------------------------------------
