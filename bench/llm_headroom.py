@@ -122,8 +122,9 @@ def real_llm_rows() -> tuple[str | None, list[dict]]:
         return None, []
     data = json.loads(path.read_text())
     keep = ("module", "default_final_ops", "best_final_ops", "sequence")
-    return data.get("command"), [{k: r.get(k) for k in keep} for r in data.get("rows", [])
-                                 if r.get("exit") == 0 and any(m in r["module"] for m in ("llama", "gpt_oss", "deepseek"))]
+    llm = ("llama", "gpt_oss", "deepseek")
+    rows = [r for r in data.get("rows", []) if r.get("exit") == 0 and any(m in r["module"] for m in llm)]
+    return data.get("command"), [{k: r.get(k) for k in keep} for r in rows]
 
 
 def summary(rows: list[dict]) -> dict:
