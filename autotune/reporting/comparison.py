@@ -15,11 +15,11 @@ from dataclasses import asdict, dataclass
 from autotune.errors import BadInput
 from autotune.reporting.metric import PAPER, RATIO_FLOOR, TIE_RTOL, PaperMetric, paper_metric  # noqa: F401
 
-FAMILIES = ("gpt2", "bert", "resnet")
+FAMILIES = ("gpt2", "bert", "resnet", "llm")
 
 
 def family_of(name: str) -> str:
-    """Model family from a module name prefix: gpt2_/bert_/resnet_, else "other"."""
+    """Model family from a module name prefix: gpt2_/bert_/resnet_/llm_, else "other"."""
     low = name.lower()
     for fam in FAMILIES:
         if low.startswith(fam + "_"):

@@ -29,8 +29,8 @@ from pathlib import Path
 from autotune.reporting.comparison import Comparison, StrategySummary
 from autotune.reporting.metric import PAPER
 
-FAMILY_ORDER = ("gpt2", "bert", "resnet", "other")
-FAMILY_LABEL = {"gpt2": "GPT-2", "bert": "BERT", "resnet": "ResNet", "other": "other"}
+FAMILY_ORDER = ("gpt2", "bert", "resnet", "llm", "other")
+FAMILY_LABEL = {"gpt2": "GPT-2", "bert": "BERT", "resnet": "ResNet", "llm": "LLM", "other": "other"}
 
 
 # ---- blocks -----------------------------------------------------------------------------------------
