@@ -7,7 +7,7 @@ regenerates them (default) and checks that the committed files are what the zoo 
 
 Run from anywhere::
 
-    python examples/generate.py            # rewrite all five files, print their sizes
+    python examples/generate.py            # rewrite all six files, print their sizes
     python examples/generate.py --check    # compare only
 
 Sizes were chosen to be realistic yet fast to compile many times (demo, tests): the GPT-2 step is
@@ -30,6 +30,7 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 
 from autotune.zoo import BertConfig, GPT2Config, ResNetConfig, program  # noqa: E402
+from autotune.zoo.llm import LLMConfig  # noqa: E402
 from autotune.zoo import common  # noqa: E402
 from autotune.zoo.common import Program, PyTree  # noqa: E402
 
@@ -72,6 +73,14 @@ def mlp_classifier_program(batch: int = 8, features: int = 32, hidden: int = 64,
 
 #: Output path (relative to the repo root) -> what to lower there.
 TARGETS: dict[str, Callable[[], Program]] = {
+    # The demo's lead: an LLM decode step of the llm family's test split (2 layers under lax.scan,
+    # GQA 6/2 heads, rotary, RMSNorm, GELU, KV cache updated by dynamic-update-slice, f32): a
+    # module where a better ordering than XLA's default exists and passes the execution check.
+    "examples/llm_decode_step.hlo": lambda: program(
+        "llm", "decode",
+        LLMConfig(layers=2, d_model=96, heads=6, kv_heads=2, ffn=192, vocab=384, seq=48, batch=4,
+                  positions="rope", norm="rms", mlp="gelu", scan=True, cache="dus", dtype="f32"),
+    ),
     # GPT-2 style: 2 layers, d_model 64, 2 heads, seq 32, batch 2, vocab 128, f32, Adam (flat state),
     # bias-free linears/layer norms (nanoGPT's bias=False) to stay within ~900 instructions.
     "examples/gpt2_train_step.hlo": lambda: program(
