@@ -80,6 +80,9 @@ class TuneResult:
     history: tuple[float, ...]  # best-so-far cost after each evaluation
     claim: Claim | None = None  # the objective's verdict on ``best`` against XLA's default
     executor: dict | None = None  # what ran the steps (autotune.core.executors: local or ray, and where)
+    #: Seconds per phase (``observer.PHASES``: load, normalise, default, search, prune, validation,
+    #: confirmation), in the order they ran; ``load`` is added by the caller that loaded the file.
+    phases: tuple[tuple[str, float], ...] = ()
 
     @property
     def validation(self):
@@ -152,6 +155,7 @@ class TuneResult:
             "improvement_final_ops": self.improvement(True), "improvement_raw_ops": self.improvement(False),
             "seconds": self.seconds, "steps_compiled": self.steps_compiled, "steps_cached": self.steps_cached,
             "cache_hit_rate": self.cache_hit_rate, "executor": self.executor,
+            "phases": {name: round(sec, 3) for name, sec in self.phases},
         }
 
 
@@ -199,10 +203,42 @@ class RunEvaluate(Evaluate):
         return self.t.input_metrics
 
 
+class PhaseClock:
+    """Seconds per phase of a run (``observer.PHASES``), the observer told as each phase or step starts.
+
+    Phases may alternate (``_summarise`` prunes, validates and confirms one candidate after another):
+    each phase's seconds accumulate. ``result()`` lists them in the order they first ran.
+    """
+
+    def __init__(self, observer: Observer):
+        self.observer = observer
+        self.seconds: dict[str, float] = {}
+        self.current: str | None = None
+        self.since = time.perf_counter()
+
+    def enter(self, phase: str, detail: str | None = None, estimate: float | None = None) -> None:
+        if phase != self.current:
+            self.stop()
+            self.current, self.since = phase, time.perf_counter()
+            self.seconds.setdefault(phase, 0.0)
+        self.observer.on_phase(phase, detail, estimate)
+
+    def stop(self) -> None:
+        if self.current is not None:
+            self.seconds[self.current] += time.perf_counter() - self.since
+            self.current = None
+
+    def result(self) -> tuple[tuple[str, float], ...]:
+        now = time.perf_counter()
+        return tuple((name, sec + (now - self.since if name == self.current else 0.0))
+                     for name, sec in self.seconds.items())
+
+
 class _Tuner:
     def __init__(self, evaluator: Evaluator, root: Module, objective: Objective, budget: int,
                  time_limit: float | None, run_id: str, replay: list[TrialRecord], observer: Observer,
-                 seed: int = 0, strategy: str = "session"):
+                 seed: int = 0, strategy: str = "session", clock: PhaseClock | None = None,
+                 validate_seconds: float | None = None):
         self.ev = evaluator
         self.runs = RunStore(evaluator.cache)
         self.root = root
@@ -218,9 +254,12 @@ class _Tuner:
         self.best: TrialRecord | None = None
         self.best_history: list[float] = []
         self.t0 = time.perf_counter()
+        self.phases = clock or PhaseClock(observer)
+        self.validate_seconds = validate_seconds
         # The evaluator may outlive this run (compare, an API session): count this run's steps only.
         self.steps0 = (evaluator.stats.steps_compiled, evaluator.stats.steps_cached)
         self.input_metrics = evaluator.metrics(root.fingerprint)
+        self.phases.enter("default", "XLA's default pipeline on the module")
         default = evaluator.default(root)
         if not default.ok:
             raise AutotuneError(f"XLA's default pipeline fails on this module: {default.message}")
@@ -351,6 +390,7 @@ def tune(
     validation_seed: int = 0,
     prune: bool = True,
     spec: RunSpec | None = None,
+    validate_seconds: float | None = None,
 ) -> TuneResult:
     """Search for the best pass sequence for ``module`` with ``strategy``.
 
@@ -358,10 +398,14 @@ def tune(
     sequence evaluations, cache hits included. ``prune`` shortens the best sequence afterwards
     (passes whose removal does not worsen a deterministic objective are dropped; at most its length
     in extra evaluations, outside the budget). With ``resume=RUN_ID`` every other setting is taken
-    from the recorded run and its completed trials are replayed.
+    from the recorded run and its completed trials are replayed. ``validate_seconds`` bounds each
+    execution of validation (``limits.validate_seconds``; an execution estimated longer is not run:
+    level ``compiled``, with the estimate). Ctrl-C at any point, validation included, raises
+    ``Interrupted`` with the run saved and resumable.
     """
     store = RunStore(evaluator.cache)
     observer = observer or Observer()
+    clock = PhaseClock(observer)
     replay: list[TrialRecord] = []
     if resume:
         run = store.get(resume)
@@ -385,7 +429,12 @@ def tune(
             name = objective.name if isinstance(objective, Objective) else objective
             spec = RunSpec(strategy=strategy, budget=budget, objective=name, seed=seed, max_length=max_length,
                            time_limit=time_limit, options=options or {}, validate=validate, prune=prune)
-        root = evaluator.prepare(module)
+        clock.enter("normalise", "XLA's import round trip until the module is stable")
+        try:
+            root = evaluator.prepare(module)
+        except BaseException:
+            observer.on_run_end()
+            raise
         run_id = new_run_id()
     obj = objective if isinstance(objective, Objective) and objective.name == spec.objective \
         else objectives_mod.get(spec.objective)
@@ -396,10 +445,15 @@ def tune(
                seed=spec.seed, max_length=spec.max_length, options=spec.options, version=evaluator.version,
                validate=spec.validate, time_limit=spec.time_limit)
 
-    tuner = _Tuner(evaluator, root, obj, spec.budget, spec.time_limit, run_id, replay, observer, spec.seed,
-                   spec.strategy)
+    try:
+        tuner = _Tuner(evaluator, root, obj, spec.budget, spec.time_limit, run_id, replay, observer, spec.seed,
+                       spec.strategy, clock, validate_seconds)
+    except BaseException:
+        observer.on_run_end()
+        raise
     status, reason = "finished", None
     _seed_everything(spec.seed)
+    clock.enter("search")
     observer.on_run_start(spec.budget, f"{spec.strategy} on {root.name}")
     try:
         try:
@@ -412,13 +466,20 @@ def tune(
         status = "interrupted"
     except ExecutorLost as exc:  # the cluster went away: stop as on Ctrl-C, completed trials kept
         status, reason = "interrupted", str(exc)
+    result = None
+    try:
+        if status != "interrupted":
+            try:  # validation and confirmation: a Ctrl-C here stops them and keeps the run resumable
+                result = _summarise(tuner, status, spec.validate, validation_seed, spec.prune)
+            except KeyboardInterrupt:
+                status, reason = "interrupted", "interrupted during validation"
     finally:
+        clock.stop()
         observer.on_run_end()
     if status == "interrupted":
         store.save(run_id, status="interrupted", updated=time.time())
         raise Interrupted(run_id, _summarise(tuner, status, validate=False, validation_seed=validation_seed,
                                              prune=False), reason)
-    result = _summarise(tuner, status, spec.validate, validation_seed, spec.prune)
     store.save(run_id, status=status, updated=time.time(), best_sequence=result.best_sequence,
                best_cost=result.best_cost, summary=result.to_dict())
     return result
@@ -468,11 +529,15 @@ def _summarise(tuner: _Tuner, status: str, validate: bool, validation_seed: int,
         if len(seen) > MAX_REJECTED:
             break
         found = rec.sequence
+        clock = tuner.phases
         if prune and obj.deterministic and rec.cost < tuner.default_cost:
+            clock.enter("prune", f"candidate {len(seen)}: dropping passes that change nothing")
             seq, state, cost = tuner.prune(rec.sequence, rec.cost)
             rec = replace(rec, sequence=seq, state=state, cost=cost)
         if validate:
-            report = validity_of(ev, tuner.root, rec.state, validation_seed)
+            clock.enter("validation", f"candidate {len(seen)}")
+            report = validity_of(ev, tuner.root, rec.state, validation_seed, tuner.validate_seconds,
+                                 progress=lambda line, n=len(seen): clock.enter("validation", f"candidate {n}: {line}"))
             if not report["ok"]:
                 invalid.append((rec.sequence, report.get("reason") or "outputs differ"))
                 tuner.runs.mark_invalid(tuner.run_id, rec.state, report.get("reason"))
@@ -481,6 +546,8 @@ def _summarise(tuner: _Tuner, status: str, validate: bool, validation_seed: int,
             from autotune.core.validation import not_checked
 
             report = not_checked().to_dict()
+        if not obj.deterministic:
+            clock.enter("confirmation", "interleaved re-measurement of the best and XLA's default")
         verdict = obj.confirm(rec.state, rec.cost, tuner.ctx)
         if not verdict.win and not obj.deterministic and rec.cost < tuner.default_cost:
             confirmations += 1  # a measured win that did not hold up: try the runner-up, within limits
@@ -504,7 +571,7 @@ def _summarise(tuner: _Tuner, status: str, validate: bool, validation_seed: int,
         default=tuner.default_result.metrics, default_cost=tuner.default_cost, best=best, validity=validity,
         invalid=tuple(invalid), seconds=time.perf_counter() - tuner.t0, steps_compiled=compiled,
         steps_cached=cached, history=tuple(tuner.best_history), claim=claim,
-        executor=_executor_of(ev),
+        executor=_executor_of(ev), phases=tuner.phases.result(),
     )
 
 
@@ -513,7 +580,8 @@ def _executor_of(ev: Evaluator) -> dict | None:
     return executor.describe() if executor is not None else None
 
 
-def validity_of(evaluator: Evaluator, root: Module, state: str, seed: int = 0) -> dict:
+def validity_of(evaluator: Evaluator, root: Module, state: str, seed: int = 0,
+                bound_seconds: float | None = None, progress=None) -> dict:
     """The validation level of ``state`` against ``root`` (``Validation.to_dict()``).
 
     ``identical`` when the state ends, after XLA's default pipeline, as the same module as the
@@ -521,7 +589,8 @@ def validity_of(evaluator: Evaluator, root: Module, state: str, seed: int = 0) -
     ``validation.establish`` compiles and, where this machine can, executes both modules.
     Levels that are facts about the two modules (identical, executed, executed-with-stand-ins,
     invalid) are cached per (root, state, seed); ``compiled`` and ``unverified`` depend on this
-    machine's memory and are established again next time.
+    machine's memory and time bound and are established again next time. ``bound_seconds`` bounds
+    each execution (``validation.execution_plan``); ``progress`` hears each step (one line).
     """
     from autotune.core.validation import COMPILED, UNVERIFIED, establish
 
@@ -531,7 +600,7 @@ def validity_of(evaluator: Evaluator, root: Module, state: str, seed: int = 0) -
         final, default = evaluator.final(state), evaluator.default(root)
         identical = final.ok and default.ok and final.state == default.state
         result = establish(evaluator.pipeline, root, evaluator.module(state, root.name), seed=seed,
-                           identical=identical)
+                           identical=identical, bound_seconds=bound_seconds, progress=progress)
         report = result.to_dict()
         if result.level not in (COMPILED, UNVERIFIED):
             evaluator.cache.put_report("validation", key, report)

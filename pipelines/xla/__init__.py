@@ -9,6 +9,8 @@ keeps the inventory and turns worker replies into ``Module``/``Metrics`` values.
 
 from __future__ import annotations
 
+import json
+import os
 import platform
 from dataclasses import replace
 from collections.abc import Iterable, Iterator, Sequence
@@ -193,7 +195,8 @@ class XlaPipeline:
     #: takes tens of seconds on a small machine, and a slow module may be timed several times.
     run_timeout: float = 600.0
 
-    def execute(self, module: Module, seed: int = 0, floats: str = "normal", int_high: int = 4) -> list:
+    def execute(self, module: Module, seed: int = 0, floats: str = "normal", int_high: int = 4,
+                timeout: float | None = None) -> list:
         """Compile ``module`` with XLA's full CPU pipeline and run it once on seeded random inputs.
 
         ``floats`` picks how float parameters are drawn (``runner.FLOAT_DISTRIBUTIONS``), integers
@@ -201,8 +204,12 @@ class XlaPipeline:
         Returns every output (tuples flattened) as a numpy array. A compile or run error raises
         ``PassFailed`` ("error"); a compiler crash or a run past ``run_timeout`` raises ``PassFailed``
         ("crash"/"timeout"); unusable inputs (too large, token parameters) raise ``BadInput``.
+        ``timeout`` (default ``run_timeout``) bounds the request: validation compiles first
+        (``compiles``, which warms the worker's executable cache) and then gives the run alone its
+        time bound; a run past it costs that worker (killed and replaced).
         """
-        return self.pool.call("execute", module.proto, int(seed), floats, int(int_high), timeout=self.run_timeout)
+        return self.pool.call("execute", module.proto, int(seed), floats, int(int_high),
+                              timeout=self.run_timeout if timeout is None else float(timeout))
 
     def stand_ins(self, module: Module, extra: Sequence[str] = ()) -> tuple[Module, int, tuple[str, ...]]:
         """``(module with host stand-ins, how many custom calls were replaced, their targets)``.
@@ -241,3 +248,49 @@ class XlaPipeline:
         return self.pool.call("time_ab", a.proto, b.proto, int(seed), int(rounds), int(warmup), floats,
                               int(int_high), float(min_seconds), list(options_a or []) or None,
                               list(options_b or []) or None, timeout=self.run_timeout)
+
+    # ---- how long an execution would take (validation's time budget) -------------------------------
+    def execution_rates(self) -> dict:
+        """This machine's rates (``flops_per_s``, ``bytes_per_s``), measured once per machine and XLA
+        version in a worker (runner.calibrate_rates, under a second) and kept in the cache."""
+        key = f"execution-rates:{machine_key()}"
+        rates = _RATES.get(key)
+        if rates is None and self._cache is not None:
+            text = self._cache.get_inventory(key)
+            rates = json.loads(text) if text else None
+        if rates is None:
+            rates = self.pool.call("calibrate", timeout=self.run_timeout)
+            if self._cache is not None:
+                self._cache.put_inventory(key, json.dumps(rates))
+        _RATES[key] = rates
+        return rates
+
+    def execution_estimate(self, module: Module) -> float | None:
+        """Seconds one run of ``module`` should take here: XLA's cost analysis (flops, bytes accessed)
+        over the calibrated rates. A loop's trip count is unknown to cost analysis (its body counts
+        once), so this is a lower bound for loops: the caller's time bound is the guard. None when
+        XLA cannot analyse the module."""
+        cost = self.pool.call("cost", module.proto, timeout=self.step_timeout)
+        rates = self.execution_rates()
+        if not (cost["flops"] >= 0 and cost["bytes"] >= 0):
+            return None
+        flops = cost["flops"] + TRANSCENDENTAL_FLOPS * cost["transcendentals"]
+        return flops / rates["flops_per_s"] + cost["bytes"] / rates["bytes_per_s"]
+
+
+#: What one transcendental (exp, log, tanh, ...) costs in flops for the estimate: a vectorised
+#: polynomial approximation of ~10-20 operations.
+TRANSCENDENTAL_FLOPS = 10.0
+#: Execution rates per machine key, for this process (the cache keeps them across processes).
+_RATES: dict[str, dict] = {}
+
+
+def machine_key() -> str:
+    """What the execution rates belong to: this XLA, this host, its CPU model and core count."""
+    model = ""
+    try:
+        with open("/proc/cpuinfo") as fh:
+            model = next((ln.split(":", 1)[1].strip() for ln in fh if ln.startswith("model name")), "")
+    except OSError:
+        pass
+    return f"{xla_version()}|{platform.node()}|{model}|{os.cpu_count()}"
