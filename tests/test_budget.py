@@ -161,3 +161,30 @@ def test_run_reports_the_decline_and_time_per_phase(tmp_path):
         assert data["validation_level"] == COMPILED and is_declined(data["validity"]["reason"])
     bad = run_cli("run", str(path), "--validate-seconds", "-1", db=tmp_path / "c.db")
     assert bad.returncode == 2 and "positive" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_ctrl_c_during_validation_keeps_the_run_resumable(engine, small_root):
+    from autotune.core.observer import Observer
+    from autotune.core.runs import RunStore
+    from autotune.core.tuner import Interrupted, tune
+
+    class CtrlCInValidation(Observer):
+        """Delivers Ctrl-C the moment validation starts (what a user pressing it then causes)."""
+
+        def __init__(self):
+            self.phases = []
+
+        def on_phase(self, phase, detail=None, estimate=None):
+            self.phases.append(phase)
+            if phase == "validation":
+                raise KeyboardInterrupt
+
+    observer = CtrlCInValidation()
+    with pytest.raises(Interrupted) as info:
+        tune(engine, small_root, strategy="random", budget=6, seed=3, observer=observer)
+    assert "validation" in observer.phases and "search" in observer.phases
+    run_id = info.value.run_id
+    assert RunStore(engine.cache).get(run_id).status == "interrupted" and f"--resume {run_id}" in str(info.value)
+    resumed = tune(engine, None, resume=run_id)
+    assert resumed.status == "finished" and resumed.evaluations == 6 and resumed.validation_level is not None
+    assert dict(resumed.phases)["search"] >= 0 and "validation" in dict(resumed.phases)
