@@ -11,6 +11,12 @@ the entry signature (the backend's ``parameter_specs``; XLA's ``runner.random_in
 with dtype-aware tolerances (``tolerance``). Random inputs test one point of the input space; that
 is evidence, not proof. ``seed`` picks another point.
 
+Execution is bounded in time (``execution_plan``): XLA's cost analysis over this machine's calibrated
+rates estimates each run before it starts, a module estimated over the bound (``--validate-seconds``)
+is not executed, and a run that overruns its estimate is stopped at the bound (its worker killed).
+Every such case, and too little memory, is one reason type, ``"whole execution declined: <why>"``
+(``DECLINED``, ``ExecutionPlan.reason``): the level is then ``compiled`` with that reason.
+
 Inputs that make the original's outputs non-finite make the comparison weak (NaN == NaN passes),
 so ``validate`` retries the original with other input distributions and keeps the one with the
 fewest non-finite outputs. Both common causes were seen on real modules: the GPT-2 example is an
