@@ -46,6 +46,9 @@ from autotune.cli.common import check_writable, console, db_option, json_option,
               help="Exit 1 unless the reported best reaches this validation level "
                    "(identical > executed > executed-with-stand-ins > compiled > unverified; none accepts any).")
 @click.option("--no-prune", is_flag=True, help="Report the best sequence as found, without dropping useless passes.")
+@click.option("--no-surrogate", is_flag=True,
+              help="Search the module as it is even when large constants (weights baked in) could be lifted to "
+                   "parameters for the search (the default re-checks the best candidates on the real module).")
 @click.option("--validate-seconds", type=float, default=None,
               help="Longest one execution of validation may take; a module estimated longer is compiled, not "
                    "executed (level compiled, with the estimate), and a run past it is stopped "
@@ -56,7 +59,7 @@ from autotune.cli.common import check_writable, console, db_option, json_option,
 @json_option
 def run(models, modules_dir, allow_regressions, strategy, budget, time_limit, seed, max_length, objective, min_effect,
         confirm_rounds, out_dir, resume, sampler, optimizer, policy, shaping, extra, no_validate, require, no_prune,
-        validate_seconds, db, workers, as_json) -> None:
+        no_surrogate, validate_seconds, db, workers, as_json) -> None:
     """Tune MODEL's pass ordering with a search strategy and report the best sequence found."""
     from autotune import strategy as strategy_mod
     from autotune.core import objectives
@@ -100,7 +103,7 @@ def run(models, modules_dir, allow_regressions, strategy, budget, time_limit, se
             result = tune(ev, module, strategy=strategy, budget=budget, objective=chosen, seed=seed,
                           max_length=max_length, time_limit=time_limit, options=options, observer=observer,
                           resume=resume, validate=not no_validate, prune=not no_prune,
-                          validate_seconds=validate_seconds)
+                          validate_seconds=validate_seconds, surrogate=not no_surrogate)
             result = replace(result, phases=(("load", loading), *result.phases))
         except Interrupted as exc:
             if out_dir:
@@ -227,6 +230,9 @@ def _report(result, as_json: bool, out_dir) -> None:
         out.print(f"confirmation ({c.rounds} interleaved rounds of the best and XLA's default, extra to the "
                       f"budget): median {c.cost:g} vs {c.default_cost:g} us, ratio {c.ratio:.3f} "
                       f"[{c.low:.3f}, {c.high:.3f}] at {c.confidence:.0%} confidence")
+    if result.surrogate:
+        color = "green" if result.surrogate.get("agree") else "yellow"
+        out.print(f"[{color}]{result.surrogate['message']}[/]")
     if result.validation is not None:
         out.print(f"validation: {result.validation.describe()}"
                       + ("" if result.beats_default else " (of the best candidate, which does not beat XLA's default)"))

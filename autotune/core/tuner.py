@@ -43,6 +43,11 @@ MAX_REJECTED = 8
 #: Candidates a measured objective may try to confirm (the best, then runners-up) before it says
 #: "no significant difference". Each costs one confirmation (see the objective's ``confirm``).
 MAX_CONFIRMATIONS = 2
+#: Weights at the price of parameters: a module whose entry constants hold at least this many bytes
+#: is searched on its surrogate (those constants lifted to parameters, ``Backend.lift_constants``).
+SURROGATE_MIN_BYTES = 1 << 20
+#: Distinct surrogate candidates (the best and its runners-up) re-established on the real module.
+SURROGATE_RECHECK = 3
 
 
 @dataclass(frozen=True)
@@ -83,6 +88,10 @@ class TuneResult:
     #: Seconds per phase (``observer.PHASES``: load, normalise, default, search, prune, validation,
     #: confirmation), in the order they ran; ``load`` is added by the caller that loaded the file.
     phases: tuple[tuple[str, float], ...] = ()
+    #: Set when the search ran on a surrogate with the large constants lifted to parameters: how many,
+    #: their bytes, each re-checked candidate's cost on the surrogate and on the real module,
+    #: ``agree`` and a ``message`` saying what was done (``_Tuner.recheck``).
+    surrogate: dict | None = None
 
     @property
     def validation(self):
@@ -156,6 +165,7 @@ class TuneResult:
             "seconds": self.seconds, "steps_compiled": self.steps_compiled, "steps_cached": self.steps_cached,
             "cache_hit_rate": self.cache_hit_rate, "executor": self.executor,
             "phases": {name: round(sec, 3) for name, sec in self.phases},
+            "surrogate": self.surrogate,
         }
 
 
@@ -256,6 +266,8 @@ class _Tuner:
         self.t0 = time.perf_counter()
         self.phases = clock or PhaseClock(observer)
         self.validate_seconds = validate_seconds
+        #: ``(real root, description)`` while the search runs on a surrogate; ``recheck`` moves to it.
+        self.real: tuple[Module, dict] | None = None
         # The evaluator may outlive this run (compare, an API session): count this run's steps only.
         self.steps0 = (evaluator.stats.steps_compiled, evaluator.stats.steps_cached)
         self.input_metrics = evaluator.metrics(root.fingerprint)
@@ -337,6 +349,63 @@ class _Tuner:
         """(compiled, cached) steps of this run so far."""
         return self.ev.stats.steps_compiled - self.steps0[0], self.ev.stats.steps_cached - self.steps0[1]
 
+    def recheck(self) -> list[TrialRecord]:
+        """Leave the surrogate: re-establish its best candidates on the real module and rank them there.
+
+        The ``SURROGATE_RECHECK`` best distinct surrogate states (the best and the runners-up that
+        could overtake it) are evaluated on the real module, with XLA's default and the objective
+        measured there too; from then on the tuner's root, context and default are the real ones, so
+        pruning, validation and confirmation all happen on the real module. ``self.real[1]`` records
+        what was compared and whether surrogate and real module agree (same costs, same order).
+        """
+        real, info = self.real
+        self.real = None
+        picks, seen = [], set()
+        for rec in sorted((r for r in self.records if r.status == "ok" and r.state), key=lambda r: (r.cost, r.n)):
+            if rec.state not in seen:
+                seen.add(rec.state)
+                picks.append(rec)
+            if len(picks) == SURROGATE_RECHECK:
+                break
+        surrogate_default = self.default_cost
+        self.root, self.input_metrics = real, self.ev.metrics(real.fingerprint)
+        default = self.ev.default(real)
+        if not default.ok:
+            raise AutotuneError(f"XLA's default pipeline fails on this module: {default.message}")
+        self.default_result = default
+        self.ctx = ObjectiveContext(self.ev, real, default, self.seed)
+        self.default_cost = self.objective.default_cost(self.ctx)
+        self.failure_cost = FAILURE_FACTOR * self.default_cost + 1.0
+        results = self.ev.evaluate_many(real, [r.sequence for r in picks]) if picks else []
+        self.objective.prepare([r.state for r in results if r.ok], self.ctx)
+        ranked, checks = [], []
+        for rec, result in zip(picks, results):
+            cost = self.objective.cost(result.state, self.ctx) if result.ok else math.nan
+            checks.append({"sequence": list(rec.sequence), "surrogate_cost": rec.cost,
+                           "real_cost": None if math.isnan(cost) else cost})
+            if not math.isnan(cost):
+                ranked.append(replace(rec, cost=cost, state=result.state))
+        ranked.sort(key=lambda r: (r.cost, r.n))
+        same_costs = all(c["real_cost"] == c["surrogate_cost"] for c in checks) and surrogate_default == self.default_cost
+        same_best = not ranked or not picks or ranked[0].sequence == picks[0].sequence
+        agree = same_costs and same_best
+        lifted = f"{info['constants']} constant(s) of {info['bytes'] / (1 << 20):.1f} MiB lifted to parameters"
+        if agree:
+            message = (f"searched on a surrogate ({lifted}); its {len(checks)} best candidate(s) re-checked on the "
+                       "real module: same costs")
+        else:
+            diffs = "; ".join(f"{','.join(c['sequence']) or '(empty)'}: {c['surrogate_cost']:g} on the surrogate, "
+                              f"{'fails' if c['real_cost'] is None else format(c['real_cost'], 'g')} on the real module"
+                              for c in checks if c["real_cost"] != c["surrogate_cost"])
+            if surrogate_default != self.default_cost:
+                diffs = (diffs + "; " if diffs else "") + (f"XLA's default {surrogate_default:g} on the surrogate, "
+                                                           f"{self.default_cost:g} on the real module")
+            message = (f"surrogate and real module disagree ({diffs}): searched on a surrogate ({lifted}), the "
+                       f"{len(checks)} best candidate(s) re-checked on the real module and ranked by their real "
+                       "cost; the best there is reported" + ("" if same_best else " (not the surrogate's best)"))
+        self.real_info = {**info, "rechecked": checks, "agree": agree, "message": message}
+        return ranked
+
     def prune(self, sequence: tuple[str, ...], cost: float) -> tuple[tuple[str, ...], str, float]:
         """Drop passes that do not help: one backward sweep, keeping a removal when the cost does
         not get worse. Searches return sequences padded with passes that change nothing (most
@@ -391,6 +460,7 @@ def tune(
     prune: bool = True,
     spec: RunSpec | None = None,
     validate_seconds: float | None = None,
+    surrogate: bool = True,
 ) -> TuneResult:
     """Search for the best pass sequence for ``module`` with ``strategy``.
 
@@ -400,7 +470,11 @@ def tune(
     in extra evaluations, outside the budget). With ``resume=RUN_ID`` every other setting is taken
     from the recorded run and its completed trials are replayed. ``validate_seconds`` bounds each
     execution of validation (``limits.validate_seconds``; an execution estimated longer is not run:
-    level ``compiled``, with the estimate). Ctrl-C at any point, validation included, raises
+    level ``compiled``, with the estimate). ``surrogate``: a module whose entry constants hold at
+    least ``SURROGATE_MIN_BYTES`` (weights baked in) is searched on a surrogate with those constants
+    lifted to parameters (XLA imports it ~15x faster at every step), then its best candidates are
+    re-established on the real module (``_Tuner.recheck``; ``TuneResult.surrogate`` says what was done
+    and whether the two agree). Ctrl-C at any point, validation included, raises
     ``Interrupted`` with the run saved and resumable.
     """
     store = RunStore(evaluator.cache)
@@ -446,8 +520,13 @@ def tune(
                validate=spec.validate, time_limit=spec.time_limit)
 
     try:
-        tuner = _Tuner(evaluator, root, obj, spec.budget, spec.time_limit, run_id, replay, observer, spec.seed,
-                       spec.strategy, clock, validate_seconds)
+        search_root, lifted = root, None
+        if surrogate:
+            search_root, lifted = _surrogate_of(evaluator, root, clock)
+        tuner = _Tuner(evaluator, search_root, obj, spec.budget, spec.time_limit, run_id, replay, observer,
+                       spec.seed, spec.strategy, clock, validate_seconds)
+        if lifted is not None:
+            tuner.real = (root, lifted)
     except BaseException:
         observer.on_run_end()
         raise
@@ -479,10 +558,32 @@ def tune(
     if status == "interrupted":
         store.save(run_id, status="interrupted", updated=time.time())
         raise Interrupted(run_id, _summarise(tuner, status, validate=False, validation_seed=validation_seed,
-                                             prune=False), reason)
+                                             prune=False, recheck=False), reason)
     store.save(run_id, status=status, updated=time.time(), best_sequence=result.best_sequence,
                best_cost=result.best_cost, summary=result.to_dict())
     return result
+
+
+def _surrogate_of(evaluator: Evaluator, root: Module, clock: PhaseClock) -> tuple[Module, dict | None]:
+    """``(module to search, description)``: the normalised surrogate of ``root`` with its large
+    constants lifted to parameters, or ``(root, None)`` when it has too few constant bytes (or the
+    backend cannot lift them)."""
+    lift = getattr(evaluator.pipeline, "lift_constants", None)
+    if lift is None:
+        return root, None
+    clock.enter("normalise", "lifting large constants to parameters (a surrogate to search on)")
+    try:
+        lifted = lift(root)
+    except AutotuneError:
+        return root, None
+    if lifted is None or lifted[2] < SURROGATE_MIN_BYTES:
+        return root, None
+    module, n, nbytes = lifted
+    try:
+        search_root = evaluator.prepare(module)
+    except AutotuneError:  # the surrogate does not import: search the real module
+        return root, None
+    return search_root, {"constants": n, "bytes": nbytes, "fingerprint": search_root.fingerprint}
 
 
 class Interrupted(AutotuneError):
@@ -505,7 +606,8 @@ def _seed_everything(seed: int) -> None:
         pass
 
 
-def _summarise(tuner: _Tuner, status: str, validate: bool, validation_seed: int, prune: bool = True) -> TuneResult:
+def _summarise(tuner: _Tuner, status: str, validate: bool, validation_seed: int, prune: bool = True,
+               recheck: bool = True) -> TuneResult:
     """Pick what the run may report: candidates in order of cost, each pruned (deterministic
     objectives), validated, and its win confirmed by the objective; a rejected candidate is
     recorded with its reason and the next one is tried."""
@@ -515,7 +617,16 @@ def _summarise(tuner: _Tuner, status: str, validate: bool, validation_seed: int,
     validity = None
     claim: Claim | None = None
     confirmations = 0
-    ranked = sorted((r for r in tuner.records if r.status == "ok"), key=lambda r: (r.cost, r.n))
+    clock = tuner.phases
+    if tuner.real is not None and not recheck:  # an interrupted run's partial answer: not re-checked
+        tuner.real_info = {**tuner.real[1], "rechecked": [], "agree": None,
+                           "message": "searched on a surrogate with large constants lifted to parameters; "
+                                      "interrupted before its best was re-checked on the real module"}
+    if tuner.real is not None and recheck:
+        clock.enter("recheck", "re-establishing the surrogate's best candidates on the real module")
+        ranked = tuner.recheck()
+    else:
+        ranked = sorted((r for r in tuner.records if r.status == "ok"), key=lambda r: (r.cost, r.n))
     seen: set[str] = set()
     for i, rec in enumerate(ranked):
         if rec.state is None:
@@ -529,7 +640,6 @@ def _summarise(tuner: _Tuner, status: str, validate: bool, validation_seed: int,
         if len(seen) > MAX_REJECTED:
             break
         found = rec.sequence
-        clock = tuner.phases
         if prune and obj.deterministic and rec.cost < tuner.default_cost:
             clock.enter("prune", f"candidate {len(seen)}: dropping passes that change nothing")
             seq, state, cost = tuner.prune(rec.sequence, rec.cost)
@@ -571,7 +681,7 @@ def _summarise(tuner: _Tuner, status: str, validate: bool, validation_seed: int,
         default=tuner.default_result.metrics, default_cost=tuner.default_cost, best=best, validity=validity,
         invalid=tuple(invalid), seconds=time.perf_counter() - tuner.t0, steps_compiled=compiled,
         steps_cached=cached, history=tuple(tuner.best_history), claim=claim,
-        executor=_executor_of(ev), phases=tuner.phases.result(),
+        executor=_executor_of(ev), phases=tuner.phases.result(), surrogate=getattr(tuner, "real_info", None),
     )
 
 

@@ -249,6 +249,18 @@ class XlaPipeline:
                               int(int_high), float(min_seconds), list(options_a or []) or None,
                               list(options_b or []) or None, timeout=self.run_timeout)
 
+    # ---- weights at the price of parameters ----------------------------------------------------------
+    def lift_constants(self, module: Module, min_bytes: int | None = None) -> tuple[Module, int, int] | None:
+        """``(surrogate, constants lifted, their bytes)``: ``module`` with its large entry constants as
+        parameters (``surrogate.py``), or None when it has none that large. Runs in this process."""
+        from autotune.pipelines.xla import surrogate
+
+        lifted = surrogate.lift_constants(module.proto, surrogate.LIFT_MIN_BYTES if min_bytes is None else min_bytes)
+        if lifted is None:
+            return None
+        proto, n, nbytes = lifted
+        return Module.from_proto(proto, module.name), n, nbytes
+
     # ---- how long an execution would take (validation's time budget) -------------------------------
     def execution_rates(self) -> dict:
         """This machine's rates (``flops_per_s``, ``bytes_per_s``), measured once per machine and XLA
