@@ -612,7 +612,9 @@ def establish(pipeline, original, tuned, seed: int = 0, identical: bool = False,
             level = EXECUTED_WITH_STAND_INS if n_tuned or n_orig else EXECUTED
             note = stand_note().lstrip("; ") or None
             return Validation(level, note, n_tuned, report)
-    # 3. whole execution declined (plan.reason): does the tuned module at least compile?
+    # 3. whole execution declined (``plan.reason`` starts with ``DECLINED``). A check that needs no whole
+    #    execution (issue 20's differential execution of the changed region) belongs here, before
+    #    falling back to ``compiled``. Does the tuned module at least compile?
     if original_error is None:
         say("compiling the tuned module with XLA's full pipeline")
         try:

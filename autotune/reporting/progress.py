@@ -22,6 +22,7 @@ class RichObserver(Observer):
                             TimeElapsedColumn(), transient=False)
         self._started = False
         self._task = None
+        self._total = 0
         self._phase = None
 
     def _start(self) -> None:
@@ -49,10 +50,11 @@ class RichObserver(Observer):
         if self._phase is not None:
             self._rp.update(self._phase, visible=False)
         self._task = self._rp.add_task(description, total=total, info="")
+        self._total = total
 
     def on_trial(self, done, best, rate, hit_rate) -> None:
         self._rp.update(self._task, completed=done,
-                        info=f"{done}/{self._rp.tasks[self._task].total:g}  best [cyan]{'-' if best is None else f'{best:g}'}[/]"
+                        info=f"{done}/{self._total}  best [cyan]{'-' if best is None else f'{best:g}'}[/]"
                              f"  {rate:.1f} eval/s  cache hits {hit_rate:.0%}")
 
     def on_run_end(self) -> None:
