@@ -352,8 +352,9 @@ class _Tuner:
     def recheck(self) -> list[TrialRecord]:
         """Leave the surrogate: re-establish its best candidates on the real module and rank them there.
 
-        The ``SURROGATE_RECHECK`` best distinct surrogate states (the best and the runners-up that
-        could overtake it) are evaluated on the real module, with XLA's default and the objective
+        The ``SURROGATE_RECHECK`` best distinct surrogate states that beat XLA's default there (the
+        best and the runners-up that could overtake it; the best alone when none does) are evaluated
+        on the real module, with XLA's default and the objective
         measured there too; from then on the tuner's root, context and default are the real ones, so
         pruning, validation and confirmation all happen on the real module. ``self.real[1]`` records
         what was compared and whether surrogate and real module agree (same costs, same order).
@@ -362,6 +363,8 @@ class _Tuner:
         self.real = None
         picks, seen = [], set()
         for rec in sorted((r for r in self.records if r.status == "ok" and r.state), key=lambda r: (r.cost, r.n)):
+            if picks and rec.cost >= self.default_cost:
+                break  # only contenders: candidates that beat XLA's default on the surrogate (or the best one)
             if rec.state not in seen:
                 seen.add(rec.state)
                 picks.append(rec)

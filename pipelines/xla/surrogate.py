@@ -48,12 +48,14 @@ def lift_constants(proto: bytes, min_bytes: int = LIFT_MIN_BYTES) -> tuple[bytes
             continue
         if line.startswith("}"):
             break
-        m = _PARAM.search(line)
-        if m and " parameter(" in line:
-            params = max(params, int(m.group(1)))
         c = _CONSTANT.match(line)
-        if c and not line.lstrip().startswith("ROOT") and _nbytes(c.group(4), c.group(5)) >= min_bytes:
-            lifted.append((i, c))
+        if c:  # a constant line may hold megabytes of data: never scan it further
+            if _nbytes(c.group(4), c.group(5)) >= min_bytes:
+                lifted.append((i, c))
+            continue
+        m = _PARAM.search(line) if " parameter(" in line else None
+        if m:
+            params = max(params, int(m.group(1)))
     if not lifted:
         return None
     total = 0
