@@ -34,7 +34,7 @@ ROOT = Path(__file__).resolve().parent.parent
 SHARED = ROOT.parent / "shared" / "real-hlo"
 #: Longest one module may take (the issue's bound for ``--budget 40`` on 2 cores).
 MODULE_LIMIT_S = 600
-PHASES = ("load", "normalise", "default", "search", "prune", "validation", "confirmation")
+PHASES = ("load", "normalise", "default", "search", "recheck", "prune", "validation", "confirmation")
 
 
 def default_modules() -> list[Path]:
@@ -108,16 +108,19 @@ def markdown(rows: list[dict], command: str) -> str:
         "pipeline. The level is the evidence for the reported best (README: Validation levels): `identical` = the "
         "same final module as XLA's default, `executed` = same outputs on seeded random inputs, `compiled` = full "
         "compile only (the reason says why: too much memory, or execution estimated over `--validate-seconds`, "
-        "30 s by default). Phases in seconds: load / normalise / XLA's default / search / prune / validation "
-        "(confirmation only for measured objectives); `time` is the whole subprocess, start-up included.",
+        "30 s by default). Phases in seconds: load / normalise (the first one starts the compiler worker) / XLA's "
+        "default / search / recheck (a module with weights baked in is searched on a surrogate with its large "
+        "constants lifted to parameters; its best candidates are re-checked on the real module) / prune / "
+        "validation (confirmation only for measured objectives); `time` is the whole subprocess, start-up "
+        "included.",
         "",
         "| module | exit | input ops | XLA default final-ops | best final-ops | best sequence | level | why | "
-        "load | norm. | default | search | prune | valid. | time |",
-        "|---|---:|---:|---:|---:|---|---|---|---:|---:|---:|---:|---:|---:|---:|",
+        "load | norm. | default | search | recheck | prune | valid. | time |",
+        "|---|---:|---:|---:|---:|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in rows:
         if r["exit"] != 0:
-            lines.append(f"| {r['module']} | {r['exit']} | | | | | | {r.get('error', '')} | | | | | | | "
+            lines.append(f"| {r['module']} | {r['exit']} | | | | | | {r.get('error', '')} | | | | | | | | "
                          f"{r['seconds']}s |")
             continue
         seq = ", ".join(f"`{p}`" for p in r["sequence"]) if r["beats_default"] else "(= XLA default)"
