@@ -85,8 +85,8 @@ class TuneResult:
     history: tuple[float, ...]  # best-so-far cost after each evaluation
     claim: Claim | None = None  # the objective's verdict on ``best`` against XLA's default
     executor: dict | None = None  # what ran the steps (autotune.core.executors: local or ray, and where)
-    #: Seconds per phase (``observer.PHASES``: load, normalise, default, search, prune, validation,
-    #: confirmation), in the order they ran; ``load`` is added by the caller that loaded the file.
+    #: Seconds per phase (``observer.PHASES``: load, normalise, default, search, recheck, prune,
+    #: validation, confirmation), in the order they ran; ``load`` is added by the caller that loaded the file.
     phases: tuple[tuple[str, float], ...] = ()
     #: Set when the search ran on a surrogate with the large constants lifted to parameters: how many,
     #: their bytes, each re-checked candidate's cost on the surrogate and on the real module,
@@ -268,6 +268,7 @@ class _Tuner:
         self.validate_seconds = validate_seconds
         #: ``(real root, description)`` while the search runs on a surrogate; ``recheck`` moves to it.
         self.real: tuple[Module, dict] | None = None
+        self.real_info: dict | None = None  # what ``recheck`` compared (``TuneResult.surrogate``)
         # The evaluator may outlive this run (compare, an API session): count this run's steps only.
         self.steps0 = (evaluator.stats.steps_compiled, evaluator.stats.steps_cached)
         self.input_metrics = evaluator.metrics(root.fingerprint)
@@ -354,10 +355,10 @@ class _Tuner:
 
         The ``SURROGATE_RECHECK`` best distinct surrogate states that beat XLA's default there (the
         best and the runners-up that could overtake it; the best alone when none does) are evaluated
-        on the real module, with XLA's default and the objective
-        measured there too; from then on the tuner's root, context and default are the real ones, so
-        pruning, validation and confirmation all happen on the real module. ``self.real[1]`` records
-        what was compared and whether surrogate and real module agree (same costs, same order).
+        on the real module, with XLA's default and the objective measured there too; from then on the
+        tuner's root, context and default are the real ones, so pruning, validation and confirmation
+        all happen on the real module. ``real_info`` records what was compared and whether surrogate
+        and real module agree (same costs, same best).
         """
         real, info = self.real
         self.real = None
@@ -684,7 +685,7 @@ def _summarise(tuner: _Tuner, status: str, validate: bool, validation_seed: int,
         default=tuner.default_result.metrics, default_cost=tuner.default_cost, best=best, validity=validity,
         invalid=tuple(invalid), seconds=time.perf_counter() - tuner.t0, steps_compiled=compiled,
         steps_cached=cached, history=tuple(tuner.best_history), claim=claim,
-        executor=_executor_of(ev), phases=tuner.phases.result(), surrogate=getattr(tuner, "real_info", None),
+        executor=_executor_of(ev), phases=tuner.phases.result(), surrogate=tuner.real_info,
     )
 
 
