@@ -98,7 +98,48 @@ def run_one(path: Path, args, db: Path) -> dict:
     return row
 
 
-def markdown(rows: list[dict], command: str) -> str:
+def estimates(modules: list[Path], db: Path) -> list[dict]:
+    """What validation would decide for executing each module whole here, before running anything:
+    ``validation.execution_plan`` of the module against itself (memory, then XLA's cost analysis over
+    this machine's calibrated rates against the default bound), and how long deciding took."""
+    from autotune.core.engine import open_engine
+    from autotune.core.module import load
+    from autotune.core.validation import execution_plan
+
+    out = []
+    with open_engine(db, workers=1) as ev:
+        for path in modules:
+            root = ev.prepare(load(path))
+            t0 = time.perf_counter()
+            try:
+                specs = ev.pipeline.parameter_specs(root)
+                plan = execution_plan(ev.pipeline, root, root, specs)
+                row = {"module": path.stem, "fits": plan.fits, "estimate_s": plan.estimate_seconds,
+                       "bound_s": plan.bound_seconds, "reason": plan.reason}
+            except Exception as exc:  # a module that cannot take random inputs: say so, go on
+                row = {"module": path.stem, "fits": False, "estimate_s": None, "bound_s": None,
+                       "reason": f"{type(exc).__name__}: {exc}"}
+            row["decided_in_s"] = round(time.perf_counter() - t0, 2)
+            print(f"[estimate] {row}", flush=True)
+            out.append(row)
+    return out
+
+
+def estimates_markdown(rows: list[dict]) -> list[str]:
+    lines = ["", "## Would validation execute it whole? (decided before anything runs)", "",
+             "`validation.execution_plan` of each module against itself, in one process after the runs above: "
+             "memory first (inputs against half the available memory), then XLA's cost analysis over this "
+             "machine's calibrated rates (`XlaPipeline.execution_estimate`) against the default bound of 30 s. "
+             "Deciding includes the one-off calibration for the first module.", "",
+             "| module | estimated run | executes whole? | reason | decided in |", "|---|---:|---|---|---:|"]
+    for r in rows:
+        est = "" if r["estimate_s"] is None else f"{r['estimate_s']:.2f} s"
+        lines.append(f"| {r['module']} | {est} | {'yes' if r['fits'] else 'no'} | {(r['reason'] or '').replace('|', '/')} "
+                     f"| {r['decided_in_s']} s |")
+    return lines
+
+
+def markdown(rows: list[dict], command: str, plans: list[dict] | None = None) -> str:
     lines = [
         "# Real modules, start to finish, in bounded time",
         "",
@@ -135,6 +176,8 @@ def markdown(rows: list[dict], command: str) -> str:
     lines += ["", f"{len(ok)} of {len(rows)} modules tuned (exit 0); {len(wins)} beat XLA's default on final-ops; "
                   f"every module within {MODULE_LIMIT_S // 60} min: {'yes' if len(ok) == len(rows) else 'no'}"
                   + (f" (slowest: {slowest['module']}, {slowest['seconds']}s)." if slowest else ".")]
+    if plans:
+        lines += estimates_markdown(plans)
     return "\n".join(lines) + "\n"
 
 
@@ -147,7 +190,17 @@ def main() -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--db", type=Path, default=None, help="cache database (default: a fresh temporary one)")
     p.add_argument("--out", type=Path, default=ROOT / "results")
+    p.add_argument("--estimates-only", action="store_true",
+                   help="only the execution plans of the modules, added to the existing results/real_models.json")
     args = p.parse_args()
+    if args.estimates_only:
+        data = json.loads((args.out / "real_models.json").read_text())
+        with tempfile.TemporaryDirectory(prefix="autotune-real-") as tmp:
+            modules = args.modules or (default_modules() + generated_modules(Path(tmp)))
+            data["estimates"] = estimates(modules, Path(tmp) / "cache.db")
+        (args.out / "real_models.json").write_text(json.dumps(data, indent=2))
+        (args.out / "real_models.md").write_text(markdown(data["rows"], data["command"], data["estimates"]))
+        return
     args.budget = args.budget or (10 if args.quick else 40)
     with tempfile.TemporaryDirectory(prefix="autotune-real-") as tmp:
         modules = args.modules or (default_modules() + ([] if args.quick else generated_modules(Path(tmp))))
@@ -158,13 +211,15 @@ def main() -> None:
             r = rows[-1]
             print(f"{r['module']}: exit {r['exit']}, {r.get('default_final_ops')} -> {r.get('best_final_ops')}, "
                   f"{r.get('level')}, {r['seconds']}s {r.get('phases', '')}", flush=True)
+        plans = estimates(modules, db)
     command = "python bench/real_models.py" + (" --quick" if args.quick else "") \
         + ("" if args.strategy == "nevergrad" else f" --strategy {args.strategy}") \
         + ("" if args.budget == (10 if args.quick else 40) else f" --budget {args.budget}") \
         + "".join(f" {_rel(m)}" for m in args.modules)
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "real_models.json").write_text(json.dumps({"command": command, "rows": rows}, indent=2))
-    (args.out / "real_models.md").write_text(markdown(rows, command))
+    (args.out / "real_models.json").write_text(json.dumps({"command": command, "rows": rows, "estimates": plans},
+                                                          indent=2))
+    (args.out / "real_models.md").write_text(markdown(rows, command, plans))
 
 
 if __name__ == "__main__":
