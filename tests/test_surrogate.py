@@ -75,3 +75,21 @@ def test_surrogate_disagreement_is_said_and_the_real_module_is_reported(engine, 
 def test_a_module_without_large_constants_is_searched_as_it_is(engine, small_root):
     result = tune(engine, small_root, strategy="random", budget=4, seed=0)
     assert result.surrogate is None
+
+
+def test_ctrl_c_while_rechecking_then_resume_reports_the_real_module(engine, folds):
+    from autotune.core.observer import Observer
+    from autotune.core.tuner import Interrupted
+
+    class CtrlCInRecheck(Observer):
+        def on_phase(self, phase, detail=None, estimate=None):
+            if phase == "recheck":
+                raise KeyboardInterrupt
+
+    with pytest.raises(Interrupted) as info:
+        tune(engine, folds, strategy="random", budget=5, seed=2, observer=CtrlCInRecheck())
+    partial = info.value.partial
+    assert partial.best is None and "interrupted before" in partial.surrogate["message"]  # no surrogate state as a result
+    resumed = tune(engine, None, resume=info.value.run_id)
+    assert resumed.status == "finished" and resumed.fingerprint == folds.fingerprint
+    assert resumed.surrogate["rechecked"] and resumed.default_cost == 3

@@ -361,7 +361,6 @@ class _Tuner:
         and real module agree (same costs, same best).
         """
         real, info = self.real
-        self.real = None
         picks, seen = [], set()
         for rec in sorted((r for r in self.records if r.status == "ok" and r.state), key=lambda r: (r.cost, r.n)):
             if picks and rec.cost >= self.default_cost:
@@ -408,6 +407,7 @@ class _Tuner:
                        f"{len(checks)} best candidate(s) re-checked on the real module and ranked by their real "
                        "cost; the best there is reported" + ("" if same_best else " (not the surrogate's best)"))
         self.real_info = {**info, "rechecked": checks, "agree": agree, "message": message}
+        self.real = None  # only now: a Ctrl-C above leaves the surrogate's partial answer unreported
         return ranked
 
     def prune(self, sequence: tuple[str, ...], cost: float) -> tuple[tuple[str, ...], str, float]:
@@ -622,11 +622,13 @@ def _summarise(tuner: _Tuner, status: str, validate: bool, validation_seed: int,
     claim: Claim | None = None
     confirmations = 0
     clock = tuner.phases
-    if tuner.real is not None and not recheck:  # an interrupted run's partial answer: not re-checked
+    if tuner.real is not None and not recheck:  # an interrupted run's partial answer: not re-checked,
+        # so nothing is reported as a best (the surrogate's modules hold parameters, not the weights)
         tuner.real_info = {**tuner.real[1], "rechecked": [], "agree": None,
                            "message": "searched on a surrogate with large constants lifted to parameters; "
                                       "interrupted before its best was re-checked on the real module"}
-    if tuner.real is not None and recheck:
+        ranked = []
+    elif tuner.real is not None:
         clock.enter("recheck", "re-establishing the surrogate's best candidates on the real module")
         ranked = tuner.recheck()
     else:
