@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -80,6 +81,10 @@ def run(models, modules_dir, allow_regressions, strategy, budget, time_limit, se
         raise BadInput("give a MODEL to tune (or --resume RUN_ID)")
     if len(paths) > 1 or modules_dir:
         from autotune.cli.fleet import run_fleet
+        from autotune.core.limits import VALIDATE_SECONDS_ENV
+
+        if validate_seconds is not None:  # a fleet validates through the same bound, read from the environment
+            os.environ[VALIDATE_SECONDS_ENV] = repr(float(validate_seconds))
 
         return run_fleet(paths, strategy, budget, time_limit, seed, max_length, objective, out_dir, sampler,
                          optimizer, policy, shaping, extra, no_validate, no_prune, allow_regressions, db, workers,
