@@ -575,7 +575,7 @@ def _surrogate_of(evaluator: Evaluator, root: Module, clock: PhaseClock) -> tupl
     lift = getattr(evaluator.pipeline, "lift_constants", None)
     if lift is None:
         return root, None
-    clock.enter("normalise", "lifting large constants to parameters (a surrogate to search on)")
+    clock.enter("normalise", "looking for large constants to lift to parameters (a surrogate to search on)")
     try:
         lifted = lift(root)
     except AutotuneError:

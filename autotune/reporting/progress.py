@@ -53,9 +53,13 @@ class RichObserver(Observer):
         self._total = total
 
     def on_trial(self, done, best, rate, hit_rate) -> None:
+        from autotune.core.limits import duration
+
+        left = (self._total - done) / rate if rate > 0 and self._total > done else 0.0
         self._rp.update(self._task, completed=done,
                         info=f"{done}/{self._total}  best [cyan]{'-' if best is None else f'{best:g}'}[/]"
-                             f"  {rate:.1f} eval/s  cache hits {hit_rate:.0%}")
+                             f"  {rate:.1f} eval/s  cache hits {hit_rate:.0%}"
+                             + (f"  ~{duration(left)} left" if left else ""))
 
     def on_run_end(self) -> None:
         if self._started:

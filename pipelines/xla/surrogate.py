@@ -38,6 +38,8 @@ def _nbytes(dtype: str, dims: str) -> int:
 
 def lift_constants(proto: bytes, min_bytes: int = LIFT_MIN_BYTES) -> tuple[bytes, int, int] | None:
     """``(surrogate proto, constants lifted, their bytes)``, or None when no entry constant is that large."""
+    if next(hlo.constant_literals(proto, min_bytes), None) is None:  # a scan of the bytes: no printing
+        return None
     lines = hlo.to_text(hlo.parse_proto(proto)).split("\n")
     in_entry, entry_at, params, lifted = False, None, -1, []
     for i, line in enumerate(lines):
