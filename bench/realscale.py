@@ -20,6 +20,7 @@ cached, through the real Evaluator). Default run: under 10 minutes on 2 cores.
     python bench/realscale.py [--quick] [--skip-cli]
     python bench/realscale.py --timings A.hlo B.hlo ...   # load/normalise/step only, JSON to stdout
     python bench/realscale.py --before-after OLD_TREE      # results/realscale-before-after.{md,json}
+    python bench/realscale.py --search-pair [--rounds 3]   # results/realscale-search.{md,json}
 
 ``--before-after`` times the constants module and the three LLM modules with an older checkout
 (``OLD_TREE``, e.g. ``git worktree add /tmp/old 78b4e36``) and with this one, alternating for
@@ -202,6 +203,85 @@ def _run_summary(stdout: str) -> dict:
             "run_seconds": data.get("seconds"), "steps_compiled": data.get("steps_compiled")}
 
 
+#: The end-to-end pair: (label, module, extra CLI arguments).
+SEARCH_PAIR = (("parameters", "parameters", []), ("constants", "constants", []),
+               ("constants, --no-surrogate", "constants", ["--no-surrogate"]))
+
+
+def search_pair(rounds: int, budget: int, out: Path) -> None:
+    """The same search end to end on the weights-as-constants module and on the weights-as-parameters
+    one: ``autotune run --strategy nevergrad --budget B --json`` in a subprocess, each on a fresh cache
+    (cold: every step compiled), the three settings alternating for ``rounds`` rounds; median wall
+    time, phases, best sequence and level. Writes results/realscale-search.{md,json}."""
+    from realscale_models import embedded_weights
+
+    with tempfile.TemporaryDirectory(prefix="autotune-search-pair-") as tmpdir:
+        tmp = Path(tmpdir)
+        paths = {"constants": tmp / "embedded_constants.hlo", "parameters": tmp / "embedded_parameters.hlo"}
+        paths["constants"].write_text(embedded_weights(True))
+        paths["parameters"].write_text(embedded_weights(False))
+        runs: dict[str, list[dict]] = {label: [] for label, _, _ in SEARCH_PAIR}
+        for r in range(rounds):
+            for label, module, extra in SEARCH_PAIR:
+                db = tmp / f"{label}-{r}.db"
+                cmd = [sys.executable, "-m", "autotune.cli", "run", "--strategy", "nevergrad", "--budget", str(budget),
+                       "--seed", "0", str(paths[module]), "--json", "--db", str(db), *extra]
+                t0 = time.perf_counter()
+                proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=900)
+                wall = time.perf_counter() - t0
+                if proc.returncode:
+                    raise SystemExit(f"{label}: exit {proc.returncode}: {proc.stderr.strip()[-300:]}")
+                data = json.loads(proc.stdout)
+                best = data.get("best") or {}
+                runs[label].append({"wall_s": round(wall, 2), "phases": data.get("phases"),
+                                    "best_sequence": best.get("sequence") if data.get("beats_default") else [],
+                                    "found_sequence": best.get("found_sequence"), "best_cost": best.get("cost"),
+                                    "default_cost": data.get("default_cost"), "level": data.get("validation_level"),
+                                    "surrogate": (data.get("surrogate") or {}).get("message")})
+                print(f"[search-pair] round {r + 1}/{rounds} {label}: {wall:.1f}s", file=sys.stderr)
+    med = {label: statistics.median(x["wall_s"] for x in rows) for label, rows in runs.items()}
+    same = all(x["found_sequence"] == runs["parameters"][0]["found_sequence"]
+               and x["best_sequence"] == runs["parameters"][0]["best_sequence"] for rows in runs.values() for x in rows)
+    command = f"python bench/realscale.py --search-pair --rounds {rounds}" + ("" if budget == 40 else f" --budget {budget}")
+    paired = [round(c["wall_s"] / p["wall_s"], 2) for c, p in zip(runs["constants"], runs["parameters"])]
+    paired_plain = [round(c["wall_s"] / p["wall_s"], 2)
+                    for c, p in zip(runs["constants, --no-surrogate"], runs["parameters"])]
+    report = {"command": command, "rounds": rounds, "budget": budget, "median_wall_s": med,
+              "round_ratios": paired, "round_ratios_without_surrogate": paired_plain,
+              "ratio": round(med["constants"] / med["parameters"], 2),
+              "ratio_without_surrogate": round(med["constants, --no-surrogate"] / med["parameters"], 2),
+              "same_sequences": same, "runs": runs}
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "realscale-search.json").write_text(json.dumps(report, indent=2))
+    phase_names = ("load", "normalise", "default", "search", "recheck", "prune", "validation")
+    lines = ["# Weights at the price of parameters: the same search end to end", "",
+             f"Made by `{command}` on {os.cpu_count()} CPUs (a shared machine: figures are the median of {rounds} "
+             "alternating rounds). Each run is `autotune run --strategy nevergrad --budget "
+             f"{budget} --seed 0 MODULE --json` in a subprocess on a fresh cache (every step compiled). "
+             "`constants` is `bench/realscale_models.py: embedded_weights(True)` (bf16[56945,50] + bf16[50,128] "
+             "baked in, 22 MiB of HLO text), `parameters` the same function with the weights as parameters. "
+             "By default the constants module is searched on a surrogate with its large constants lifted to "
+             "parameters and the best candidates are re-checked on the real module; `--no-surrogate` searches "
+             "the real module at every step.", "",
+             "| setting | wall (s, median) | vs parameters | " + " | ".join(phase_names) + " | best sequence | level |",
+             "|---|---:|---:|" + "---:|" * len(phase_names) + "---|---|"]
+    for label, rows in runs.items():
+        first = rows[0]
+        phases = first["phases"] or {}
+        cells = " | ".join(f"{statistics.median((x['phases'] or {}).get(k, 0.0) for x in rows):.1f}"
+                           if k in phases else "" for k in phase_names)
+        seq = ",".join(first["found_sequence"] or []) or "-"
+        lines.append(f"| {label} | {med[label]:.1f} | {med[label] / med['parameters']:.2f}x | {cells} | "
+                     f"`{seq[:80]}{'...' if len(seq) > 80 else ''}` | {first['level']} |")
+    lines += ["", f"Constants / parameters, end to end: **{report['ratio']:.2f}x** with the surrogate (goal 1.5x), "
+                  f"{report['ratio_without_surrogate']:.2f}x without it (round by round: "
+                  f"{', '.join(f'{x:.2f}' for x in paired)} with, {', '.join(f'{x:.2f}' for x in paired_plain)} "
+                  "without). Same sequence found in every run: "
+                  f"{'yes' if same else 'no'}. The surrogate's verdict: {runs['constants'][0]['surrogate']}."]
+    (out / "realscale-search.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
 def before_after(old_tree: Path, rounds: int, out: Path) -> None:
     from realscale_models import embedded_weights
 
@@ -259,8 +339,15 @@ def main() -> None:
     ap.add_argument("--render-only", action="store_true", help="re-render realscale.md from realscale.json")
     ap.add_argument("--before-after", metavar="OLD_TREE", help="time an older checkout against this one")
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--search-pair", action="store_true",
+                    help="only the same search end to end on the constants and parameters modules "
+                         "(results/realscale-search.md)")
+    ap.add_argument("--budget", type=int, default=40, help="--search-pair: the search's budget")
     args = ap.parse_args()
     out = Path(args.out)
+    if args.search_pair:
+        search_pair(args.rounds, args.budget, out)
+        return
     if args.before_after:
         before_after(Path(args.before_after).resolve(), args.rounds, out)
         return

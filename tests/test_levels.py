@@ -132,6 +132,7 @@ def test_compiled_when_inputs_exceed_the_limit(monkeypatch, engine, pipeline, sm
     v = establish(pipeline, small_root, engine.module(tuned.state))
     assert v.level == COMPILED and v.report is None
     assert "inputs need" in v.reason and "16 bytes available" in v.reason
+    assert v.reason.startswith("whole execution declined: ")  # the one reason type a weaker check can take over
 
 
 def test_llm_train_step_needing_tens_of_gib_is_compiled(engine, pipeline):

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import time
+from dataclasses import replace
 from pathlib import Path
 
 import click
@@ -44,13 +47,20 @@ from autotune.cli.common import check_writable, console, db_option, json_option,
               help="Exit 1 unless the reported best reaches this validation level "
                    "(identical > executed > executed-with-stand-ins > compiled > unverified; none accepts any).")
 @click.option("--no-prune", is_flag=True, help="Report the best sequence as found, without dropping useless passes.")
+@click.option("--no-surrogate", is_flag=True,
+              help="Search the module as it is even when large constants (weights baked in) could be lifted to "
+                   "parameters for the search (the default re-checks the best candidates on the real module).")
+@click.option("--validate-seconds", type=float, default=None,
+              help="Longest one execution of validation may take; a module estimated longer is compiled, not "
+                   "executed (level compiled, with the estimate), and a run past it is stopped "
+                   "[default: 30, or $AUTOTUNE_VALIDATE_SECONDS].")
 @db_option
 @workers_option
 @executor_option
 @json_option
 def run(models, modules_dir, allow_regressions, strategy, budget, time_limit, seed, max_length, objective, min_effect,
-        confirm_rounds, out_dir, resume, sampler, optimizer, policy, shaping, extra, no_validate, require, no_prune, db,
-        workers, as_json) -> None:
+        confirm_rounds, out_dir, resume, sampler, optimizer, policy, shaping, extra, no_validate, require, no_prune,
+        no_surrogate, validate_seconds, db, workers, as_json) -> None:
     """Tune MODEL's pass ordering with a search strategy and report the best sequence found."""
     from autotune import strategy as strategy_mod
     from autotune.core import objectives
@@ -59,6 +69,10 @@ def run(models, modules_dir, allow_regressions, strategy, budget, time_limit, se
     from autotune.reporting.progress import RichObserver
 
     from autotune.cli.common import module_paths
+    from autotune.core.limits import validate_seconds as check_seconds
+
+    if validate_seconds is not None:
+        check_seconds(validate_seconds)  # a bad bound fails before anything is loaded
 
     paths = module_paths(list(models) + ([modules_dir] if modules_dir else [])) if (models or modules_dir) else []
     if resume and paths:
@@ -67,6 +81,10 @@ def run(models, modules_dir, allow_regressions, strategy, budget, time_limit, se
         raise BadInput("give a MODEL to tune (or --resume RUN_ID)")
     if len(paths) > 1 or modules_dir:
         from autotune.cli.fleet import run_fleet
+        from autotune.core.limits import VALIDATE_SECONDS_ENV
+
+        if validate_seconds is not None:  # a fleet validates through the same bound, read from the environment
+            os.environ[VALIDATE_SECONDS_ENV] = repr(float(validate_seconds))
 
         return run_fleet(paths, strategy, budget, time_limit, seed, max_length, objective, out_dir, sampler,
                          optimizer, policy, shaping, extra, no_validate, no_prune, allow_regressions, db, workers,
@@ -74,7 +92,9 @@ def run(models, modules_dir, allow_regressions, strategy, budget, time_limit, se
     model = paths[0] if paths else None
     if out_dir:
         check_writable(Path(out_dir), directory=True)
+    loading = time.perf_counter()
     module = None if resume else load_model(model)
+    loading = time.perf_counter() - loading
     chosen = objective
     options = parse_options(extra, sampler=sampler, optimizer=optimizer, policy=policy, shaping=shaping)
     if not resume:
@@ -87,7 +107,9 @@ def run(models, modules_dir, allow_regressions, strategy, budget, time_limit, se
         try:
             result = tune(ev, module, strategy=strategy, budget=budget, objective=chosen, seed=seed,
                           max_length=max_length, time_limit=time_limit, options=options, observer=observer,
-                          resume=resume, validate=not no_validate, prune=not no_prune)
+                          resume=resume, validate=not no_validate, prune=not no_prune,
+                          validate_seconds=validate_seconds, surrogate=not no_surrogate)
+            result = replace(result, phases=(("load", loading), *result.phases))
         except Interrupted as exc:
             if out_dir:
                 _write_outputs(ev, exc.partial, Path(out_dir))
@@ -214,6 +236,9 @@ def _report(result, as_json: bool, out_dir) -> None:
         out.print(f"confirmation ({c.rounds} interleaved rounds of the best and XLA's default, extra to the "
                       f"budget): median {c.cost:g} vs {c.default_cost:g} us, ratio {c.ratio:.3f} "
                       f"[{c.low:.3f}, {c.high:.3f}] at {c.confidence:.0%} confidence")
+    if result.surrogate:
+        color = "green" if result.surrogate.get("agree") else "yellow"
+        out.print(f"[{color}]{result.surrogate['message']}[/]")
     if result.validation is not None:
         out.print(f"validation: {result.validation.describe()}"
                       + ("" if result.beats_default else " (of the best candidate, which does not beat XLA's default)"))
@@ -221,5 +246,7 @@ def _report(result, as_json: bool, out_dir) -> None:
         out.print(f"[yellow]rejected (invalid):[/] {','.join(seq)}: {reason}")
     out.print(f"run {result.run_id} ({result.status}): {result.seconds:.1f}s, steps compiled {result.steps_compiled}, "
                   f"cache hit rate {result.cache_hit_rate:.0%}" + (f"; outputs in {out_dir}" if out_dir else ""))
+    if result.phases:
+        out.print("time per phase: " + ", ".join(f"{name} {sec:.1f}s" for name, sec in result.phases))
 
 

@@ -118,6 +118,9 @@ class Backend(Protocol):
     step_timeout: float
     #: Where the workers live (``autotune.core.executors.Executor``).
     executor: object
+    #: True when ``execution_estimate`` can say how long a run takes and ``execute(timeout=)`` can
+    #: stop one: validation then bounds every execution (``--validate-seconds``).
+    bounded_execution: bool
 
     # -- identity and vocabulary --
     @property
@@ -170,8 +173,19 @@ class Backend(Protocol):
     def compiles(self, module) -> bool:
         """True when the full pipeline (codegen included) accepts the module; ``PassFailed`` if not."""
 
-    def execute(self, module, seed: int = 0, floats: str = "normal", int_high: int = 4) -> list:
-        """Run the fully compiled module once on seeded random inputs; every output as numpy."""
+    def execute(self, module, seed: int = 0, floats: str = "normal", int_high: int = 4,
+                timeout: float | None = None) -> list:
+        """Run the fully compiled module once on seeded random inputs; every output as numpy. With
+        ``timeout``, a run still going after that many seconds is stopped (its worker replaced) and
+        raises ``PassFailed`` with status ``timeout``."""
+
+    def execution_estimate(self, module) -> float | None:
+        """Seconds one run of ``module`` should take on this machine, or None when the backend cannot
+        tell. None also means validation does not bound the run (nothing to stop it by)."""
+
+    def lift_constants(self, module) -> tuple | None:
+        """``(surrogate, constants lifted, their bytes)``: ``module`` with its large constants as
+        parameters, searched instead of it (cheaper steps); None when there is nothing to lift."""
 
     def stand_ins(self, module, extra: Sequence[str] = ()) -> tuple:
         """``(module, replaced, targets)``: the module with host stand-ins for what the host cannot
@@ -210,6 +224,7 @@ class BackendBase:
     worker: str = ""
     #: Environment of the worker processes (on top of the driver's).
     worker_env: dict | None = None
+    bounded_execution: bool = False
 
     def __init__(self, workers: int = 1, cache=None, step_timeout: float = 120.0, executor=None):
         self.workers = max(1, int(workers))
@@ -252,6 +267,14 @@ class BackendBase:
 
     def reproduce(self, sequence: Sequence[str]) -> dict:
         return {}
+
+    def execution_estimate(self, module) -> float | None:
+        """Cannot estimate: validation runs the module unbounded (fine for a backend that runs fast)."""
+        return None
+
+    def lift_constants(self, module) -> tuple | None:
+        """No surrogate: the module itself is searched."""
+        return None
 
     def close(self) -> None:
         if self._pool is not None:

@@ -86,3 +86,43 @@ def gib(n: float) -> str:
         if n >= scale / 10:
             return f"{n / scale:.1f} {unit}"
     return f"{int(n)} bytes"
+
+
+# ---- time: how long one execution may take (validation) ------------------------------------------------
+#: Environment variable overriding the per-execution time bound of validation (seconds).
+VALIDATE_SECONDS_ENV = "AUTOTUNE_VALIDATE_SECONDS"
+#: Default bound on one execution of one module during validation. Validation runs the original once
+#: (a few times while its outputs are not finite) and each candidate once, so a run's validation
+#: stays within minutes; a module estimated to take longer is compiled instead of executed
+#: (level ``compiled``, with the estimate), and an execution that overruns is stopped at the bound.
+DEFAULT_VALIDATE_SECONDS = 30.0
+
+
+def validate_seconds(value: float | None = None) -> float:
+    """The execution bound in seconds: ``value`` when given, else ``AUTOTUNE_VALIDATE_SECONDS``, else
+    ``DEFAULT_VALIDATE_SECONDS``. ``BadInput`` for a value that is not a positive number."""
+    source = "--validate-seconds"
+    if value is None:
+        text = os.environ.get(VALIDATE_SECONDS_ENV)
+        if not text:
+            return DEFAULT_VALIDATE_SECONDS
+        source = VALIDATE_SECONDS_ENV
+        try:
+            value = float(text)
+        except ValueError:
+            raise BadInput(f"{VALIDATE_SECONDS_ENV}={text!r} is not a number of seconds") from None
+    value = float(value)
+    if not value > 0 or value != value:
+        raise BadInput(f"{source} must be a positive number of seconds (got {value:g})")
+    return value
+
+
+def duration(seconds: float) -> str:
+    """Seconds for a person: ``0.2 s``, ``45 s``, ``14 min``, ``3.2 h``."""
+    if seconds < 10:
+        return f"{seconds:.1f} s" if seconds >= 0.1 else f"{seconds * 1000:.0f} ms"
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 2 * 3600:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"

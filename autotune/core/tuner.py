@@ -43,6 +43,11 @@ MAX_REJECTED = 8
 #: Candidates a measured objective may try to confirm (the best, then runners-up) before it says
 #: "no significant difference". Each costs one confirmation (see the objective's ``confirm``).
 MAX_CONFIRMATIONS = 2
+#: Weights at the price of parameters: a module whose entry constants hold at least this many bytes
+#: is searched on its surrogate (those constants lifted to parameters, ``Backend.lift_constants``).
+SURROGATE_MIN_BYTES = 1 << 20
+#: Distinct surrogate candidates (the best and its runners-up) re-established on the real module.
+SURROGATE_RECHECK = 3
 
 
 @dataclass(frozen=True)
@@ -80,6 +85,13 @@ class TuneResult:
     history: tuple[float, ...]  # best-so-far cost after each evaluation
     claim: Claim | None = None  # the objective's verdict on ``best`` against XLA's default
     executor: dict | None = None  # what ran the steps (autotune.core.executors: local or ray, and where)
+    #: Seconds per phase (``observer.PHASES``: load, normalise, default, search, recheck, prune,
+    #: validation, confirmation), in the order they ran; ``load`` is added by the caller that loaded the file.
+    phases: tuple[tuple[str, float], ...] = ()
+    #: Set when the search ran on a surrogate with the large constants lifted to parameters: how many,
+    #: their bytes, each re-checked candidate's cost on the surrogate and on the real module,
+    #: ``agree`` and a ``message`` saying what was done (``_Tuner.recheck``).
+    surrogate: dict | None = None
 
     @property
     def validation(self):
@@ -152,6 +164,8 @@ class TuneResult:
             "improvement_final_ops": self.improvement(True), "improvement_raw_ops": self.improvement(False),
             "seconds": self.seconds, "steps_compiled": self.steps_compiled, "steps_cached": self.steps_cached,
             "cache_hit_rate": self.cache_hit_rate, "executor": self.executor, "history": list(self.history),
+            "phases": {name: round(sec, 3) for name, sec in self.phases},
+            "surrogate": self.surrogate,
         }
 
     @classmethod
@@ -172,6 +186,8 @@ class TuneResult:
             seconds=float(data["seconds"]), steps_compiled=int(data["steps_compiled"]),
             steps_cached=int(data["steps_cached"]), history=tuple(float(h) for h in data.get("history") or ()),
             claim=Claim.from_dict(data.get("claim")), executor=data.get("executor"),
+            phases=tuple((str(k), float(v)) for k, v in (data.get("phases") or {}).items()),
+            surrogate=data.get("surrogate"),
         )
 
 
@@ -219,10 +235,42 @@ class RunEvaluate(Evaluate):
         return self.t.input_metrics
 
 
+class PhaseClock:
+    """Seconds per phase of a run (``observer.PHASES``), the observer told as each phase or step starts.
+
+    Phases may alternate (``_summarise`` prunes, validates and confirms one candidate after another):
+    each phase's seconds accumulate. ``result()`` lists them in the order they first ran.
+    """
+
+    def __init__(self, observer: Observer):
+        self.observer = observer
+        self.seconds: dict[str, float] = {}
+        self.current: str | None = None
+        self.since = time.perf_counter()
+
+    def enter(self, phase: str, detail: str | None = None, estimate: float | None = None) -> None:
+        if phase != self.current:
+            self.stop()
+            self.current, self.since = phase, time.perf_counter()
+            self.seconds.setdefault(phase, 0.0)
+        self.observer.on_phase(phase, detail, estimate)
+
+    def stop(self) -> None:
+        if self.current is not None:
+            self.seconds[self.current] += time.perf_counter() - self.since
+            self.current = None
+
+    def result(self) -> tuple[tuple[str, float], ...]:
+        now = time.perf_counter()
+        return tuple((name, sec + (now - self.since if name == self.current else 0.0))
+                     for name, sec in self.seconds.items())
+
+
 class _Tuner:
     def __init__(self, evaluator: Evaluator, root: Module, objective: Objective, budget: int,
                  time_limit: float | None, run_id: str, replay: list[TrialRecord], observer: Observer,
-                 seed: int = 0, strategy: str = "session"):
+                 seed: int = 0, strategy: str = "session", clock: PhaseClock | None = None,
+                 validate_seconds: float | None = None):
         self.ev = evaluator
         self.runs = RunStore(evaluator.cache)
         self.root = root
@@ -238,9 +286,15 @@ class _Tuner:
         self.best: TrialRecord | None = None
         self.best_history: list[float] = []
         self.t0 = time.perf_counter()
+        self.phases = clock or PhaseClock(observer)
+        self.validate_seconds = validate_seconds
+        #: ``(real root, description)`` while the search runs on a surrogate; ``recheck`` moves to it.
+        self.real: tuple[Module, dict] | None = None
+        self.real_info: dict | None = None  # what ``recheck`` compared (``TuneResult.surrogate``)
         # The evaluator may outlive this run (compare, an API session): count this run's steps only.
         self.steps0 = (evaluator.stats.steps_compiled, evaluator.stats.steps_cached)
         self.input_metrics = evaluator.metrics(root.fingerprint)
+        self.phases.enter("default", "XLA's default pipeline on the module")
         default = evaluator.default(root)
         if not default.ok:
             raise AutotuneError(f"XLA's default pipeline fails on this module: {default.message}")
@@ -318,6 +372,66 @@ class _Tuner:
         """(compiled, cached) steps of this run so far."""
         return self.ev.stats.steps_compiled - self.steps0[0], self.ev.stats.steps_cached - self.steps0[1]
 
+    def recheck(self) -> list[TrialRecord]:
+        """Leave the surrogate: re-establish its best candidates on the real module and rank them there.
+
+        The ``SURROGATE_RECHECK`` best distinct surrogate states that beat XLA's default there (the
+        best and the runners-up that could overtake it; the best alone when none does) are evaluated
+        on the real module, with XLA's default and the objective measured there too; from then on the
+        tuner's root, context and default are the real ones, so pruning, validation and confirmation
+        all happen on the real module. ``real_info`` records what was compared and whether surrogate
+        and real module agree (same costs, same best).
+        """
+        real, info = self.real
+        picks, seen = [], set()
+        for rec in sorted((r for r in self.records if r.status == "ok" and r.state), key=lambda r: (r.cost, r.n)):
+            if picks and rec.cost >= self.default_cost:
+                break  # only contenders: candidates that beat XLA's default on the surrogate (or the best one)
+            if rec.state not in seen:
+                seen.add(rec.state)
+                picks.append(rec)
+            if len(picks) == SURROGATE_RECHECK:
+                break
+        surrogate_default = self.default_cost
+        self.root, self.input_metrics = real, self.ev.metrics(real.fingerprint)
+        default = self.ev.default(real)
+        if not default.ok:
+            raise AutotuneError(f"XLA's default pipeline fails on this module: {default.message}")
+        self.default_result = default
+        self.ctx = ObjectiveContext(self.ev, real, default, self.seed)
+        self.default_cost = self.objective.default_cost(self.ctx)
+        self.failure_cost = FAILURE_FACTOR * self.default_cost + 1.0
+        results = self.ev.evaluate_many(real, [r.sequence for r in picks]) if picks else []
+        self.objective.prepare([r.state for r in results if r.ok], self.ctx)
+        ranked, checks = [], []
+        for rec, result in zip(picks, results):
+            cost = self.objective.cost(result.state, self.ctx) if result.ok else math.nan
+            checks.append({"sequence": list(rec.sequence), "surrogate_cost": rec.cost,
+                           "real_cost": None if math.isnan(cost) else cost})
+            if not math.isnan(cost):
+                ranked.append(replace(rec, cost=cost, state=result.state))
+        ranked.sort(key=lambda r: (r.cost, r.n))
+        same_costs = all(c["real_cost"] == c["surrogate_cost"] for c in checks) and surrogate_default == self.default_cost
+        same_best = not ranked or not picks or ranked[0].sequence == picks[0].sequence
+        agree = same_costs and same_best
+        lifted = f"{info['constants']} constant(s) of {info['bytes'] / (1 << 20):.1f} MiB lifted to parameters"
+        if agree:
+            message = (f"searched on a surrogate ({lifted}); its {len(checks)} best candidate(s) re-checked on the "
+                       "real module: same costs")
+        else:
+            diffs = "; ".join(f"{','.join(c['sequence']) or '(empty)'}: {c['surrogate_cost']:g} on the surrogate, "
+                              f"{'fails' if c['real_cost'] is None else format(c['real_cost'], 'g')} on the real module"
+                              for c in checks if c["real_cost"] != c["surrogate_cost"])
+            if surrogate_default != self.default_cost:
+                diffs = (diffs + "; " if diffs else "") + (f"XLA's default {surrogate_default:g} on the surrogate, "
+                                                           f"{self.default_cost:g} on the real module")
+            message = (f"surrogate and real module disagree ({diffs}): searched on a surrogate ({lifted}), the "
+                       f"{len(checks)} best candidate(s) re-checked on the real module and ranked by their real "
+                       "cost; the best there is reported" + ("" if same_best else " (not the surrogate's best)"))
+        self.real_info = {**info, "rechecked": checks, "agree": agree, "message": message}
+        self.real = None  # only now: a Ctrl-C above leaves the surrogate's partial answer unreported
+        return ranked
+
     def prune(self, sequence: tuple[str, ...], cost: float) -> tuple[tuple[str, ...], str, float]:
         """Drop passes that do not help: one backward sweep, keeping a removal when the cost does
         not get worse. Searches return sequences padded with passes that change nothing (most
@@ -371,6 +485,8 @@ def tune(
     validation_seed: int = 0,
     prune: bool = True,
     spec: RunSpec | None = None,
+    validate_seconds: float | None = None,
+    surrogate: bool = True,
 ) -> TuneResult:
     """Search for the best pass sequence for ``module`` with ``strategy``.
 
@@ -378,10 +494,18 @@ def tune(
     sequence evaluations, cache hits included. ``prune`` shortens the best sequence afterwards
     (passes whose removal does not worsen a deterministic objective are dropped; at most its length
     in extra evaluations, outside the budget). With ``resume=RUN_ID`` every other setting is taken
-    from the recorded run and its completed trials are replayed.
+    from the recorded run and its completed trials are replayed. ``validate_seconds`` bounds each
+    execution of validation (``limits.validate_seconds``; an execution estimated longer is not run:
+    level ``compiled``, with the estimate). ``surrogate``: a module whose entry constants hold at
+    least ``SURROGATE_MIN_BYTES`` (weights baked in) is searched on a surrogate with those constants
+    lifted to parameters (XLA imports it ~15x faster at every step), then its best candidates are
+    re-established on the real module (``_Tuner.recheck``; ``TuneResult.surrogate`` says what was done
+    and whether the two agree). Ctrl-C at any point, validation included, raises
+    ``Interrupted`` with the run saved and resumable.
     """
     store = RunStore(evaluator.cache)
     observer = observer or Observer()
+    clock = PhaseClock(observer)
     replay: list[TrialRecord] = []
     if resume:
         run = store.get(resume)
@@ -405,7 +529,12 @@ def tune(
             name = objective.name if isinstance(objective, Objective) else objective
             spec = RunSpec(strategy=strategy, budget=budget, objective=name, seed=seed, max_length=max_length,
                            time_limit=time_limit, options=options or {}, validate=validate, prune=prune)
-        root = evaluator.prepare(module)
+        clock.enter("normalise", "XLA's import round trip until the module is stable")
+        try:
+            root = evaluator.prepare(module)
+        except BaseException:
+            observer.on_run_end()
+            raise
         run_id = new_run_id()
     obj = objective if isinstance(objective, Objective) and objective.name == spec.objective \
         else objectives_mod.get(spec.objective)
@@ -416,10 +545,20 @@ def tune(
                seed=spec.seed, max_length=spec.max_length, options=spec.options, version=evaluator.version,
                validate=spec.validate, time_limit=spec.time_limit)
 
-    tuner = _Tuner(evaluator, root, obj, spec.budget, spec.time_limit, run_id, replay, observer, spec.seed,
-                   spec.strategy)
+    try:
+        search_root, lifted = root, None
+        if surrogate:
+            search_root, lifted = _surrogate_of(evaluator, root, clock)
+        tuner = _Tuner(evaluator, search_root, obj, spec.budget, spec.time_limit, run_id, replay, observer,
+                       spec.seed, spec.strategy, clock, validate_seconds)
+        if lifted is not None:
+            tuner.real = (root, lifted)
+    except BaseException:
+        observer.on_run_end()
+        raise
     status, reason = "finished", None
     seed_everything(spec.seed)
+    clock.enter("search")
     observer.on_run_start(spec.budget, f"{spec.strategy} on {root.name}")
     try:
         try:
@@ -432,16 +571,43 @@ def tune(
         status = "interrupted"
     except ExecutorLost as exc:  # the cluster went away: stop as on Ctrl-C, completed trials kept
         status, reason = "interrupted", str(exc)
+    result = None
+    try:
+        if status != "interrupted":
+            try:  # validation and confirmation: a Ctrl-C here stops them and keeps the run resumable
+                result = _summarise(tuner, status, spec.validate, validation_seed, spec.prune)
+            except KeyboardInterrupt:
+                status, reason = "interrupted", "interrupted during validation"
     finally:
+        clock.stop()
         observer.on_run_end()
     if status == "interrupted":
         store.save(run_id, status="interrupted", updated=time.time())
         raise Interrupted(run_id, _summarise(tuner, status, validate=False, validation_seed=validation_seed,
-                                             prune=False), reason)
-    result = _summarise(tuner, status, spec.validate, validation_seed, spec.prune)
+                                             prune=False, recheck=False), reason)
     store.save(run_id, status=status, updated=time.time(), best_sequence=result.best_sequence,
                best_cost=result.best_cost, summary=result.to_dict())
     return result
+
+
+def _surrogate_of(evaluator: Evaluator, root: Module, clock: PhaseClock) -> tuple[Module, dict | None]:
+    """``(module to search, description)``: the normalised surrogate of ``root`` with its large
+    constants lifted to parameters, or ``(root, None)`` when it has too few constant bytes (or the
+    backend cannot lift them)."""
+    lift = evaluator.pipeline.lift_constants
+    clock.enter("normalise", "looking for large constants to lift to parameters (a surrogate to search on)")
+    try:
+        lifted = lift(root)
+    except AutotuneError:
+        return root, None
+    if lifted is None or lifted[2] < SURROGATE_MIN_BYTES:
+        return root, None
+    module, n, nbytes = lifted
+    try:
+        search_root = evaluator.prepare(module)
+    except AutotuneError:  # the surrogate does not import: search the real module
+        return root, None
+    return search_root, {"constants": n, "bytes": nbytes, "fingerprint": search_root.fingerprint}
 
 
 class Interrupted(AutotuneError):
@@ -466,7 +632,8 @@ def seed_everything(seed: int) -> None:
         pass
 
 
-def _summarise(tuner: _Tuner, status: str, validate: bool, validation_seed: int, prune: bool = True) -> TuneResult:
+def _summarise(tuner: _Tuner, status: str, validate: bool, validation_seed: int, prune: bool = True,
+               recheck: bool = True) -> TuneResult:
     """Pick what the run may report: candidates in order of cost, each pruned (deterministic
     objectives), validated, and its win confirmed by the objective; a rejected candidate is
     recorded with its reason and the next one is tried."""
@@ -476,7 +643,18 @@ def _summarise(tuner: _Tuner, status: str, validate: bool, validation_seed: int,
     validity = None
     claim: Claim | None = None
     confirmations = 0
-    ranked = sorted((r for r in tuner.records if r.status == "ok"), key=lambda r: (r.cost, r.n))
+    clock = tuner.phases
+    if tuner.real is not None and not recheck:  # an interrupted run's partial answer: not re-checked,
+        # so nothing is reported as a best (the surrogate's modules hold parameters, not the weights)
+        tuner.real_info = {**tuner.real[1], "rechecked": [], "agree": None,
+                           "message": "searched on a surrogate with large constants lifted to parameters; "
+                                      "interrupted before its best was re-checked on the real module"}
+        ranked = []
+    elif tuner.real is not None:
+        clock.enter("recheck", "re-establishing the surrogate's best candidates on the real module")
+        ranked = tuner.recheck()
+    else:
+        ranked = sorted((r for r in tuner.records if r.status == "ok"), key=lambda r: (r.cost, r.n))
     seen: set[str] = set()
     for i, rec in enumerate(ranked):
         if rec.state is None:
@@ -491,10 +669,13 @@ def _summarise(tuner: _Tuner, status: str, validate: bool, validation_seed: int,
             break
         found = rec.sequence
         if prune and obj.deterministic and rec.cost < tuner.default_cost:
+            clock.enter("prune", f"candidate {len(seen)}: dropping passes that change nothing")
             seq, state, cost = tuner.prune(rec.sequence, rec.cost)
             rec = replace(rec, sequence=seq, state=state, cost=cost)
         if validate:
-            report = validity_of(ev, tuner.root, rec.state, validation_seed)
+            clock.enter("validation", f"candidate {len(seen)}")
+            report = validity_of(ev, tuner.root, rec.state, validation_seed, tuner.validate_seconds,
+                                 progress=lambda line, n=len(seen): clock.enter("validation", f"candidate {n}: {line}"))
             if not report["ok"]:
                 invalid.append((rec.sequence, report.get("reason") or "outputs differ"))
                 tuner.runs.mark_invalid(tuner.run_id, rec.state, report.get("reason"))
@@ -503,6 +684,8 @@ def _summarise(tuner: _Tuner, status: str, validate: bool, validation_seed: int,
             from autotune.core.validation import not_checked
 
             report = not_checked().to_dict()
+        if not obj.deterministic:
+            clock.enter("confirmation", "interleaved re-measurement of the best and XLA's default")
         verdict = obj.confirm(rec.state, rec.cost, tuner.ctx)
         if not verdict.win and not obj.deterministic and rec.cost < tuner.default_cost:
             confirmations += 1  # a measured win that did not hold up: try the runner-up, within limits
@@ -528,7 +711,7 @@ def _summarise(tuner: _Tuner, status: str, validate: bool, validation_seed: int,
         default=tuner.default_result.metrics, default_cost=tuner.default_cost, best=best, validity=validity,
         invalid=tuple(invalid), seconds=time.perf_counter() - tuner.t0, steps_compiled=compiled,
         steps_cached=cached, history=tuple(tuner.best_history), claim=claim,
-        executor=_executor_of(ev),
+        executor=_executor_of(ev), phases=tuner.phases.result(), surrogate=tuner.real_info,
     )
 
 
@@ -536,7 +719,8 @@ def _executor_of(ev: Evaluator) -> dict | None:
     return ev.pipeline.executor.describe()
 
 
-def validity_of(evaluator: Evaluator, root: Module, state: str, seed: int = 0) -> dict:
+def validity_of(evaluator: Evaluator, root: Module, state: str, seed: int = 0,
+                bound_seconds: float | None = None, progress=None) -> dict:
     """The validation level of ``state`` against ``root`` (``Validation.to_dict()``).
 
     ``identical`` when the state ends, after XLA's default pipeline, as the same module as the
@@ -544,7 +728,8 @@ def validity_of(evaluator: Evaluator, root: Module, state: str, seed: int = 0) -
     ``validation.establish`` compiles and, where this machine can, executes both modules.
     Levels that are facts about the two modules (identical, executed, executed-with-stand-ins,
     invalid) are cached per (root, state, seed); ``compiled`` and ``unverified`` depend on this
-    machine's memory and are established again next time.
+    machine's memory and time bound and are established again next time. ``bound_seconds`` bounds
+    each execution (``validation.execution_plan``); ``progress`` hears each step (one line).
     """
     from autotune.core.validation import COMPILED, UNVERIFIED, establish
 
@@ -554,7 +739,7 @@ def validity_of(evaluator: Evaluator, root: Module, state: str, seed: int = 0) -
         final, default = evaluator.final(state), evaluator.default(root)
         identical = final.ok and default.ok and final.state == default.state
         result = establish(evaluator.pipeline, root, evaluator.module(state, root.name), seed=seed,
-                           identical=identical)
+                           identical=identical, bound_seconds=bound_seconds, progress=progress)
         report = result.to_dict()
         if result.level not in (COMPILED, UNVERIFIED):
             evaluator.cache.put_report("validation", key, report)

@@ -11,6 +11,12 @@ the entry signature (the backend's ``parameter_specs``; XLA's ``runner.random_in
 with dtype-aware tolerances (``tolerance``). Random inputs test one point of the input space; that
 is evidence, not proof. ``seed`` picks another point.
 
+Execution is bounded in time (``execution_plan``): XLA's cost analysis over this machine's calibrated
+rates estimates each run before it starts, a module estimated over the bound (``--validate-seconds``)
+is not executed, and a run that overruns its estimate is stopped at the bound (its worker killed).
+Every such case, and too little memory, is one reason type, ``"whole execution declined: <why>"``
+(``DECLINED``, ``ExecutionPlan.reason``): the level is then ``compiled`` with that reason.
+
 Inputs that make the original's outputs non-finite make the comparison weak (NaN == NaN passes),
 so ``validate`` retries the original with other input distributions and keeps the one with the
 fewest non-finite outputs. Both common causes were seen on real modules: the GPT-2 example is an
@@ -22,6 +28,7 @@ weight; non-negative floats fix it), and DLRM looks up a 3-row embedding with ``
 from __future__ import annotations
 
 import math
+import time
 from collections import OrderedDict
 from dataclasses import asdict, dataclass
 
@@ -278,11 +285,13 @@ _ORIGINAL_CACHE_SIZE = 4
 _ORIGINAL_CACHE_MAX_BYTES = 256 << 20
 
 
-def _original_outputs(pipeline, original, seed: int, specs) -> tuple[list[np.ndarray], str, int]:
+def _original_outputs(pipeline, original, seed: int, specs, bound: float | None = None
+                      ) -> tuple[list[np.ndarray], str, int]:
     """Run the original, retrying other input distributions while its outputs are not finite.
 
     Returns ``(outputs, floats, int_high)``. Any failure of the original is ``BadInput``: the input
-    itself cannot run, so nothing can be validated against it.
+    itself cannot run, so nothing can be validated against it. With ``bound`` (seconds) each run is
+    stopped at the bound (``_Overran``), and no retry starts once a run took a third of it.
     """
     key = (pipeline.version, original.fingerprint, int(seed))
     hit = _ORIGINAL_CACHE.get(key)
@@ -295,8 +304,9 @@ def _original_outputs(pipeline, original, seed: int, specs) -> tuple[list[np.nda
     for floats, int_high in INPUT_LADDER:
         if (floats != "normal" and not has_float) or (int_high != INPUT_LADDER[0][1] and not has_int):
             continue
+        started = time.perf_counter()
         try:
-            outs = pipeline.execute(original, seed=seed, floats=floats, int_high=int_high)
+            outs = _execute(pipeline, original, seed, floats, int_high, bound)
         except PassFailed as exc:
             raise BadInput(f"the original module itself does not compile and run with XLA's full pipeline: {exc}") from None
         except BadInput as exc:
@@ -304,7 +314,7 @@ def _original_outputs(pipeline, original, seed: int, specs) -> tuple[list[np.nda
         bad = _nonfinite(outs)
         if best is None or bad < best[3]:
             best = (outs, floats, int_high, bad)
-        if bad == 0:
+        if bad == 0 or (bound is not None and time.perf_counter() - started > bound / 3):
             break
     outs, floats, int_high, _ = best
     if sum(x.nbytes for x in outs) <= _ORIGINAL_CACHE_MAX_BYTES:
@@ -413,9 +423,13 @@ class _OriginalFails(Exception):
     """The original itself fails XLA's full pipeline or its run on this host."""
 
 
-def _original_outputs_or_reason(pipeline, original, seed, specs):
+class _Overran(Exception):
+    """An execution ran past its time bound and was stopped (its worker killed and replaced)."""
+
+
+def _original_outputs_or_reason(pipeline, original, seed, specs, bound=None):
     try:
-        return _original_outputs(pipeline, original, seed, specs)
+        return _original_outputs(pipeline, original, seed, specs, bound)
     except BadInput as exc:
         message = str(exc)
         if "itself does not compile" in message:
@@ -427,20 +441,112 @@ def _stand_in(pipeline, module, extra=()):
     return pipeline.stand_ins(module, extra)
 
 
-def establish(pipeline, original, tuned, seed: int = 0, identical: bool = False) -> Validation:
+def _bounded(pipeline) -> bool:
+    """Can this backend estimate an execution and stop one at a bound (``execution_estimate``,
+    ``execute(..., timeout=)``)? XLA's can; the toy backend of the tests runs instantly and cannot."""
+    return bool(pipeline.bounded_execution)
+
+
+def _execute(pipeline, module, seed, floats, int_high, bound):
+    """One run of ``module``; with ``bound``, the full compile first (not counted: the worker keeps
+    the executable) and then the run alone within ``bound`` seconds, else ``_Overran``."""
+    if bound is None or not _bounded(pipeline):
+        return pipeline.execute(module, seed=seed, floats=floats, int_high=int_high)
+    pipeline.compiles(module)
+    try:
+        return pipeline.execute(module, seed=seed, floats=floats, int_high=int_high, timeout=bound)
+    except PassFailed as exc:
+        if getattr(exc, "status", None) == "timeout":
+            raise _Overran(str(exc)) from None
+        raise
+
+
+# ---- the execution plan: may both modules be executed whole here? -----------------------------------
+#: Every reason for not executing both modules whole starts with this: too much memory, an estimate
+#: over the time bound, an execution stopped at the bound. A weaker check that needs no whole
+#: execution (issue 20's differential execution of the changed region) catches exactly these.
+DECLINED = "whole execution declined"
+
+
+@dataclass(frozen=True)
+class ExecutionPlan:
+    """Whether the original and the tuned module may be executed whole on this machine, and if not why.
+
+    ``fits`` False means "whole execution declined"; ``why`` says why for a person (``inputs need
+    30.2 GiB, 11.4 GiB available``, ``execution would take ~14 min on this machine (bound 30 s)``,
+    ``execution stopped at the 30 s bound ...``) and ``reason`` is the level's reason,
+    ``"whole execution declined: <why>"``. ``estimate_seconds`` is the longer of the two modules'
+    estimated run times (None where the backend cannot estimate), ``bound_seconds`` the bound.
+    """
+
+    fits: bool
+    why: str | None = None
+    estimate_seconds: float | None = None
+    bound_seconds: float | None = None
+
+    @property
+    def reason(self) -> str | None:
+        return None if self.fits else f"{DECLINED}: {self.why}"
+
+    def declined(self, why: str) -> "ExecutionPlan":
+        """The same plan, declined after all (an execution overran, the tuned module needs more memory)."""
+        return ExecutionPlan(False, why, self.estimate_seconds, self.bound_seconds)
+
+
+def is_declined(reason: str | None) -> bool:
+    """Is ``reason`` (a ``Validation.reason``) a declined whole execution?"""
+    return bool(reason) and reason.startswith(DECLINED)
+
+
+def execution_plan(pipeline, original, tuned, specs, bound_seconds: float | None = None) -> ExecutionPlan:
+    """Decide, before anything runs, whether both modules may be executed whole here.
+
+    Memory first (the inputs against ``limits.execution_limit()``), then time: XLA's cost analysis
+    of each module over this machine's calibrated rates (``pipeline.execution_estimate``) against
+    ``bound_seconds`` (``limits.validate_seconds()``: ``--validate-seconds``). Cost analysis counts
+    a loop's body once, so an estimate can be far too low: the bound stops the run itself too.
+    """
+    from autotune.core.limits import duration, execution_limit, gib, validate_seconds
+
+    bound = validate_seconds(bound_seconds)
+    need = sum(s.nbytes for s in specs)
+    limit, _ = execution_limit()
+    if need > limit:
+        return ExecutionPlan(False, f"inputs need {gib(need)}, {gib(limit)} available", None, bound)
+    if not _bounded(pipeline):
+        return ExecutionPlan(True, None, None, bound)
+    estimates = []
+    for module in (original, tuned):
+        try:
+            estimates.append(pipeline.execution_estimate(module))
+        except (PassFailed, BadInput):
+            estimates.append(None)
+    known = [e for e in estimates if e is not None]
+    estimate = max(known) if known else None
+    if estimate is not None and estimate > bound:
+        return ExecutionPlan(False, f"execution would take ~{duration(estimate)} on this machine "
+                                    f"(bound {duration(bound)}, --validate-seconds)", estimate, bound)
+    return ExecutionPlan(True, None, estimate, bound)
+
+
+def establish(pipeline, original, tuned, seed: int = 0, identical: bool = False,
+              bound_seconds: float | None = None, progress=None) -> Validation:
     """The strongest level this machine can establish for ``tuned`` against ``original``.
 
     ``identical``: the caller already knows both end as the same module after XLA's default
     pipeline (the tuner compares the final fingerprints it has anyway); nothing runs.
     Otherwise: custom calls the host cannot run get stand-ins (identically in both modules); if
-    the inputs and the executable fit ``limits.execution_limit()``, both run and their outputs are
-    compared (``executed``/``executed-with-stand-ins``, or ``invalid``); if not, the tuned module
-    must pass the full compile (``compiled``, or ``invalid`` when the original does compile);
-    when the original itself does not compile here the result is ``unverified``. Never raises
-    for a module that cannot be executed: a lower level is the answer.
+    ``execution_plan`` says both fit (memory, and the estimated time against ``bound_seconds``),
+    both run, each stopped at the bound, and their outputs are compared (``executed``/
+    ``executed-with-stand-ins``, or ``invalid``); if not ("whole execution declined: <why>"), the
+    tuned module must pass the full compile (``compiled`` with that reason, or ``invalid`` when the
+    original does compile); when the original itself does not compile here the result is
+    ``unverified``. Never raises for a module that cannot be executed: a lower level is the answer.
+    ``progress`` (a callable taking one line) hears what is being done, with the estimate.
     """
-    from autotune.core.limits import execution_limit, gib
+    from autotune.core.limits import duration
 
+    say = progress or (lambda line: None)
     if identical:
         return Validation(IDENTICAL, "after XLA's default pipeline it is the same module as XLA's default result")
     seed = int(seed)
@@ -463,42 +569,51 @@ def establish(pipeline, original, tuned, seed: int = 0, identical: bool = False)
         note = f"{n_tuned} custom call(s) replaced by host stand-ins"
         return "; " + note + (f" ({n_orig} in the original)" if n_orig != n_tuned else "")
 
-    # 2. can it run here?
-    why_not = None
+    # 2. may both run whole here? (memory, estimated time)
+    say("estimating execution time")
     try:
         specs = pipeline.parameter_specs(original)
-        need = sum(s.nbytes for s in specs)
-        limit, _ = execution_limit()
-        if need > limit:
-            why_not = f"inputs need {gib(need)}, {gib(limit)} available"
+        plan = execution_plan(pipeline, orig_run, tuned_run, specs, bound_seconds)
     except BadInput as exc:
-        specs, why_not = None, str(exc)
+        from autotune.core.limits import validate_seconds
+
+        specs, plan = None, ExecutionPlan(False, str(exc), None, validate_seconds(bound_seconds))
+    bound = plan.bound_seconds
+    est = f" (estimated {duration(plan.estimate_seconds)}, bound {duration(bound)})" \
+        if plan.estimate_seconds is not None else ""
     original_error = None
-    if why_not is None:
+    if plan.fits:
+        say(f"executing the original{est}")
         try:
-            orig_outs, floats, int_high = _original_outputs_or_reason(pipeline, orig_run, seed, specs)
+            orig_outs, floats, int_high = _original_outputs_or_reason(pipeline, orig_run, seed, specs, bound)
         except _CannotRun as exc:
-            why_not = str(exc)
+            plan = plan.declined(str(exc))
         except _OriginalFails as exc:
             original_error = str(exc)
-    if why_not is None and original_error is None:
+        except _Overran:
+            plan = plan.declined(_overran(plan, "the original's"))
+    if plan.fits and original_error is None:
+        say(f"executing the tuned module{est}")
         try:
-            report = _compare_tuned(pipeline, tuned_run, specs, orig_outs, seed, floats, int_high)
-        except BadInput:
-            report = None
-        if report is None:  # the tuned module needs more memory than the original did
-            why_not = "the tuned module's run does not fit the execution limit"
-        elif not report.ok:
-            return Validation(INVALID, report.reason, n_tuned, report)
+            report = _compare_tuned(pipeline, tuned_run, specs, orig_outs, seed, floats, int_high, bound)
+        except BadInput:  # the tuned module needs more memory than the original did
+            plan = plan.declined("the tuned module's run does not fit the execution limit")
+        except _Overran:
+            plan = plan.declined(_overran(plan, "the tuned module's"))
         else:
+            if not report.ok:
+                return Validation(INVALID, report.reason, n_tuned, report)
             level = EXECUTED_WITH_STAND_INS if n_tuned or n_orig else EXECUTED
             note = stand_note().lstrip("; ") or None
             return Validation(level, note, n_tuned, report)
-    # 3. not executed here: does the tuned module at least compile?
+    # 3. whole execution declined (``plan.reason`` starts with ``DECLINED``). A check that needs no whole
+    #    execution (issue 20's differential execution of the changed region) belongs here, before
+    #    falling back to ``compiled``. Does the tuned module at least compile?
     if original_error is None:
+        say("compiling the tuned module with XLA's full pipeline")
         try:
             pipeline.compiles(tuned_run)
-            return Validation(COMPILED, f"not executed: {why_not}{stand_note()}", n_tuned)
+            return Validation(COMPILED, f"{plan.reason}{stand_note()}", n_tuned)
         except PassFailed as exc:
             tuned_error = str(exc)
         try:
@@ -512,8 +627,17 @@ def establish(pipeline, original, tuned, seed: int = 0, identical: bool = False)
                                   f"{stand_note()}", n_tuned)
 
 
-def _compare_tuned(pipeline, tuned, specs, orig_outs, seed, floats, int_high) -> ValidationReport:
-    """Run the tuned module on the original's inputs and compare (``BadInput`` when it cannot run here)."""
+def _overran(plan: ExecutionPlan, whose: str) -> str:
+    from autotune.core.limits import duration
+
+    est = f"; estimated {duration(plan.estimate_seconds)}" if plan.estimate_seconds is not None else ""
+    return (f"{whose} execution was stopped at the {duration(plan.bound_seconds)} bound{est} "
+            f"(--validate-seconds; its worker was replaced)")
+
+
+def _compare_tuned(pipeline, tuned, specs, orig_outs, seed, floats, int_high, bound=None) -> ValidationReport:
+    """Run the tuned module on the original's inputs and compare (``BadInput`` when it cannot run here,
+    ``_Overran`` when its run passes ``bound``)."""
     n_inputs, described = len(specs), _describe(floats, int_high)
     try:
         tuned_specs = pipeline.parameter_specs(tuned)
@@ -523,7 +647,7 @@ def _compare_tuned(pipeline, tuned, specs, orig_outs, seed, floats, int_high) ->
         return ValidationReport(False, "the tuned module's parameters differ from the original's "
                                 f"({len(tuned_specs)} vs {len(specs)} parameter leaves)", (), seed, n_inputs, described)
     try:
-        tuned_outs = pipeline.execute(tuned, seed=seed, floats=floats, int_high=int_high)
+        tuned_outs = _execute(pipeline, tuned, seed, floats, int_high, bound)
     except PassFailed as exc:
         kind = {"crash": "crashes the compiler", "timeout": "timed out"}.get(getattr(exc, "status", "error"),
                                                                            "fails to compile or run")

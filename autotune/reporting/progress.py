@@ -1,4 +1,5 @@
-"""A rich progress bar as an ``Observer``: best so far, evaluations/s and cache hit rate."""
+"""A rich progress display as an ``Observer``: the phase a run is in, and during the search a bar
+with the best so far, evaluations/s and cache hit rate."""
 
 from __future__ import annotations
 
@@ -6,29 +7,66 @@ from autotune.core.observer import Observer
 
 
 class RichObserver(Observer):
+    """One rich display: a row naming the phase the run is in (with its estimate where one exists),
+    and during the search a bar with the best so far, evaluations/s and the cache hit rate.
+
+    rich refreshes the display on its own thread, so the elapsed time keeps moving while a long
+    phase (an XLA compile, an execution) holds the main thread: no phase is silent.
+    """
+
     def __init__(self, unit: str = ""):
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+        from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
         self.unit = unit
-        self._rp = Progress(
-            TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-            TextColumn("best [cyan]{task.fields[best]}"), TextColumn("{task.fields[rate]} eval/s"),
-            TextColumn("cache hits {task.fields[hits]}"), TimeElapsedColumn(), transient=False,
-        )
+        self._rp = Progress(TextColumn("[bold]{task.description}"), BarColumn(), TextColumn("{task.fields[info]}"),
+                            TimeElapsedColumn(), transient=False)
+        self._started = False
         self._task = None
+        self._total = 0
+        self._phase = None
+
+    def _start(self) -> None:
+        if not self._started:
+            self._rp.start()
+            self._started = True
+
+    def on_phase(self, phase: str, detail: str | None = None, estimate: float | None = None) -> None:
+        from autotune.core.limits import duration
+
+        self._start()
+        if phase == "search":
+            if self._phase is not None:
+                self._rp.update(self._phase, visible=False)
+            return
+        text = phase + (f": {detail}" if detail else "")
+        info = f"~{duration(estimate)}" if estimate else ""
+        if self._phase is None:
+            self._phase = self._rp.add_task(text, total=None, info=info)
+        else:
+            self._rp.reset(self._phase, description=text, info=info, visible=True)
 
     def on_run_start(self, total: int, description: str) -> None:
-        self._rp.start()
-        self._task = self._rp.add_task(description, total=total, best="-", rate="-", hits="-")
+        self._start()
+        if self._phase is not None:
+            self._rp.update(self._phase, visible=False)
+        self._task = self._rp.add_task(description, total=total, info="")
+        self._total = total
 
     def on_trial(self, done, best, rate, hit_rate) -> None:
-        self._rp.update(
-            self._task, completed=done, best="-" if best is None else f"{best:g}",
-            rate=f"{rate:.1f}", hits=f"{hit_rate:.0%}",
-        )
+        from autotune.core.limits import duration
+
+        left = (self._total - done) / rate if rate > 0 and self._total > done else 0.0
+        self._rp.update(self._task, completed=done,
+                        info=f"{done}/{self._total}  best [cyan]{'-' if best is None else f'{best:g}'}[/]"
+                             f"  {rate:.1f} eval/s  cache hits {hit_rate:.0%}"
+                             + (f"  ~{duration(left)} left" if left else ""))
 
     def on_run_end(self) -> None:
-        self._rp.stop()
+        if self._started:
+            if self._phase is not None:
+                self._rp.update(self._phase, visible=False)
+            self._rp.stop()
+            self._started = False
 
 
 class RichCompareProgress:

@@ -482,3 +482,56 @@ def time_ab(worker, proto_a: bytes, proto_b: bytes, seed: int = 0, rounds: int =
         "a": sa, "b": sb, "a_summary": _summary(sa), "b_summary": _summary(sb), "rounds": rounds,
         "inner": inner, "warmup": int(warmup), "min_seconds": float(min_seconds),
     }
+
+
+# ---- how fast this machine executes (validation's time estimate) ------------------------------------------
+#: Two small modules whose run time, divided into XLA's cost analysis of them, gives this machine's
+#: rates: a matrix product (flops per second) and an elementwise chain over 4 MiB vectors (bytes
+#: accessed per second). Cost analysis is read on the module as given (before XLA's pipeline), as it
+#: is for the modules being estimated, so the unfused byte counts are compared like with like.
+CALIBRATION_HLO = {
+    "flops": """HloModule autotune_calibrate_flops
+
+ENTRY main {
+  a = f32[512,512] parameter(0)
+  b = f32[512,512] parameter(1)
+  ROOT d = f32[512,512] dot(a, b), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+}
+""",
+    "bytes": """HloModule autotune_calibrate_bytes
+
+ENTRY main {
+  x = f32[1048576] parameter(0)
+  y = f32[1048576] parameter(1)
+  m = f32[1048576] multiply(x, y)
+  s = f32[1048576] add(m, x)
+  ROOT t = f32[1048576] subtract(s, y)
+}
+""",
+}
+
+
+def cost_of(worker, proto: bytes) -> dict:
+    """XLA's cost analysis of a module as given: ``flops``, ``transcendentals``, ``bytes``."""
+    from autotune.core import hlo
+
+    cost = worker._jax.hlo_module_cost_analysis(worker.backend, hlo.parse_proto(proto))
+    return {"flops": float(cost.get("flops", 0.0)), "transcendentals": float(cost.get("transcendentals", 0.0)),
+            "bytes": float(cost.get("bytes accessed", 0.0))}
+
+
+def calibrate_rates(worker) -> dict:
+    """This worker's execution rates: ``flops_per_s`` and ``bytes_per_s`` (XLA cost-analysis units).
+
+    Each calibration module is compiled and timed (median of 3 samples of >= 50 ms); its rate is
+    its dominant cost over its time. Takes well under a second; callers cache it per machine.
+    """
+    from autotune.core import hlo
+
+    rates = {}
+    for kind, text in CALIBRATION_HLO.items():
+        proto = hlo.parse_text(text).as_serialized_hlo_module_proto()
+        cost = cost_of(worker, proto)
+        timing = time_execution(worker, proto, repeats=3, warmup=1, min_seconds=0.05)
+        rates[f"{kind}_per_s"] = cost[kind] / max(timing["median"], 1e-9)
+    return rates

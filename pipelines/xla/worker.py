@@ -237,6 +237,18 @@ class XlaWorker:
         return runner.time_ab(self, proto_a, proto_b, seed, rounds, warmup, floats, int_high, min_seconds,
                               options_a, options_b)
 
+    def calibrate(self) -> dict:
+        """This machine's execution rates for validation's time estimate (see runner.calibrate_rates)."""
+        from autotune.pipelines.xla import runner
+
+        return runner.calibrate_rates(self)
+
+    def cost(self, proto: bytes) -> dict:
+        """XLA's cost analysis of the module as given (flops, transcendentals, bytes accessed)."""
+        from autotune.pipelines.xla import runner
+
+        return runner.cost_of(self, proto)
+
     def stand_ins(self, proto: bytes, extra: tuple = ()) -> tuple:
         """The module with host stand-ins for custom calls the host cannot run (see standins.py)."""
         from autotune.pipelines.xla import runner
