@@ -14,7 +14,8 @@ import time
 
 import pytest
 
-from autotune.core import hlo
+from autotune.pipelines.xla import hlo
+from autotune.pipelines.xla.loader import module_from_proto
 from autotune.core.limits import duration, validate_seconds
 from autotune.core.module import Module
 from autotune.core.validation import (COMPILED, DECLINED, EXECUTED, ExecutionPlan, establish, execution_plan,
@@ -73,7 +74,7 @@ ENTRY main {
 
 
 def text_module(text: str, name: str) -> Module:
-    return Module.from_proto(hlo.parse_text(text).as_serialized_hlo_module_proto(), name)
+    return module_from_proto(hlo.parse_text(text).as_serialized_hlo_module_proto(), name)
 
 
 class CountingPipeline:

@@ -164,7 +164,7 @@ class TuneResult:
             "improvement_final_ops": self.improvement(True), "improvement_raw_ops": self.improvement(False),
             "seconds": self.seconds, "steps_compiled": self.steps_compiled, "steps_cached": self.steps_cached,
             "cache_hit_rate": self.cache_hit_rate, "executor": self.executor, "history": list(self.history),
-            "phases": {name: round(sec, 3) for name, sec in self.phases},
+            "phases": dict(self.phases),
             "surrogate": self.surrogate,
         }
 
@@ -262,7 +262,8 @@ class PhaseClock:
 
     def result(self) -> tuple[tuple[str, float], ...]:
         now = time.perf_counter()
-        return tuple((name, sec + (now - self.since if name == self.current else 0.0))
+        # to the millisecond: what is shown, stored and read back (``to_dict``/``from_dict``) is the same
+        return tuple((name, round(sec + (now - self.since if name == self.current else 0.0), 3))
                      for name, sec in self.seconds.items())
 
 

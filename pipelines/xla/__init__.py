@@ -264,7 +264,7 @@ class XlaPipeline(BackendBase):
         if lifted is None:
             return None
         proto, n, nbytes = lifted
-        return Module.from_proto(proto, module.name), n, nbytes
+        return loader.module_from_proto(proto, module.name), n, nbytes
 
     # ---- how long an execution would take (validation's time budget) -------------------------------
     def execution_rates(self) -> dict:

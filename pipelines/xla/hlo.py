@@ -69,7 +69,8 @@ def _first_line(exc: BaseException) -> str:
 
 
 _ARRAY_SHAPE = re.compile(r"\b(pred|s4|s8|s16|s32|s64|u4|u8|u16|u32|u64|f16|bf16|f32|f64|c64|c128|f8\w*)\[([\d,]*)\]")
-_BYTES = {"pred": 1, "s4": 1, "s8": 1, "s16": 2, "s32": 4, "s64": 8, "u4": 1, "u8": 1, "u16": 2, "u32": 4, "u64": 8,
+#: Bytes per element of each HLO primitive type.
+DTYPE_BYTES = {"pred": 1, "s4": 1, "s8": 1, "s16": 2, "s32": 4, "s64": 8, "u4": 1, "u8": 1, "u16": 2, "u32": 4, "u64": 8,
           "f16": 2, "bf16": 2, "f32": 4, "f64": 8, "c64": 8, "c128": 16}
 
 
@@ -77,7 +78,7 @@ def largest_array_bytes(text: str) -> int:
     """Bytes of the largest array shape written in HLO text (used to refuse absurd inputs early)."""
     largest = 0
     for dtype, dims in _ARRAY_SHAPE.findall(text):
-        size = _BYTES.get(dtype, 1)
+        size = DTYPE_BYTES.get(dtype, 1)
         for d in dims.split(","):
             if d:
                 size *= int(d)

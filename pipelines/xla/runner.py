@@ -513,7 +513,7 @@ ENTRY main {
 
 def cost_of(worker, proto: bytes) -> dict:
     """XLA's cost analysis of a module as given: ``flops``, ``transcendentals``, ``bytes``."""
-    from autotune.core import hlo
+    from autotune.pipelines.xla import hlo
 
     cost = worker._jax.hlo_module_cost_analysis(worker.backend, hlo.parse_proto(proto))
     return {"flops": float(cost.get("flops", 0.0)), "transcendentals": float(cost.get("transcendentals", 0.0)),
@@ -526,7 +526,7 @@ def calibrate_rates(worker) -> dict:
     Each calibration module is compiled and timed (median of 3 samples of >= 50 ms); its rate is
     its dominant cost over its time. Takes well under a second; callers cache it per machine.
     """
-    from autotune.core import hlo
+    from autotune.pipelines.xla import hlo
 
     rates = {}
     for kind, text in CALIBRATION_HLO.items():

@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 import re
 
-from autotune.core import hlo
+from autotune.pipelines.xla import hlo
 
 #: Lift constants of at least this many bytes (smaller ones are cheap to import and may matter to folding).
 LIFT_MIN_BYTES = 64 << 10
@@ -32,7 +32,7 @@ _LAYOUT = re.compile(r",\s*entry_computation_layout=\{.*?\}(?=,\s*\w+=|\s*$)")
 
 
 def _nbytes(dtype: str, dims: str) -> int:
-    size = hlo._BYTES.get(dtype, 1)
+    size = hlo.DTYPE_BYTES.get(dtype, 1)
     return size * math.prod(int(d) for d in dims.split(",") if d)
 
 
