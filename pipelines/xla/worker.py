@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 from autotune.errors import BadInput, PassFailed
 from autotune.core import hlo
+from autotune.pipelines.xla.structure import structure_counts
 
 CAPTURE_PASS_NAME = "autotune-capture"
 
@@ -135,6 +136,7 @@ class XlaWorker:
         metrics = {
             "instructions": hlo.instruction_count(module),
             "opcodes": hlo.opcode_histogram(module),
+            "structure": structure_counts(hlo.elided_text(module)),
         }
         try:
             cost = self._jax.hlo_module_cost_analysis(self.backend, module)
