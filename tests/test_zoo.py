@@ -17,7 +17,7 @@ import jax
 import pytest
 
 from autotune.zoo import (
-    CONFIGS, FAMILIES, BertConfig, GPT2Config, ResNetConfig, count_instructions, kinds, lower, module_name, program,
+    CONFIGS, FAMILIES, BertConfig, GPT2Config, LLMConfig, ResNetConfig, count_instructions, kinds, lower, module_name, program,
 )
 from autotune.zoo import suite
 from autotune.zoo.common import lower_to_hlo, sha256_text
@@ -29,6 +29,7 @@ SMALL = {
     "gpt2": GPT2Config(layers=1, d_model=32, heads=2, seq=16, batch=2, vocab=64),
     "bert": BertConfig(layers=1, d_model=32, heads=2, seq=16, batch=2, vocab=64),
     "resnet": ResNetConfig(stages=2, blocks=1, width=4, image=8, batch=2),
+    "llm": LLMConfig(layers=2, d_model=32, heads=4, kv_heads=2, ffn=64, vocab=64, seq=16, batch=2),
 }
 
 #: Lowered in a fresh interpreter: the same configs must give the same bytes as in this process.

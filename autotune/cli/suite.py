@@ -11,13 +11,13 @@ from autotune.cli.common import json_option, print_json
 
 @cli.group()
 def suite() -> None:
-    """The benchmark suite of GPT-2, BERT and ResNet style modules (generated, never downloaded)."""
+    """The benchmark suite of GPT-2, BERT, ResNet and LLM step modules (generated, never downloaded)."""
 
 
 @suite.command("generate")
 @click.argument("out_dir", type=click.Path(file_okay=False))
 @click.option("--limit", type=click.IntRange(min=1), default=None, help="Only the first N modules.")
-@click.option("--family", "families", multiple=True, help="Only these families (gpt2, bert, resnet); repeatable.")
+@click.option("--family", "families", multiple=True, help="Only these families (gpt2, bert, resnet, llm); repeatable.")
 @click.option("--jobs", type=click.IntRange(min=1), default=None, help="Parallel lowering processes.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the train/test split.")
 @json_option

@@ -1,8 +1,9 @@
-"""Model zoo: GPT-2, BERT and ResNet style models in plain JAX, lowered to HLO text.
+"""Model zoo: GPT-2, BERT, ResNet and LLM (decode/prefill/train step) models in plain JAX, lowered to HLO text.
 
 Why it exists: the autotuner needs realistic, reproducible HLO modules to tune and to train/test
 search strategies on, in numbers, without downloading models. Each family module
-(:mod:`~autotune.zoo.gpt2`, :mod:`~autotune.zoo.bert`, :mod:`~autotune.zoo.resnet`) exposes the
+(:mod:`~autotune.zoo.gpt2`, :mod:`~autotune.zoo.bert`, :mod:`~autotune.zoo.resnet`,
+:mod:`~autotune.zoo.llm`) exposes the
 same small interface, which this package dispatches on:
 
 * a frozen config dataclass (sizes, dtype, optimizer),
@@ -22,19 +23,20 @@ import dataclasses
 from types import ModuleType
 from typing import Any
 
-from autotune.zoo import bert, gpt2, resnet
+from autotune.zoo import bert, gpt2, llm, resnet
 from autotune.zoo.bert import BertConfig
 from autotune.zoo.common import Program, count_instructions, lower_to_hlo
 from autotune.zoo.gpt2 import GPT2Config
+from autotune.zoo.llm import LLMConfig
 from autotune.zoo.resnet import ResNetConfig
 
 #: Family name -> module implementing it.
-FAMILIES: dict[str, ModuleType] = {"gpt2": gpt2, "bert": bert, "resnet": resnet}
+FAMILIES: dict[str, ModuleType] = {"gpt2": gpt2, "bert": bert, "resnet": resnet, "llm": llm}
 
 #: Family name -> its config dataclass.
-CONFIGS: dict[str, type] = {"gpt2": GPT2Config, "bert": BertConfig, "resnet": ResNetConfig}
+CONFIGS: dict[str, type] = {"gpt2": GPT2Config, "bert": BertConfig, "resnet": ResNetConfig, "llm": LLMConfig}
 
-Config = GPT2Config | BertConfig | ResNetConfig
+Config = GPT2Config | BertConfig | ResNetConfig | LLMConfig
 
 
 def family(name: str) -> ModuleType:
@@ -77,7 +79,7 @@ def lower(name: str, kind: str, cfg: Config) -> str:
 
 
 __all__ = [
-    "CONFIGS", "FAMILIES", "BertConfig", "Config", "GPT2Config", "Program", "ResNetConfig",
+    "CONFIGS", "FAMILIES", "BertConfig", "Config", "GPT2Config", "LLMConfig", "Program", "ResNetConfig",
     "config_from_dict", "count_instructions", "family", "kinds", "lower", "lower_to_hlo",
     "module_name", "program",
 ]

@@ -33,6 +33,9 @@ MIN_INSTRUCTIONS = 100
 MAX_INSTRUCTIONS = 20_000
 
 OPTIMIZERS = ("adam", "sgd", "adam_flat", "sgd_flat")
+
+#: Families split on their own rather than in the shared pool of the original three families.
+OWN_SPLIT = frozenset({"llm"})
 DTYPES = ("f32", "bf16")
 
 
@@ -49,8 +52,17 @@ class SuiteEntry:
         return dataclasses.asdict(self.config)
 
     def group(self) -> str:
-        """The model configuration this entry belongs to, ignoring the kind (the split's unit)."""
-        return json.dumps({"family": self.family, "config": self.config_dict()}, sort_keys=True)
+        """The model configuration this entry belongs to, ignoring the kind (the split's unit).
+
+        A family may define ``group_key(config)`` to say which fields make the model (the LLM
+        family leaves out the optimizer and the cache update, so a model's decode, prefill and
+        train steps always land on one side); otherwise the whole config is the model.
+        """
+        from autotune.zoo import family
+
+        fam = family(self.family)
+        key = fam.group_key(self.config) if hasattr(fam, "group_key") else self.config_dict()
+        return json.dumps({"family": self.family, "config": key}, sort_keys=True)
 
 
 @dataclass(frozen=True)
@@ -145,6 +157,68 @@ _RESNET_DEPTHS = ((1, 1), (1, 2), (2, 1), (2, 2), (3, 1), (3, 2), (3, 3), (4, 1)
 #: Model configurations per depth. Each config contributes every kind it supports.
 _PER_DEPTH = 5
 
+# LLM: every combination of the structural axes that the real LLM headroom comes from (attention
+# grouping x feed-forward x scan x KV-cache update) appears _LLM_REPEATS times, each time with
+# another shape, depth, normalization, position scheme, dtype and optimizer (independent cycles).
+_LLM_ATTENTION = ("mha", "gqa", "mqa")
+_LLM_EXPERTS = ((0, 2), (4, 1), (0, 2), (8, 2))  # (experts, top_k); dense half the time
+_LLM_SCAN = (True, False)
+_LLM_CACHE = ("dus", "scatter")
+_LLM_REPEATS = 3
+_LLM_SHAPES: tuple[dict[str, int], ...] = (
+    {"d_model": 64, "heads": 4, "ffn": 128, "vocab": 256, "seq": 32, "batch": 2},
+    {"d_model": 128, "heads": 8, "ffn": 256, "vocab": 512, "seq": 64, "batch": 1},
+    {"d_model": 96, "heads": 6, "ffn": 192, "vocab": 384, "seq": 48, "batch": 4},
+    {"d_model": 32, "heads": 4, "ffn": 96, "vocab": 128, "seq": 16, "batch": 8},
+    {"d_model": 128, "heads": 4, "ffn": 512, "vocab": 1024, "seq": 32, "batch": 2},
+    {"d_model": 48, "heads": 4, "ffn": 64, "vocab": 200, "seq": 24, "batch": 3},
+    {"d_model": 160, "heads": 8, "ffn": 320, "vocab": 320, "seq": 40, "batch": 2},
+)
+_LLM_LAYERS_SCAN = (2, 4, 8, 16, 32, 6)
+_LLM_LAYERS_UNROLLED = (1, 2, 3, 2, 3, 1)
+_LLM_STYLE = (
+    {"norm": "rms", "mlp": "swiglu", "positions": "rope"},
+    {"norm": "layer", "mlp": "gelu", "positions": "learned"},
+    {"norm": "rms", "mlp": "swiglu", "positions": "learned"},
+    {"norm": "layer", "mlp": "gelu", "positions": "rope"},
+    {"norm": "rms", "mlp": "gelu", "positions": "rope"},
+)
+_LLM_DTYPES = ("bf16", "bf16", "f32")
+
+
+def _llm_kv_heads(attention: str, heads: int, j: int) -> int:
+    if attention == "mha":
+        return heads
+    if attention == "mqa":
+        return 1
+    options = [k for k in (2, 3, 4) if heads % k == 0 and k < heads]
+    return options[j % len(options)]
+
+
+def _llm_configs() -> list[Any]:
+    """The LLM grid: each structural combination, _LLM_REPEATS times with varied sizes/styles."""
+    from autotune.zoo import LLMConfig
+
+    out = []
+    j = 0
+    for rep in range(_LLM_REPEATS):
+        for attention in _LLM_ATTENTION:
+            for experts, top_k in _LLM_EXPERTS:
+                for scan in _LLM_SCAN:
+                    for cache in _LLM_CACHE:
+                        shape = _LLM_SHAPES[j % len(_LLM_SHAPES)]
+                        layers = (_LLM_LAYERS_SCAN if scan else _LLM_LAYERS_UNROLLED)
+                        kv = _llm_kv_heads(attention, shape["heads"], j // len(_LLM_SHAPES))
+                        out.append(LLMConfig(
+                            layers=layers[(j // 4) % len(layers)], **shape, kv_heads=kv, experts=experts,
+                            top_k=top_k, scan=scan, cache=cache, **_LLM_STYLE[(j // 3) % len(_LLM_STYLE)],
+                            kv_repeat=kv != shape["heads"] and (j // 5) % 2 == 1, remat=(j + rep) % 3 == 2,
+                            optimizer=OPTIMIZERS[(j // 3) % len(OPTIMIZERS)],
+                            dtype=_LLM_DTYPES[(j // 5) % len(_LLM_DTYPES)],
+                        ))
+                        j += 1
+    return out
+
 
 def _excluded(family_name: str, cfg: Any, kind: str) -> bool:
     """Grid points left out because they fall below MIN_INSTRUCTIONS by construction.
@@ -186,6 +260,7 @@ def _model_configs() -> list[tuple[str, Any]]:
             shape = _RESNET_SHAPES[j % len(_RESNET_SHAPES)]
             out.append(("resnet", ResNetConfig(stages=stages, blocks=blocks, **shape, **_cycle(j))))
             j += 1
+    out.extend(("llm", cfg) for cfg in _llm_configs())
     return out
 
 
@@ -224,9 +299,25 @@ def split(entries: Sequence[SuiteEntry], seed: int = 0, test_fraction: float = 0
     ordered by a seeded hash of their key (so a group's place does not depend on which other
     groups exist) and taken into ``test`` in that order until it holds ``test_fraction`` of the
     modules; everything else is ``train``. Both lists are sorted by name.
+
+    Families in :data:`OWN_SPLIT` are split among themselves (their test share holds within the
+    family, and adding them left the split of the older families exactly as it was).
     """
     if not 0.0 <= test_fraction <= 1.0:
         raise ValueError(f"test_fraction must be within [0, 1], got {test_fraction}")
+    pools: dict[str, list[SuiteEntry]] = {}
+    for e in entries:
+        pools.setdefault(e.family if e.family in OWN_SPLIT else "", []).append(e)
+    test: list[str] = []
+    train: list[str] = []
+    for pool in pools.values():
+        sides = _split_pool(pool, seed, test_fraction)
+        train.extend(sides["train"])
+        test.extend(sides["test"])
+    return {"train": sorted(train), "test": sorted(test)}
+
+
+def _split_pool(entries: Sequence[SuiteEntry], seed: int, test_fraction: float) -> dict[str, list[str]]:
     groups: dict[str, list[str]] = {}
     for e in entries:
         groups.setdefault(e.group(), []).append(e.name)
@@ -243,7 +334,7 @@ def split(entries: Sequence[SuiteEntry], seed: int = 0, test_fraction: float = 0
             test.extend(names)
         else:
             train.extend(names)
-    return {"train": sorted(train), "test": sorted(test)}
+    return {"train": train, "test": test}
 
 
 # --------------------------------------------------------------------------------------------

@@ -1,0 +1,478 @@
+"""LLM steps written the way LLM serving and training stacks write them: decode, prefill and train.
+
+Why this family exists: the GPT-2/BERT/ResNet suite has no headroom at all (every short pass
+sequence ends at XLA's default count), so nothing can be learned from it. The headroom found on
+real LLM modules comes from the constructs LLM stacks emit and the older families lack: layers
+under ``lax.scan`` (a while loop whose body the pipeline simplifies in a different order than
+straight-line code), KV caches updated in place by ``dynamic_update_slice`` or by a scatter,
+grouped key/value heads (reshapes and broadcasts around the attention dots), rotary embeddings
+(slices, concatenates and sin/cos of iotas), MoE routing (top-k, one-hot cumsums, a scatter into
+expert buffers and a gather back) and greedy sampling (an argmax reduction). This module writes
+those in plain ``jax.numpy``/``jax.lax`` with the knobs real models vary:
+
+* ``kv_heads``: ``heads`` (MHA), fewer (GQA) or 1 (MQA); ``kv_repeat`` expands K/V to every head
+  with ``jnp.repeat`` (the Llama reference code) instead of grouping the queries.
+* ``positions``: ``rope`` (rotary, computed from iotas) or ``learned`` (a position table gather).
+* ``norm``: ``rms`` or ``layer``; ``mlp``: ``swiglu`` or ``gelu``.
+* ``experts``: 0 (dense feed-forward) or the number of experts of a top-``top_k`` MoE layer, routed
+  GShard style (capacity buffers filled by scatter, read back by gather).
+* ``scan``: layers stacked and run under ``lax.scan`` or unrolled in Python.
+* ``cache``: the KV cache written by ``dus`` (``lax.dynamic_update_slice`` at a scalar position)
+  or ``scatter`` (``.at[...].set`` at a position per sequence, as paged/continuous-batching
+  servers do).
+
+Kinds: ``decode`` (one token per sequence against a cache of ``seq`` positions, greedy next
+token), ``prefill`` (a chunk of ``seq // 2`` tokens written into the cache at a dynamic offset,
+attending to everything before it; next token of the last position) and ``train`` (next-token
+cross-entropy over ``seq`` tokens, gradient and optimizer update; ``remat`` recomputes each layer
+in the backward pass as training stacks do to save memory).
+
+Everything is lowered from ``jax.ShapeDtypeStruct`` arguments: no parameter or cache is
+allocated, nothing is executed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+
+from autotune.zoo import common
+from autotune.zoo.common import Program, PyTree
+
+FAMILY = "llm"
+
+#: ``decode``: one generation step; ``prefill``: a prompt chunk into the cache; ``train``: a
+#: training step (loss, gradient, optimizer update).
+KINDS: tuple[str, ...] = ("decode", "prefill", "train")
+
+POSITIONS = ("rope", "learned")
+NORMS = ("rms", "layer")
+MLPS = ("swiglu", "gelu")
+CACHES = ("dus", "scatter")
+
+
+@dataclass(frozen=True)
+class LLMConfig:
+    """Size and structure of a decoder-only LLM and of the batch it is stepped on."""
+
+    layers: int = 4
+    d_model: int = 64
+    heads: int = 4
+    kv_heads: int = 2
+    ffn: int = 128
+    experts: int = 0
+    top_k: int = 2
+    vocab: int = 256
+    seq: int = 32
+    batch: int = 2
+    positions: str = "rope"
+    norm: str = "rms"
+    mlp: str = "swiglu"
+    scan: bool = True
+    cache: str = "dus"
+    kv_repeat: bool = False
+    remat: bool = False
+    optimizer: str = "adam"
+    dtype: str = "bf16"
+
+    def __post_init__(self) -> None:
+        common.check_config(self, ("layers", "d_model", "heads", "kv_heads", "ffn", "vocab", "seq", "batch"))
+        for value, allowed, what in (
+            (self.positions, POSITIONS, "positions"), (self.norm, NORMS, "norm"), (self.mlp, MLPS, "mlp"),
+            (self.cache, CACHES, "cache"),
+        ):
+            if value not in allowed:
+                raise ValueError(f"unknown {what} {value!r}; expected one of {allowed}")
+        if self.d_model % self.heads:
+            raise ValueError(f"d_model {self.d_model} is not divisible by heads {self.heads}")
+        if self.heads % self.kv_heads:
+            raise ValueError(f"heads {self.heads} is not divisible by kv_heads {self.kv_heads}")
+        if (self.d_model // self.heads) % 2 and self.positions == "rope":
+            raise ValueError("rotary positions need an even head dimension")
+        if self.experts < 0 or (self.experts and not 1 <= self.top_k <= self.experts):
+            raise ValueError(f"need experts >= 0 and 1 <= top_k <= experts, got {self.experts}/{self.top_k}")
+        if self.seq < 2:
+            raise ValueError("seq must be >= 2 (prefill writes seq // 2 tokens)")
+
+    @property
+    def head_dim(self) -> int:
+        return self.d_model // self.heads
+
+
+_DEFAULT = LLMConfig()
+_SLUG = {
+    "layers": "l", "d_model": "d", "heads": "h", "kv_heads": "kv", "ffn": "f", "experts": "e?", "top_k": "k?",
+    "vocab": "v", "seq": "s", "batch": "b", "positions": "", "norm": "", "mlp": "", "scan": "scan", "cache": "?",
+    "kv_repeat": "rep?", "remat": "remat?", "optimizer": "?", "dtype": "",
+}
+
+
+def module_name(cfg: LLMConfig, kind: str) -> str:
+    """Module/file name, e.g. ``llm_decode_l4_d64_h4_kv2_f128_v256_s32_b2_rope_rms_swiglu_scan_bf16``; a
+    KV cache updated by scatter adds ``_scatter``."""
+    return common.sanitize_name(f"{FAMILY}_{kind}_{common.config_slug(cfg, _SLUG, _DEFAULT)}")
+
+
+def supports(cfg: LLMConfig, kind: str) -> bool:
+    """Every config has all three kinds."""
+    return kind in KINDS
+
+
+def canonical(cfg: LLMConfig, kind: str) -> LLMConfig:
+    """The config with the fields ``kind`` ignores reset (inference has no optimizer or remat;
+    training has no cache), so that no program is generated twice under two names."""
+    if kind not in KINDS:
+        raise ValueError(f"unknown kind {kind!r} for {FAMILY}; expected one of {KINDS}")
+    d = _DEFAULT
+    if kind == "train":
+        return dataclasses.replace(cfg, cache=d.cache)
+    out = dataclasses.replace(cfg, optimizer=d.optimizer, remat=d.remat)
+    return out if out.experts else dataclasses.replace(out, top_k=d.top_k)
+
+
+def group_key(cfg: LLMConfig) -> dict[str, Any]:
+    """The model a config describes, for the train/test split: everything but how it is trained
+    (optimizer, remat) or served (cache update). All kinds of one model land on one side."""
+    out = dataclasses.asdict(cfg)
+    for name in ("optimizer", "remat", "cache"):
+        out.pop(name)
+    if not cfg.experts:
+        out.pop("top_k")
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# Parameters (abstract only)
+# --------------------------------------------------------------------------------------------
+
+
+def _norm_specs(cfg: LLMConfig, prefix: str) -> dict[str, jax.ShapeDtypeStruct]:
+    dt = common.dtype_of(cfg.dtype)
+    out = {f"{prefix}_g": common.spec((cfg.d_model,), dt)}
+    if cfg.norm == "layer":
+        out[f"{prefix}_b"] = common.spec((cfg.d_model,), dt)
+    return out
+
+
+def _layer_specs(cfg: LLMConfig) -> dict[str, jax.ShapeDtypeStruct]:
+    """One layer's weights (Llama naming): attention projections, norms, and the feed-forward."""
+    dt = common.dtype_of(cfg.dtype)
+    d, hd, f = cfg.d_model, cfg.head_dim, cfg.ffn
+    out = _norm_specs(cfg, "attn_norm") | _norm_specs(cfg, "mlp_norm") | {
+        "wq": common.spec((d, cfg.heads * hd), dt),
+        "wk": common.spec((d, cfg.kv_heads * hd), dt),
+        "wv": common.spec((d, cfg.kv_heads * hd), dt),
+        "wo": common.spec((cfg.heads * hd, d), dt),
+    }
+    e = (cfg.experts,) if cfg.experts else ()
+    out["w_up"] = common.spec((*e, d, f), dt)
+    out["w_down"] = common.spec((*e, f, d), dt)
+    if cfg.mlp == "swiglu":
+        out["w_gate"] = common.spec((*e, d, f), dt)
+    if cfg.experts:
+        out["router"] = common.spec((d, cfg.experts), dt)
+    return out
+
+
+def _stack(spec: jax.ShapeDtypeStruct, n: int) -> jax.ShapeDtypeStruct:
+    return common.spec((n, *spec.shape), spec.dtype)
+
+
+def param_specs(cfg: LLMConfig) -> dict[str, Any]:
+    """Abstract parameters: embedding, optional position table, layers (stacked on a leading axis
+    when ``scan``, a list otherwise), final norm and an untied output head."""
+    dt = common.dtype_of(cfg.dtype)
+    layer = _layer_specs(cfg)
+    layers: Any = (
+        {k: _stack(v, cfg.layers) for k, v in layer.items()} if cfg.scan else [dict(layer) for _ in range(cfg.layers)]
+    )
+    out: dict[str, Any] = {
+        "embed": common.spec((cfg.vocab, cfg.d_model), dt),
+        "layers": layers,
+        "head": common.spec((cfg.d_model, cfg.vocab), dt),
+        **_norm_specs(cfg, "final_norm"),
+    }
+    if cfg.positions == "learned":
+        out["wpe"] = common.spec((cfg.seq, cfg.d_model), dt)
+    return out
+
+
+def cache_specs(cfg: LLMConfig) -> tuple[Any, Any]:
+    """K and V caches [layers, batch, seq, kv_heads, head_dim] (stacked) or one per layer."""
+    shape = (cfg.batch, cfg.seq, cfg.kv_heads, cfg.head_dim)
+    dt = common.dtype_of(cfg.dtype)
+    if cfg.scan:
+        one = common.spec((cfg.layers, *shape), dt)
+        return one, one
+    per = [common.spec(shape, dt) for _ in range(cfg.layers)]
+    return per, list(per)
+
+
+# --------------------------------------------------------------------------------------------
+# Numerics
+# --------------------------------------------------------------------------------------------
+
+
+def rms_norm(x: jax.Array, gamma: jax.Array, eps: float = 1e-6) -> jax.Array:
+    """RMSNorm (Llama), statistics in float32."""
+    xf = x.astype(jnp.float32)
+    y = xf * lax.rsqrt(jnp.mean(jnp.square(xf), axis=-1, keepdims=True) + eps)
+    return (y * gamma.astype(jnp.float32)).astype(x.dtype)
+
+
+def _norm(p: dict[str, jax.Array], prefix: str, x: jax.Array, cfg: LLMConfig) -> jax.Array:
+    if cfg.norm == "rms":
+        return rms_norm(x, p[f"{prefix}_g"])
+    return common.layer_norm(x, p[f"{prefix}_g"], p[f"{prefix}_b"])
+
+
+def rope(x: jax.Array, positions: jax.Array) -> jax.Array:
+    """Rotary embedding (rotate-half form) of ``x`` [b, s, h, hd] at ``positions`` [b, s].
+
+    Frequencies come from an iota, so no table is baked into the module.
+    """
+    half = x.shape[-1] // 2
+    freq = jnp.exp(-math.log(10000.0) * jnp.arange(half, dtype=jnp.float32) / half)
+    angle = positions.astype(jnp.float32)[..., None] * freq  # [b, s, half]
+    cos, sin = jnp.cos(angle)[:, :, None, :], jnp.sin(angle)[:, :, None, :]
+    xf = x.astype(jnp.float32)
+    x1, x2 = xf[..., :half], xf[..., half:]
+    return jnp.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1).astype(x.dtype)
+
+
+def attend(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array, cfg: LLMConfig) -> jax.Array:
+    """Softmax attention of ``q`` [b, sq, H, hd] over ``k``/``v`` [b, sk, KV, hd].
+
+    ``mask`` [b, sq, sk] (True = attend). With fewer KV heads than query heads, either K/V are
+    repeated to every head (``kv_repeat``) or the queries are grouped per KV head.
+    """
+    b, sq, heads, hd = q.shape
+    kv = k.shape[2]
+    scale = jnp.float32(1.0 / math.sqrt(hd))
+    if kv == heads or cfg.kv_repeat:
+        if kv != heads:
+            k = jnp.repeat(k, heads // kv, axis=2)
+            v = jnp.repeat(v, heads // kv, axis=2)
+        scores = jnp.einsum("bqhd,bkhd->bhqk", q, k).astype(jnp.float32) * scale
+        scores = jnp.where(mask[:, None], scores, jnp.float32(-1e30))
+        probs = jax.nn.softmax(scores, axis=-1).astype(v.dtype)
+        return jnp.einsum("bhqk,bkhd->bqhd", probs, v).reshape(b, sq, heads * hd)
+    qg = q.reshape(b, sq, kv, heads // kv, hd)
+    scores = jnp.einsum("bqkgd,btkd->bkgqt", qg, k).astype(jnp.float32) * scale
+    scores = jnp.where(mask[:, None, None], scores, jnp.float32(-1e30))
+    probs = jax.nn.softmax(scores, axis=-1).astype(v.dtype)
+    return jnp.einsum("bkgqt,btkd->bqkgd", probs, v).reshape(b, sq, heads * hd)
+
+
+def _dense_ffn(p: dict[str, jax.Array], x: jax.Array, cfg: LLMConfig) -> jax.Array:
+    up = x @ p["w_up"]
+    h = jax.nn.silu(x @ p["w_gate"]) * up if cfg.mlp == "swiglu" else common.gelu(up)
+    return h @ p["w_down"]
+
+
+def _moe_ffn(p: dict[str, jax.Array], x: jax.Array, cfg: LLMConfig) -> jax.Array:
+    """Top-k MoE, GShard style: route, scatter tokens into per-expert capacity buffers, run every
+    expert as one batched matmul, gather the results back and combine with the routing weights."""
+    shape = x.shape
+    tokens = x.reshape(-1, shape[-1])  # [T, d]
+    t, d = tokens.shape
+    e, k = cfg.experts, cfg.top_k
+    logits = (tokens @ p["router"]).astype(jnp.float32)
+    weights, idx = lax.top_k(logits, k)  # [T, k]
+    weights = jax.nn.softmax(weights, axis=-1)
+    flat = idx.reshape(-1)  # [T*k]
+    onehot = jax.nn.one_hot(flat, e, dtype=jnp.int32)
+    slot = jnp.sum((jnp.cumsum(onehot, axis=0) - 1) * onehot, axis=-1)  # place within its expert
+    capacity = max(1, math.ceil(1.25 * t * k / e))
+    slot = jnp.where(slot < capacity, slot, capacity)  # overflow: out of range, dropped below
+    src = jnp.repeat(tokens, k, axis=0)
+    buf = jnp.zeros((e, capacity, d), x.dtype).at[flat, slot].set(src, mode="drop")
+    up = jnp.einsum("ecd,edf->ecf", buf, p["w_up"])
+    if cfg.mlp == "swiglu":
+        h = jax.nn.silu(jnp.einsum("ecd,edf->ecf", buf, p["w_gate"])) * up
+    else:
+        h = common.gelu(up)
+    out = jnp.einsum("ecf,efd->ecd", h, p["w_down"])
+    back = out.at[flat, slot].get(mode="fill", fill_value=0)  # [T*k, d]
+    y = jnp.sum(back.reshape(t, k, d).astype(jnp.float32) * weights[..., None], axis=1)
+    return y.astype(x.dtype).reshape(shape)
+
+
+def ffn(p: dict[str, jax.Array], x: jax.Array, cfg: LLMConfig) -> jax.Array:
+    return _moe_ffn(p, x, cfg) if cfg.experts else _dense_ffn(p, x, cfg)
+
+
+# --------------------------------------------------------------------------------------------
+# Layers
+# --------------------------------------------------------------------------------------------
+
+
+def _qkv(p: dict[str, jax.Array], h: jax.Array, positions: jax.Array, cfg: LLMConfig):
+    b, s, _ = h.shape
+    q = (h @ p["wq"]).reshape(b, s, cfg.heads, cfg.head_dim)
+    k = (h @ p["wk"]).reshape(b, s, cfg.kv_heads, cfg.head_dim)
+    v = (h @ p["wv"]).reshape(b, s, cfg.kv_heads, cfg.head_dim)
+    if cfg.positions == "rope":
+        q, k = rope(q, positions), rope(k, positions)
+    return q, k, v
+
+
+def _write_cache(cache: jax.Array, new: jax.Array, start: jax.Array, cfg: LLMConfig) -> jax.Array:
+    """Write ``new`` [b, s, KV, hd] into ``cache`` [b, S, KV, hd] at ``start``.
+
+    ``dus``: one dynamic-update-slice at a scalar offset. ``scatter``: ``start`` is one offset per
+    sequence ([b]) and the rows are scattered (``.at[rows, cols].set``).
+    """
+    new = new.astype(cache.dtype)
+    if cfg.cache == "dus":
+        zero = jnp.zeros((), jnp.int32)
+        return lax.dynamic_update_slice(cache, new, (zero, start, zero, zero))
+    b, s = new.shape[:2]
+    cols = start[:, None] + jnp.arange(s, dtype=jnp.int32)[None]  # [b, s]
+    rows = jnp.broadcast_to(jnp.arange(b, dtype=jnp.int32)[:, None], (b, s))
+    return cache.at[rows, cols].set(new, mode="drop")
+
+
+def cached_layer(
+    p: dict[str, jax.Array], x: jax.Array, k_cache: jax.Array, v_cache: jax.Array, start: jax.Array, cfg: LLMConfig
+) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """One pre-norm decoder layer for inference: new K/V written into the caches, the queries
+    attend to every cached position up to their own."""
+    b, s, _ = x.shape
+    starts = start if start.ndim else jnp.broadcast_to(start, (b,))
+    positions = starts[:, None] + jnp.arange(s, dtype=jnp.int32)[None]  # [b, s]
+    q, k, v = _qkv(p, _norm(p, "attn_norm", x, cfg), positions, cfg)
+    k_cache = _write_cache(k_cache, k, start, cfg)
+    v_cache = _write_cache(v_cache, v, start, cfg)
+    key_pos = jnp.arange(cfg.seq, dtype=jnp.int32)
+    mask = key_pos[None, None, :] <= positions[:, :, None]  # [b, s, S]
+    x = x + attend(q, k_cache, v_cache, mask, cfg) @ p["wo"]
+    x = x + ffn(p, _norm(p, "mlp_norm", x, cfg), cfg)
+    return x, k_cache, v_cache
+
+
+def train_layer(p: dict[str, jax.Array], x: jax.Array, cfg: LLMConfig) -> jax.Array:
+    """One pre-norm decoder layer over a whole sequence with a causal mask (no cache)."""
+    b, s, _ = x.shape
+    positions = jnp.broadcast_to(jnp.arange(s, dtype=jnp.int32)[None], (b, s))
+    q, k, v = _qkv(p, _norm(p, "attn_norm", x, cfg), positions, cfg)
+    mask = jnp.broadcast_to(common.causal_mask(s)[None], (b, s, s))
+    x = x + attend(q, k, v, mask, cfg) @ p["wo"]
+    return x + ffn(p, _norm(p, "mlp_norm", x, cfg), cfg)
+
+
+def _embed(params: dict[str, Any], tokens: jax.Array, positions: jax.Array, cfg: LLMConfig) -> jax.Array:
+    x = params["embed"][tokens]
+    if cfg.positions == "learned":
+        x = x + params["wpe"][positions]
+    return x
+
+
+def _logits(params: dict[str, Any], x: jax.Array, cfg: LLMConfig) -> jax.Array:
+    head = {k.replace("final_norm", "f"): v for k, v in params.items() if k.startswith("final_norm")}
+    return _norm(head, "f", x, cfg) @ params["head"]
+
+
+# --------------------------------------------------------------------------------------------
+# Steps
+# --------------------------------------------------------------------------------------------
+
+
+def _run_cached(params, x, k_cache, v_cache, start, cfg: LLMConfig):
+    """All layers with their caches: one ``lax.scan`` over stacked weights/caches, or a loop."""
+    if cfg.scan:
+        def body(h, layer):
+            p, kc, vc = layer
+            h, kc, vc = cached_layer(p, h, kc, vc, start, cfg)
+            return h, (kc, vc)
+
+        x, (k_cache, v_cache) = lax.scan(body, x, (params["layers"], k_cache, v_cache))
+        return x, k_cache, v_cache
+    ks, vs = [], []
+    for p, kc, vc in zip(params["layers"], k_cache, v_cache, strict=True):
+        x, kc, vc = cached_layer(p, x, kc, vc, start, cfg)
+        ks.append(kc)
+        vs.append(vc)
+    return x, ks, vs
+
+
+def decode_step_fn(cfg: LLMConfig) -> Callable[..., Any]:
+    """``(params, k_cache, v_cache, tokens [b], pos) -> (next_tokens [b], k_cache, v_cache)``;
+    ``pos`` is a scalar (``dus``) or one position per sequence (``scatter``)."""
+
+    def decode_step(params, k_cache, v_cache, tokens, pos):
+        b = tokens.shape[0]
+        positions = (pos if pos.ndim else jnp.broadcast_to(pos, (b,)))[:, None]
+        x = _embed(params, tokens[:, None], positions, cfg)
+        x, k_cache, v_cache = _run_cached(params, x, k_cache, v_cache, pos, cfg)
+        logits = _logits(params, x[:, -1], cfg)
+        return jnp.argmax(logits, axis=-1).astype(jnp.int32), k_cache, v_cache
+
+    return decode_step
+
+
+def prefill_step_fn(cfg: LLMConfig) -> Callable[..., Any]:
+    """``(params, k_cache, v_cache, tokens [b, seq//2], start) -> (next_tokens, k_cache, v_cache)``."""
+
+    def prefill_step(params, k_cache, v_cache, tokens, start):
+        b, s = tokens.shape
+        starts = start if start.ndim else jnp.broadcast_to(start, (b,))
+        positions = jnp.minimum(starts[:, None] + jnp.arange(s, dtype=jnp.int32)[None], cfg.seq - 1)
+        x = _embed(params, tokens, positions, cfg)
+        x, k_cache, v_cache = _run_cached(params, x, k_cache, v_cache, start, cfg)
+        logits = _logits(params, x[:, -1], cfg)
+        return jnp.argmax(logits, axis=-1).astype(jnp.int32), k_cache, v_cache
+
+    return prefill_step
+
+
+def loss_fn(params: dict[str, Any], tokens: jax.Array, targets: jax.Array, cfg: LLMConfig) -> jax.Array:
+    """Mean next-token cross-entropy (layers scanned or unrolled, optionally rematerialized)."""
+    b, s = tokens.shape
+    positions = jnp.broadcast_to(jnp.arange(s, dtype=jnp.int32)[None], (b, s))
+    x = _embed(params, tokens, positions, cfg)
+    layer = lambda p, h: train_layer(p, h, cfg)  # noqa: E731
+    if cfg.remat:
+        layer = jax.checkpoint(layer)
+    if cfg.scan:
+        x, _ = lax.scan(lambda h, p: (layer(p, h), None), x, params["layers"])
+    else:
+        for p in params["layers"]:
+            x = layer(p, x)
+    return common.cross_entropy(_logits(params, x, cfg), targets)
+
+
+def train_step_fn(cfg: LLMConfig) -> Callable[..., Any]:
+    """``(params, opt_state, tokens, targets) -> (params, opt_state, loss)``."""
+
+    def train_step(params, opt_state, tokens, targets):
+        loss, grads = jax.value_and_grad(loss_fn)(params, tokens, targets, cfg)
+        params, opt_state = common.optimizer_update(cfg.optimizer, params, grads, opt_state)
+        return params, opt_state, loss
+
+    return train_step
+
+
+def program(cfg: LLMConfig, kind: str) -> Program:
+    """The function and abstract arguments for ``kind`` of ``cfg`` (see :data:`KINDS`)."""
+    cfg = canonical(cfg, kind)
+    name = module_name(cfg, kind)
+    params = param_specs(cfg)
+    b = cfg.batch
+    if kind == "train":
+        tokens = common.spec((b, cfg.seq), jnp.int32)
+        opt = common.optimizer_specs(cfg.optimizer, params)
+        return Program(name, train_step_fn(cfg), (params, opt, tokens, tokens))
+    k_cache, v_cache = cache_specs(cfg)
+    pos = common.spec((b,) if cfg.cache == "scatter" else (), jnp.int32)
+    if kind == "decode":
+        return Program(name, decode_step_fn(cfg), (params, k_cache, v_cache, common.spec((b,), jnp.int32), pos))
+    tokens = common.spec((b, cfg.seq // 2), jnp.int32)
+    return Program(name, prefill_step_fn(cfg), (params, k_cache, v_cache, tokens, pos))
