@@ -23,6 +23,9 @@ from autotune.api import Session, apply, explain, tune, tune_fleet, validate  # 
 from autotune.errors import AutotuneError, BadInput, CheckFailed, PassFailed  # noqa: E402
 from autotune.core.module import Module, load  # noqa: E402
 from autotune.core.record import TuningRecord  # noqa: E402
+from autotune.rl import register_env as _register_env  # noqa: E402
+
+_register_env()  # gymnasium.make("autotune/PassOrdering-v0", module=...) after `import autotune`
 
 __all__ = [
     "AutotuneError", "BadInput", "CheckFailed", "Module", "PassFailed", "Session", "TuningRecord", "__version__",

@@ -8,14 +8,21 @@ Two modes:
 
 * **From scratch** (no ``policy``): PPO trains on this module alone with
   ``model.learn(total_timesteps=remaining)`` until the budget is spent.
-* **Zero-shot** (``policy=PATH``, a ``.zip`` written by ``autotune train``; PPO, A2C or DQN, the
-  algorithm read from the sidecar ``PATH.json``): the policy is rolled out deterministically on the
+* **Zero-shot** (``policy=PATH`` or ``policy=NAME`` of a shipped policy, ``autotune.policies``; a
+  ``.zip`` written by ``autotune train``; PPO, A2C or DQN, the algorithm read from the sidecar
+  ``PATH.json``): the policy is rolled out deterministically on the
   module first (at most ``max_length`` evaluations); then, with ``finetune`` (default true) and budget
   left, it keeps learning on this module, alternating ``learn`` chunks of ``2 * n_steps`` steps with
   deterministic roll-outs of the updated policy. If the policy only stops (fine-tuning then spends
   no evaluation), the rest of the budget goes to PPO from scratch on the module, so ``--budget`` is
   spent either way. A policy trained with another action or opcode vocabulary is refused
-  (``BadInput``).
+  (``BadInput``); one trained on another pipeline version with the same vocabularies is used, with
+  a one-line note on stderr.
+* **Default**: with no ``policy`` option the shipped default policy (``llm``) is used zero-shot
+  when this installation has one, so a budget of one roll-out (``max_length`` evaluations) gives
+  its zero-shot answer; if it cannot drive this pipeline (another vocabulary or observation) a
+  one-line note says why and PPO trains from scratch. Without a shipped policy, or with
+  ``policy=none``, PPO starts from scratch.
 
 How the budget ends training: ``RunEvaluate`` raises ``BudgetExhausted`` inside ``env.step``; it
 propagates out of ``collect_rollouts`` and ``learn`` (SB3 has no cleanup there that matters: the
@@ -28,8 +35,8 @@ Determinism: SB3's ``seed=`` (python, numpy, torch and the action space), the en
 seed, one torch thread and a deterministic cache make two runs with the same seed ask the same
 sequences.
 
-Options: ``policy`` (path), ``finetune`` (bool, default true), ``shaping`` (bool; default false, or
-the policy's own setting), ``n_steps`` (32), ``batch_size`` (16), ``n_epochs`` (10),
+Options: ``policy`` (a path, a shipped policy's name, or ``none``), ``finetune`` (bool, default
+true), ``shaping`` (bool; default false, or the policy's own setting), ``n_steps`` (32), ``batch_size`` (16), ``n_epochs`` (10),
 ``learning_rate`` (1e-3), ``gamma`` (0.99, also the shaping discount), ``gae_lambda`` (0.95),
 ``ent_coef`` (0.01), ``clip_range`` (0.2), ``net_arch`` (hidden width, 64), ``w_flops`` and
 ``w_transcendentals`` (shaping weights, 0.5 each).
@@ -37,6 +44,7 @@ the policy's own setting), ``n_steps`` (32), ``batch_size`` (16), ``n_epochs`` (
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import torch
@@ -45,7 +53,12 @@ from stable_baselines3.common.utils import set_random_seed
 from autotune.rl.env import EpisodeSource, PassOrderingEnv
 from autotune.errors import BadInput
 from autotune.strategy import Evaluate, SearchSpace, Strategy
-from autotune.rl.train import check_hyperparams, check_vocabulary, load_model, make_model, read_sidecar
+from autotune import policies
+from autotune.rl.train import (check_hyperparams, check_vocabulary, load_model, make_model, other_pipeline_version,
+                               read_sidecar, vocabulary_mismatch)
+
+#: ``policy=`` values that ask for PPO from scratch even when a default policy is shipped.
+NO_POLICY = ("none", "scratch")
 
 
 class PPOStrategy(Strategy):
@@ -61,12 +74,30 @@ class PPOStrategy(Strategy):
             raise BadInput(f"ppo: shaping must be true or false, not {shaping!r}")
         self.hyperparams, self.env_options = check_hyperparams("ppo", rest)  # BadInput on unknown options
         self.given = set(rest)
-        self.policy = Path(policy) if policy is not None else None
         self.finetune = finetune
         self.shaping = shaping
         self.meta = None
-        if self.policy is not None:
+        self.policy: Path | None = None
+        self.is_default = False  # the shipped default, not asked for: fall back instead of refusing
+        self.notes: list[str] = []
+        if policy is None:
+            shipped = policies.default()
+            if shipped is not None:
+                try:
+                    self.meta, self.policy, self.is_default = read_sidecar(shipped), shipped, True
+                except BadInput as exc:
+                    self._note(f"shipped policy '{policies.DEFAULT}' not used ({exc}); PPO from scratch")
+        elif str(policy).lower() not in NO_POLICY:
+            self.policy = policies.resolve(policy)  # a shipped policy's name, or a path
             self.meta = read_sidecar(self.policy)  # a missing file fails before any compile
+
+    def _note(self, text: str) -> None:
+        """One line on stderr (stdout may be --json) and in ``self.notes``."""
+        self.notes.append(text)
+        print(f"note: ppo: {text}", file=sys.stderr, flush=True)
+
+    def _label(self) -> str:
+        return f"shipped policy '{policies.DEFAULT}'" if self.is_default else f"policy {self.policy}"
 
     def minimize(self, evaluate: Evaluate, space: SearchSpace, seed: int) -> None:
         threads = torch.get_num_threads()
@@ -93,14 +124,28 @@ class PPOStrategy(Strategy):
 
     def _zero_shot(self, source, evaluate: Evaluate, space: SearchSpace, seed: int) -> None:
         meta = self.meta
+        if self.is_default:
+            why = vocabulary_mismatch(meta, space.actions)
+            if why is not None:
+                self._note(f"{self._label()} not used: {why}; PPO from scratch")
+                return self._from_scratch(source, evaluate, space, seed)
         check_vocabulary(meta, space.actions, self.policy)
+        other = other_pipeline_version(meta)
+        if other is not None:
+            self._note(f"{self._label()} was {other}; using it (same action vocabulary)")
         gamma = float(meta.get("gamma", self.hyperparams["gamma"]))
         shaping = bool(meta.get("shaping", False)) if self.shaping is None else self.shaping
         env_options = {k: meta.get(k, v) for k, v in self.env_options.items()}
         env_options.update({k: self.env_options[k] for k in self.given if k in self.env_options})
         train_env = self._env(source, space, shaping, gamma, env_options)
         overrides = _overrides(meta["algo"], self.hyperparams, self.given)
-        model = load_model(self.policy, meta, train_env, seed, overrides)
+        try:
+            model = load_model(self.policy, meta, train_env, seed, overrides)
+        except BadInput as exc:
+            if not self.is_default:
+                raise
+            self._note(f"{self._label()} not used: {exc}; PPO from scratch")
+            return self._from_scratch(source, evaluate, space, seed)
         rollout_env = self._env(source, space, shaping, gamma, env_options)
         rollout_env.reset(seed=seed)
         _rollout(model, rollout_env)

@@ -66,7 +66,7 @@ def _first_observation(engine, session):
     env = PassOrderingEnv([session], engine.pipeline.passes(), max_length=4)
     obs, _ = env.reset(seed=0)
     assert env.observation_space.contains(obs)
-    assert len(env.feature_names) == len(obs) == env.obs_size
+    assert len(env.observation_names) == len(obs) == env.obs_size
     return env.observation.named(obs), env
 
 

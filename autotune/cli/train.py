@@ -30,13 +30,31 @@ from autotune.cli.common import check_writable, console, db_option, json_option,
 @click.option("--objective", default="final-ops", show_default=True,
               help="final-ops | ops | cost | runtime (see `autotune run`).")
 @click.option("--option", "-O", "extra", multiple=True, help="Hyperparameter key=value (repeatable), e.g. n_steps=64.")
+@click.option("--envs", type=click.IntRange(1, 64), default=1, show_default=True,
+              help="Environments stepped in parallel (subprocesses, one compiler worker each, one shared cache); "
+                   "PPO/A2C collect n_steps per env per rollout.")
 @db_option
 @workers_option
 @executor_option
 @json_option
-def train(more, algo, modules, output, split, timesteps, seed, shaping, max_length, objective, extra, db, workers,
-          as_json) -> None:
-    """Train one policy over MODULES, for zero-shot use with `autotune run --strategy ppo --policy`."""
+def train(more, algo, modules, output, split, timesteps, seed, shaping, max_length, objective, extra, envs, db,
+          workers, as_json) -> None:
+    """Train one policy over MODULES, for zero-shot use with `autotune run --strategy ppo --policy`.
+
+    The policy file (.zip) gets a sidecar (<output>.json) recording the pipeline version, the
+    observation's feature names and the training set; `--policy` takes such a file or the NAME of
+    a policy shipped in autotune/policies/ (`autotune run --strategy ppo MODEL` without --policy
+    uses the shipped `llm` policy when there is one).
+
+    \b
+    Retraining the shipped policy `llm`: the benchmark that trains it and measures it zero-shot
+    (its --help says where it writes the policy; a shipped policy is autotune/policies/NAME.zip
+    plus its sidecar NAME.zip.json):
+      python bench/learning.py
+    or by hand, on the LLM family's train split:
+      autotune suite generate --family llm suite/
+      autotune train --modules suite/ --split train --envs 2 -o autotune/policies/llm.zip
+    """
     from autotune.core.engine import open_engine
     from autotune.rl.train import check_training, train_policy, zip_path_of
 
@@ -53,16 +71,21 @@ def train(more, algo, modules, output, split, timesteps, seed, shaping, max_leng
         from autotune.reporting.progress import RichObserver
 
         observer = RichObserver()
-    with open_engine(db, workers=workers) as ev:
+    sources = sorted({str(Path(v)) for v in (*modules, *more)})
+    training_set = {"sources": sources, "split": split, "files": [p.name for p in paths]}
+    # With --envs > 1 every env subprocess opens its own engine (one worker); this one only normalises.
+    with open_engine(db, workers=1 if envs > 1 else workers) as ev:
         stats = train_policy(ev, loaded, out, timesteps=timesteps, seed=seed, shaping=shaping, objective=objective,
-                             algo=algo, max_length=max_length, observer=observer, options=options)
+                             algo=algo, max_length=max_length, observer=observer, options=options, envs=envs,
+                             training_set=training_set)
     if as_json:
         print_json(stats)
         return
     from rich.table import Table
 
     table = Table(title=f"{algo} policy: {stats['timesteps']} steps, {stats['episodes']} episodes, "
-                        f"{stats['seconds']:.1f}s" + (", shaped" if shaping else ""))
+                        f"{stats['seconds']:.1f}s" + (", shaped" if shaping else "")
+                        + (f", {envs} envs ({stats['steps_per_second']:.1f} steps/s)" if envs > 1 else ""))
     for col in ("module", "episodes", f"start {objective}", "best found", "best sequence"):
         table.add_column(col, justify="left" if col in ("module", "best sequence") else "right")
     for m in stats["modules"]:

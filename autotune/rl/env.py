@@ -25,7 +25,7 @@ One episode builds one pass sequence for one module:
   surcharge the tuner itself puts on a failure, ``(failure_cost - c0) / c0`` (0.25 for the
   default objectives), at least ``MIN_FAILURE_PENALTY``.
 * **Observation** (``Box`` float32, in ``[0, OBS_HIGH]``): ``autotune.rl.observation.Observation``,
-  every coordinate named (``env.feature_names``, same order as the vector): the opcode histogram
+  every coordinate named (``env.observation_names``, same order as the vector): the opcode histogram
   of the whole module and of its loop bodies, structural counts (CSE candidates, layout-op chains,
   ...), all relative to the episode's initial instruction count; with ``cost_features`` (default)
   instructions, flops, transcendentals and bytes accessed relative to the initial module; how many
@@ -51,15 +51,32 @@ One episode builds one pass sequence for one module:
   learning. ``gamma`` must equal the learner's discount factor (PPO's ``gamma``) for the telescoping
   to hold under discounting.
 
-``info`` of every step holds ``cost``, ``sequence``, ``failed``, ``base_reward``, ``shaping`` and
-``source``.
+``info`` of every step holds ``cost``, ``start_cost``, ``sequence``, ``failed``, ``base_reward``,
+``shaping`` and ``source``. ``observation_names`` and ``action_names`` say which index is which.
+
+**Making one** (what a researcher does)::
+
+    import autotune, gymnasium
+    env = gymnasium.make("autotune/PassOrdering-v0", module="model.hlo")    # or modules=[...],
+    env = gymnasium.make("autotune/PassOrdering-v0", suite="suite/", split="train")  # a generated suite
+    ...
+    env.close()  # stops the compiler workers and closes the cache
+
+``make_env`` (the registered entry point) opens an engine (the cache at ``db``, default the project's
+``.autotune/cache.db`` or ``$AUTOTUNE_DB``; ``workers`` compiler processes, default 1: one env steps one
+sequence at a time), one evaluation session per module with an unbounded budget (``budget=N`` to stop
+after N evaluations per module), and owns them: ``close()`` releases them. The lower-level
+``PassOrderingEnv(sources, actions, ...)`` is what the strategies use: it owns nothing.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import gymnasium
 import numpy as np
@@ -68,12 +85,14 @@ from gymnasium import spaces
 from autotune.errors import BadInput
 from autotune.core.hlo import opcode_vocabulary
 from autotune.core.metrics import Metrics
+from autotune.rl import ENV_ID, register_env
 from autotune.rl.observation import COST_FEATURES, OBS_HIGH, Observation  # noqa: F401 (re-exported)
 from autotune.strategy import Evaluate
 
-ENV_ID = "autotune/PassOrdering-v0"
 #: Smallest penalty of a failed step (in units of the episode's starting cost).
 MIN_FAILURE_PENALTY = 0.1
+#: Name of the last action.
+STOP_NAME = "STOP"
 
 
 @dataclass
@@ -95,6 +114,12 @@ class EpisodeSource:
     def _offer(self, sequence: tuple[str, ...], cost: float) -> None:
         if cost < self.best_cost:
             self.best_cost, self.best_sequence = cost, sequence
+
+    def summary(self) -> dict:
+        """Plain data about this source's episodes (picklable: what a subprocess env reports back)."""
+        return {"name": self.name, "episodes": self.episodes, "start_cost": self.start_cost,
+                "best_cost": None if math.isinf(self.best_cost) else self.best_cost,
+                "best_sequence": list(self.best_sequence), "evaluations": len(self.evaluate.history)}
 
 
 def _reduction(x: float, x0: float) -> float:
@@ -147,13 +172,35 @@ class PassOrderingEnv(gymnasium.Env):
         self.failure_penalty = failure_penalty
         self.opcodes = opcode_vocabulary()
         self.observation = Observation(tuple(self.opcodes), self.actions, self.cost_features)
-        self.feature_names = self.observation.names
         self.obs_size = self.observation.size
         self.observation_space = spaces.Box(0.0, OBS_HIGH, shape=(self.obs_size,), dtype=np.float32)
         self.action_space = spaces.Discrete(len(self.actions) + 1)
         self.stop = len(self.actions)
         self.source: EpisodeSource | None = None
         self._done = True
+        self._owned: contextlib.ExitStack | None = None  # set by make_env: the engine this env opened
+
+    # ---- names ----------------------------------------------------------------------------------
+    @property
+    def observation_names(self) -> tuple[str, ...]:
+        """Name of every observation coordinate, by index (see the module docstring for their meaning)."""
+        return self.observation.names
+
+    @property
+    def action_names(self) -> tuple[str, ...]:
+        """Name of every action, by index: the pipeline's passes, then ``STOP``."""
+        return (*self.actions, STOP_NAME)
+
+    def episode_stats(self) -> list[dict]:
+        """Per-module episode counts and best results so far (``EpisodeSource.summary``)."""
+        return [s.summary() for s in self.sources]
+
+    def close(self) -> None:
+        """Release what ``make_env`` opened for this env (worker processes, cache); idempotent."""
+        owned, self._owned = self._owned, None
+        if owned is not None:
+            owned.close()
+        super().close()
 
     # ---- features -------------------------------------------------------------------------------
     def observe(self, metrics: Metrics, steps: int) -> np.ndarray:
@@ -187,7 +234,8 @@ class PassOrderingEnv(gymnasium.Env):
         self.metrics = self._m0
         self._done = False
         self.source.episodes += 1
-        return self.observe(self.metrics, 0), {"source": self.source.name, "cost": self.cost, "sequence": ()}
+        return self.observe(self.metrics, 0), {"source": self.source.name, "cost": self.cost, "start_cost": self._c0,
+                                               "sequence": ()}
 
     def step(self, action):
         if self._done:
@@ -218,16 +266,92 @@ class PassOrderingEnv(gymnasium.Env):
             phi_next = 0.0 if terminated else self.potential(self.metrics)
             shaping = self.gamma * phi_next - phi
         self._done = terminated
-        info = {"source": self.source.name, "cost": self.cost, "sequence": self.sequence, "failed": failed,
-                "base_reward": base, "shaping": shaping}
+        info = {"source": self.source.name, "cost": self.cost, "start_cost": self._c0, "sequence": self.sequence,
+                "failed": failed, "base_reward": base, "shaping": shaping}
         obs = self.observe(self.metrics, len(self.sequence))
         return obs, float(base + shaping), terminated, False, info
 
 
+def module_list(module=None, modules=None, suite=None, split: str | None = "train") -> list:
+    """What ``make_env`` trains on, as given: exactly one of a module, a list of modules or a suite
+    directory (one side of its split, ``split=None`` for all). Items are paths or ``Module`` objects."""
+    given = [k for k, v in (("module", module), ("modules", modules), ("suite", suite)) if v is not None]
+    if len(given) != 1:
+        raise BadInput("give exactly one of module=PATH, modules=[PATHS] or suite=DIR"
+                       + (f" (got {', '.join(given)})" if given else ""))
+    if module is not None:
+        return [module]
+    if modules is not None:
+        if isinstance(modules, (str, os.PathLike)):
+            raise BadInput("modules= takes a list of paths (module= takes one)")
+        items = list(modules)
+        if not items:
+            raise BadInput("modules= is empty")
+        return items
+    from autotune.zoo.suite import modules as suite_modules
+
+    if split not in (None, "train", "test"):
+        raise BadInput(f"split must be 'train', 'test' or None, not {split!r}")
+    if not (Path(suite) / "manifest.json").is_file():
+        raise BadInput(f"{suite}: not a suite directory (no manifest.json; see `autotune suite generate`)")
+    try:
+        found = suite_modules(suite, split)
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise BadInput(f"{suite}/manifest.json: unreadable ({exc})") from None
+    if not found:
+        raise BadInput(f"{suite}: no {split or ''} modules in its manifest")
+    return found
+
+
+def make_env(module=None, modules=None, suite=None, split: str | None = "train", *,
+             sources: Sequence[Evaluate | EpisodeSource] | None = None, actions: Sequence[str] | None = None,
+             db=None, workers: int = 1, objective: str | None = None, max_length: int | None = None,
+             budget: int | None = None, **options) -> PassOrderingEnv:
+    """The environment ``gymnasium.make("autotune/PassOrdering-v0", ...)`` builds.
+
+    From ``module`` (a path or ``autotune.Module``), ``modules`` (a list of them) or ``suite`` (a
+    directory written by ``autotune suite generate``) and ``split``: opens an engine (cache ``db``,
+    ``workers`` compiler processes) and one evaluation session per module (``objective``, default
+    final-ops; ``budget`` evaluations per module, default unbounded), owned by the env and released
+    by ``close()``. ``options`` go to ``PassOrderingEnv`` (``shaping``, ``gamma``, ...).
+    With ``sources`` and ``actions`` instead: the lower-level constructor, nothing opened.
+    """
+    from autotune.core.spec import DEFAULT_MAX_LENGTH, DEFAULT_OBJECTIVE
+
+    max_length = DEFAULT_MAX_LENGTH if max_length is None else max_length
+    if sources is not None:
+        if actions is None:
+            raise BadInput("sources= needs actions= (the pass names)")
+        return PassOrderingEnv(sources, actions, max_length=max_length, **options)
+    items = module_list(module, modules, suite, split)
+    if budget is not None and budget < 1:
+        raise BadInput(f"budget must be positive, not {budget}")
+    from autotune.core.engine import open_engine
+    from autotune.core.module import Module, load
+    from autotune.core.tuner import evaluation_session
+
+    loaded = [m if isinstance(m, Module) else load(str(m)) for m in items]  # BadInput names a bad file
+    stack = contextlib.ExitStack()
+    try:
+        evaluator = stack.enter_context(open_engine(db, workers=workers))
+        sessions = []
+        for m in loaded:
+            root = evaluator.prepare(m)
+            sessions.append(EpisodeSource(
+                evaluation_session(evaluator, m, objective=objective or DEFAULT_OBJECTIVE,
+                                   budget=budget if budget is not None else 10**12), root.name))
+        env = PassOrderingEnv(sessions, evaluator.pipeline.passes(), max_length=max_length, **options)
+    except BaseException:
+        stack.close()
+        raise
+    env._owned = stack
+    env.evaluator = evaluator
+    return env
+
+
 def register() -> None:
-    """Register ``autotune/PassOrdering-v0`` with gymnasium (idempotent)."""
-    if ENV_ID not in gymnasium.registry:
-        gymnasium.register(id=ENV_ID, entry_point="autotune.rl.env:PassOrderingEnv")
+    """Register ``autotune/PassOrdering-v0`` with gymnasium (idempotent; ``import autotune`` does it)."""
+    register_env()
 
 
 register()

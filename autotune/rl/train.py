@@ -3,11 +3,22 @@
 ``train_policy`` opens one evaluation session per module (``autotune.core.tuner.evaluation_session``:
 trials are recorded in the cache like any run's, so training also fills the cache), builds one
 ``PassOrderingEnv`` whose ``reset`` draws a module per episode, and trains a stable-baselines3
-algorithm (PPO, A2C or DQN) on it. It writes the SB3 ``.zip`` and a JSON sidecar next to it
-(``<zip>.json``, e.g. ``policy.zip.json``) that records what the policy's inputs and outputs mean:
-the algorithm, the action vocabulary (the pipeline's passes, in order: action ``i`` of the policy),
-the opcode vocabulary (the observation's coordinates), ``max_length``, shaping settings, gamma and
-the pipeline version. ``check_vocabulary`` refuses (``BadInput``) a policy whose vocabularies differ
+algorithm (PPO, A2C or DQN) on it.
+
+With ``envs=N > 1`` it steps N environments in parallel instead: an SB3 ``SubprocVecEnv`` whose
+every subprocess builds its env with ``autotune.rl.env.make_env`` over the same modules, with its
+own engine (one compiler worker) on the SAME cache file (the SQLite cache is made for many
+processes: a step one env compiled is a cache hit for the others). The learner sees N transitions
+per vector step (PPO's rollout is ``n_steps * N``), the compiles of N envs overlap, and the policy
+file is the same kind as with one env. Each env is seeded ``seed + i`` by SB3, so they draw
+different modules and explore differently.
+
+It writes the SB3 ``.zip`` and a JSON sidecar next to it (``<zip>.json``, e.g.
+``policy.zip.json``) that records what the policy's inputs and outputs mean: the algorithm, the
+action vocabulary (the pipeline's passes, in order: action ``i`` of the policy), the opcode
+vocabulary and the name of every observation coordinate (``observation_names``), ``max_length``,
+shaping settings, gamma, the pipeline version and the training set (module names and fingerprints,
+and where they came from). ``check_vocabulary`` refuses (``BadInput``) a policy whose vocabularies differ
 from the installed pipeline's: a policy's outputs are indices, and the same index would silently
 name another pass.
 
@@ -17,6 +28,7 @@ cheap and never imports torch.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import time
@@ -124,8 +136,8 @@ def read_sidecar(zip_path: Path) -> dict:
     return meta
 
 
-def check_vocabulary(meta: dict, actions: Sequence[str], zip_path: Path) -> None:
-    """BadInput unless the policy's action and opcode vocabularies are the installed ones."""
+def vocabulary_mismatch(meta: dict, actions: Sequence[str]) -> str | None:
+    """Why a policy cannot drive this pipeline (its action or opcode vocabulary differs), or None."""
     from autotune.core.hlo import opcode_vocabulary
 
     theirs, ours = list(meta.get("actions") or []), list(actions)
@@ -135,11 +147,34 @@ def check_vocabulary(meta: dict, actions: Sequence[str], zip_path: Path) -> None
         detail = (f"{len(missing)} of its actions unknown here (e.g. {missing[0]})" if missing else
                   f"{len(extra)} actions here it never saw (e.g. {extra[0]})" if extra else
                   "the same actions in another order")
-        raise BadInput(f"{zip_path}: policy action vocabulary differs from this pipeline's ({detail}; "
-                       f"trained with {meta.get('pipeline_version', '?')}); retrain it with `autotune train`")
+        return (f"policy action vocabulary differs from this pipeline's ({detail}; "
+                f"trained with {meta.get('pipeline_version', '?')})")
     if list(meta.get("opcodes") or []) != list(opcode_vocabulary()):
-        raise BadInput(f"{zip_path}: policy opcode vocabulary differs from this jaxlib's "
-                       f"(trained with {meta.get('pipeline_version', '?')}); retrain it with `autotune train`")
+        return (f"policy opcode vocabulary differs from this jaxlib's "
+                f"(trained with {meta.get('pipeline_version', '?')})")
+    return None
+
+
+def check_vocabulary(meta: dict, actions: Sequence[str], zip_path: Path) -> None:
+    """BadInput unless the policy's action and opcode vocabularies are the installed ones."""
+    reason = vocabulary_mismatch(meta, actions)
+    if reason is not None:
+        raise BadInput(f"{zip_path}: {reason}; retrain it with `autotune train`")
+
+
+def other_pipeline_version(meta: dict) -> str | None:
+    """A one-line note when the policy was trained on another pipeline version than the installed
+    XLA pipeline's (its compiler build and engine version), else None. The inventory digest part
+    of the version is not compared: with the same jaxlib it is the same, and a vocabulary that
+    differs is refused by ``vocabulary_mismatch`` anyway."""
+    from autotune.pipelines.xla import ENGINE_VERSION, xla_version
+
+    theirs = str(meta.get("pipeline_version") or "")
+    ours = f"xla:{xla_version()}:"
+    engine = f":engine-{ENGINE_VERSION}"
+    if theirs.startswith(ours) and theirs.endswith(engine):
+        return None
+    return f"trained on pipeline {theirs or '(unrecorded)'}, this is {ours}...{engine}"
 
 
 def load_model(zip_path: Path, meta: dict, env, seed: int, overrides: dict | None = None):
@@ -160,7 +195,7 @@ class _StepCallback:
     """SB3 callback factory (built lazily: importing the callback base imports torch)."""
 
     @staticmethod
-    def make(observer, env, timesteps: int, stats=None):
+    def make(observer, timesteps: int, stats=None):
         from stable_baselines3.common.callbacks import BaseCallback
 
         class Callback(BaseCallback):
@@ -168,16 +203,24 @@ class _StepCallback:
                 super().__init__()
                 self.t0 = time.perf_counter()
                 self.returns: list[float] = []
-                self._ret = 0.0
+                self._rets: list[float] = []
+                self.best: float | None = None  # best cost / start cost seen in any env
 
             def _on_step(self) -> bool:
-                for r, done in zip(self.locals.get("rewards", []), self.locals.get("dones", [])):
-                    self._ret += float(r)
+                rewards = self.locals.get("rewards", [])
+                if len(self._rets) != len(rewards):
+                    self._rets = [0.0] * len(rewards)  # one running return per (vectorised) env
+                for i, (r, done) in enumerate(zip(rewards, self.locals.get("dones", []))):
+                    self._rets[i] += float(r)
                     if done:
-                        self.returns.append(self._ret)
-                        self._ret = 0.0
+                        self.returns.append(self._rets[i])
+                        self._rets[i] = 0.0
+                for info in self.locals.get("infos", []):
+                    c, c0 = info.get("cost"), info.get("start_cost")
+                    if c is not None and c0 and not info.get("failed"):
+                        self.best = c / c0 if self.best is None else min(self.best, c / c0)
                 if observer is not None:
-                    best = min((s.best_cost / s.start_cost for s in env.sources if s.start_cost), default=None)
+                    best = self.best
                     elapsed = max(1e-9, time.perf_counter() - self.t0)
                     observer.on_trial(min(self.num_timesteps, timesteps), best, self.num_timesteps / elapsed,
                                     stats.hit_rate if stats is not None else 0.0)
@@ -211,18 +254,24 @@ def train_policy(
     max_length: int = DEFAULT_MAX_LENGTH,
     observer=None,
     options: dict | None = None,
+    envs: int = 1,
+    training_set: dict | None = None,
 ) -> dict:
     """Train one ``algo`` policy over ``modules``; write ``out`` (.zip) and its sidecar; return stats.
 
     ``observer`` is an ``autotune.core.observer.Observer`` (or None); ``options`` are hyperparameters
     (see ``DEFAULT_HYPERPARAMS``) and the shaping weights ``w_flops``/``w_transcendentals``.
     Every environment step is one evaluation in its module's session (cache hits included).
+    ``envs`` environments are stepped in parallel (subprocesses sharing ``evaluator``'s cache file);
+    ``training_set`` (e.g. the suite directory and split) is recorded in the sidecar.
     """
-    from autotune.rl.env import EpisodeSource, PassOrderingEnv
+    from autotune.rl.env import EpisodeSource, PassOrderingEnv, make_env
     from autotune.core.tuner import evaluation_session
 
     if not modules:
         raise BadInput("no modules to train on")
+    if envs < 1:
+        raise BadInput(f"--envs must be at least 1, not {envs}")
     hp, env_opts = check_training(algo, timesteps, max_length, objective, options)
     zip_path = zip_path_of(out)
     import torch
@@ -230,48 +279,84 @@ def train_policy(
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     t0 = time.perf_counter()
+    vec = None
     try:
         roots = [evaluator.prepare(m) for m in modules]
-        sources = [EpisodeSource(evaluation_session(evaluator, m, objective=objective), r.name)
-                   for m, r in zip(modules, roots)]
         actions = evaluator.pipeline.passes()
-        env = PassOrderingEnv(sources, actions, max_length=max_length, shaping=shaping, gamma=hp["gamma"], **env_opts)
+        if envs == 1:
+            sources = [EpisodeSource(evaluation_session(evaluator, m, objective=objective), r.name)
+                       for m, r in zip(modules, roots)]
+            env = PassOrderingEnv(sources, actions, max_length=max_length, shaping=shaping, gamma=hp["gamma"],
+                                  **env_opts)
+            observation_names, obs_size, cost_features = env.observation_names, env.obs_size, env.cost_features
+
+            def per_env() -> list[list[dict]]:
+                return [env.episode_stats()]
+        else:
+            from stable_baselines3.common.vec_env import SubprocVecEnv
+
+            build = functools.partial(make_env, modules=roots, db=str(evaluator.cache.path), workers=1,
+                                      objective=objective, max_length=max_length, shaping=shaping,
+                                      gamma=hp["gamma"], **env_opts)
+            env = vec = SubprocVecEnv([build] * envs)
+            observation_names = tuple(vec.get_attr("observation_names", [0])[0])
+            obs_size = int(vec.get_attr("obs_size", [0])[0])
+            cost_features = bool(vec.get_attr("cost_features", [0])[0])
+
+            def per_env() -> list[list[dict]]:
+                return vec.env_method("episode_stats")
         model = make_model(algo, env, seed, hp)
-        callback = _StepCallback.make(observer, env, timesteps, evaluator.stats)
+        callback = _StepCallback.make(observer, timesteps, evaluator.stats)
         if observer is not None:
-            observer.on_run_start(timesteps, f"{algo} on {len(modules)} module(s)")
+            observer.on_run_start(timesteps, f"{algo} on {len(modules)} module(s)"
+                                  + (f", {envs} envs" if envs > 1 else ""))
+        t_learn = time.perf_counter()
         try:
             model.learn(total_timesteps=timesteps, callback=callback)
         finally:
             if observer is not None:
                 observer.on_run_end()
+        learn_seconds = time.perf_counter() - t_learn
+        stats_per_env = per_env()
         zip_path.parent.mkdir(parents=True, exist_ok=True)
         model.save(str(zip_path))
     finally:
+        if vec is not None:
+            vec.close()  # each subprocess closes its env: its worker and its cache connection
         torch.set_num_threads(threads)
     from autotune.core.hlo import opcode_vocabulary
 
     meta = {
         "format": SIDECAR_FORMAT, "algo": algo, "shaping": bool(shaping), "gamma": hp["gamma"],
         "w_flops": env_opts["w_flops"], "w_transcendentals": env_opts["w_transcendentals"],
-        "max_length": max_length, "objective": objective, "cost_features": env.cost_features,
-        "observation_size": env.obs_size, "actions": list(actions), "opcodes": list(opcode_vocabulary()),
-        "pipeline_version": evaluator.version, "timesteps": int(model.num_timesteps), "seed": seed,
-        "hyperparameters": hp, "modules": [{"name": r.name, "fingerprint": r.fingerprint} for r in roots],
+        "max_length": max_length, "objective": objective, "cost_features": cost_features,
+        "observation_size": obs_size, "observation_names": list(observation_names), "actions": list(actions),
+        "opcodes": list(opcode_vocabulary()), "pipeline_version": evaluator.version,
+        "timesteps": int(model.num_timesteps), "seed": seed, "envs": envs, "hyperparameters": hp,
+        "training_set": dict(training_set or {}),
+        "modules": [{"name": r.name, "fingerprint": r.fingerprint} for r in roots],
     }
     side = sidecar_path(zip_path)
     side.write_text(json.dumps(meta, indent=2))
     returns = callback.returns
     tail = returns[-20:]
+    merged: dict[int, dict] = {}
+    for env_stats in stats_per_env:
+        for k, m in enumerate(env_stats):
+            into = merged.setdefault(k, {**m, "episodes": 0, "evaluations": 0, "best_cost": None})
+            into["episodes"] += m["episodes"]
+            into["evaluations"] += m["evaluations"]
+            if m["best_cost"] is not None and (into["best_cost"] is None or m["best_cost"] < into["best_cost"]):
+                into["best_cost"], into["best_sequence"] = m["best_cost"], m["best_sequence"]
     return {
         "algo": algo, "policy": str(zip_path), "sidecar": str(side), "timesteps": int(model.num_timesteps),
         "episodes": len(returns), "mean_return_last20": (sum(tail) / len(tail)) if tail else None,
         "shaping": bool(shaping), "objective": objective, "seed": seed, "max_length": max_length,
-        "seconds": time.perf_counter() - t0,
-        "evaluations": sum(len(s.evaluate.history) for s in sources),
-        "modules": [
-            {"name": s.name, "episodes": s.episodes, "start_cost": s.start_cost,
-             "best_cost": None if math.isinf(s.best_cost) else s.best_cost, "best_sequence": list(s.best_sequence)}
-            for s in sources
-        ],
+        "seconds": time.perf_counter() - t0, "learn_seconds": learn_seconds,
+        "steps_per_second": int(model.num_timesteps) / max(1e-9, learn_seconds), "envs": envs,
+        "evaluations": sum(m["evaluations"] for m in merged.values()),
+        "per_env": [{"env": i, "episodes": sum(m["episodes"] for m in e), "evaluations": sum(m["evaluations"] for m in e)}
+                    for i, e in enumerate(stats_per_env)],
+        "modules": [{key: m[key] for key in ("name", "episodes", "start_cost", "best_cost", "best_sequence")}
+                    for m in merged.values()],
     }

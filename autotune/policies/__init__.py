@@ -1,0 +1,71 @@
+"""Policies shipped with autotune: ``NAME.zip`` (stable-baselines3) plus its sidecar ``NAME.zip.json``.
+
+The sidecar (``autotune.rl.train.sidecar_path``) records what the policy's inputs and outputs mean:
+the pipeline version it was trained on, the name of every observation feature, the action
+vocabulary and the training set. ``--policy NAME`` (and ``policy=NAME`` in the API) finds a shipped
+policy by name; a path to a ``.zip`` still works. ``autotune run --strategy ppo MODEL`` with no
+``--policy`` starts from the shipped ``DEFAULT`` policy (``llm``) when the package holds one.
+A policy is shipped by copying both files here (``autotune train --help`` says how it is retrained).
+Directories listed in ``$AUTOTUNE_POLICY_PATH`` (``os.pathsep``-separated) are searched first, so a
+team can keep its own policies by name (and the tests use a policy trained in a temporary directory).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from autotune.errors import BadInput
+
+#: The policy ``autotune run --strategy ppo`` starts from when it is shipped.
+DEFAULT = "llm"
+
+
+def directory() -> Path:
+    """Where shipped policies live (this package's directory)."""
+    return Path(__file__).resolve().parent
+
+
+def search_path() -> list[Path]:
+    """The directories searched for a policy by name: ``$AUTOTUNE_POLICY_PATH``'s, then the package's."""
+    extra = [Path(d) for d in os.environ.get("AUTOTUNE_POLICY_PATH", "").split(os.pathsep) if d]
+    return [*extra, directory()]
+
+
+def _policies(folder: Path) -> dict[str, Path]:
+    if not folder.is_dir():
+        return {}
+    return {p.name[: -len(".zip")]: p for p in sorted(folder.glob("*.zip")) if Path(f"{p}.json").is_file()}
+
+
+def names() -> list[str]:
+    """Names of the policies found by name (a ``.zip`` with its sidecar next to it)."""
+    return sorted({name for folder in search_path() for name in _policies(folder)})
+
+
+def find(name: str) -> Path | None:
+    """The policy file called ``name`` (first in ``search_path()``), or None."""
+    for folder in search_path():
+        found = _policies(folder).get(name)
+        if found is not None:
+            return found
+    return None
+
+
+def default() -> Path | None:
+    """The shipped default policy, or None when this installation has none."""
+    return find(DEFAULT)
+
+
+def resolve(policy: str | os.PathLike) -> Path:
+    """A policy argument as a file: an existing path, a path-looking value (``.zip``, a directory
+    separator) as given (its loader reports a missing file), else the shipped policy of that name."""
+    text = str(policy)
+    path = Path(text)
+    if path.exists() or text.endswith(".zip") or os.sep in text or "/" in text:
+        return path
+    shipped = find(text)
+    if shipped is None:
+        available = ", ".join(names()) or "none"
+        raise BadInput(f"no policy file or shipped policy named '{text}' (shipped: {available})")
+    return shipped
