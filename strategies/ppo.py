@@ -137,6 +137,9 @@ class PPOStrategy(Strategy):
         shaping = bool(meta.get("shaping", False)) if self.shaping is None else self.shaping
         env_options = {k: meta.get(k, v) for k, v in self.env_options.items()}
         env_options.update({k: self.env_options[k] for k in self.given if k in self.env_options})
+        # The policy's own horizon (its observation scales the history by it), within the run's.
+        horizon = min(space.max_length, int(meta.get("max_length") or space.max_length))
+        space = SearchSpace(space.actions, horizon, space.min_length)
         train_env = self._env(source, space, shaping, gamma, env_options)
         overrides = _overrides(meta["algo"], self.hyperparams, self.given)
         try:
