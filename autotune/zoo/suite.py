@@ -8,6 +8,10 @@ Why a grouped split: a learned strategy evaluated on a module whose model config
 trained on (the same model's ``infer`` graph, say) measures memorization. :func:`split` assigns
 whole model configurations (all kinds of one config) to one side.
 
+The LLM family (decode, prefill and train steps; see :mod:`autotune.zoo.llm`) is the part of the
+suite with headroom (results/llm_headroom.md); its grid crosses the structural axes that headroom
+comes from and is split on its own (:data:`OWN_SPLIT`), with every kind of a model on one side.
+
 Instruction counts: every grid entry lowers to 100..20,000 instructions (checked by the tests on a
 sample and by :func:`generate` on everything it writes); sizes that matter to the count (layers,
 blocks, optimizer, dtype, bias/MLP variants) are varied on purpose, while shapes (width, heads,
@@ -33,10 +37,10 @@ MIN_INSTRUCTIONS = 100
 MAX_INSTRUCTIONS = 20_000
 
 OPTIMIZERS = ("adam", "sgd", "adam_flat", "sgd_flat")
+DTYPES = ("f32", "bf16")
 
 #: Families split on their own rather than in the shared pool of the original three families.
 OWN_SPLIT = frozenset({"llm"})
-DTYPES = ("f32", "bf16")
 
 
 @dataclass(frozen=True)
@@ -318,6 +322,7 @@ def split(entries: Sequence[SuiteEntry], seed: int = 0, test_fraction: float = 0
 
 
 def _split_pool(entries: Sequence[SuiteEntry], seed: int, test_fraction: float) -> dict[str, list[str]]:
+    """:func:`split`'s rule on one pool of entries (unsorted lists)."""
     groups: dict[str, list[str]] = {}
     for e in entries:
         groups.setdefault(e.group(), []).append(e.name)

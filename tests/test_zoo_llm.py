@@ -1,0 +1,121 @@
+"""The LLM family: it lowers and loads, its split never separates a model, and it has real headroom.
+
+The headroom test runs real XLA passes through the engine on a small generated decode step (two
+GQA layers under ``lax.scan``, rotary positions, KV cache written by dynamic-update-slice, bf16):
+``cse`` then ``algsimp`` ends below XLA's default on final-ops, the win bench/llm_headroom.py
+found across the family (results/llm_headroom.md).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from autotune.core.module import load
+from autotune.zoo import LLMConfig, count_instructions, llm, lower, module_name
+from autotune.zoo import suite
+
+ROOT = Path(__file__).resolve().parent.parent
+SMALL = dict(layers=2, d_model=32, heads=4, kv_heads=2, ffn=64, vocab=64, seq=16, batch=2)
+
+#: Configs that between them use every structural option of the family.
+VARIANTS = [
+    LLMConfig(**SMALL),
+    LLMConfig(**SMALL | dict(kv_heads=1, cache="scatter", experts=4, top_k=2, positions="learned", norm="layer",
+                             mlp="gelu", dtype="f32")),
+    LLMConfig(**SMALL | dict(kv_heads=4, scan=False, experts=4, top_k=1, remat=True, optimizer="sgd")),
+    LLMConfig(**SMALL | dict(kv_repeat=True, cache="scatter", scan=False, remat=True)),
+]
+
+
+@pytest.mark.parametrize("cfg", VARIANTS, ids=[f"variant{i}" for i in range(len(VARIANTS))])
+@pytest.mark.parametrize("kind", llm.KINDS)
+def test_every_kind_lowers(cfg, kind):
+    text = lower("llm", kind, cfg)
+    assert text.startswith(f"HloModule {module_name('llm', kind, cfg)},")
+    n = count_instructions(text)  # parsed by XLA itself
+    assert suite.MIN_INSTRUCTIONS <= n <= 4000, n
+    # The constructs the family exists for are in the HLO, not simplified away by the lowering.
+    if cfg.scan:
+        assert " while(" in text
+    if kind != "train":
+        assert ("scatter(" in text) == (cfg.cache == "scatter" or bool(cfg.experts))
+        if not cfg.scan:  # (a scan writes its stacked outputs with dynamic-update-slice anyway)
+            assert ("dynamic-update-slice(" in text) == (cfg.cache == "dus")
+    if cfg.experts:
+        assert " gather(" in text and "scatter(" in text  # routing into and out of expert buffers
+    if cfg.positions == "rope":
+        assert " cosine(" in text and " sine(" in text
+
+
+def test_kinds_share_no_irrelevant_field():
+    """Inference ignores the optimizer, training ignores the cache update: one program, one name."""
+    a = LLMConfig(**SMALL, optimizer="sgd", remat=True)
+    b = LLMConfig(**SMALL)
+    assert llm.canonical(a, "decode") == llm.canonical(b, "decode")
+    assert lower("llm", "decode", a) == lower("llm", "decode", b)
+    c = dataclasses.replace(b, cache="scatter")
+    assert llm.canonical(c, "train") == llm.canonical(b, "train")
+    assert module_name("llm", "decode", c) != module_name("llm", "decode", b)
+
+
+@pytest.mark.parametrize("bad", [dict(kv_heads=3), dict(experts=2, top_k=3), dict(cache="paged"), dict(seq=1)])
+def test_bad_configs_are_refused(bad):
+    with pytest.raises(ValueError):
+        LLMConfig(**SMALL | bad)
+
+
+def test_family_is_in_the_default_suite_and_split_by_model():
+    entries = [e for e in suite.configs() if e.family == "llm"]
+    assert len(entries) >= 300
+    assert {e.kind for e in entries} == set(llm.KINDS)
+    sides = suite.split(suite.configs())
+    test = set(sides["test"])
+    side_of_model: dict[str, set[str]] = {}
+    for e in entries:
+        side_of_model.setdefault(e.group(), set()).add("test" if e.name in test else "train")
+    assert all(len(s) == 1 for s in side_of_model.values())  # no model on both sides
+    n_test = sum(e.name in test for e in entries)
+    assert 0.2 <= n_test / len(entries) <= 0.3
+    # Every structural option reaches both sides.
+    for field in ("scan", "cache", "experts", "positions", "norm", "dtype"):
+        by_side = {s: {getattr(e.config, field) for e in entries if (e.name in test) == (s == "test")}
+                   for s in ("train", "test")}
+        assert by_side["train"] == by_side["test"], field
+
+
+def test_generate_writes_llm_modules(tmp_path):
+    manifest = suite.generate(tmp_path, limit=3, families=["llm"], jobs=1)
+    assert [e.family for e in manifest.entries] == ["llm"] * 3 and not manifest.skipped
+    assert {e.kind for e in manifest.entries} == set(llm.KINDS)
+    assert len(suite.modules(tmp_path)) == 3
+    for path in suite.modules(tmp_path):  # through the tuner's own loading (XLA parse, fingerprint)
+        module = load(path)
+        assert module.name == path.stem and module.fingerprint
+
+
+def test_a_small_decode_step_beats_the_default(engine):
+    root = engine.prepare(load(lower("llm", "decode", LLMConfig(**SMALL))))
+    default = engine.default(root)
+    assert default.ok
+    tuned = engine.evaluate(root, ["cse", "algsimp"])
+    assert tuned.ok
+    final = engine.final(tuned.state)
+    assert final.ok
+    assert final.metrics.instructions < default.metrics.instructions
+
+
+def test_lowering_is_deterministic_across_processes():
+    """The same config gives the same bytes in a fresh interpreter (generation is reproducible)."""
+    cfg = VARIANTS[1]
+    code = (f"from autotune.zoo import lower, LLMConfig; import hashlib; "
+            f"print(hashlib.sha256(lower('llm', 'prefill', LLMConfig(**{dataclasses.asdict(cfg)!r})).encode()).hexdigest())")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT,
+                         env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", "TF_CPP_MIN_LOG_LEVEL": "2"})
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == [hashlib.sha256(lower("llm", "prefill", cfg).encode()).hexdigest()]
