@@ -15,6 +15,14 @@ normalises and fingerprints it like ``autotune.load`` does, and when a record ma
 recorded sequence (in autotune's crash-isolated workers, through the cache) and hands XLA the
 tuned module to compile with its full pipeline. Everything else compiles untouched.
 
+With a policy (``use(policy="llm")``, a shipped policy's name or a ``.zip`` path, records optional):
+a compile no record matches gets the policy's ONE deterministic roll-out (at most its
+``max_length`` steps, through the cache; no search, no fine-tuning), and the best sequence of
+that roll-out is used only when it beats XLA's default on the objective and passes the check
+(autotune's validation); otherwise XLA's default compiles the module. The decision is remembered
+in the cache db by module fingerprint (with the policy's digest and the pipeline version), so the
+next compile of the same program, in this process or another, costs one lookup.
+
 Limits: compiles already in JAX's caches are not redone (``use`` clears JAX's in-memory caches on
 entry unless ``clear_caches=False``); multi-device (sharded) compiles are passed through.
 """
@@ -22,6 +30,7 @@ entry unless ``clear_caches=False``); multi-device (sharded) compiles are passed
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import threading
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -38,13 +47,69 @@ class HookStats:
     applied: list[tuple[str, tuple[str, ...]]] = field(default_factory=list)  # (fingerprint, sequence)
     passed_through: int = 0
     errors: list[str] = field(default_factory=list)
+    # With a policy: (fingerprint, sequence or () for XLA's default, "rollout" | "remembered").
+    policy_decisions: list[tuple[str, tuple[str, ...], str]] = field(default_factory=list)
+
+
+#: ``Cache.put_report`` kind of the remembered policy decisions.
+DECISION_KIND = "jax-policy-decision"
+
+
+class _PolicyDecider:
+    """A policy's zero-shot decision for a module: its roll-out's best sequence, or () for XLA's default."""
+
+    def __init__(self, policy, objective: str):
+        from autotune import policies
+        from autotune.rl.train import read_sidecar
+
+        self.path = policies.resolve(policy)
+        self.meta = read_sidecar(self.path)  # BadInput at use() for a missing or foreign file
+        self.digest = hashlib.sha256(self.path.read_bytes()).hexdigest()[:16]
+        self.objective = objective
+        self.checked = False
+
+    def key(self, evaluator, fingerprint: str) -> str:
+        return f"{evaluator.version}|{self.digest}|{self.objective}|{fingerprint}"
+
+    def decide(self, evaluator, root, stats: HookStats) -> tuple[str, ...]:
+        key = self.key(evaluator, root.fingerprint)
+        remembered = evaluator.cache.get_report(DECISION_KIND, key)
+        if remembered is not None:
+            sequence = tuple(remembered["sequence"])
+            stats.policy_decisions.append((root.fingerprint, sequence, "remembered"))
+            return sequence
+        if not self.checked:
+            from autotune.rl.train import check_vocabulary
+
+            check_vocabulary(self.meta, evaluator.pipeline.passes(), self.path)
+            self.checked = True
+        from autotune.core.tuner import tune
+
+        max_length = int(self.meta.get("max_length", 16))
+        result = tune(evaluator, root, strategy="ppo", budget=max_length, objective=self.objective,
+                      max_length=max_length, options={"policy": str(self.path), "finetune": False},
+                      validate=True, prune=True)
+        validation = result.validation
+        keep = bool(result.beats_default and validation is not None and validation.ok)
+        sequence = tuple(result.best_sequence) if keep else ()
+        reason = ("beats XLA's default" if keep else
+                  "fails its check" if result.beats_default else "does not beat XLA's default")
+        evaluator.cache.put_report(DECISION_KIND, key, {
+            "sequence": list(sequence), "rollout": list(result.best_sequence), "reason": reason,
+            "cost": result.best.cost if result.best else None, "default_cost": result.default_cost,
+            "validation": validation.level if validation else None, "run_id": result.run_id,
+            "policy": self.path.name})
+        stats.policy_decisions.append((root.fingerprint, sequence, "rollout"))
+        return sequence
 
 
 class _Hook:
-    def __init__(self, records: Iterable[TuningRecord | str | Path], cache, workers: int, strict: bool):
+    def __init__(self, records: Iterable[TuningRecord | str | Path], cache, workers: int, strict: bool,
+                 policy=None, objective: str = "final-ops"):
         recs = [r if isinstance(r, TuningRecord) else TuningRecord.load(r) for r in records]
         self.records = {fp: r for r in recs for fp in r.applies_to}  # a fleet record: every member
         self.cache, self.workers, self.strict = cache, workers, strict
+        self.decider = _PolicyDecider(policy, objective) if policy is not None else None
         self.stats = HookStats()
         self._session = None
         self._lock = threading.RLock()
@@ -93,10 +158,16 @@ class _Hook:
         root = self.session.normalize(Module.from_proto(proto))
         self.stats.seen.append(root.fingerprint)
         record = self.records.get(root.fingerprint)
-        if record is None:
+        if record is not None:
+            sequence = tuple(record.sequence)
+        elif self.decider is not None:
+            sequence = self.decider.decide(self.session.evaluator, root, self.stats)
+            if not sequence:
+                return None  # XLA's default: the policy's sequence did not beat it or failed its check
+        else:
             return None
-        tuned = self.session.apply(root, record.sequence)
-        self.stats.applied.append((root.fingerprint, tuple(record.sequence)))
+        tuned = self.session.apply(root, sequence)
+        self.stats.applied.append((root.fingerprint, sequence))
         return _jax.mlir.hlo_to_stablehlo(tuned.proto)
 
 
@@ -104,17 +175,21 @@ _active: list[_Hook] = []
 
 
 @contextlib.contextmanager
-def use(records: Iterable[TuningRecord | str | Path], cache: str | Path | None = None, workers: int = 1,
-        clear_caches: bool = True, strict: bool = False) -> Iterator[HookStats]:
-    """Apply ``records`` to matching ``jax.jit`` compiles inside the ``with`` block.
+def use(records: Iterable[TuningRecord | str | Path] = (), cache: str | Path | None = None, workers: int = 1,
+        clear_caches: bool = True, strict: bool = False, policy: str | Path | None = None,
+        objective: str = "final-ops") -> Iterator[HookStats]:
+    """Apply ``records`` to matching ``jax.jit`` compiles inside the ``with`` block; with ``policy``
+    (a shipped policy's name or a path), every other compile gets the policy's zero-shot decision
+    (see the module docstring), remembered by fingerprint in the cache db.
 
-    Yields ``HookStats`` (which compiles were seen, which were tuned). ``strict=True`` raises
-    instead of falling back to the untuned compile when tuning a matching module fails.
+    Yields ``HookStats`` (which compiles were seen, which were tuned, what the policy decided).
+    ``strict=True`` raises instead of falling back to the untuned compile when tuning a matching
+    module fails.
     """
     import jax
     from jax._src import compiler
 
-    hook = _Hook(records, cache, workers, strict)
+    hook = _Hook(records, cache, workers, strict, policy, objective)
     original = compiler.backend_compile_and_load
 
     def patched(backend, module, executable_devices, options, host_callbacks):

@@ -15,8 +15,9 @@ Two modes:
   left, it keeps learning on this module, alternating ``learn`` chunks of ``2 * n_steps`` steps with
   deterministic roll-outs of the updated policy. If the policy only stops (fine-tuning then spends
   no evaluation), the rest of the budget goes to PPO from scratch on the module, so ``--budget`` is
-  spent either way. A policy trained with another action or opcode vocabulary is refused
-  (``BadInput``); one trained on another pipeline version with the same vocabularies is used, with
+  spent either way. Its episodes are at most the policy's own ``max_length`` long (its
+  observation counts steps in those units), and never longer than the run's. A policy trained
+  with another action or opcode vocabulary is refused (``BadInput``); one trained on another pipeline version with the same vocabularies is used, with
   a one-line note on stderr.
 * **Default**: with no ``policy`` option the shipped default policy (``llm``) is used zero-shot
   when this installation has one, so a budget of one roll-out (``max_length`` evaluations) gives
@@ -36,8 +37,8 @@ seed, one torch thread and a deterministic cache make two runs with the same see
 sequences.
 
 Options: ``policy`` (a path, a shipped policy's name, or ``none``), ``finetune`` (bool, default
-true), ``shaping`` (bool; default false, or the policy's own setting), ``n_steps`` (32), ``batch_size`` (16), ``n_epochs`` (10),
-``learning_rate`` (1e-3), ``gamma`` (0.99, also the shaping discount), ``gae_lambda`` (0.95),
+true), ``shaping`` (bool; default false, or the policy's own setting), ``n_steps`` (32),
+``batch_size`` (16), ``n_epochs`` (10), ``learning_rate`` (1e-3), ``gamma`` (0.99, also the shaping discount), ``gae_lambda`` (0.95),
 ``ent_coef`` (0.01), ``clip_range`` (0.2), ``net_arch`` (hidden width, 64), ``w_flops`` and
 ``w_transcendentals`` (shaping weights, 0.5 each).
 """
@@ -135,12 +136,13 @@ class PPOStrategy(Strategy):
             self._note(f"{self._label()} was {other}; using it (same action vocabulary)")
         gamma = float(meta.get("gamma", self.hyperparams["gamma"]))
         shaping = bool(meta.get("shaping", False)) if self.shaping is None else self.shaping
+        policy_space = space
+        if int(meta.get("max_length") or space.max_length) < space.max_length:
+            # The policy's step_fraction feature is steps / its own max_length: keep that meaning.
+            policy_space = SearchSpace(space.actions, int(meta["max_length"]), space.min_length)
         env_options = {k: meta.get(k, v) for k, v in self.env_options.items()}
         env_options.update({k: self.env_options[k] for k in self.given if k in self.env_options})
-        # The policy's own horizon (its observation scales the history by it), within the run's.
-        horizon = min(space.max_length, int(meta.get("max_length") or space.max_length))
-        space = SearchSpace(space.actions, horizon, space.min_length)
-        train_env = self._env(source, space, shaping, gamma, env_options)
+        train_env = self._env(source, policy_space, shaping, gamma, env_options)
         overrides = _overrides(meta["algo"], self.hyperparams, self.given)
         try:
             model = load_model(self.policy, meta, train_env, seed, overrides)
@@ -149,7 +151,7 @@ class PPOStrategy(Strategy):
                 raise
             self._note(f"{self._label()} not used: {exc}; PPO from scratch")
             return self._from_scratch(source, evaluate, space, seed)
-        rollout_env = self._env(source, space, shaping, gamma, env_options)
+        rollout_env = self._env(source, policy_space, shaping, gamma, env_options)
         rollout_env.reset(seed=seed)
         _rollout(model, rollout_env)
         if not self.finetune:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -100,3 +102,71 @@ def test_hook_is_removed_after_the_block(db_path, record):
     with autotune_jax.use([rec], cache=db_path):
         assert compiler.backend_compile_and_load is not original
     assert compiler.backend_compile_and_load is original
+
+
+# ---- with a policy: zero-shot at compile time, remembered by fingerprint ---------------------------------
+@pytest.fixture(scope="module")
+def algsimp_policy(engine, tmp_path_factory):
+    """A policy trained here (tiny), whose deterministic choice is made ``algsimp`` (never STOP): on
+    the attention gradient that beats XLA's default, on ``sin(x) * 3`` it changes nothing."""
+    import torch
+    from stable_baselines3 import PPO
+
+    from autotune.rl.train import train_policy
+
+    out = tmp_path_factory.mktemp("policy") / "algsimp.zip"
+    train_policy(engine, [autotune.load(jax.jit(f).lower(X, W))], out, timesteps=32, seed=0, max_length=2)
+    model = PPO.load(out, device="cpu")
+    with torch.no_grad():
+        model.policy.action_net.bias[engine.pipeline.passes().index("algsimp")] = 1e4
+    model.save(out)
+    return out
+
+
+def test_policy_sequence_is_used_when_it_beats_the_default_and_remembered(db_path, algsimp_policy):
+    reference = f(X, W)
+    with autotune_jax.use(policy=algsimp_policy, cache=db_path) as stats:
+        out = jax.jit(f)(X, W)
+    assert not stats.errors, stats.errors
+    ((fp, sequence, how),) = stats.policy_decisions
+    assert sequence == ("algsimp",) and how == "rollout"  # the roll-out's best, pruned to what helps
+    assert stats.applied == [(fp, ("algsimp",))]
+    for name in "qkvo":
+        np.testing.assert_allclose(np.asarray(out[name]), np.asarray(reference[name]), rtol=1e-5, atol=1e-6)
+
+    with autotune_jax.use(policy=str(algsimp_policy), cache=db_path) as again:
+        jax.jit(f)(X, W)
+    assert again.policy_decisions == [(fp, ("algsimp",), "remembered")]  # no roll-out the second time
+    assert again.applied == [(fp, ("algsimp",))]
+
+
+def test_policy_keeps_the_default_when_it_does_not_beat_it_and_remembers(db_path, algsimp_policy):
+    def g(x):
+        return jnp.sin(x) * 3.0
+
+    with autotune_jax.use(policy=algsimp_policy, cache=db_path) as stats:
+        out = jax.jit(g)(W)
+    assert not stats.errors, stats.errors
+    ((fp, sequence, how),) = stats.policy_decisions
+    assert sequence == () and how == "rollout" and stats.applied == []  # XLA's default compiled it
+    np.testing.assert_allclose(np.asarray(out), np.sin(np.asarray(W)) * 3.0, rtol=1e-6)
+    from autotune.core.cache import Cache
+
+    cache = Cache(db_path)
+    try:
+        decisions = [json.loads(r[0]) for r in cache.db.execute(
+            "SELECT report FROM reports WHERE kind=? AND key LIKE ?", [autotune_jax.DECISION_KIND, f"%|{fp}"])]
+    finally:
+        cache.close()
+    assert len(decisions) == 1 and decisions[0]["reason"] == "does not beat XLA's default"
+    assert decisions[0]["rollout"]  # the policy did propose a sequence: it was judged, then refused
+
+    with autotune_jax.use(policy=algsimp_policy, cache=db_path) as again:
+        jax.jit(g)(W)
+    assert again.policy_decisions == [(fp, (), "remembered")] and again.applied == []
+
+
+def test_policy_that_cannot_be_read_fails_at_use(tmp_path, db_path):
+    with pytest.raises(autotune.BadInput, match="no such policy"):
+        with autotune_jax.use(policy=tmp_path / "missing.zip", cache=db_path):
+            pass

@@ -227,3 +227,150 @@ def test_a_policy_that_only_stops_still_spends_the_budget(engine, tmp_path):
     again = tune(engine, autotune.load(MAML), strategy="ppo", budget=12, seed=0, max_length=3, validate=False,
                  options={"policy": str(out), "finetune": False})
     assert again.evaluations == 0  # the roll-out alone: STOP at once
+
+
+# ---- shipped policies: found by name, the default one, notes -------------------------------------------
+@pytest.fixture(scope="module")
+def tiny_policy_dir(engine, tmp_path_factory):
+    """A real (tiny) policy trained here, kept by name in a directory for $AUTOTUNE_POLICY_PATH
+    (until a trained policy is shipped, no committed file stands in for one)."""
+    from autotune.rl.train import train_policy
+
+    out = tmp_path_factory.mktemp("policies")
+    train_policy(engine, [autotune.load(SMALL), autotune.load(MAML)], out / "tiny.zip", timesteps=32, seed=0,
+                 max_length=3)
+    return out
+
+
+def _copy_policy(src_dir, dst_dir, name: str, edit=None, never_stop: bool = False):
+    """``tiny`` copied as ``name`` into ``dst_dir``; ``edit(meta)`` changes its sidecar, ``never_stop``
+    makes STOP's logit -1e4 so the deterministic roll-out is ``max_length`` passes long."""
+    from stable_baselines3 import PPO
+
+    dst_dir.mkdir(parents=True, exist_ok=True)
+    zip_path = dst_dir / f"{name}.zip"
+    if never_stop:
+        model = PPO.load(src_dir / "tiny.zip", device="cpu")
+        with torch.no_grad():
+            model.policy.action_net.bias[model.action_space.n - 1] = -1e4
+        model.save(zip_path)
+    else:
+        shutil.copy(src_dir / "tiny.zip", zip_path)
+    meta = json.loads((src_dir / "tiny.zip.json").read_text())
+    if edit is not None:
+        edit(meta)
+    (dst_dir / f"{name}.zip.json").write_text(json.dumps(meta))
+    return zip_path
+
+
+def test_a_policy_is_found_by_name_and_loads_with_the_pinned_versions(engine, tiny_policy_dir, monkeypatch):
+    import jaxlib
+    from stable_baselines3 import PPO
+
+    from autotune import policies, strategy
+    from autotune.rl.train import check_vocabulary, other_pipeline_version, read_sidecar
+
+    monkeypatch.setenv("AUTOTUNE_POLICY_PATH", str(tiny_policy_dir))
+    path = tiny_policy_dir / "tiny.zip"
+    assert "tiny" in policies.names() and policies.find("tiny") == path and policies.resolve("tiny") == path
+    assert strategy.create("ppo", policy="tiny").policy == path
+    meta = read_sidecar(path)
+    assert meta["pipeline_version"] == engine.version and jaxlib.__version__ == "0.10.2"
+    assert f"jaxlib-{jaxlib.__version__}" in meta["pipeline_version"]
+    check_vocabulary(meta, engine.pipeline.passes(), path)  # raises on another vocabulary
+    assert other_pipeline_version(meta) is None
+    assert [m["name"] for m in meta["modules"]] == ["small_redundant", "hloenv_maml_train_step"]
+    model = PPO.load(path, device="cpu")
+    assert model.observation_space.shape == (len(meta["observation_names"]),)
+    with pytest.raises(BadInput, match="no policy file or shipped policy named 'nope'"):
+        policies.resolve("nope")
+    monkeypatch.delenv("AUTOTUNE_POLICY_PATH")
+    assert policies.find("tiny") is None
+
+
+def test_every_shipped_policy_loads_with_the_pinned_versions(engine):
+    """What autotune/policies ships must drive this pipeline: same vocabularies, same observation."""
+    from stable_baselines3 import PPO
+
+    from autotune import policies
+    from autotune.rl.env import PassOrderingEnv
+    from autotune.rl.train import check_vocabulary, read_sidecar
+    from autotune.core.tuner import evaluation_session
+
+    shipped = sorted(policies.directory().glob("*.zip"))
+    if not shipped:
+        pytest.skip("no policy shipped in autotune/policies yet")
+    for path in shipped:
+        meta = read_sidecar(path)  # every shipped file has its sidecar
+        check_vocabulary(meta, engine.pipeline.passes(), path)
+        session = evaluation_session(engine, autotune.load(SMALL), budget=1)
+        env = PassOrderingEnv([session], engine.pipeline.passes(), max_length=meta["max_length"])
+        assert list(env.observation_names) == meta["observation_names"]
+        model = PPO.load(path, env=env, device="cpu")  # SB3 checks the spaces against the env's
+        obs, _ = env.reset(seed=0)
+        action, _ = model.predict(obs, deterministic=True)
+        assert 0 <= int(action) < env.action_space.n
+
+
+def test_default_policy_is_rolled_out_first_then_fine_tuned(engine, tiny_policy_dir, tmp_path, monkeypatch):
+    """No --policy: the shipped default's deterministic roll-out is the run's first evaluations."""
+    from stable_baselines3 import PPO
+
+    from autotune import strategy
+    from autotune.rl.env import PassOrderingEnv
+    from autotune.core.runs import RunStore
+    from autotune.core.tuner import evaluation_session, tune
+
+    path = _copy_policy(tiny_policy_dir, tmp_path / "shipped", "llm", never_stop=True)
+    monkeypatch.setenv("AUTOTUNE_POLICY_PATH", str(path.parent))
+    assert strategy.create("ppo").policy == path and strategy.create("ppo").is_default
+    assert strategy.create("ppo", policy="none").policy is None  # from scratch on request
+
+    # The roll-out, computed here from the policy file alone.
+    session = evaluation_session(engine, autotune.load(MAML), budget=10)
+    env = PassOrderingEnv([session], engine.pipeline.passes(), max_length=3)
+    model = PPO.load(path, device="cpu")
+    obs, _ = env.reset(seed=0)
+    rollout, done = [], False
+    while not done:
+        obs, _, done, _, info = env.step(int(model.predict(obs, deterministic=True)[0]))
+        rollout.append(info["sequence"])
+    assert len(rollout) == 3
+
+    result = tune(engine, autotune.load(MAML), strategy="ppo", budget=8, seed=0, max_length=3, validate=False)
+    trials = RunStore(engine.cache).trials(result.run_id)
+    assert [t.sequence for t in trials[:3]] == rollout  # zero-shot first: a budget of 3 is its answer
+    assert result.evaluations == 8  # then fine-tuning spends the rest
+
+    # A run allowing longer sequences keeps the policy's own horizon (its step feature's unit).
+    longer = tune(engine, autotune.load(MAML), strategy="ppo", budget=8, seed=0, max_length=6, validate=False)
+    trials = RunStore(engine.cache).trials(longer.run_id)
+    assert [t.sequence for t in trials[:3]] == rollout
+    assert max(len(t.sequence) for t in trials) == 3
+
+
+def test_notes_for_another_pipeline_version_and_an_unusable_default(tiny_policy_dir, tmp_path, db_path):
+    def older(meta):
+        meta["pipeline_version"] = "xla:jaxlib-0.4.0-cpu-x86_64:inv-000000000000:engine-1"
+
+    def foreign(meta):
+        meta["actions"] = list(reversed(meta["actions"]))
+
+    args = ("run", "--strategy", "ppo", str(MAML), "--budget", "4", "--max-length", "3", "--no-validate", "--json")
+    _copy_policy(tiny_policy_dir, tmp_path / "old", "llm", edit=older)
+    proc = run_cli(*args, db=db_path, env={"AUTOTUNE_POLICY_PATH": str(tmp_path / "old")})
+    assert proc.returncode == 0, proc.stderr
+    notes = [line for line in proc.stderr.splitlines() if line.startswith("note:")]
+    assert len(notes) == 1 and "jaxlib-0.4.0" in notes[0] and "using it" in notes[0], proc.stderr
+    assert json.loads(proc.stdout)["evaluations"] == 4
+
+    _copy_policy(tiny_policy_dir, tmp_path / "foreign", "llm", edit=foreign)
+    proc = run_cli(*args, db=db_path, env={"AUTOTUNE_POLICY_PATH": str(tmp_path / "foreign")})
+    assert proc.returncode == 0, proc.stderr
+    notes = [line for line in proc.stderr.splitlines() if line.startswith("note:")]
+    assert len(notes) == 1 and "not used" in notes[0] and "from scratch" in notes[0], proc.stderr
+    assert json.loads(proc.stdout)["evaluations"] == 4
+
+    # The same foreign policy asked for by name is refused (one line, exit 2), as a path always was.
+    proc = run_cli(*args, "--policy", "llm", db=db_path, env={"AUTOTUNE_POLICY_PATH": str(tmp_path / "foreign")})
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "vocabulary differs" in proc.stderr

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import click
@@ -58,6 +59,8 @@ def train(more, algo, modules, output, split, timesteps, seed, shaping, max_leng
     from autotune.core.engine import open_engine
     from autotune.rl.train import check_training, train_policy, zip_path_of
 
+    if envs > 1 and os.environ.get("AUTOTUNE_EXECUTOR", "local") != "local":
+        raise BadInput("--envs > 1 runs its envs as local subprocesses; it does not combine with --executor ray yet")
     paths = module_paths([*modules, *more], split)
     if not paths:
         raise BadInput("give modules to train on (--modules DIR_OR_FILE ...)")

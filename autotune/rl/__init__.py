@@ -25,23 +25,35 @@ def _register_now() -> None:
 
 
 class _AfterGymnasiumImport(importlib.abc.MetaPathFinder):
-    """Finds nothing itself; wraps gymnasium's loader so the env id is registered once it has loaded."""
+    """Finds nothing itself; wraps gymnasium's loader so the env id is registered once it has loaded.
+
+    It asks the other finders for gymnasium's spec, and leaves ``sys.meta_path`` only after
+    gymnasium has executed (removing itself while the import system iterates over the list would
+    make it skip the next finder)."""
+
+    def __init__(self):
+        self.done = False
 
     def find_spec(self, fullname, path, target=None):
-        if fullname != "gymnasium":
+        if fullname != "gymnasium" or self.done:
             return None
-        sys.meta_path.remove(self)  # one shot, and lets the real finders answer below
-        spec = importlib.machinery.PathFinder.find_spec(fullname, path)
+        self.done = True
+        spec = None
+        for finder in [f for f in sys.meta_path if f is not self and hasattr(f, "find_spec")]:
+            spec = finder.find_spec(fullname, path, target)
+            if spec is not None:
+                break
         if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
             return spec
-        loader = spec.loader
-        original = loader.exec_module
+        original = spec.loader.exec_module
 
         def exec_module(module):
             original(module)
+            if self in sys.meta_path:
+                sys.meta_path.remove(self)
             _register_now()
 
-        loader.exec_module = exec_module
+        spec.loader.exec_module = exec_module
         return spec
 
 
@@ -49,5 +61,5 @@ def register_env() -> None:
     """Register the environment with gymnasium now or as soon as gymnasium is imported (idempotent)."""
     if "gymnasium" in sys.modules:
         _register_now()
-    elif not any(isinstance(f, _AfterGymnasiumImport) for f in sys.meta_path):
+    elif not any(isinstance(f, _AfterGymnasiumImport) and not f.done for f in sys.meta_path):
         sys.meta_path.insert(0, _AfterGymnasiumImport())

@@ -85,7 +85,7 @@ from gymnasium import spaces
 from autotune.errors import BadInput
 from autotune.core.hlo import opcode_vocabulary
 from autotune.core.metrics import Metrics
-from autotune.rl import ENV_ID, register_env
+from autotune.rl import ENV_ID, register_env  # noqa: F401  (ENV_ID: re-exported)
 from autotune.rl.observation import COST_FEATURES, OBS_HIGH, Observation  # noqa: F401 (re-exported)
 from autotune.strategy import Evaluate
 

@@ -311,7 +311,8 @@ def train_policy(
         model = make_model(algo, env, seed, hp)
         if init is not None:
             model.set_parameters(str(init), exact_match=True, device="cpu")
-        callback = _StepCallback.make(observer, timesteps, evaluator.stats)
+        # With envs > 1 the steps are compiled in the subprocesses: this evaluator's hit rate says nothing.
+        callback = _StepCallback.make(observer, timesteps, evaluator.stats if envs == 1 else None)
         if observer is not None:
             observer.on_run_start(timesteps, f"{algo} on {len(modules)} module(s)"
                                   + (f", {envs} envs" if envs > 1 else ""))
