@@ -67,7 +67,7 @@ SEARCH_MAX_LENGTH = 8
 
 FULL = {"probe_modules": 12, "train_modules": 120, "timesteps": 4096, "envs": 2, "fleet_modules": 40, "fleet_budget": 114,
         "test_modules": 36, "search_budget": 200}
-QUICK = {"probe_modules": 6, "train_modules": 32, "timesteps": 768, "envs": 2, "fleet_modules": 16, "fleet_budget": 114,
+QUICK = {"probe_modules": 6, "train_modules": 64, "timesteps": 1536, "envs": 2, "fleet_modules": 16, "fleet_budget": 114,
          "test_modules": 12, "search_budget": 40}
 HYPERPARAMS = {"n_steps": 32, "batch_size": 32, "n_epochs": 10, "learning_rate": 1e-3, "ent_coef": 0.01,
                "gamma": 0.99}
@@ -584,13 +584,18 @@ def main(argv=None) -> int:
     ap.add_argument("--policy", default=str(POLICY), help="where the trained policy is written / read")
     ap.add_argument("--out", default=str(ROOT / "results"))
     ap.add_argument("--timesteps", type=int, default=None, help="override the training steps")
+    ap.add_argument("--train-modules", type=int, default=None, help="override the number of training modules")
     args = ap.parse_args(argv)
     params = dict(QUICK if args.quick else FULL)
     if args.timesteps:
         params["timesteps"] = args.timesteps
+    if args.train_modules:
+        params["train_modules"] = args.train_modules
     work = Work(Path(args.work) / ("quick" if args.quick else "full"), params)
     policy = Path(args.policy)
-    command = "python bench/learning.py" + (" --quick" if args.quick else "")
+    command = "python bench/learning.py" + (" --quick" if args.quick else "") + "".join(
+        f" --{k.replace('_', '-')} {v}" for k, v in (("timesteps", args.timesteps), ("train_modules", args.train_modules))
+        if v)
     if args.stage in ("all", "train"):
         stage_train(work, policy)
         stale = ["policy", "imitation", "random@evals", "random@steps"]  # measured with the old policy
