@@ -526,9 +526,10 @@ def verdict(s: dict) -> str:
                  + ("met." if pol["mean_fraction"] >= 0.9 else "not met."))
     tr = s.get("train") or {}
     if tr:
-        parts.append(f"Training cost, paid once: {tr['demo_steps'] + tr.get('evaluations', 0)} module evaluations or "
-                     f"steps ({tr['demo_steps']} compiled steps of demonstrations and {tr.get('evaluations', 0)} "
-                     f"PPO evaluations), {tr['wall_seconds'] / 60:.1f} min.")
+        parts.append(f"Training cost, paid once: {tr['demo_steps']} compiled steps for the demonstrations, then "
+                     f"{tr.get('evaluations', 0)} PPO evaluations (mostly cache hits), {tr['wall_seconds'] / 60:.1f} "
+                     "min in all. Seconds are wall time on a shared 2-core machine whose load changed between "
+                     "methods: compare the compiled steps.")
     return " ".join(parts)
 
 
