@@ -436,8 +436,11 @@ def markdown(data: dict) -> str:
         f"Made by `{data['command']}` on {os.cpu_count()} shared CPUs with `{data['version']}`"
         + (" (**--quick**: fewer modules, fewer training steps, and a per-module search at budget "
            f"{p['search_budget']} instead of 200 as the ceiling)" if data["quick"] else "") + ". "
-        "`python bench/learning.py` is also the command that retrains the shipped policy "
-        "(`autotune/policies/llm.zip` + sidecar).", "",
+        "The same command retrains the shipped policy (`autotune/policies/llm.zip` + sidecar): the shipped one is "
+        "the policy of this run" + (" (--quick); `python bench/learning.py` trains at the full scale (120 modules, "
+                                    "4096 PPO steps, search budget 200), not run on this 2-core machine"
+                                    if data["quick"] else "") + ". Stages (`--stage train|fleet|eval|report`) can "
+        "run as separate commands; results are kept under `.autotune/learning/`.", "",
         "## Setup", "",
         f"* **Policy** (trained once, on {len(tr['train_modules'])} modules of the `llm` family's train split, "
         "stratified over kind x scan/unrolled x dense/MoE), in three steps: (1) *demonstrations*: the passes whose "
