@@ -103,7 +103,7 @@ def test_observation_differs_where_the_best_first_pass_differs(engine, tmp_path)
     after = env.observation.named(obs)
     assert info["sequence"] == ("cse",)
     assert after["struct:cse_candidates"] == 0 and after["applied:cse"] == pytest.approx(1 / 4)
-    assert after["step"] == pytest.approx(1 / 4)
+    assert after["step_fraction"] == pytest.approx(1 / 4)
 
 
 def test_metrics_structure_round_trips_and_old_rows_load():
@@ -121,10 +121,10 @@ def test_observation_without_structure_reads_zeros():
     m0 = Metrics(instructions=4, flops=8.0, transcendentals=2.0, bytes_accessed=16.0, opcodes=(("add", 3), ("foo", 1)))
     vec = layout.vector(m0, m0, ("cse",), max_length=2)
     named = layout.named(vec)
-    assert named["op:add"] == 0.75 and named["op:other"] == 0.25
+    assert named["opcode_fraction:add"] == 0.75 and named["opcode_fraction:other"] == 0.25
     assert all(v == 0 for k, v in named.items() if k.startswith(("loop:", "struct:")))
-    assert named["cost:flops"] == 1.0 and named["applied:cse"] == 0.5 and named["step"] == 0.5
-    assert vec.dtype == np.float32 and layout.index("step") == len(vec) - 1
+    assert named["relative:flops"] == 1.0 and named["applied:cse"] == 0.5 and named["step_fraction"] == 0.5
+    assert vec.dtype == np.float32 and layout.index("step_fraction") == len(vec) - 1
 
 
 def test_cache_keeps_structure(engine, tmp_path):

@@ -6,7 +6,7 @@ step whose rotary tables are rebuilt in every layer of a ``scan`` body (``cse`` 
 one whose reshapes sit on element-wise chains (``algsimp,reshape-mover`` pays) can have nearly the
 same opcode histogram. The coordinates, in order (``Observation.names``):
 
-* ``op:<opcode>`` (+ ``op:other``): instructions per opcode in the whole module;
+* ``opcode_fraction:<opcode>`` (+ ``opcode_fraction:other``): instructions per opcode in the whole module;
 * ``loop:<opcode>`` (+ ``loop:other``): the same inside ``while`` bodies and conditions (a layer
   under ``lax.scan``: where the KV-cache ``dynamic-update-slice``/``scatter`` and the MoE
   ``gather``/``scatter`` live);
@@ -18,13 +18,13 @@ same opcode histogram. The coordinates, in order (``Observation.names``):
   all three groups **divided by the episode's initial instruction count**, so the vector is the
   module's composition relative to where the episode started, and a 300- and an 18,000-instruction
   step map to the same range (see ``autotune.rl.env``);
-* ``cost:<name>`` (with ``cost_features``): instructions, flops, transcendentals and bytes accessed
+* ``relative:<name>`` (with ``cost_features``): instructions, flops, transcendentals and bytes accessed
   relative to the initial module, ``(x + 1) / (x0 + 1)``;
 * ``applied:<action>``: how many times each action is already in the sequence, over
   ``max_length``. The module state alone does not say which passes were tried: a pass that changed
   nothing leaves every other coordinate where it was, and a deterministic policy that sees the same
   vector again picks the same pass again; with the history it can move on;
-* ``step``: ``len(sequence) / max_length`` (the horizon is part of the state).
+* ``step_fraction``: ``len(sequence) / max_length`` (the horizon is part of the state).
 
 The structural groups come from ``Metrics.structure``, measured by the backend with every state
 (the XLA pipeline counts them from the module's text); a ``Metrics`` without it (``None``: another
@@ -66,12 +66,12 @@ class Observation:
     names: tuple[str, ...] = field(init=False)
 
     def __post_init__(self):
-        names = [f"op:{op}" for op in self.opcodes] + ["op:other"]
+        names = [f"opcode_fraction:{op}" for op in self.opcodes] + ["opcode_fraction:other"]
         names += [f"loop:{op}" for op in self.opcodes] + ["loop:other"]
         names += [f"struct:{c}" for c in STRUCTURE_COUNTS]
         if self.cost_features:
-            names += [f"cost:{c}" for c in COST_FEATURES]
-        names += [f"applied:{a}" for a in self.actions] + ["step"]
+            names += [f"relative:{c}" for c in COST_FEATURES]
+        names += [f"applied:{a}" for a in self.actions] + ["step_fraction"]
         object.__setattr__(self, "names", tuple(names))
 
     @property
