@@ -114,6 +114,19 @@ def fixed_sequences(session: Session, rows: list[dict], paths: dict[str, Path], 
     return out
 
 
+def real_llm_rows() -> tuple[str | None, list[dict]]:
+    """The command and the shared real LLM steps' rows of results/real_models.json (a cross-reference,
+    not re-measured here)."""
+    path = ROOT / "results" / "real_models.json"
+    if not path.exists():
+        return None, []
+    data = json.loads(path.read_text())
+    keep = ("module", "default_final_ops", "best_final_ops", "sequence")
+    llm = ("llama", "gpt_oss", "deepseek")
+    rows = [r for r in data.get("rows", []) if r.get("exit") == 0 and any(m in r["module"] for m in llm)]
+    return data.get("command"), [{k: r.get(k) for k in keep} for r in rows]
+
+
 def summary(rows: list[dict]) -> dict:
     gains = [r["gain_pct"] for r in rows]
     wins = [r for r in rows if r["beats_default"]]
@@ -171,6 +184,12 @@ def markdown(data: dict) -> str:
                   "| fixed sequence | beats default | worse | failed | mean gain % |", "|---|---:|---:|---:|---:|"]
         lines += [f"| `{', '.join(f['sequence'])}` | {f['wins']} | {f['losses']} | {f['failed']} | "
                   f"{f['mean_gain_pct']} |" for f in data["fixed"]]
+    if data["real_llm"]:
+        lines += ["", "For comparison, the held-out real LLM steps of `../shared/real-hlo` (never used here; rows "
+                      f"of results/real_models.md, made by `{data['real_llm_command']}`):", "",
+                  "| module | default final-ops | best final-ops | sequence |", "|---|---:|---:|---|"]
+        lines += [f"| {r['module']} | {r['default_final_ops']} | {r['best_final_ops']} | "
+                  f"`{', '.join(r['sequence']) or '(= default)'}` |" for r in data["real_llm"]]
     lines += ["", "Per module:", "",
               "| module | split | input ops | default final-ops | best final-ops | gain % | sequence | level | "
               "steps | time |", "|---|---|---:|---:|---:|---:|---|---|---:|---:|"]
@@ -238,6 +257,7 @@ def main(argv: list[str] | None = None) -> int:
         "sequences": [[list(s), n] for s, n in Counter(tuple(r["sequence"]) for r in wins).most_common()],
         "fixed": fixed, "rows": [{k: v for k, v in r.items() if k != "run_id"} for r in rows],
     }
+    data["real_llm_command"], data["real_llm"] = real_llm_rows()
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "llm_headroom.json").write_text(json.dumps(data, indent=1) + "\n")
     (args.out / "llm_headroom.md").write_text(markdown(data))

@@ -114,7 +114,8 @@ def test_lowering_is_deterministic_across_processes():
     """The same config gives the same bytes in a fresh interpreter (generation is reproducible)."""
     cfg = VARIANTS[1]
     code = (f"from autotune.zoo import lower, LLMConfig; import hashlib; "
-            f"print(hashlib.sha256(lower('llm', 'prefill', LLMConfig(**{dataclasses.asdict(cfg)!r})).encode()).hexdigest())")
+            f"text = lower('llm', 'prefill', LLMConfig(**{dataclasses.asdict(cfg)!r})); "
+            f"print(hashlib.sha256(text.encode()).hexdigest())")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT,
                          env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", "TF_CPP_MIN_LOG_LEVEL": "2"})
     assert out.returncode == 0, out.stderr
