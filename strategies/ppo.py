@@ -20,8 +20,8 @@ Two modes:
   with another action or opcode vocabulary is refused (``BadInput``); one trained on another pipeline version with the same vocabularies is used, with
   a one-line note on stderr.
 * **Default**: with no ``policy`` option the shipped default policy (``llm``) is used zero-shot
-  when this installation has one, so a budget of one roll-out (``max_length`` evaluations) gives
-  its zero-shot answer; if it cannot drive this pipeline (another vocabulary or observation) a
+  when this installation has one (one line on stderr says so), so a budget of one roll-out
+  (``max_length`` evaluations) gives its zero-shot answer; if it cannot drive this pipeline (another vocabulary or observation) a
   one-line note says why and PPO trains from scratch. Without a shipped policy, or with
   ``policy=none``, PPO starts from scratch.
 
@@ -132,8 +132,6 @@ class PPOStrategy(Strategy):
                 return self._from_scratch(source, evaluate, space, seed)
         check_vocabulary(meta, space.actions, self.policy)
         other = other_pipeline_version(meta)
-        if other is not None:
-            self._note(f"{self._label()} was {other}; using it (same action vocabulary)")
         gamma = float(meta.get("gamma", self.hyperparams["gamma"]))
         shaping = bool(meta.get("shaping", False)) if self.shaping is None else self.shaping
         policy_space = space
@@ -151,6 +149,12 @@ class PPOStrategy(Strategy):
                 raise
             self._note(f"{self._label()} not used: {exc}; PPO from scratch")
             return self._from_scratch(source, evaluate, space, seed)
+        version = f"; it was {other}: using it (same action vocabulary)" if other is not None else ""
+        if self.is_default:
+            self._note(f"zero-shot from the {self._label()} (its roll-out first, then fine-tuning; "
+                       f"--policy none for PPO from scratch){version}")
+        elif version:
+            self._note(f"{self._label()} was {other}: using it (same action vocabulary)")
         rollout_env = self._env(source, policy_space, shaping, gamma, env_options)
         rollout_env.reset(seed=seed)
         _rollout(model, rollout_env)

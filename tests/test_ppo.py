@@ -357,6 +357,12 @@ def test_notes_for_another_pipeline_version_and_an_unusable_default(tiny_policy_
         meta["actions"] = list(reversed(meta["actions"]))
 
     args = ("run", "--strategy", "ppo", str(MAML), "--budget", "4", "--max-length", "3", "--no-validate", "--json")
+    _copy_policy(tiny_policy_dir, tmp_path / "same", "llm")
+    proc = run_cli(*args, db=db_path, env={"AUTOTUNE_POLICY_PATH": str(tmp_path / "same")})
+    assert proc.returncode == 0, proc.stderr
+    notes = [line for line in proc.stderr.splitlines() if line.startswith("note:")]
+    assert len(notes) == 1 and "zero-shot from the shipped policy 'llm'" in notes[0], proc.stderr  # says it
+
     _copy_policy(tiny_policy_dir, tmp_path / "old", "llm", edit=older)
     proc = run_cli(*args, db=db_path, env={"AUTOTUNE_POLICY_PATH": str(tmp_path / "old")})
     assert proc.returncode == 0, proc.stderr
