@@ -24,20 +24,14 @@ One episode builds one pass sequence for one module:
   always strictly worse than having chosen STOP one step earlier. The default penalty is the relative
   surcharge the tuner itself puts on a failure, ``(failure_cost - c0) / c0`` (0.25 for the
   default objectives), at least ``MIN_FAILURE_PENALTY``.
-* **Observation** (``Box`` float32, in ``[0, OBS_HIGH]``):
-
-  - per-opcode instruction counts of the current module over ``hlo.opcode_vocabulary()`` plus one
-    "other" bucket (opcodes this jaxlib does not list), **divided by the episode's initial
-    instruction count**. Dividing (rather than ``log1p``) makes the vector the module's composition
-    relative to where the episode started: a 15-instruction test module and an 800-instruction
-    GPT-2 step map to the same range and the same meaning, which is what lets one policy transfer
-    across module sizes; ``log1p`` would encode absolute size in every coordinate. The price is
-    resolution (removing one instruction of 800 moves a coordinate by 0.00125), which the cost
-    features below make explicit.
-  - with ``cost_features`` (default): instructions, flops, transcendentals and bytes accessed of the
-    current module relative to the initial one, as ``(x + 1) / (x0 + 1)`` (1.0 means unchanged; the
-    +1 guards modules without any flops or transcendentals; NaN from XLA's cost analysis reads 1.0);
-  - the step fraction ``len(sequence) / max_length``.
+* **Observation** (``Box`` float32, in ``[0, OBS_HIGH]``): ``autotune.rl.observation.Observation``,
+  every coordinate named (``env.observation_names``, same order as the vector): the opcode histogram
+  of the whole module and of its loop bodies, structural counts (CSE candidates, layout-op chains,
+  ...), all relative to the episode's initial instruction count; with ``cost_features`` (default)
+  instructions, flops, transcendentals and bytes accessed relative to the initial module; how many
+  times each action is already in the sequence; the step fraction ``len(sequence) / max_length``.
+  Dividing by the initial count (rather than ``log1p``) makes the vector the module's composition
+  relative to where the episode started, so one policy transfers across module sizes.
 
 * **Shaping** (``shaping=True``, the paper's best variant): adds the potential-based term
   ``F = gamma * Phi(s') - Phi(s)`` with
@@ -92,14 +86,11 @@ from autotune.errors import BadInput
 from autotune.pipelines.xla.hlo import opcode_vocabulary
 from autotune.core.metrics import Metrics
 from autotune.rl import ENV_ID, register_env  # noqa: F401  (ENV_ID: re-exported)
+from autotune.rl.observation import COST_FEATURES, OBS_HIGH, Observation  # noqa: F401 (re-exported)
 from autotune.strategy import Evaluate
 
-#: Upper bound of every observation coordinate (values are clipped into the box).
-OBS_HIGH = 16.0
 #: Smallest penalty of a failed step (in units of the episode's starting cost).
 MIN_FAILURE_PENALTY = 0.1
-#: Extra observation coordinates after the opcode histogram.
-COST_FEATURES = ("instructions", "flops", "transcendentals", "bytes_accessed")
 #: Name of the last action.
 STOP_NAME = "STOP"
 
@@ -129,12 +120,6 @@ class EpisodeSource:
         return {"name": self.name, "episodes": self.episodes, "start_cost": self.start_cost,
                 "best_cost": None if math.isinf(self.best_cost) else self.best_cost,
                 "best_sequence": list(self.best_sequence), "evaluations": len(self.evaluate.history)}
-
-
-def _ratio(x: float, x0: float) -> float:
-    if x is None or x0 is None or math.isnan(x) or math.isnan(x0):
-        return 1.0
-    return (x + 1.0) / (x0 + 1.0)
 
 
 def _reduction(x: float, x0: float) -> float:
@@ -186,8 +171,8 @@ class PassOrderingEnv(gymnasium.Env):
         self.cost_features = bool(cost_features)
         self.failure_penalty = failure_penalty
         self.opcodes = opcode_vocabulary()
-        self._opcode_index = {op: i for i, op in enumerate(self.opcodes)}
-        self.obs_size = len(self.opcodes) + 1 + (len(COST_FEATURES) if self.cost_features else 0) + 1
+        self.observation = Observation(tuple(self.opcodes), self.actions, self.cost_features)
+        self.obs_size = self.observation.size
         self.observation_space = spaces.Box(0.0, OBS_HIGH, shape=(self.obs_size,), dtype=np.float32)
         self.action_space = spaces.Discrete(len(self.actions) + 1)
         self.stop = len(self.actions)
@@ -199,11 +184,7 @@ class PassOrderingEnv(gymnasium.Env):
     @property
     def observation_names(self) -> tuple[str, ...]:
         """Name of every observation coordinate, by index (see the module docstring for their meaning)."""
-        names = [f"opcode_fraction:{op}" for op in self.opcodes] + ["opcode_fraction:other"]
-        if self.cost_features:
-            names += [f"relative:{name}" for name in COST_FEATURES]
-        names.append("step_fraction")
-        return tuple(names)
+        return self.observation.names
 
     @property
     def action_names(self) -> tuple[str, ...]:
@@ -223,21 +204,8 @@ class PassOrderingEnv(gymnasium.Env):
 
     # ---- features -------------------------------------------------------------------------------
     def observe(self, metrics: Metrics, steps: int) -> np.ndarray:
-        """The observation of a module state ``steps`` passes into the episode."""
-        m0 = self._m0
-        n0 = max(1, m0.instructions)
-        obs = np.zeros(self.obs_size, dtype=np.float64)
-        other = len(self.opcodes)
-        for op, count in metrics.opcodes:
-            obs[self._opcode_index.get(op, other)] += count
-        obs[: other + 1] /= n0
-        k = other + 1
-        if self.cost_features:
-            for name in COST_FEATURES:
-                obs[k] = _ratio(float(getattr(metrics, name)), float(getattr(m0, name)))
-                k += 1
-        obs[k] = steps / self.max_length
-        return np.clip(obs, 0.0, OBS_HIGH).astype(np.float32)
+        """The observation of a module state ``steps`` passes into the episode (``self.sequence[:steps]``)."""
+        return self.observation.vector(metrics, self._m0, self.sequence[:steps], self.max_length)
 
     def potential(self, metrics: Metrics) -> float:
         """``Phi(s)`` of a (non-terminal) state: the weighted relative flop/transcendental reduction."""

@@ -256,6 +256,7 @@ def train_policy(
     options: dict | None = None,
     envs: int = 1,
     training_set: dict | None = None,
+    init: Path | None = None,
 ) -> dict:
     """Train one ``algo`` policy over ``modules``; write ``out`` (.zip) and its sidecar; return stats.
 
@@ -264,6 +265,8 @@ def train_policy(
     Every environment step is one evaluation in its module's session (cache hits included).
     ``envs`` environments are stepped in parallel (subprocesses sharing ``evaluator``'s cache file);
     ``training_set`` (e.g. the suite directory and split) is recorded in the sidecar.
+    ``init`` (a policy ``.zip`` of the same algorithm and observation layout) gives the starting
+    weights instead of a fresh network: continue training a policy, or fine-tune a pre-trained one.
     """
     from autotune.rl.env import EpisodeSource, PassOrderingEnv, make_env
     from autotune.core.tuner import evaluation_session
@@ -306,6 +309,8 @@ def train_policy(
             def per_env() -> list[list[dict]]:
                 return vec.env_method("episode_stats")
         model = make_model(algo, env, seed, hp)
+        if init is not None:
+            model.set_parameters(str(init), exact_match=True, device="cpu")
         # With envs > 1 the steps are compiled in the subprocesses: this evaluator's hit rate says nothing.
         callback = _StepCallback.make(observer, timesteps, evaluator.stats if envs == 1 else None)
         if observer is not None:

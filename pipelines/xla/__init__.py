@@ -26,7 +26,7 @@ from autotune.pipelines.xla.inventory import PassInventory
 from autotune.core.workers import StopJob, WorkerPool
 
 #: Bumped when the meaning of a cached step changes (capture method, fingerprint, metrics).
-ENGINE_VERSION = 5
+ENGINE_VERSION = 6  # 6: Metrics.structure (structural counts for learned policies)
 
 WORKER = "autotune.pipelines.xla.worker:XlaWorker"
 WORKER_ENV = {"JAX_PLATFORMS": "cpu", "XLA_FLAGS": "", "TF_CPP_MIN_LOG_LEVEL": "1"}

@@ -21,6 +21,7 @@ from collections import OrderedDict
 from autotune.core.backend import StepOut
 from autotune.errors import BadInput, PassFailed
 from autotune.pipelines.xla import hlo
+from autotune.pipelines.xla.structure import structure_counts
 
 CAPTURE_PASS_NAME = "autotune-capture"
 
@@ -130,6 +131,7 @@ class XlaWorker:
         metrics = {
             "instructions": hlo.instruction_count(module),
             "opcodes": hlo.opcode_histogram(module),
+            "structure": structure_counts(hlo.elided_text(module)),
         }
         try:
             cost = self._jax.hlo_module_cost_analysis(self.backend, module)

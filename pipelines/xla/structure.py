@@ -1,0 +1,160 @@
+"""Structural counts of an HLO module: the constructs that decide which pass pays first.
+
+The opcode histogram says *what* a module contains, not *where* or *how it is wired*. The passes
+that beat XLA's default on LLM steps act on wiring: ``cse`` merges instructions that compute the
+same thing from the same operands (rotary tables and masks rebuilt in every layer of a ``scan``
+body, duplicated ``iota``/``broadcast``/``constant``), ``algsimp`` folds chains of layout ops and
+no-op converts, ``reshape-mover`` sinks reshapes and transposes below element-wise ops. This module
+counts those patterns from the module's HLO text (``hlo.elided_text``: names, shapes, operands and
+called computations, constants elided), one pass over the text, no XLA call:
+
+* ``loop:<opcode>``: instructions per opcode inside ``while`` bodies and conditions (and the
+  computations they call, transitively): what a layer under ``lax.scan`` is made of; the KV-cache
+  ``dynamic-update-slice``/``scatter`` and the MoE ``gather``/``scatter`` show up here.
+* ``while``: number of while loops; ``loop_instructions``: instructions inside them.
+* ``cse_candidates``: instructions (not parameters) that repeat another of the same computation
+  exactly (opcode, shape, operands and attributes): what ``cse`` would merge in one round;
+  ``cse_candidates_in_loops`` the same inside loop bodies.
+* ``layout_chains``: reshape/transpose/bitcast/copy whose operand is itself one of those (what
+  ``algsimp`` folds); ``convert_chains``: convert of a convert; ``broadcast_chains``: broadcast or
+  reshape of a broadcast.
+* ``elementwise_of_layout``: element-wise instructions with at least one reshape/transpose operand
+  and no other non-scalar operand kind (what ``reshape-mover`` can move across).
+* ``constant_broadcasts``: broadcasts of a constant (foldable or mergeable).
+* ``dead``: non-root instructions without users (what ``dce`` removes).
+* ``computations``: number of computations.
+
+Every count is a plain integer, keyed by a stable name (``STRUCTURE_COUNTS`` plus the ``loop:``
+opcode keys), and travels in ``Metrics.structure``.
+"""
+
+from __future__ import annotations
+
+import collections
+import re
+
+#: The scalar (non-histogram) structural counts, in the order observations use them.
+STRUCTURE_COUNTS = (
+    "while", "loop_instructions", "cse_candidates", "cse_candidates_in_loops", "layout_chains",
+    "convert_chains", "broadcast_chains", "elementwise_of_layout", "constant_broadcasts", "dead",
+    "computations",
+)
+LOOP_PREFIX = "loop:"
+
+_HEADER = re.compile(r"^(?:ENTRY\s+)?%?([\w.\-]+)\s.*\{\s*$")
+_INST = re.compile(r"^\s*(ROOT\s+)?%?([\w.\-]+)\s*=\s*(.*?)\s([a-z][a-z0-9\-]*)\((.*)$")
+_NAME = re.compile(r"%([\w.\-]+)")
+_CALLS = re.compile(r"(body|condition|to_apply|calls|branch_computations|true_computation|false_computation)="
+                    r"(\{[^}]*\}|%?[\w.\-]+)")
+_LAYOUT = frozenset({"reshape", "transpose", "bitcast", "copy"})
+_ELEMENTWISE = frozenset({
+    "add", "subtract", "multiply", "divide", "maximum", "minimum", "power", "remainder", "and", "or",
+    "xor", "select", "clamp", "compare", "negate", "exponential", "log", "tanh", "logistic", "sqrt",
+    "rsqrt", "abs", "sign", "convert", "sine", "cosine", "exponential-minus-one", "log-plus-one",
+    "floor", "ceil", "not", "atan2", "erf", "cbrt", "round-nearest-even", "round-nearest-afz",
+})
+
+
+def _split_operands(rest: str) -> tuple[str, str]:
+    """(operand list, attributes) of the text after ``opcode(``: the operand list ends at the matching ')'."""
+    depth = 1
+    for i, ch in enumerate(rest):
+        if ch in "([{":
+            depth += 1
+        elif ch in ")]}":
+            depth -= 1
+            if depth == 0:
+                return rest[:i], rest[i + 1:]
+    return rest, ""
+
+
+def _parse(text: str) -> dict[str, list[tuple[str, str, str, tuple[str, ...], str, bool]]]:
+    """Computations of the text: name -> [(name, shape, opcode, operand names, operand text + attributes, is_root)]."""
+    comps: dict[str, list] = {}
+    current: list | None = None
+    for line in text.splitlines():
+        if current is None:
+            if line.startswith("HloModule"):
+                continue
+            m = _HEADER.match(line)
+            if m:
+                current = comps.setdefault(m.group(1), [])
+            continue
+        if line.startswith("}"):
+            current = None
+            continue
+        m = _INST.match(line)
+        if not m:
+            continue
+        root, name, shape, opcode, rest = m.groups()
+        operands, attrs = _split_operands(rest)
+        current.append((name, shape.strip(), opcode, tuple(_NAME.findall(operands)), operands + ")" + attrs.strip(),
+                        bool(root)))
+    return comps
+
+
+def _called(attrs: str) -> list[tuple[str, str]]:
+    """(role, computation name) pairs an instruction's attributes call."""
+    out = []
+    for role, names in _CALLS.findall(attrs):
+        out.extend((role, n) for n in (_NAME.findall(names) or [names.strip("{}% ")]) if n)
+    return out
+
+
+def structure_counts(text: str) -> dict[str, int]:
+    """The named structural counts of one module's HLO text (see the module docstring)."""
+    comps = _parse(text)
+    counts: collections.Counter[str] = collections.Counter({k: 0 for k in STRUCTURE_COUNTS})
+    counts["computations"] = len(comps)
+    loop_roots: set[str] = set()
+    calls: dict[str, set[str]] = {c: set() for c in comps}
+    for cname, insts in comps.items():
+        for name, shape, opcode, operands, attrs, root in insts:
+            for role, callee in _called(attrs):
+                calls[cname].add(callee)
+                if opcode == "while" and role in ("body", "condition"):
+                    loop_roots.add(callee)
+            if opcode == "while":
+                counts["while"] += 1
+    in_loop: set[str] = set()
+    stack = [c for c in loop_roots if c in comps]
+    while stack:
+        c = stack.pop()
+        if c in in_loop:
+            continue
+        in_loop.add(c)
+        stack.extend(x for x in calls.get(c, ()) if x in comps and x not in in_loop)
+    for cname, insts in comps.items():
+        loop = cname in in_loop
+        by_name = {i[0]: i for i in insts}
+        users: collections.Counter[str] = collections.Counter()
+        seen: set[tuple] = set()
+        for name, shape, opcode, operands, attrs, root in insts:
+            users.update(operands)
+            if loop:
+                counts["loop_instructions"] += 1
+                counts[LOOP_PREFIX + opcode] += 1
+            if opcode != "parameter":
+                key = (shape, opcode, attrs)  # attrs holds the operand text (constants' literals included)
+                if key in seen:
+                    counts["cse_candidates"] += 1
+                    if loop:
+                        counts["cse_candidates_in_loops"] += 1
+                else:
+                    seen.add(key)
+            kinds = [by_name[o][2] for o in operands if o in by_name]
+            if opcode in _LAYOUT and kinds and kinds[0] in _LAYOUT:
+                counts["layout_chains"] += 1
+            if opcode == "convert" and kinds and kinds[0] == "convert":
+                counts["convert_chains"] += 1
+            if opcode in ("broadcast", "reshape") and kinds and kinds[0] == "broadcast":
+                counts["broadcast_chains"] += 1
+            if opcode == "broadcast" and kinds and kinds[0] == "constant":
+                counts["constant_broadcasts"] += 1
+            if opcode in _ELEMENTWISE and kinds and any(k in ("reshape", "transpose") for k in kinds) and all(
+                    k in ("reshape", "transpose", "constant", "broadcast") for k in kinds):
+                counts["elementwise_of_layout"] += 1
+        for name, shape, opcode, operands, attrs, root in insts:
+            if not root and users[name] == 0 and opcode != "parameter":
+                counts["dead"] += 1
+    return dict(sorted(counts.items()))
