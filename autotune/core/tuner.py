@@ -520,19 +520,21 @@ def validity_of(evaluator: Evaluator, root: Module, state: str, seed: int = 0) -
     default does (both final states are cached transitions, nothing runs); otherwise
     ``validation.establish`` compiles and, where this machine can, executes both modules.
     Levels that are facts about the two modules (identical, executed, executed-with-stand-ins,
-    invalid) are cached per (root, state, seed); ``compiled`` and ``unverified`` depend on this
-    machine's memory and are established again next time.
+    invalid) are cached per (root, state, seed); ``executed-region``, ``compiled`` and
+    ``unverified`` depend on this machine's memory and are established again next time.
     """
-    from autotune.core.validation import COMPILED, UNVERIFIED, establish
+    from autotune.core.validation import COMPILED, EXECUTED_REGION, UNVERIFIED, establish
 
     key = f"{evaluator.version}|{root.fingerprint}|{state}|{seed}"
     report = evaluator.cache.get_report("validation", key)
     if report is None:
         final, default = evaluator.final(state), evaluator.default(root)
         identical = final.ok and default.ok and final.state == default.state
+        finals = (evaluator.module(default.state, root.name), evaluator.module(final.state, root.name)) \
+            if final.ok and default.ok else None
         result = establish(evaluator.pipeline, root, evaluator.module(state, root.name), seed=seed,
-                           identical=identical)
+                           identical=identical, finals=finals)
         report = result.to_dict()
-        if result.level not in (COMPILED, UNVERIFIED):
+        if result.level not in (COMPILED, UNVERIFIED, EXECUTED_REGION):
             evaluator.cache.put_report("validation", key, report)
     return report

@@ -20,34 +20,19 @@ module and a sequence this report gives, comparing XLA's default module with the
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
-import re
 from collections import Counter, defaultdict
 from dataclasses import asdict, dataclass, field, replace
 
-from autotune.core import hlo
 from autotune.core.metrics import Metrics
+from autotune.pipelines.xla.matching import TEXT_CAP, Instr, Node, structural_index  # noqa: F401 (re-exported)
 
 #: How many unmatched instructions a report lists per side (a big module can differ in thousands).
 LIST_CAP = 40
-#: An instruction's HLO text is cut at this many characters in listings (large constants).
-TEXT_CAP = 300
 
 
-# ---- structural matching ------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class Instr:
-    """One instruction of a module, as a diff lists it."""
-
-    computation: str
-    name: str
-    opcode: str
-    text: str  # HLO text, metadata removed, cut at TEXT_CAP
-    frontier: bool = False  # all its operands are matched: the difference starts here
-
-
+# ---- structural matching (``pipelines/xla/matching.py``, shared with the region check) ----------------
 @dataclass(frozen=True)
 class ModuleDiff:
     """Two modules compared instruction by instruction (``before``: XLA's default; ``after``: tuned).
@@ -77,130 +62,6 @@ class ModuleDiff:
         data["opcodes"] = [{"opcode": o, "before": b, "after": a, "delta": a - b} for o, b, a in self.opcodes]
         data["delta"] = self.delta
         return data
-
-
-@dataclass(frozen=True)
-class Node:
-    """One instruction with its two signatures (see ``structural_index``)."""
-
-    hash: str  # the whole subgraph below it, names ignored
-    local: str  # the instruction alone: opcode, shape, attributes, operand count, called computations
-    operands: tuple[str, ...]  # operand hashes
-    instr: Instr
-
-
-_NAME = re.compile(r"%([\w.\-]+)")
-#: A shape's layout (``f32[4,8]{1,0}``): ignored when pairing "the same instruction, other inputs".
-_LAYOUT = re.compile(r"\]\{[^{}]*\}")
-
-
-def _strip_attr(text: str, attr: str) -> str:
-    """``text`` without ``, attr={...}`` (brace- and quote-aware: metadata holds arbitrary strings)."""
-    key = f", {attr}="
-    while True:
-        i = text.find(key)
-        if i < 0:
-            return text
-        j = i + len(key)
-        if j < len(text) and text[j] == "{":
-            depth, quoted, k = 0, False, j
-            while k < len(text):
-                ch = text[k]
-                if quoted:
-                    if ch == "\\":
-                        k += 1
-                    elif ch == '"':
-                        quoted = False
-                elif ch == '"':
-                    quoted = True
-                elif ch == "{":
-                    depth += 1
-                elif ch == "}":
-                    depth -= 1
-                    if depth == 0:
-                        break
-                k += 1
-            text = text[:i] + text[k + 1:]
-        else:  # attr=value without braces: up to the next ", "
-            k = text.find(", ", j)
-            text = text[:i] + ("" if k < 0 else text[k:])
-
-
-def _clean(text: str) -> str:
-    text = _strip_attr(text, "metadata")
-    return text.strip()
-
-
-def structural_index(module) -> list[Node]:
-    """A ``Node`` for every instruction of ``module`` (a jaxlib HloModule), in module order.
-
-    The hash covers opcode, shape, attributes (metadata excluded), the operands' hashes in order and
-    the called computations' hashes (a computation's hash is its root's); instruction and
-    computation names never enter it. Computed bottom-up without recursion (deep modules).
-    """
-    comps = list(module.computations())
-    by_comp_name = {c.name: c for c in comps}
-    info: dict[tuple[str, str], tuple[str, list, list[str], object]] = {}  # key -> (sig, operand keys, called, inst)
-    order: list[tuple[str, str]] = []
-    roots: dict[str, tuple[str, str]] = {}
-    for comp in comps:
-        insts = comp.instructions()
-        names = {i.name for i in insts}
-        for inst in insts:
-            raw = inst.to_string()
-            line = _clean(raw)
-            body = line.split(" = ", 1)[1] if " = " in line else line
-            if raw.startswith("ROOT "):
-                roots[comp.name] = (comp.name, inst.name)
-            operands = [o.name for o in inst.operands()]
-            called = [n for n in _NAME.findall(body) if n in by_comp_name and n not in names]
-            # Literals (parameter(3), constant values, dimensions) stay; names become placeholders.
-            sig = _NAME.sub(lambda m: "%" + ("C" if m.group(1) in by_comp_name and m.group(1) not in names else "?"), body)
-            info[(comp.name, inst.name)] = (sig, [(comp.name, o) for o in operands], called, inst)
-            order.append((comp.name, inst.name))
-        if comp.name not in roots and insts:
-            roots[comp.name] = (comp.name, insts[-1].name)
-
-    hashes: dict[tuple[str, str], str] = {}
-
-    def deps(key):
-        _, operands, called, _ = info[key]
-        return [o for o in operands if o in info] + [roots[c] for c in called if c in roots]
-
-    for start in order:
-        if start in hashes:
-            continue
-        stack = [(start, False)]
-        on_path: set = set()
-        while stack:
-            key, expanded = stack.pop()
-            if key in hashes:
-                continue
-            if expanded:
-                sig, operands, called, _ = info[key]
-                parts = [sig] + [hashes.get(o, "?") for o in operands] + ["C" + hashes.get(roots.get(c), "?") for c in called]
-                hashes[key] = _h(parts)
-                on_path.discard(key)
-                continue
-            if key in on_path:  # a cycle cannot happen in valid HLO; do not loop on a malformed one
-                continue
-            on_path.add(key)
-            stack.append((key, True))
-            stack.extend((d, False) for d in deps(key) if d not in hashes)
-    out = []
-    for key in order:
-        sig, operands, called, inst = info[key]
-        text = _clean(inst.to_string())
-        if len(text) > TEXT_CAP:
-            text = text[:TEXT_CAP] + " ..."
-        local = _h([_LAYOUT.sub("]", sig)] + ["C" + hashes.get(roots.get(c), "?") for c in called])
-        out.append(Node(hashes[key], local, tuple(hashes.get(o, "?") for o in operands),
-                        Instr(key[0], key[1], hlo._opcode_name(inst), text)))
-    return out
-
-
-def _h(parts: list[str]) -> str:
-    return hashlib.sha1("\x1f".join(parts).encode()).hexdigest()[:20]
 
 
 def diff_modules(before, after, cap: int = LIST_CAP) -> ModuleDiff:
