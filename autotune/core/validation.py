@@ -597,13 +597,9 @@ def establish_region(pipeline, original, tuned, seed: int, why_not: str, finals=
         d_run, n_d, targets = _stand_in_or_same(pipeline, Module.from_proto(r.default, f"region{r.index}-default"))
         t_run, n_t, _ = _stand_in_or_same(pipeline, Module.from_proto(r.tuned, f"region{r.index}-tuned"), targets)
         stand_ins += n_t
-        # One input distribution, not the ladder: random weights at a region's boundary often
-        # overflow whatever their sign, and each retry would draw gigabytes again. Non-finite
-        # outputs are counted in the reason instead.
-        floats, int_high = INPUT_LADDER[0]
         try:
             specs = pipeline.parameter_specs(d_run)
-            orig_outs = pipeline.execute(d_run, seed=seed, floats=floats, int_high=int_high)
+            orig_outs, floats, int_high = _original_outputs(pipeline, d_run, seed, specs)  # the same input ladder
             report = _compare_tuned(pipeline, t_run, specs, orig_outs, seed, floats, int_high)
         except (BadInput, PassFailed) as exc:
             return f"; no region check: {r.describe()} could not be run: {exc}"

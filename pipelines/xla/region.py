@@ -76,6 +76,8 @@ class Region:
     output_bytes: int
     outputs: tuple[str, ...]
     listing: str
+    default_members: tuple[tuple[str, str], ...] = ()  # (computation, instruction) of each changed one
+    tuned_members: tuple[tuple[str, str], ...] = ()
 
     @property
     def instructions(self) -> int:
@@ -464,8 +466,86 @@ def _topological(side: _Side, keys: list) -> list:
     return out
 
 
+def _reads(side: _Side, keys: list, outs: list, tag: str) -> dict:
+    """``{value hash: key}`` of the values ``keys`` read from outside (and outputs they do not compute)."""
+    mine, out = set(keys), {}
+    for k in keys:
+        for o in side.operands(k):
+            if o not in mine:
+                out.setdefault(side.hashes[o], o)
+    for _, kd, kt in outs:
+        k = kd if tag == "d" else kt
+        if k not in mine:
+            out.setdefault(side.hashes[k], k)
+    return out
+
+
+def _cone(side: _Side, key) -> tuple[set, bool]:
+    """Hashes of the computed (non-leaf) values ``key`` depends on, itself excluded, and whether it
+    depends on anything free (a parameter or a loop-carried element) rather than constants only."""
+    seen, stack, out, free = set(), [key], set(), False
+    while stack:
+        k = stack.pop()
+        if k in seen:
+            continue
+        seen.add(k)
+        ops = side.operands(k) if k not in side.label_of else []
+        if k in side.label_of or side.table.entries[k].opcode == "parameter":
+            free = True
+        elif ops and k != key:
+            out.add(side.hashes[k])
+        stack.extend(ops)
+    return out, free
+
+
+def _close_inputs(d: _Side, t: _Side, members: dict, outs: list, rounds: int = 64) -> int:
+    """Make the region's inputs free of each other; returns how many instructions that added.
+
+    Random inputs are only sound when no input is a function of the others: if one module reads
+    ``x`` and the other ``-x`` (computed outside the region, identically in both), drawing both
+    at random breaks the relation the program guarantees, and equal programs would disagree.
+    So an input that depends on another input, or shares a computed ancestor with one, is
+    computed inside the region instead (on both sides), until the inputs depend only on leaves
+    (parameters, loop-carried elements). Constants are never drawn at random: a reduction's
+    zero, a mask's bound are computed in the region."""
+    added = 0
+    for _ in range(rounds):
+        reads = {"d": _reads(d, members["d"], outs, "d"), "t": _reads(t, members["t"], outs, "t")}
+        where = {}
+        for tag, side in (("d", d), ("t", t)):
+            for h, k in reads[tag].items():
+                where.setdefault(h, (side, k))
+        cones, pull = {}, set()
+        for h, (side, k) in where.items():
+            cones[h], free = _cone(side, k)
+            if not free:  # a constant, or computed from constants only: the region computes it
+                pull.add(h)
+        pull.update(h for h, cone in cones.items() if cone & where.keys())
+        owner: dict = {}
+        for h, cone in cones.items():
+            for a in cone:
+                if a in owner and owner[a] != h:
+                    pull.update({h, owner[a]})
+                owner.setdefault(a, h)
+        if not pull:
+            return added
+        for tag, side in (("d", d), ("t", t)):
+            by_hash = {}
+            for k in side.table.order:
+                by_hash.setdefault(side.hashes[k], k)
+            for h in pull:
+                if h in reads[tag] and h in by_hash:
+                    k = reads[tag][h]
+                    if k not in members[tag] and k not in side.plumbing:
+                        members[tag].append(k)
+                        added += 1
+        members["d"], members["t"] = _topological(d, members["d"]), _topological(t, members["t"])
+    return added
+
+
 def _region(index: int, d: _Side, t: _Side, members: dict, outs: list) -> Region:
     """Both standalone modules of one region (same parameters: the union of both sides' inputs)."""
+    context = _close_inputs(d, t, members, outs)
     inputs: dict = {}  # value hash -> (type, description)
     for side, tag in ((d, "d"), (t, "t")):
         mine = set(members[tag])
@@ -498,7 +578,8 @@ def _region(index: int, d: _Side, t: _Side, members: dict, outs: list) -> Region
     listing = []
     for side, tag, label in ((d, "d", "XLA's default"), (t, "t", "tuned")):
         keys = members[tag]
-        listing.append(f"{label}: {len(keys)} instruction(s)")
+        listing.append(f"{label}: {len(keys)} instruction(s)" + (f" ({context} on both sides computed as context, "
+                                                                   "so that its inputs are independent)" if context and tag == "d" else ""))
         listing += ["  " + matching.clean(side.table.entries[k].inst.to_string())[:200] for k in keys[:LIST_CAP]]
         if len(keys) > LIST_CAP:
             listing.append(f"  ... {len(keys) - LIST_CAP} more")
@@ -506,7 +587,7 @@ def _region(index: int, d: _Side, t: _Side, members: dict, outs: list) -> Region
     out_bytes = sum(shape_bytes(d.type_of(kd)) for _, kd, _ in outs)
     return Region(index, protos["d"], protos["t"], len(members["d"]), len(members["t"]), comps, len(params),
                   sum(shape_bytes(inputs[h]) for h in params), out_bytes, tuple(r for r, _, _ in outs),
-                  "\n".join(listing))
+                  "\n".join(listing), tuple(members["d"]), tuple(members["t"]))
 
 
 def _module_text(side: _Side, keys: list, params: list, types: dict, outputs: list, name: str) -> str:
