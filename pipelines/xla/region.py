@@ -416,8 +416,7 @@ def cut(default_proto: bytes, tuned_proto: bytes) -> Cut:
         members = {"d": _topological(d, [k for k in d.table.order if k in cd and find(("d", k)) == rep]),
                    "t": _topological(t, [k for k in t.table.order if k in ct and find(("t", k)) == rep])}
         regions.append(_region(n, d, t, members, outs))
-    n_d = sum(1 for k in d.table.order if k[0] in d.value_comps)
-    return Cut(tuple(regions), len(d.table.order) - len(cd), n_d, len(t.table.order))
+    return Cut(tuple(regions), len(d.table.order) - len(cd), len(d.table.order), len(t.table.order))
 
 
 def _pair_loops(d: _Side, t: _Side) -> dict:
