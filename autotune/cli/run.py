@@ -42,7 +42,7 @@ from autotune.cli.common import check_writable, console, db_option, json_option,
 @click.option("--no-validate", is_flag=True, help="Skip the validity check of the best sequence.")
 @click.option("--require", "require", type=click.Choice(REQUIREMENTS), default="none", show_default=True,
               help="Exit 1 unless the reported best reaches this validation level "
-                   "(identical > executed > executed-with-stand-ins > compiled > unverified; none accepts any).")
+                   "(identical > executed > executed-with-stand-ins > executed-region > compiled > unverified; none accepts any).")
 @click.option("--no-prune", is_flag=True, help="Report the best sequence as found, without dropping useless passes.")
 @db_option
 @workers_option
