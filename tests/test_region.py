@@ -247,3 +247,19 @@ def test_stand_in_operands_are_found_wherever_the_computation_defines_them():
     lines.insert(call + 1, lines.pop(scaled))  # the operand printed after its user
     new, n, _ = standins.rewrite("\n".join(lines) + "\n", lambda t: t.startswith("te_"))
     assert n == 1 and "call(%q, %k, %v, %lens, %offs, %scaled, %seed)" in new
+
+
+def test_the_region_check_applies_to_modules_with_stand_ins(pipeline):
+    """A region holding a GPU custom call runs with the same host stand-in on both sides."""
+    default = text_module(TE, "te-default")
+    same = text_module(TE.replace("%scaled = bf16[4,4] add(%bias, %bias)",
+                                  "%two = bf16[] constant(2)\n  %b2 = bf16[4,4] broadcast(%two), dimensions={}\n"
+                                  "  %scaled = bf16[4,4] multiply(%bias, %b2)"), "te-same")
+    wrong = text_module(TE.replace("add(%bias, %bias)", "subtract(%bias, %bias)"), "te-wrong")
+    cut = region.cut(default.proto, same.proto)
+    assert len(cut.regions) == 1 and any("custom-call" in ln for ln in cut.regions[0].listing.splitlines())
+    v = establish_region(pipeline, default, same, 0, "test", (default, same))
+    assert isinstance(v, Validation) and v.level == EXECUTED_REGION and v.stand_ins == 1, v
+    assert "1 custom call(s) replaced by host stand-ins" in v.reason
+    bad = establish_region(pipeline, default, wrong, 0, "test", (default, wrong))
+    assert isinstance(bad, Validation) and bad.level == INVALID, bad

@@ -9,15 +9,16 @@ one extension that makes the match about *values*: a while loop's state is looke
   is, in the body and after the loop, the value that entered the loop: it is hashed as that value.
   So a computation hoisted out of a loop in one module and kept inside it in the other is the same
   value on both sides, not a difference.
-* An element the body changes is a loop-carried value: it gets a label (its shape, the hash of its
-  initial value, its rank among such elements), the same on both sides when both carry it.
+* An element the body changes is a loop-carried value: it gets a label (its type and the hash of
+  its initial value; elements that always hold the same value share one, found by partition
+  refinement), and the labels of the two modules' loops are paired (``_pair_loops``).
 
 Every instruction whose value hash is not found in the other module is *changed*. The changed
 instructions of each side, with the plumbing (loop-state tuples, while instructions, the
 parameters' get-tuple-elements) left out, form the regions: inputs are values both modules compute
-identically (found on both sides), outputs are the values sitting where both modules consume them
-in the same role (an entry output, the next value of a loop-carried element, the initial value of
-one, a loop condition). Connected changed instructions form one region; unrelated changes are
+identically (found on both sides) and independent of each other (``_close_inputs``), outputs are
+the values sitting where both modules consume them in the same role (an entry output, the next
+value of a loop-carried element, the initial value of one, a loop condition). Connected changed instructions form one region; unrelated changes are
 separate regions (each small enough to run on its own). Each side of a region becomes a standalone
 HLO module (``ENTRY`` with one parameter per input, the changed instructions, the computations they
 call, and a tuple of the outputs) with the *same* parameter list on both sides, so both run on the
@@ -48,8 +49,6 @@ _BODY = re.compile(r"\bbody=%([\w.\-]+)")
 _COMMENT = re.compile(r"/\*.*?\*/")
 _ELEMENT_BYTES = {"pred": 1, "s2": 1, "u2": 1, "s4": 1, "u4": 1, "s8": 1, "u8": 1, "s16": 2, "u16": 2, "s32": 4,
                   "u32": 4, "s64": 8, "u64": 8, "f16": 2, "bf16": 2, "f32": 4, "f64": 8, "c64": 8, "c128": 16}
-#: Instructions that only route values: never executed as part of a region.
-_PLUMBING_OPS = ("tuple", "get-tuple-element", "while", "parameter")
 
 
 class CannotCut(Exception):
