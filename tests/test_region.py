@@ -263,3 +263,54 @@ def test_the_region_check_applies_to_modules_with_stand_ins(pipeline):
     assert "1 custom call(s) replaced by host stand-ins" in v.reason
     bad = establish_region(pipeline, default, wrong, 0, "test", (default, wrong))
     assert isinstance(bad, Validation) and bad.level == INVALID, bad
+
+
+DUPLICATED = """HloModule dup
+%body (s: (s32[], f32[8], f32[8], f32[8])) -> (s32[], f32[8], f32[8], f32[8]) {{
+  %s = (s32[], f32[8], f32[8], f32[8]) parameter(0)
+  %i = s32[] get-tuple-element(%s), index=0
+  %a = f32[8] get-tuple-element(%s), index=1
+  %b = f32[8] get-tuple-element(%s), index=2
+  %x = f32[8] get-tuple-element(%s), index=3
+  %one = s32[] constant(1)
+  %i1 = s32[] add(%i, %one)
+  %a1 = f32[8] add(%a, %x)
+  %b1 = f32[8] add(%b, %x)
+  %out = f32[8] {use}
+  ROOT %t = (s32[], f32[8], f32[8], f32[8]) tuple(%i1, %a1, %out, %x)
+}}
+
+%cond (s: (s32[], f32[8], f32[8], f32[8])) -> pred[] {{
+  %s = (s32[], f32[8], f32[8], f32[8]) parameter(0)
+  %i = s32[] get-tuple-element(%s), index=0
+  %n = s32[] constant(3)
+  ROOT %p = pred[] compare(%i, %n), direction=LT
+}}
+
+ENTRY %main (x: f32[8]) -> (f32[8], f32[8]) {{
+  %x = f32[8] parameter(0)
+  %zero = s32[] constant(0)
+  %f0 = f32[] constant(0)
+  %z8 = f32[8] broadcast(%f0), dimensions={{}}
+  %init = (s32[], f32[8], f32[8], f32[8]) tuple(%zero, %z8, %z8, %x)
+  %w = (s32[], f32[8], f32[8], f32[8]) while(%init), condition=%cond, body=%body
+  %ra = f32[8] get-tuple-element(%w), index=1
+  %rb = f32[8] get-tuple-element(%w), index=2
+  ROOT %r = (f32[8], f32[8]) tuple(%ra, %rb)
+}}
+"""
+
+
+def test_loop_carried_elements_that_always_hold_the_same_value_are_one_value():
+    """Two accumulators updated identically are one value (as after ``cse`` merged loop state), so
+    carrying it twice or reading one copy twice is no difference; updating one differently is."""
+    twice = text_module(DUPLICATED.format(use="add(%b, %x)"), "twice")  # b carried and updated like a
+    once = text_module(DUPLICATED.format(use="add(%a, %x)"), "once")  # b's next value is a's
+    assert region.cut(twice.proto, once.proto).regions == ()  # a and b hold the same value in every iteration
+    other = text_module(DUPLICATED.format(use="multiply(%b, %x)"), "other")
+    try:
+        regions = region.cut(twice.proto, other.proto).regions
+    except region.CannotCut as exc:  # b is now its own loop-carried value, which `twice` does not have
+        assert "only one module" in str(exc)
+    else:
+        assert regions
