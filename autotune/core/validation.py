@@ -594,25 +594,26 @@ def establish_region(pipeline, original, tuned, seed: int, why_not: str, finals=
         whole = None
     outputs, stand_ins, n_inputs, described, nonfinite, elements = [], 0, 0, None, 0, 0
     for r in cut.regions:
-        d_run, n_d, targets = _stand_in_or_same(pipeline, Module.from_proto(r.default, f"region{r.index}-default"))
-        t_run, n_t, _ = _stand_in_or_same(pipeline, Module.from_proto(r.tuned, f"region{r.index}-tuned"), targets)
+        # Both sides in one module (``r.both``): the inputs are drawn once, compiled and run once.
+        both, _, _ = _stand_in_or_same(pipeline, Module.from_proto(r.both, f"region{r.index}"))
+        _, n_t, _ = _stand_in_or_same(pipeline, Module.from_proto(r.tuned, f"region{r.index}-tuned"))
         stand_ins += n_t
         try:
-            specs = pipeline.parameter_specs(d_run)
-            orig_outs, floats, int_high, empty = _region_outputs(pipeline, d_run, seed, specs)
-            report = _compare_tuned(pipeline, t_run, specs, orig_outs, seed, floats, int_high)
+            specs = pipeline.parameter_specs(both)
+            outs, floats, int_high, empty = _region_outputs(pipeline, both, seed, specs)
         except (BadInput, PassFailed) as exc:
             return f"; no region check: {r.describe()} could not be run: {exc}"
+        half = len(outs) // 2
+        orig_outs = outs[:half]
+        report = compare(orig_outs, outs[half:], seed=seed, n_inputs=len(specs), inputs=_describe(floats, int_high))
         if empty:  # NaN == NaN would pass whatever the tuned side computes: no evidence
             return (f"; no region check: {r.describe()}: on random inputs at its boundary, output(s) "
                     f"{', '.join(map(str, empty))} of XLA's default side are not finite anywhere")
-        nonfinite += _nonfinite(orig_outs)
-        elements += sum(int(x.size) for x in orig_outs)
         if not report.ok:
-            if not report.outputs:  # the tuned side did not compile or run: a limit of the cut
-                return f"; no region check: {r.describe()}: {report.reason}"
             return Validation(INVALID, f"{r.describe()} computes other values: {report.reason}\n{r.listing}",
                               stand_ins, report)
+        nonfinite += _nonfinite(orig_outs)
+        elements += sum(int(x.size) for x in orig_outs)
         base = len(outputs)
         outputs += [OutputDiff(base + o.index, o.shape, o.dtype, o.max_abs_diff, o.max_rel_diff, o.mismatches, o.ok)
                     for o in report.outputs]
@@ -632,10 +633,11 @@ def establish_region(pipeline, original, tuned, seed: int, why_not: str, finals=
 
 
 def _region_outputs(pipeline, module, seed: int, specs):
-    """The default side of a region on the input ladder, stopping at the first distribution where
-    every output has finite values (whole execution wants *no* non-finite value, but a region's
-    random weights rarely allow that, and each rung draws its inputs again: gigabytes for an LLM
-    layer). Returns ``(outputs, floats, int_high, outputs with no finite value)``."""
+    """Both sides of a region (``module`` returns the default's outputs, then the tuned one's) on
+    the input ladder, stopping at the first distribution where every output of the default side
+    has finite values (whole execution wants *no* non-finite value, but a region's random weights
+    rarely allow that, and each rung draws its inputs again: gigabytes for an LLM layer).
+    Returns ``(outputs, floats, int_high, default-side outputs with no finite value)``."""
     has_float = any(_category(s.dtype) in ("float", "complex") for s in specs)
     has_int = any(_category(s.dtype) == "int" for s in specs)
     best = None
@@ -643,7 +645,7 @@ def _region_outputs(pipeline, module, seed: int, specs):
         if (floats != "normal" and not has_float) or (int_high != INPUT_LADDER[0][1] and not has_int):
             continue
         outs = pipeline.execute(module, seed=seed, floats=floats, int_high=int_high)
-        empty = [i for i, x in enumerate(outs) if x.size and _nonfinite([x]) == x.size]
+        empty = [i for i, x in enumerate(outs[:len(outs) // 2]) if x.size and _nonfinite([x]) == x.size]
         if best is None or len(empty) < len(best[3]):
             best = (outs, floats, int_high, empty)
         if not empty:

@@ -59,7 +59,8 @@ class CannotCut(Exception):
 class Region:
     """One changed region: a standalone module per side, both taking the same parameters.
 
-    ``default``/``tuned``: serialized ``HloModuleProto`` bytes. ``outputs`` names the role of each
+    ``default``/``tuned``: serialized ``HloModuleProto`` bytes; ``both`` holds the two sides side
+    by side in one module (the same parameters feed both), which is what the check runs. ``outputs`` names the role of each
     output (``entry output 0``, ``loop-carried element 3 (next)``...). ``listing`` is the changed
     instructions as HLO text (capped), for a person reading a mismatch.
     """
@@ -67,6 +68,7 @@ class Region:
     index: int
     default: bytes
     tuned: bytes
+    both: bytes  # one module computing both sides: the default's outputs, then the tuned one's
     default_instructions: int
     tuned_instructions: int
     computations: tuple[str, ...]  # where the default side's instructions live
@@ -564,9 +566,11 @@ def _region(index: int, d: _Side, t: _Side, members: dict, outs: list) -> Region
                     raise CannotCut(f"region {index} outputs {k[1]}, a value only one module computes")
                 inputs.setdefault(h, side.type_of(k))
     params = sorted(inputs)
-    texts = {tag: _module_text(side, members[tag], params, inputs, [kd if tag == "d" else kt for _, kd, kt in outs],
-                               f"region_{index}_{'default' if tag == 'd' else 'tuned'}")
-             for side, tag in ((d, "d"), (t, "t"))}
+    sides = {"d": (d, members["d"], [kd for _, kd, _ in outs], "default"),
+             "t": (t, members["t"], [kt for _, _, kt in outs], "tuned")}
+    texts = {tag: _module_text([sides[tag]], params, inputs, f"region_{index}_{sides[tag][3]}") for tag in sides}
+    # both sides in one module: one draw of the inputs, one compile, one run
+    texts["both"] = _module_text([sides["d"], sides["t"]], params, inputs, f"region_{index}")
     protos = {}
     for tag, text in texts.items():
         try:
@@ -583,18 +587,17 @@ def _region(index: int, d: _Side, t: _Side, members: dict, outs: list) -> Region
             listing.append(f"  ... {len(keys) - LIST_CAP} more")
     comps = tuple(dict.fromkeys(k[0] for k in members["d"] + members["t"]))
     out_bytes = sum(shape_bytes(d.type_of(kd)) for _, kd, _ in outs)
-    return Region(index, protos["d"], protos["t"], len(members["d"]), len(members["t"]), comps, len(params),
+    return Region(index, protos["d"], protos["t"], protos["both"], len(members["d"]), len(members["t"]), comps, len(params),
                   sum(shape_bytes(inputs[h]) for h in params), out_bytes, tuple(r for r, _, _ in outs),
                   "\n".join(listing), tuple(members["d"]), tuple(members["t"]))
 
 
-def _module_text(side: _Side, keys: list, params: list, types: dict, outputs: list, name: str) -> str:
-    """A standalone module: parameters for ``params`` (value hashes), ``keys`` in order, outputs."""
-    names: dict = {}  # value key or hash -> new name
+def _side_body(side: _Side, keys: list, params: list, types: dict, outputs: list, prefix: str):
+    """One side's instructions as entry lines (named ``%{prefix}.N``, reading ``%input.I``), its
+    outputs (references and types) and the computations they call (blocks, renamed with
+    ``prefix`` so that both sides' computations can live in one module)."""
+    names: dict = {h: f"%input.{i}" for i, h in enumerate(params)}
     body = []
-    for i, h in enumerate(params):
-        names[h] = f"%input.{i}"
-        body.append(f"  %input.{i} = {types[h]} parameter({i})")
     keyset = set(keys)
     callees: list = []
 
@@ -606,21 +609,18 @@ def _module_text(side: _Side, keys: list, params: list, types: dict, outputs: li
         m = standins.INSTRUCTION.match(line)
         _, _, _, type_str, opcode, rest = m.groups()
         resolved = side.operands(k)
+        names[k] = f"%{prefix}.{n}"
+        callees.extend(side.table.entries[k].called)
         if not resolved:  # constant(...), iota(), parameter-free: the text stays as it is
-            names[k] = f"%v.{n}"
-            body.append(f"  %v.{n} = {type_str} {opcode}({rest}")
-            callees.extend(side.table.entries[k].called)
+            body.append(f"  %{prefix}.{n} = {type_str} {opcode}({rest}")
             continue
         operands, tail = standins.split_operands(rest)
         if len(operands) != len(resolved):
             raise CannotCut(f"cannot read the operands of {k[1]}")
         tail = matching.strip_attr(tail, "control-predecessors")
-        names[k] = f"%v.{n}"
-        body.append(f"  %v.{n} = {type_str} {opcode}({', '.join(ref(o) for o in resolved)}){tail}")
-        callees.extend(side.table.entries[k].called)
+        body.append(f"  %{prefix}.{n} = {type_str} {opcode}({', '.join(ref(o) for o in resolved)}){tail}")
     out_refs = [ref(k) for k in outputs]
     out_types = [side.type_of(k) if k in keyset else types[side.hashes[k]] for k in outputs]
-    body.append(f"  ROOT %outputs = ({', '.join(out_types)}) tuple({', '.join(out_refs)})")
     # the computations the region's instructions call, and theirs
     seen, order = set(), []
     while callees:
@@ -631,6 +631,26 @@ def _module_text(side: _Side, keys: list, params: list, types: dict, outputs: li
         order.append(c)
         callees.extend(x for k in side.table.order if k[0] == c for x in side.table.entries[k].called)
     blocks = [side.blocks[c] for c in reversed(order)]
+    if seen:
+        pattern = re.compile(r"%(" + "|".join(re.escape(c) for c in sorted(seen, key=len, reverse=True))
+                             + r")(?![\w.\-])")
+        blocks = [pattern.sub(lambda m: f"%{prefix}.{m.group(1)}", b) for b in blocks]
+        body = [pattern.sub(lambda m: f"%{prefix}.{m.group(1)}", ln) for ln in body]
+    return body, out_refs, out_types, blocks
+
+
+def _module_text(sides: list, params: list, types: dict, name: str) -> str:
+    """A standalone module: parameters for ``params`` (value hashes), then each side's instructions
+    (``sides``: ``(side, keys, outputs, prefix)``), returning all their outputs in order."""
+    lines = [f"  %input.{i} = {types[h]} parameter({i})" for i, h in enumerate(params)]
+    refs, out_types, blocks = [], [], []
+    for side, keys, outputs, prefix in sides:
+        body, r, t, b = _side_body(side, keys, params, types, outputs, prefix)
+        lines += body
+        refs += r
+        out_types += t
+        blocks += b
+    lines.append(f"  ROOT %outputs = ({', '.join(out_types)}) tuple({', '.join(refs)})")
     sig = ", ".join(f"input.{i}: {types[h]}" for i, h in enumerate(params))
-    entry = f"ENTRY %{name} ({sig}) -> ({', '.join(out_types)}) {{\n" + "\n".join(body) + "\n}"
+    entry = f"ENTRY %{name} ({sig}) -> ({', '.join(out_types)}) {{\n" + "\n".join(lines) + "\n}"
     return "\n\n".join([f"HloModule {name}", *blocks, entry]) + "\n"
