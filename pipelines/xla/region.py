@@ -21,8 +21,9 @@ the values sitting where both modules consume them in the same role (an entry ou
 value of a loop-carried element, the initial value of one, a loop condition). Connected changed instructions form one region; unrelated changes are
 separate regions (each small enough to run on its own). Each side of a region becomes a standalone
 HLO module (``ENTRY`` with one parameter per input, the changed instructions, the computations they
-call, and a tuple of the outputs) with the *same* parameter list on both sides, so both run on the
-same seeded random inputs at the real shapes.
+call, and a tuple of the outputs) with the *same* parameter list on both sides, and both sides are
+also put side by side in one module (``Region.both``) so that one run on one draw of seeded random
+inputs at the real shapes computes both.
 
 What it proves: for those inputs, the changed instructions of the tuned module compute the same
 outputs as the default's (see docs/validation-levels.md). Inputs are random at the region's
