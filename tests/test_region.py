@@ -155,6 +155,11 @@ def test_whole_execution_declined_falls_back_to_the_region(monkeypatch, pipeline
     assert v.level == EXECUTED_REGION, v.describe()
     assert "1 region(s)" in v.reason and "32 bytes of inputs" in v.reason and "the whole module needs 16.0 MiB" in v.reason
     assert "inputs need 16.0 MiB, 1.0 MiB available" in v.reason
+    monkeypatch.setenv("AUTOTUNE_MAX_EXEC_BYTES", "16")  # not even the region's 32 bytes: say why
+    small = establish(pipeline, default, same, finals=(default, same))
+    assert small.level == COMPILED and "no region check: region 1" in small.reason
+    assert "needs 32 bytes of inputs, 16 bytes available" in small.reason
+    monkeypatch.setenv("AUTOTUNE_MAX_EXEC_BYTES", "1M")
     bad = establish(pipeline, default, wrong, finals=(default, wrong))
     assert bad.level == INVALID and "region 1" in bad.reason and re.search(r"%y = f32\[8\]\S* add\(%x, %b", bad.reason)
 
