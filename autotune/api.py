@@ -145,7 +145,7 @@ class Session:
 
     def validation(self, original, tuned, seed: int = 0):
         """The strongest validation level this machine can establish for ``tuned`` against ``original``
-        (``autotune.core.validation.Validation``: identical, executed, executed-with-stand-ins, compiled,
+        (``autotune.core.validation.Validation``: identical, executed, executed-with-stand-ins, executed-region, compiled,
         unverified, or invalid, with its reason). Never raises because a module cannot be executed here."""
         from autotune.core.tuner import validity_of
         from autotune.core.validation import Validation

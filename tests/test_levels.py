@@ -16,8 +16,8 @@ from autotune.pipelines.xla import hlo
 from autotune.core.limits import execution_limit, parse_bytes
 from autotune.core.module import Module, load
 from autotune.pipelines.xla.loader import module_from_proto
-from autotune.core.validation import (COMPILED, EXECUTED, EXECUTED_WITH_STAND_INS, IDENTICAL, INVALID, LEVELS,
-                                      UNVERIFIED, Validation, establish, meets)
+from autotune.core.validation import (COMPILED, EXECUTED, EXECUTED_REGION, EXECUTED_WITH_STAND_INS, IDENTICAL, INVALID,
+                                      LEVELS, UNVERIFIED, Validation, establish, meets)
 from autotune.errors import BadInput
 from autotune.pipelines.xla import standins
 from conftest import DATA, SMALL, run_cli
@@ -38,7 +38,7 @@ def lu_root(engine):
 
 # ---- the level model --------------------------------------------------------------------------------
 def test_levels_are_ordered_and_round_trip():
-    assert LEVELS == (IDENTICAL, EXECUTED, EXECUTED_WITH_STAND_INS, COMPILED, UNVERIFIED)
+    assert LEVELS == (IDENTICAL, EXECUTED, EXECUTED_WITH_STAND_INS, EXECUTED_REGION, COMPILED, UNVERIFIED)
     assert meets(IDENTICAL, "executed") and meets(EXECUTED, "executed")
     assert not meets(EXECUTED_WITH_STAND_INS, "executed") and meets(EXECUTED_WITH_STAND_INS, "compiled")
     assert not meets(COMPILED, "executed-with-stand-ins") and meets(UNVERIFIED, "none")

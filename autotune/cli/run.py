@@ -45,7 +45,7 @@ from autotune.cli.common import check_writable, console, db_option, json_option,
 @click.option("--no-validate", is_flag=True, help="Skip the validity check of the best sequence.")
 @click.option("--require", "require", type=click.Choice(REQUIREMENTS), default="none", show_default=True,
               help="Exit 1 unless the reported best reaches this validation level "
-                   "(identical > executed > executed-with-stand-ins > compiled > unverified; none accepts any).")
+                   "(identical > executed > executed-with-stand-ins > executed-region > compiled > unverified; none accepts any).")
 @click.option("--no-prune", is_flag=True, help="Report the best sequence as found, without dropping useless passes.")
 @click.option("--no-surrogate", is_flag=True,
               help="Search the module as it is even when large constants (weights baked in) could be lifted to "

@@ -121,6 +121,8 @@ class Backend(Protocol):
     #: True when ``execution_estimate`` can say how long a run takes and ``execute(timeout=)`` can
     #: stop one: validation then bounds every execution (``--validate-seconds``).
     bounded_execution: bool
+    #: True when ``regions`` can cut the changed regions of two final modules (``executed-region``).
+    cuts_regions: bool
 
     # -- identity and vocabulary --
     @property
@@ -187,6 +189,12 @@ class Backend(Protocol):
         """``(surrogate, constants lifted, their bytes)``: ``module`` with its large constants as
         parameters, searched instead of it (cheaper steps); None when there is nothing to lift."""
 
+    def regions(self, default_final, tuned_final):
+        """The region(s) where two final modules differ, as an object with ``regions`` (each with
+        ``modules() -> (both sides in one module, the tuned side)``, ``describe()``, ``listing``,
+        ``input_bytes``, ``instructions``, ``default_instructions``, ``tuned_instructions``);
+        ``BadInput`` with the reason when no sound cut exists."""
+
     def stand_ins(self, module, extra: Sequence[str] = ()) -> tuple:
         """``(module, replaced, targets)``: the module with host stand-ins for what the host cannot
         run (accelerator kernels), how many were replaced and their names; ``PassFailed`` if none
@@ -225,6 +233,7 @@ class BackendBase:
     #: Environment of the worker processes (on top of the driver's).
     worker_env: dict | None = None
     bounded_execution: bool = False
+    cuts_regions: bool = False
 
     def __init__(self, workers: int = 1, cache=None, step_timeout: float = 120.0, executor=None):
         self.workers = max(1, int(workers))
@@ -275,6 +284,12 @@ class BackendBase:
     def lift_constants(self, module) -> tuple | None:
         """No surrogate: the module itself is searched."""
         return None
+
+    def regions(self, default_final, tuned_final):
+        """No region cutting (``cuts_regions`` is False): a declined execution stays ``compiled``."""
+        from autotune.errors import BadInput
+
+        raise BadInput(f"the {self.name} backend cannot cut regions")
 
     def close(self) -> None:
         if self._pool is not None:

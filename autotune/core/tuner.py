@@ -728,20 +728,23 @@ def validity_of(evaluator: Evaluator, root: Module, state: str, seed: int = 0,
     default does (both final states are cached transitions, nothing runs); otherwise
     ``validation.establish`` compiles and, where this machine can, executes both modules.
     Levels that are facts about the two modules (identical, executed, executed-with-stand-ins,
-    invalid) are cached per (root, state, seed); ``compiled`` and ``unverified`` depend on this
-    machine's memory and time bound and are established again next time. ``bound_seconds`` bounds
-    each execution (``validation.execution_plan``); ``progress`` hears each step (one line).
+    invalid) are cached per (root, state, seed); ``executed-region``, ``compiled`` and
+    ``unverified`` depend on this machine's memory and time bound and are established again next
+    time. ``bound_seconds`` bounds each execution (``validation.execution_plan``); ``progress``
+    hears each step (one line).
     """
-    from autotune.core.validation import COMPILED, UNVERIFIED, establish
+    from autotune.core.validation import COMPILED, EXECUTED_REGION, UNVERIFIED, establish
 
     key = f"{evaluator.version}|{root.fingerprint}|{state}|{seed}"
     report = evaluator.cache.get_report("validation", key)
     if report is None:
         final, default = evaluator.final(state), evaluator.default(root)
         identical = final.ok and default.ok and final.state == default.state
+        finals = (evaluator.module(default.state, root.name), evaluator.module(final.state, root.name)) \
+            if final.ok and default.ok else None
         result = establish(evaluator.pipeline, root, evaluator.module(state, root.name), seed=seed,
-                           identical=identical, bound_seconds=bound_seconds, progress=progress)
+                           identical=identical, bound_seconds=bound_seconds, progress=progress, finals=finals)
         report = result.to_dict()
-        if result.level not in (COMPILED, UNVERIFIED):
+        if result.level not in (COMPILED, UNVERIFIED, EXECUTED_REGION):
             evaluator.cache.put_report("validation", key, report)
     return report

@@ -40,19 +40,22 @@ from autotune.errors import BadInput, PassFailed
 IDENTICAL = "identical"
 EXECUTED = "executed"
 EXECUTED_WITH_STAND_INS = "executed-with-stand-ins"
+#: Whole execution declined (memory, time): only the region(s) where the tuned final module differs
+#: from XLA's default final module ran, both sides on the same random inputs at their boundary.
+EXECUTED_REGION = "executed-region"
 COMPILED = "compiled"
 UNVERIFIED = "unverified"
 INVALID = "invalid"
 
 #: Levels a reported result can reach, strongest first. ``invalid`` is not a level a result can
 #: have: a check that ran and said no rejects the candidate (the tuner tries the next best).
-LEVELS: tuple[str, ...] = (IDENTICAL, EXECUTED, EXECUTED_WITH_STAND_INS, COMPILED, UNVERIFIED)
+LEVELS: tuple[str, ...] = (IDENTICAL, EXECUTED, EXECUTED_WITH_STAND_INS, EXECUTED_REGION, COMPILED, UNVERIFIED)
 #: What ``--require`` accepts: a level, or ``none`` (anything, unverified included).
 REQUIREMENTS: tuple[str, ...] = (*LEVELS, "none")
 
 
 def rank(level: str) -> int:
-    """Higher is stronger: identical 4 ... unverified 0, invalid -1."""
+    """Higher is stronger: identical 5 ... unverified 0, invalid -1."""
     return len(LEVELS) - 1 - LEVELS.index(level) if level in LEVELS else -1
 
 
@@ -358,6 +361,10 @@ class Validation:
     - ``executed-with-stand-ins``: the same, with ``stand_ins`` custom calls that the host cannot
       run replaced by deterministic host stand-ins (``pipelines/xla/standins.py``) in both modules:
       everything around those calls is checked by execution, the calls themselves are not.
+    - ``executed-region``: the whole modules could not be executed here, but the region(s) where
+      the tuned final module differs from XLA's default final module were, on the same random
+      inputs at their boundary (``establish_region``); ``reason`` says how many regions and
+      instructions, and the bytes executed against what the whole module would need.
     - ``compiled``: the tuned module passes XLA's full pipeline including codegen, but is not
       executed here; ``reason`` says why (memory needed vs available, ...).
     - ``unverified``: not even compiled here (``--no-validate``, or the original itself does not
@@ -530,7 +537,7 @@ def execution_plan(pipeline, original, tuned, specs, bound_seconds: float | None
 
 
 def establish(pipeline, original, tuned, seed: int = 0, identical: bool = False,
-              bound_seconds: float | None = None, progress=None) -> Validation:
+              bound_seconds: float | None = None, progress=None, finals=None) -> Validation:
     """The strongest level this machine can establish for ``tuned`` against ``original``.
 
     ``identical``: the caller already knows both end as the same module after XLA's default
@@ -543,6 +550,11 @@ def establish(pipeline, original, tuned, seed: int = 0, identical: bool = False,
     original does compile); when the original itself does not compile here the result is
     ``unverified``. Never raises for a module that cannot be executed: a lower level is the answer.
     ``progress`` (a callable taking one line) hears what is being done, with the estimate.
+
+    Whenever whole execution is declined (whatever the reason) and the tuned module compiles, the
+    changed regions are executed instead (``executed-region``, see ``establish_region``);
+    ``finals``: ``(XLA's default final module, the tuned final module)`` when the caller has them
+    (else they are computed here).
     """
     from autotune.core.limits import duration
 
@@ -606,16 +618,20 @@ def establish(pipeline, original, tuned, seed: int = 0, identical: bool = False,
             level = EXECUTED_WITH_STAND_INS if n_tuned or n_orig else EXECUTED
             note = stand_note().lstrip("; ") or None
             return Validation(level, note, n_tuned, report)
-    # 3. whole execution declined (``plan.reason`` starts with ``DECLINED``). A check that needs no whole
-    #    execution (issue 20's differential execution of the changed region) belongs here, before
-    #    falling back to ``compiled``. Does the tuned module at least compile?
+    # 3. whole execution declined (``plan.reason`` starts with ``DECLINED``): if the tuned module
+    #    compiles, execute only the changed regions (``executed-region``), else ``compiled``.
     if original_error is None:
         say("compiling the tuned module with XLA's full pipeline")
         try:
             pipeline.compiles(tuned_run)
-            return Validation(COMPILED, f"{plan.reason}{stand_note()}", n_tuned)
         except PassFailed as exc:
             tuned_error = str(exc)
+        else:
+            say("executing only the changed regions")
+            region = establish_region(pipeline, original, tuned, seed, plan.why, finals)
+            if isinstance(region, Validation):
+                return region
+            return Validation(COMPILED, f"{plan.reason}{stand_note()}{region}", n_tuned)
         try:
             pipeline.compiles(orig_run)
         except PassFailed as exc:
@@ -654,3 +670,108 @@ def _compare_tuned(pipeline, tuned, specs, orig_outs, seed, floats, int_high, bo
         return ValidationReport(False, f"the tuned module {kind} with XLA's full pipeline: {exc}", (), seed,
                                 n_inputs, described)
     return compare(orig_outs, tuned_outs, seed=seed, n_inputs=n_inputs, inputs=described)
+
+
+# ---- executing only what changed -------------------------------------------------------------------------
+def establish_region(pipeline, original, tuned, seed: int, why_not: str, finals=None) -> "Validation | str":
+    """Execute only the region(s) where the tuned final module differs from XLA's default one.
+
+    Used when whole execution was declined (``why_not``). The backend cuts the regions
+    (``pipeline.regions(default_final, tuned_final)``; XLA: ``pipelines/xla/region.py``): each is
+    a pair of standalone modules taking the same parameters (the values both final modules compute
+    identically at the region's boundary). Both run on the same seeded random inputs, through the
+    same path and comparison as whole execution (input ladder, stand-ins, dtype-aware tolerances).
+
+    Returns ``executed-region`` (reason: regions, instructions, bytes executed vs the whole
+    module's), ``invalid`` for a region whose outputs differ (the reason names the region and lists
+    its instructions), or a note (``"; no region check: ..."``) saying why it could not be done,
+    for the ``compiled`` reason.
+    """
+    from autotune.core.limits import execution_limit, gib
+
+    if not pipeline.cuts_regions:
+        return ""
+    try:
+        default_final, tuned_final = finals if finals is not None else (pipeline.default(original),
+                                                                        pipeline.default(tuned))
+        cut = pipeline.regions(default_final, tuned_final)
+    except (BadInput, PassFailed) as exc:
+        return f"; no region check: {exc}"
+    if not cut.regions:
+        return "; no region check: the final modules compute the same values everywhere"
+    limit, _ = execution_limit()
+    for r in cut.regions:
+        if r.input_bytes > limit:
+            return (f"; no region check: {r.describe()} needs {gib(r.input_bytes)} of inputs, {gib(limit)} available "
+                    "(its outputs depend on all of them)")
+    try:
+        whole = sum(s.nbytes for s in pipeline.parameter_specs(original))
+    except BadInput:
+        whole = None
+    outputs, stand_ins, n_inputs, described, nonfinite, elements = [], 0, 0, None, 0, 0
+    for r in cut.regions:
+        # Both sides in one module (``r.both``): the inputs are drawn once, compiled and run once.
+        both_module, tuned_module = r.modules()
+        both, _, _ = _stand_in_or_same(pipeline, both_module)
+        _, n_t, _ = _stand_in_or_same(pipeline, tuned_module)
+        stand_ins += n_t
+        try:
+            specs = pipeline.parameter_specs(both)
+            outs, floats, int_high, empty = _region_outputs(pipeline, both, seed, specs)
+        except (BadInput, PassFailed) as exc:
+            return f"; no region check: {r.describe()} could not be run: {exc}"
+        half = len(outs) // 2
+        orig_outs = outs[:half]
+        report = compare(orig_outs, outs[half:], seed=seed, n_inputs=len(specs), inputs=_describe(floats, int_high))
+        if empty:  # NaN == NaN would pass whatever the tuned side computes: no evidence
+            return (f"; no region check: {r.describe()}: on random inputs at its boundary, output(s) "
+                    f"{', '.join(map(str, empty))} of XLA's default side are not finite anywhere")
+        if not report.ok:
+            return Validation(INVALID, f"{r.describe()} computes other values: {report.reason}\n{r.listing}",
+                              stand_ins, report)
+        nonfinite += _nonfinite(orig_outs)
+        elements += sum(int(x.size) for x in orig_outs)
+        base = len(outputs)
+        outputs += [OutputDiff(base + o.index, o.shape, o.dtype, o.max_abs_diff, o.max_rel_diff, o.mismatches, o.ok)
+                    for o in report.outputs]
+        n_inputs += report.n_inputs
+        described = described or report.inputs
+    executed = sum(r.input_bytes for r in cut.regions)
+    reason = (f"{len(cut.regions)} region(s), {sum(r.instructions for r in cut.regions)} instructions "
+              f"({sum(r.default_instructions for r in cut.regions)} of XLA's default, "
+              f"{sum(r.tuned_instructions for r in cut.regions)} tuned) executed on {gib(executed)} of inputs"
+              + (f"; the whole module needs {gib(whole)}" if whole is not None else "")
+              + f" (whole module not executed: {why_not})"
+              + (f"; {stand_ins} custom call(s) replaced by host stand-ins" if stand_ins else "")
+              + (f"; {nonfinite} of {elements} output elements are not finite on these inputs in both modules"
+                 if nonfinite else ""))
+    return Validation(EXECUTED_REGION, reason, stand_ins,
+                      ValidationReport(True, None, tuple(outputs), int(seed), n_inputs, described or _describe("normal", 4)))
+
+
+def _region_outputs(pipeline, module, seed: int, specs):
+    """Both sides of a region (``module`` returns the default's outputs, then the tuned one's) on
+    the input ladder, stopping at the first distribution where every output of the default side
+    has finite values (whole execution wants *no* non-finite value, but a region's random weights
+    rarely allow that, and each rung draws its inputs again: gigabytes for an LLM layer).
+    Returns ``(outputs, floats, int_high, default-side outputs with no finite value)``."""
+    has_float = any(_category(s.dtype) in ("float", "complex") for s in specs)
+    has_int = any(_category(s.dtype) == "int" for s in specs)
+    best = None
+    for floats, int_high in INPUT_LADDER:
+        if (floats != "normal" and not has_float) or (int_high != INPUT_LADDER[0][1] and not has_int):
+            continue
+        outs = pipeline.execute(module, seed=seed, floats=floats, int_high=int_high)
+        empty = [i for i, x in enumerate(outs[:len(outs) // 2]) if x.size and _nonfinite([x]) == x.size]
+        if best is None or len(empty) < len(best[3]):
+            best = (outs, floats, int_high, empty)
+        if not empty:
+            break
+    return best
+
+
+def _stand_in_or_same(pipeline, module, extra=()):
+    try:
+        return _stand_in(pipeline, module, extra)
+    except PassFailed:
+        return module, 0, ()

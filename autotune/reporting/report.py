@@ -264,7 +264,7 @@ def module_table(comp: Comparison) -> Table:
     return Table(tuple(header), tuple(rows),
                  caption="Improvement over XLA's default reduction per module: final-ops (raw ops in brackets), "
                          "seed-averaged ratio minus 1, floored as described above. Validation: the weakest level "
-                         "any run's best reached on that module (identical > executed > executed-with-stand-ins > "
+                         "any run's best reached on that module (identical > executed > executed-with-stand-ins > executed-region > "
                          "compiled > unverified).")
 
 

@@ -46,6 +46,7 @@ class XlaPipeline(BackendBase):
     worker = WORKER
     worker_env = WORKER_ENV
     bounded_execution = True  # cost-analysis estimates, and a run stopped at its bound
+    cuts_regions = True  # region.py: the changed regions of two final modules
 
     def __init__(self, workers: int = 1, cache=None, include_target_specific: bool = False,
                  step_timeout: float = 120.0, inventory: PassInventory | None = None, executor=None):
@@ -225,6 +226,17 @@ class XlaPipeline(BackendBase):
         """
         proto, fp, n, targets = self.pool.call("stand_ins", module.proto, tuple(extra), timeout=self.run_timeout)
         return (module if n == 0 else Module(module.name, proto, fp)), n, tuple(targets)
+
+    def regions(self, default_final: Module, tuned_final: Module):
+        """The changed region(s) of two final modules as standalone module pairs (``region.cut``);
+        ``BadInput`` with the reason when no sound cut exists. Parses and prints only (this process)."""
+        from autotune.errors import BadInput
+        from autotune.pipelines.xla import region
+
+        try:
+            return region.cut(default_final.proto, tuned_final.proto)
+        except region.CannotCut as exc:
+            raise BadInput(str(exc)) from None
 
     def parameter_specs(self, module: Module) -> list:
         """The entry computation's parameter leaves (``runner.ParamSpec``), read in this process."""

@@ -102,6 +102,25 @@ def to_text(module) -> str:
     return module.to_string(_print_options(canonical=False))
 
 
+_HEADER = re.compile(r"^(?:ENTRY )?%?([\w.\-]+) ")
+_ROOT = re.compile(r"^\s+ROOT %?([^\s=]+) = ")
+
+
+def computation_roots(text: str) -> dict[str, str]:
+    """``{computation: its root instruction's name}`` from a module's text: an instruction's own
+    printout (``to_string``) never says whether it is its computation's root."""
+    roots, comp = {}, None
+    for line in text.splitlines():
+        if line and not line.startswith(" ") and line.rstrip().endswith("{"):
+            m = _HEADER.match(line)
+            comp = m.group(1) if m else None
+            continue
+        m = _ROOT.match(line)
+        if m and comp is not None:
+            roots[comp] = m.group(1)
+    return roots
+
+
 def elided_text(module) -> str:
     """HLO text with constants of more than 10 elements printed as ``{...}`` (shapes, names, structure)."""
     return module.to_string(_print_options(canonical=False, large_constants=False))
@@ -434,6 +453,7 @@ def instructions(module) -> list:
 
     comps = list(module.computations())
     comp_names = {c.name for c in comps}
+    roots = computation_roots(elided_text(module))
     out = []
     for comp in comps:
         insts = comp.instructions()
@@ -446,5 +466,6 @@ def instructions(module) -> list:
             # Literals (parameter(3), constant values, dimensions) stay; names become placeholders.
             sig = _NAME.sub(lambda m: "%" + ("C" if m.group(1) in comp_names and m.group(1) not in names else "?"), body)
             out.append(Instruction(comp.name, inst.name, opcode_name(inst), line, sig, _LAYOUT.sub("]", sig),
-                                   tuple(o.name for o in inst.operands()), called, raw.startswith("ROOT ")))
+                                   tuple(o.name for o in inst.operands()), called,
+                                   roots.get(comp.name) == inst.name))
     return out

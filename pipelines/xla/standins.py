@@ -45,9 +45,10 @@ COMPILER_HANDLED = frozenset({
 })
 
 _FLOATS = ("f16", "bf16", "f32", "f64")
-_INSTRUCTION = re.compile(r"^(\s*)(ROOT\s+)?(%?[^\s=]+) = (.+?) ([a-z][a-z0-9\-]*)\((.*)$")
+INSTRUCTION = re.compile(r"^(\s*)(ROOT\s+)?(%?[^\s=]+) = (.+?) ([a-z][a-z0-9\-]*)\((.*)$")
 _TARGET = re.compile(r'custom_call_target="([^"]*)"')
 _LAYOUT = re.compile(r"\{[^{}]*\}")
+_COMMENT = re.compile(r"/\*.*?\*/")  # XLA's ``/*index=5*/`` markers in long operand lists and tuple types
 
 
 class Unsupported(ValueError):
@@ -61,7 +62,7 @@ def strip_layouts(type_str: str) -> str:
 
 def parse_type(type_str: str):
     """``"(f32[8,8]{0,1}, s32[])"`` -> ``[("f32", (8, 8)), ("s32", ())]``; an array -> ``(dtype, dims)``."""
-    text = strip_layouts(type_str)
+    text = strip_layouts(_COMMENT.sub("", type_str))
     pos = 0
 
     def parse():
@@ -211,15 +212,18 @@ _ADD = "%autotune_standin_add"
 _ADD_TEXT = f"{_ADD} (a: f32[], b: f32[]) -> f32[] {{\n  %a = f32[] parameter(0)\n  %b = f32[] parameter(1)\n  ROOT %s = f32[] add(%a, %b)\n}}\n"
 
 
-def _split_operands(rest: str) -> tuple[list[str], str]:
-    """``"%a, %b), attrs"`` -> (["%a", "%b"], ", attrs")."""
+def split_operands(rest: str) -> tuple[list[str], str]:
+    """``"%a, %b), attrs"`` -> (["%a", "%b"], ", attrs").
+
+    XLA prints an index comment before every fifth operand (``/*index=5*/%x``); it is not part of
+    the name and is dropped (a fused-attention custom call has a dozen operands)."""
     depth = 0
     for i, ch in enumerate(rest):
         if ch in "([{":
             depth += 1
         elif ch in ")]}":
             if depth == 0:
-                inner = rest[:i].strip()
+                inner = _COMMENT.sub("", rest[:i]).strip()
                 return ([o.strip() for o in inner.split(",")] if inner else []), rest[i + 1:]
             depth -= 1
     raise Unsupported("unbalanced operand list")
@@ -238,27 +242,37 @@ def rewrite(text: str, needs_stand_in) -> tuple[str, int, tuple[str, ...]]:
     stand-in can be built for (dynamic shapes, operands that are not named instructions).
     """
     lines = text.splitlines()
-    types: dict[str, str] = {}
+    # Every instruction's type, per computation, before rewriting: an operand's type is known
+    # wherever the operand is printed, before or after the custom call that reads it.
+    types_in: list[dict[str, str]] = []
+    for line in lines:
+        if line and not line.startswith(" ") and line.rstrip().endswith("{"):
+            types_in.append({})  # a new computation: names are local to it
+        m = INSTRUCTION.match(line)
+        if m and types_in:
+            types_in[-1][m.group(3)] = m.group(4)
     out: list[str] = []
     comps: list[str] = []
     targets: list[str] = []
+    types: dict[str, str] = {}
+    block = -1
     for line in lines:
         if line and not line.startswith(" ") and line.rstrip().endswith("{"):
-            types = {}  # a new computation: names are local to it
-        m = _INSTRUCTION.match(line)
+            block += 1
+            types = types_in[block]
+        m = INSTRUCTION.match(line)
         if not m:
             out.append(line)
             continue
         indent, root, name, type_str, opcode, rest = m.groups()
-        types[name] = type_str
         target = _TARGET.search(rest) if opcode == "custom-call" else None
         if target is None or not needs_stand_in(target.group(1)):
             out.append(line)
             continue
-        operands, _ = _split_operands(rest)
+        operands, _ = split_operands(rest)
         missing = [o for o in operands if o not in types]
         if missing:
-            raise Unsupported(f"custom call {name}: operand {missing[0]} is not defined before it")
+            raise Unsupported(f"custom call {name}: operand {missing[0]} is not an instruction of its computation")
         comp = f"%autotune_standin.{len(comps)}"
         comps.append(stand_in_computation(comp, [types[o] for o in operands], type_str, _ADD))
         targets.append(target.group(1))

@@ -1,0 +1,665 @@
+"""Cut the changed region(s) out of two final modules, so a win on a module too big to run can be
+checked by executing only what changed.
+
+Inputs: XLA's default final module and the tuned final module (both after XLA's default pipeline).
+Their instructions are matched structurally (``matching.py``, the hashing ``explain`` uses) with
+one extension that makes the match about *values*: a while loop's state is looked through.
+
+* A loop-state element that the body passes through unchanged (``ROOT tuple(..., gte(p, i), ...)``)
+  is, in the body and after the loop, the value that entered the loop: it is hashed as that value.
+  So a computation hoisted out of a loop in one module and kept inside it in the other is the same
+  value on both sides, not a difference.
+* An element the body changes is a loop-carried value: it gets a label (its type and the hash of
+  its initial value; elements that always hold the same value share one, found by partition
+  refinement), and the labels of the two modules' loops are paired (``_pair_loops``).
+
+Every instruction whose value hash is not found in the other module is *changed*. The changed
+instructions of each side, with the plumbing (loop-state tuples, while instructions, the
+parameters' get-tuple-elements) left out, form the regions: inputs are values both modules compute
+identically (found on both sides) and independent of each other (``_close_inputs``), outputs are
+the values sitting where both modules consume them in the same role (an entry output, the next
+value of a loop-carried element, the initial value of one, a loop condition). Connected changed instructions form one region; unrelated changes are
+separate regions (each small enough to run on its own). Each side of a region becomes a standalone
+HLO module (``ENTRY`` with one parameter per input, the changed instructions, the computations they
+call, and a tuple of the outputs) with the *same* parameter list on both sides, and both sides are
+also put side by side in one module (``Region.both``) so that one run on one draw of seeded random
+inputs at the real shapes computes both.
+
+What it proves: for those inputs, the changed instructions of the tuned module compute the same
+outputs as the default's (see docs/validation-levels.md). Inputs are random at the region's
+boundary, not the values the full program would feed it.
+
+This module only parses and prints HLO (``jaxlib._hlo``): it runs in the driver, like ``explain``.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+
+from autotune.pipelines.xla import hlo
+from autotune.pipelines.xla import matching, standins
+
+#: Instructions of each side a region's description lists (a region can hold hundreds).
+LIST_CAP = 12
+
+_INDEX = re.compile(r"\bindex=(\d+)")
+_COND = re.compile(r"\bcondition=%([\w.\-]+)")
+_BODY = re.compile(r"\bbody=%([\w.\-]+)")
+_COMMENT = re.compile(r"/\*.*?\*/")
+_ELEMENT_BYTES = {"pred": 1, "s2": 1, "u2": 1, "s4": 1, "u4": 1, "s8": 1, "u8": 1, "s16": 2, "u16": 2, "s32": 4,
+                  "u32": 4, "s64": 8, "u64": 8, "f16": 2, "bf16": 2, "f32": 4, "f64": 8, "c64": 8, "c128": 16}
+
+
+class CannotCut(Exception):
+    """No region could be cut (the reason is the message)."""
+
+
+@dataclass(frozen=True)
+class Region:
+    """One changed region: a standalone module per side, both taking the same parameters.
+
+    ``default``/``tuned``: serialized ``HloModuleProto`` bytes; ``both`` holds the two sides side
+    by side in one module (the same parameters feed both), which is what the check runs. ``outputs`` names the role of each
+    output (``entry output 0``, ``loop-carried element 3 (next)``...). ``listing`` is the changed
+    instructions as HLO text (capped), for a person reading a mismatch.
+    """
+
+    index: int
+    default: bytes
+    tuned: bytes
+    both: bytes  # one module computing both sides: the default's outputs, then the tuned one's
+    default_instructions: int
+    tuned_instructions: int
+    computations: tuple[str, ...]  # where the default side's instructions live
+    inputs: int
+    input_bytes: int
+    output_bytes: int
+    outputs: tuple[str, ...]
+    listing: str
+    default_members: tuple[tuple[str, str], ...] = ()  # (computation, instruction) of each changed one
+    tuned_members: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def instructions(self) -> int:
+        return self.default_instructions + self.tuned_instructions
+
+    def modules(self):
+        """``(both, tuned)`` as ``Module``s (what validation stands in and runs): the engine handles
+        modules, never a backend's bytes."""
+        from autotune.pipelines.xla.loader import module_from_proto
+
+        return (module_from_proto(self.both, f"region{self.index}"),
+                module_from_proto(self.tuned, f"region{self.index}-tuned"))
+
+    def describe(self) -> str:
+        where = ", ".join(f"`{c}`" for c in self.computations[:3]) + (" ..." if len(self.computations) > 3 else "")
+        return (f"region {self.index} (in {where}: {self.default_instructions} instruction(s) of XLA's default, "
+                f"{self.tuned_instructions} of the tuned module; {self.inputs} input(s), {len(self.outputs)} output(s))")
+
+
+@dataclass(frozen=True)
+class Cut:
+    """The regions of two modules; ``matched``: instructions whose value both compute."""
+
+    regions: tuple[Region, ...]
+    matched: int
+    default_total: int
+    tuned_total: int
+
+
+# ---- one module's values ---------------------------------------------------------------------------------
+def shape_bytes(type_str: str) -> int:
+    """Bytes of an HLO type (a tuple: the sum of its leaves)."""
+    def walk(shape) -> int:
+        if isinstance(shape, list):
+            return sum(walk(s) for s in shape)
+        dtype, dims = shape
+        return math.prod(dims) * _ELEMENT_BYTES.get(dtype, 4) if dtype != "token" else 0
+    try:
+        return walk(standins.parse_type(type_str))
+    except (standins.Unsupported, IndexError):
+        return 0
+
+
+def _blocks(text: str) -> tuple[dict, dict, str]:
+    """HLO text -> ({computation: block text}, {(computation, instruction): line}, entry name)."""
+    blocks, lines, entry = {}, {}, ""
+    current, buf = None, []
+    for line in text.splitlines():
+        if current is None:
+            if line and not line.startswith(" ") and line.rstrip().endswith("{"):
+                header = line[6:] if line.startswith("ENTRY ") else line
+                current = header.split(" ", 1)[0].lstrip("%")
+                if line.startswith("ENTRY "):
+                    entry = current
+                buf = [line]
+            continue
+        buf.append(line)
+        if line.strip() == "}":
+            blocks[current] = "\n".join(buf)
+            current = None
+            continue
+        m = standins.INSTRUCTION.match(line)
+        if m:
+            lines[(current, m.group(3).lstrip("%"))] = line
+    return blocks, lines, entry
+
+
+@dataclass
+class _Loop:
+    key: tuple  # the while instruction
+    init: tuple  # its operand (a tuple instruction)
+    body: str
+    cond: str
+    invariant: frozenset  # element indices the body passes through unchanged
+    labels: dict  # element index -> label (variant elements)
+
+
+class _Side:
+    """One final module as values: hashes, aliases, plumbing, sinks."""
+
+    def __init__(self, module):
+        #: (loop number, element) -> label forced by the pairing with the other module (``cut``)
+        self.overrides: dict = {}
+        self.table = matching.instruction_table(module)
+        text = hlo.to_text(module)
+        self.blocks, self.lines, self.entry = _blocks(text)
+        e = self.table.entries
+        self.users: dict = {}
+        for key in self.table.order:
+            for o in e[key].operands:
+                self.users.setdefault(o, []).append(key)
+        calls: dict = {}
+        for key in self.table.order:
+            for c in e[key].called:
+                calls[c] = calls.get(c, 0) + 1
+        # value-space computations: the entry, and the body/condition of loops we can look through
+        self.loops: dict = {}  # while key -> _Loop
+        self.loop_of_comp: dict = {}  # body/cond name -> while key
+        todo = [self.entry]
+        self.value_comps = set()
+        while todo:
+            comp = todo.pop()
+            self.value_comps.add(comp)
+            for key in self.table.order:
+                if key[0] != comp or e[key].opcode != "while":
+                    continue
+                loop = self._loop(key, calls)
+                if loop is not None:
+                    self.loops[key] = loop
+                    self.loop_of_comp[loop.body] = self.loop_of_comp[loop.cond] = key
+                    todo += [loop.body, loop.cond]
+        self.alias: dict = {}  # gte key -> the key whose value it is
+        self.label_of: dict = {}  # gte(param) key -> (loop key, element)
+        self.plumbing: set = set()
+        for wkey, loop in self.loops.items():
+            self.plumbing.update({wkey, loop.init, self.table.roots[loop.body]})
+            for comp in (loop.body, loop.cond):
+                for key in self.table.order:
+                    if key[0] == comp and e[key].opcode == "parameter":
+                        self.plumbing.add(key)
+                        for u in self.users.get(key, ()):
+                            i = int(_INDEX.search(e[u].sig).group(1))
+                            self.plumbing.add(u)
+                            if i in loop.invariant:
+                                self.alias[u] = e[loop.init].operands[i]
+                            else:
+                                self.label_of[u] = (wkey, i)
+            for u in self.users.get(wkey, ()):
+                if e[u].opcode == "get-tuple-element":
+                    i = int(_INDEX.search(e[u].sig).group(1))
+                    self.plumbing.add(u)
+                    if i in loop.invariant:
+                        self.alias[u] = e[loop.init].operands[i]
+                    else:
+                        self.label_of[u] = (wkey, i)
+        root = self.table.roots[self.entry]
+        if e[root].opcode == "tuple":
+            self.plumbing.add(root)
+        self.loop_keys = [k for k in self.table.order if k in self.loops]  # loop number -> while key
+        self.splits: dict = {}
+        self.relabel({})
+
+    def relabel(self, overrides: dict) -> None:
+        """Hash again with some loop-carried elements' labels forced to the other module's.
+
+        Elements with the same type and initial value share a label unless their next values
+        differ (partition refinement, as in DFA minimisation): two state elements that always hold
+        the same value are one value, so a module that carries it twice and one that carries it
+        once (``cse`` merged them) agree."""
+        self.overrides = dict(overrides)
+        self.splits: dict = {}
+        for _ in range(16):
+            self.hashes = self._hash()
+            refined = False
+            for number, wkey in enumerate(self.loop_keys):
+                loop = self.loops[wkey]
+                root = self.table.entries[self.table.roots[loop.body]]
+                groups: dict = {}
+                for i in sorted(loop.labels):
+                    groups.setdefault(loop.labels[i], []).append(i)
+                for members in groups.values():
+                    nexts = [self.hashes.get(self.resolve(root.operands[i]), "?") for i in members]
+                    if len(set(nexts)) > 1:
+                        order = list(dict.fromkeys(nexts))
+                        for i, h in zip(members, nexts):
+                            self.splits[(number, i)] = self.splits.get((number, i), "") + f"/{order.index(h)}"
+                        refined = True
+            if not refined:
+                break
+        self.values = {self.hashes[k] for k in self.table.order if k[0] in self.value_comps}
+
+    def _loop(self, key, calls) -> _Loop | None:
+        """The loop at ``key`` if it can be looked through: its own body and condition, a tuple as its
+        initial value and as the body's root, and a state read only through get-tuple-element."""
+        e = self.table.entries
+        ent = e[key]
+        raw = matching.clean(ent.inst.to_string())
+        cm, bm = _COND.search(raw), _BODY.search(raw)
+        if not cm or not bm:
+            return None
+        cond, body = cm.group(1), bm.group(1)
+        init = ent.operands[0] if len(ent.operands) == 1 else None
+        if init is None or e.get(init) is None or e[init].opcode != "tuple" or calls.get(body) != 1 or calls.get(cond) != 1:
+            return None
+        if len(self.users.get(init, ())) != 1:
+            return None
+        root = self.table.roots.get(body)
+        if root is None or e[root].opcode != "tuple":
+            return None
+        for comp in (body, cond):
+            for k in self.table.order:
+                if k[0] == comp and e[k].opcode == "parameter":
+                    if any(e[u].opcode != "get-tuple-element" for u in self.users.get(k, ())):
+                        return None
+        invariant = set()
+        for i, o in enumerate(e[root].operands):
+            oe = e[o]
+            if (oe.opcode == "get-tuple-element" and e[oe.operands[0]].opcode == "parameter"
+                    and int(_INDEX.search(oe.sig).group(1)) == i):
+                invariant.add(i)
+        return _Loop(key, init, body, cond, frozenset(invariant), {})
+
+    def resolve(self, key):
+        seen = 0
+        while key in self.alias and seen < 1000:
+            key, seen = self.alias[key], seen + 1
+        return key
+
+    def _hash(self) -> dict:
+        e, roots = self.table.entries, self.table.roots
+
+        def deps(key):
+            if key in self.alias:
+                return [self.alias[key]]
+            if key in self.label_of:
+                wkey, _ = self.label_of[key]
+                return [wkey]
+            if key in self.loops:
+                loop = self.loops[key]
+                return list(e[loop.init].operands)
+            ent = e[key]
+            return [o for o in ent.operands if o in e] + [roots[c] for c in ent.called if c in roots]
+
+        def combine(key, hashes):
+            if key in self.alias:
+                return hashes.get(self.alias[key], "?")
+            if key in self.label_of:
+                wkey, i = self.label_of[key]
+                loop = self.loops[wkey]
+                label = loop.labels.get(i, "?")
+                # inside the loop: the element's current value; after it: its final value
+                return label if key[0] in (loop.body, loop.cond) else matching.digest(["after-loop", label])
+            if key in self.loops:
+                loop = self.loops[key]
+                init_ops = e[loop.init].operands
+                number = self.loop_keys.index(key) if key in self.loop_keys else -1
+                for i, o in enumerate(init_ops):
+                    if i not in loop.invariant:
+                        loop.labels[i] = matching.digest(["loop-carried", _element_type(e[key].sig, i), hashes.get(o, "?"),
+                                                          self.splits.get((number, i), "")])
+                for i in loop.labels:
+                    loop.labels[i] = self.overrides.get((number, i), loop.labels[i])
+                return matching.digest(["loop"] + sorted(loop.labels.values()))
+            ent = e[key]
+            return matching.digest([ent.sig] + [hashes.get(o, "?") for o in ent.operands]
+                                   + ["C" + hashes.get(roots.get(c), "?") for c in ent.called])
+
+        return matching.bottom_up(self.table.order, deps, combine)
+
+    # -- what a region is made of --
+    def changed(self, other_values) -> set:
+        """Keys of value-space compute instructions whose value the other module does not compute."""
+        return {k for k in self.table.order if k[0] in self.value_comps and k not in self.plumbing
+                and self.hashes[k] not in other_values}
+
+    def sinks(self) -> dict:
+        """Where both modules consume values in the same role: role -> value key (aliases resolved)."""
+        e = self.table.entries
+        out = {}
+        root = self.table.roots[self.entry]
+        if e[root].opcode == "tuple":
+            for i, o in enumerate(e[root].operands):
+                out[f"entry output {i}"] = self.resolve(o)
+        else:
+            out["entry output"] = root
+        for wkey, loop in self.loops.items():
+            body_root = self.table.roots[loop.body]
+            for i, label in loop.labels.items():
+                out[f"loop-carried {label[:8]} (next)"] = self.resolve(e[body_root].operands[i])
+                out[f"loop-carried {label[:8]} (initial)"] = self.resolve(e[loop.init].operands[i])
+            out["loop condition " + matching.digest(sorted(loop.labels.values()))[:8]] = self.table.roots[loop.cond]
+        return out
+
+    def operands(self, key) -> list:
+        return [self.resolve(o) for o in self.table.entries[key].operands]
+
+    def type_of(self, key) -> str:
+        m = standins.INSTRUCTION.match(self.lines[key])
+        return m.group(4)
+
+
+def _element_type(while_sig: str, i: int) -> str:
+    """The type of element ``i`` of a while's tuple type, from its signature text."""
+    type_str = _COMMENT.sub("", while_sig.split(" while(", 1)[0])
+    try:
+        shape = standins.parse_type(type_str)
+        return standins.type_text(shape[i]) if isinstance(shape, list) and i < len(shape) else type_str
+    except (standins.Unsupported, IndexError):
+        return type_str
+
+
+# ---- cutting -------------------------------------------------------------------------------------------
+def cut(default_proto: bytes, tuned_proto: bytes) -> Cut:
+    """The regions where ``tuned`` differs from ``default`` (serialized final modules).
+
+    Raises ``CannotCut`` with the reason when no sound cut exists (a changed value consumed in a
+    role the other module has no counterpart for, or an input only one module computes)."""
+    d = _Side(hlo.parse_proto(default_proto))
+    t = _Side(hlo.parse_proto(tuned_proto))
+    overrides = _pair_loops(d, t)
+    if overrides:
+        t.relabel(overrides)
+    cd, ct = d.changed(t.values), t.changed(d.values)
+    sd, st = d.sinks(), t.sinks()
+    outputs = []  # (role, default value key, tuned value key)
+    for role in sorted(set(sd) | set(st)):
+        kd, kt = sd.get(role), st.get(role)
+        if kd is not None and kt is not None and d.hashes[kd] == t.hashes[kt]:
+            continue
+        if kd is None or kt is None:
+            if (kd in cd) or (kt in ct):
+                raise CannotCut(f"a changed value is the {role} of only one module")
+            continue
+        outputs.append((role, kd, kt))
+    # components: changed instructions linked by operands, and across sides by a shared output role
+    parent: dict = {}
+
+    def find(x):
+        while parent.setdefault(x, x) != x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
+        return x
+
+    def union(a, b):
+        parent[find(a)] = find(b)
+
+    for side, changed, tag in ((d, cd, "d"), (t, ct, "t")):
+        for k in changed:
+            find((tag, k))
+            for o in side.operands(k):
+                if o in changed:
+                    union((tag, k), (tag, o))
+    groups: dict = {}
+    for role, kd, kt in outputs:
+        ends = [x for x, ch in ((("d", kd), cd), (("t", kt), ct)) if x[1] in ch]
+        if not ends:  # both sides route a value they compute identically? then the hashes would agree
+            raise CannotCut(f"the {role} differs but no changed instruction computes it")
+        for x in ends[1:]:
+            union(ends[0], x)
+        groups.setdefault(find(ends[0]), []).append((role, kd, kt))
+    regions = []
+    for n, (rep, outs) in enumerate(sorted(groups.items(), key=lambda g: sorted(r for r, _, _ in g[1])), 1):
+        rep = find(rep)
+        members = {"d": _topological(d, [k for k in d.table.order if k in cd and find(("d", k)) == rep]),
+                   "t": _topological(t, [k for k in t.table.order if k in ct and find(("t", k)) == rep])}
+        regions.append(_region(n, d, t, members, outs))
+    return Cut(tuple(regions), len(d.table.order) - len(cd), len(d.table.order), len(t.table.order))
+
+
+def _pair_loops(d: _Side, t: _Side) -> dict:
+    """Labels for the tuned module's loop-carried elements that make them the default's.
+
+    Loops pair in module order (passes rarely add or remove loops); within a pair, equal labels
+    (same type, initial value and refinement) pair first, then the rest pair by type in order
+    (an element whose initial value is itself a changed value). Labels only name roles: a wrong
+    pairing can make equal modules look different (an outputs mismatch), never hide a difference,
+    because the values themselves are compared by execution."""
+    overrides = {}
+    if len(d.loop_keys) != len(t.loop_keys):
+        return overrides
+    for number, (wd, wt) in enumerate(zip(d.loop_keys, t.loop_keys)):
+        ld, lt = d.loops[wd].labels, t.loops[wt].labels
+        exact = set(ld.values()) & set(lt.values())
+        rest_d = list(dict.fromkeys((ld[i], _element_type(d.table.entries[wd].sig, i)) for i in sorted(ld)
+                                    if ld[i] not in exact))
+        rest_t = list(dict.fromkeys((lt[i], _element_type(t.table.entries[wt].sig, i)) for i in sorted(lt)
+                                    if lt[i] not in exact))
+        for label, typ in rest_t:
+            match = next((x for x in rest_d if x[1] == typ), None)
+            if match is not None:
+                rest_d.remove(match)
+                for i in lt:
+                    if lt[i] == label:
+                        overrides[(number, i)] = match[0]
+    return overrides
+
+
+def _topological(side: _Side, keys: list) -> list:
+    """``keys`` with every operand before its user (operands resolved through loops cross computations)."""
+    members, out, done = set(keys), [], set()
+    for start in keys:
+        stack = [(start, False)]
+        while stack:
+            k, expanded = stack.pop()
+            if k in done:
+                continue
+            if expanded:
+                done.add(k)
+                out.append(k)
+                continue
+            stack.append((k, True))
+            stack.extend((o, False) for o in side.operands(k) if o in members and o not in done)
+    return out
+
+
+def _reads(side: _Side, keys: list, outs: list, tag: str) -> dict:
+    """``{value hash: key}`` of the values ``keys`` read from outside (and outputs they do not compute)."""
+    mine, out = set(keys), {}
+    for k in keys:
+        for o in side.operands(k):
+            if o not in mine:
+                out.setdefault(side.hashes[o], o)
+    for _, kd, kt in outs:
+        k = kd if tag == "d" else kt
+        if k not in mine:
+            out.setdefault(side.hashes[k], k)
+    return out
+
+
+def _cone(side: _Side, key) -> tuple[set, bool]:
+    """Hashes of the computed (non-leaf) values ``key`` depends on, itself excluded, and whether it
+    depends on anything free (a parameter or a loop-carried element) rather than constants only."""
+    seen, stack, out, free = set(), [key], set(), False
+    while stack:
+        k = stack.pop()
+        if k in seen:
+            continue
+        seen.add(k)
+        ops = side.operands(k) if k not in side.label_of else []
+        if k in side.label_of or side.table.entries[k].opcode == "parameter":
+            free = True
+        elif ops and k != key:
+            out.add(side.hashes[k])
+        stack.extend(ops)
+    return out, free
+
+
+def _close_inputs(d: _Side, t: _Side, members: dict, outs: list, rounds: int = 64) -> int:
+    """Make the region's inputs free of each other; returns how many instructions that added.
+
+    Random inputs are only sound when no input is a function of the others: if one module reads
+    ``x`` and the other ``-x`` (computed outside the region, identically in both), drawing both
+    at random breaks the relation the program guarantees, and equal programs would disagree.
+    So an input that depends on another input, or shares a computed ancestor with one, is
+    computed inside the region instead (on both sides), until the inputs depend only on leaves
+    (parameters, loop-carried elements). Constants are never drawn at random: a reduction's
+    zero, a mask's bound are computed in the region."""
+    added = 0
+    for _ in range(rounds):
+        reads = {"d": _reads(d, members["d"], outs, "d"), "t": _reads(t, members["t"], outs, "t")}
+        where = {}
+        for tag, side in (("d", d), ("t", t)):
+            for h, k in reads[tag].items():
+                where.setdefault(h, (side, k))
+        cones, pull = {}, set()
+        for h, (side, k) in where.items():
+            cones[h], free = _cone(side, k)
+            if not free:  # a constant, or computed from constants only: the region computes it
+                pull.add(h)
+        pull.update(h for h, cone in cones.items() if cone & where.keys())
+        owner: dict = {}
+        for h, cone in cones.items():
+            for a in cone:
+                if a in owner and owner[a] != h:
+                    pull.update({h, owner[a]})
+                owner.setdefault(a, h)
+        if not pull:
+            return added
+        for tag, side in (("d", d), ("t", t)):
+            by_hash = {}
+            for k in side.table.order:
+                by_hash.setdefault(side.hashes[k], k)
+            for h in pull:
+                if h in reads[tag] and h in by_hash:
+                    k = reads[tag][h]
+                    if k not in members[tag] and k not in side.plumbing:
+                        members[tag].append(k)
+                        added += 1
+        members["d"], members["t"] = _topological(d, members["d"]), _topological(t, members["t"])
+    return added
+
+
+def _region(index: int, d: _Side, t: _Side, members: dict, outs: list) -> Region:
+    """Both standalone modules of one region (same parameters: the union of both sides' inputs)."""
+    context = _close_inputs(d, t, members, outs)
+    inputs: dict = {}  # value hash -> (type, description)
+    for side, tag in ((d, "d"), (t, "t")):
+        mine = set(members[tag])
+        other = t if side is d else d
+        for k in members[tag]:
+            for o in side.operands(k):
+                if o in mine:
+                    continue
+                h = side.hashes[o]
+                if h not in other.values:
+                    raise CannotCut(f"region {index} reads {o[1]} ({o[0]}), a value only one module computes")
+                inputs.setdefault(h, side.type_of(o))
+        for _, kd, kt in outs:
+            k = kd if tag == "d" else kt
+            if k not in mine:
+                h = side.hashes[k]
+                if h not in other.values:
+                    raise CannotCut(f"region {index} outputs {k[1]}, a value only one module computes")
+                inputs.setdefault(h, side.type_of(k))
+    params = sorted(inputs)
+    sides = {"d": (d, members["d"], [kd for _, kd, _ in outs], "default"),
+             "t": (t, members["t"], [kt for _, _, kt in outs], "tuned")}
+    texts = {tag: _module_text([sides[tag]], params, inputs, f"region_{index}_{sides[tag][3]}") for tag in sides}
+    # both sides in one module: one draw of the inputs, one compile, one run
+    texts["both"] = _module_text([sides["d"], sides["t"]], params, inputs, f"region_{index}")
+    protos = {}
+    for tag, text in texts.items():
+        try:
+            protos[tag] = hlo.parse_text(text).as_serialized_hlo_module_proto()
+        except Exception as exc:  # our own text not parsing is a limit of the cut, not a verdict
+            raise CannotCut(f"region {index} does not parse as a module: {exc}") from None
+    listing = []
+    for side, tag, label in ((d, "d", "XLA's default"), (t, "t", "tuned")):
+        keys = members[tag]
+        listing.append(f"{label}: {len(keys)} instruction(s)" + (f" ({context} on both sides computed as context, "
+                                                                   "so that its inputs are independent)" if context and tag == "d" else ""))
+        listing += ["  " + matching.clean(side.table.entries[k].inst.to_string())[:200] for k in keys[:LIST_CAP]]
+        if len(keys) > LIST_CAP:
+            listing.append(f"  ... {len(keys) - LIST_CAP} more")
+    comps = tuple(dict.fromkeys(k[0] for k in members["d"] + members["t"]))
+    out_bytes = sum(shape_bytes(d.type_of(kd)) for _, kd, _ in outs)
+    return Region(index, protos["d"], protos["t"], protos["both"], len(members["d"]), len(members["t"]), comps, len(params),
+                  sum(shape_bytes(inputs[h]) for h in params), out_bytes, tuple(r for r, _, _ in outs),
+                  "\n".join(listing), tuple(members["d"]), tuple(members["t"]))
+
+
+def _side_body(side: _Side, keys: list, params: list, types: dict, outputs: list, prefix: str):
+    """One side's instructions as entry lines (named ``%{prefix}.N``, reading ``%input.I``), its
+    outputs (references and types) and the computations they call (blocks, renamed with
+    ``prefix`` so that both sides' computations can live in one module)."""
+    names: dict = {h: f"%input.{i}" for i, h in enumerate(params)}
+    body = []
+    keyset = set(keys)
+    callees: list = []
+
+    def ref(k):
+        return names[k] if k in keyset else names[side.hashes[k]]
+
+    for n, k in enumerate(keys):
+        line = side.lines[k]
+        m = standins.INSTRUCTION.match(line)
+        _, _, _, type_str, opcode, rest = m.groups()
+        resolved = side.operands(k)
+        names[k] = f"%{prefix}.{n}"
+        callees.extend(side.table.entries[k].called)
+        if not resolved:  # constant(...), iota(), parameter-free: the text stays as it is
+            body.append(f"  %{prefix}.{n} = {type_str} {opcode}({rest}")
+            continue
+        operands, tail = standins.split_operands(rest)
+        if len(operands) != len(resolved):
+            raise CannotCut(f"cannot read the operands of {k[1]}")
+        tail = matching.strip_attr(tail, "control-predecessors")
+        body.append(f"  %{prefix}.{n} = {type_str} {opcode}({', '.join(ref(o) for o in resolved)}){tail}")
+    out_refs = [ref(k) for k in outputs]
+    out_types = [side.type_of(k) if k in keyset else types[side.hashes[k]] for k in outputs]
+    # the computations the region's instructions call, and theirs
+    seen, order = set(), []
+    while callees:
+        c = callees.pop()
+        if c in seen:
+            continue
+        seen.add(c)
+        order.append(c)
+        callees.extend(x for k in side.table.order if k[0] == c for x in side.table.entries[k].called)
+    blocks = [side.blocks[c] for c in reversed(order)]
+    if seen:
+        pattern = re.compile(r"%(" + "|".join(re.escape(c) for c in sorted(seen, key=len, reverse=True))
+                             + r")(?![\w.\-])")
+        blocks = [pattern.sub(lambda m: f"%{prefix}.{m.group(1)}", b) for b in blocks]
+        body = [pattern.sub(lambda m: f"%{prefix}.{m.group(1)}", ln) for ln in body]
+    return body, out_refs, out_types, blocks
+
+
+def _module_text(sides: list, params: list, types: dict, name: str) -> str:
+    """A standalone module: parameters for ``params`` (value hashes), then each side's instructions
+    (``sides``: ``(side, keys, outputs, prefix)``), returning all their outputs in order."""
+    lines = [f"  %input.{i} = {types[h]} parameter({i})" for i, h in enumerate(params)]
+    refs, out_types, blocks = [], [], []
+    for side, keys, outputs, prefix in sides:
+        body, r, t, b = _side_body(side, keys, params, types, outputs, prefix)
+        lines += body
+        refs += r
+        out_types += t
+        blocks += b
+    lines.append(f"  ROOT %outputs = ({', '.join(out_types)}) tuple({', '.join(refs)})")
+    sig = ", ".join(f"input.{i}: {types[h]}" for i, h in enumerate(params))
+    entry = f"ENTRY %{name} ({sig}) -> ({', '.join(out_types)}) {{\n" + "\n".join(lines) + "\n}"
+    return "\n\n".join([f"HloModule {name}", *blocks, entry]) + "\n"
