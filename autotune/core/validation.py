@@ -27,6 +27,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
+from autotune.core.precision import second_opinion
 from autotune.errors import BadInput, PassFailed
 
 # ---- levels --------------------------------------------------------------------------------------
@@ -158,7 +159,8 @@ class OutputDiff:
 class ValidationReport:
     """The answer to "does the tuned module compute the same thing?".
 
-    ``reason`` is one line for a person (None when ok). ``outputs`` has one entry per output when
+    ``reason`` is one line for a person (None when ok, unless ``precision`` accepted a narrow-float
+    rounding difference: then it says so, with the numbers). ``outputs`` has one entry per output when
     both modules ran. ``seed`` and ``n_inputs`` (parameter leaves) say which inputs were used;
     ``inputs`` names their distribution (``runner.random_inputs`` arguments).
     """
@@ -329,7 +331,7 @@ def validate(pipeline, original, tuned, seed: int = 0) -> ValidationReport:
         raise BadInput(f"the original module cannot be run for validation: {exc}") from None
     orig_outs, floats, int_high = _original_outputs(pipeline, original, seed, specs)
     try:
-        return _compare_tuned(pipeline, tuned, specs, orig_outs, seed, floats, int_high)
+        return _compare_tuned(pipeline, tuned, specs, orig_outs, seed, floats, int_high, original)
     except BadInput as exc:
         return ValidationReport(False, f"the tuned module cannot be run: {exc}", (), seed, len(specs),
                                 _describe(floats, int_high))
@@ -483,7 +485,7 @@ def establish(pipeline, original, tuned, seed: int = 0, identical: bool = False)
             original_error = str(exc)
     if why_not is None and original_error is None:
         try:
-            report = _compare_tuned(pipeline, tuned_run, specs, orig_outs, seed, floats, int_high)
+            report = _compare_tuned(pipeline, tuned_run, specs, orig_outs, seed, floats, int_high, orig_run)
         except BadInput:
             report = None
         if report is None:  # the tuned module needs more memory than the original did
@@ -512,8 +514,12 @@ def establish(pipeline, original, tuned, seed: int = 0, identical: bool = False)
                                   f"{stand_note()}", n_tuned)
 
 
-def _compare_tuned(pipeline, tuned, specs, orig_outs, seed, floats, int_high) -> ValidationReport:
-    """Run the tuned module on the original's inputs and compare (``BadInput`` when it cannot run here)."""
+def _compare_tuned(pipeline, tuned, specs, orig_outs, seed, floats, int_high, original=None) -> ValidationReport:
+    """Run the tuned module on the original's inputs and compare (``BadInput`` when it cannot run here).
+
+    A failed comparison of bf16/f16 results gets ``precision.second_opinion`` (an f32 reference run of
+    ``original``): rounding differences no worse than XLA's default's are not a mismatch.
+    """
     n_inputs, described = len(specs), _describe(floats, int_high)
     try:
         tuned_specs = pipeline.parameter_specs(tuned)
@@ -529,4 +535,5 @@ def _compare_tuned(pipeline, tuned, specs, orig_outs, seed, floats, int_high) ->
                                                                            "fails to compile or run")
         return ValidationReport(False, f"the tuned module {kind} with XLA's full pipeline: {exc}", (), seed,
                                 n_inputs, described)
-    return compare(orig_outs, tuned_outs, seed=seed, n_inputs=n_inputs, inputs=described)
+    report = compare(orig_outs, tuned_outs, seed=seed, n_inputs=n_inputs, inputs=described)
+    return second_opinion(pipeline, original, report, orig_outs, tuned_outs, seed, floats, int_high)

@@ -482,3 +482,12 @@ def time_ab(worker, proto_a: bytes, proto_b: bytes, seed: int = 0, rounds: int =
         "a": sa, "b": sb, "a_summary": _summary(sa), "b_summary": _summary(sb), "rounds": rounds,
         "inner": inner, "warmup": int(warmup), "min_seconds": float(min_seconds),
     }
+
+
+def execute_on(worker, proto: bytes, inputs: list[np.ndarray]) -> list[np.ndarray]:
+    """``execute`` with given inputs instead of seeded random ones (``reference.py`` feeds a widened
+    module the original's bf16-rounded inputs); same compile cache, memory and arity checks."""
+    exe, _ = cached_compile(worker, proto)
+    check_memory(exe)
+    _check_arity(exe, inputs)
+    return [np.array(o) for o in _run(exe, _device_put(worker, inputs))]
