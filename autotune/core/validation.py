@@ -536,4 +536,4 @@ def _compare_tuned(pipeline, tuned, specs, orig_outs, seed, floats, int_high, or
         return ValidationReport(False, f"the tuned module {kind} with XLA's full pipeline: {exc}", (), seed,
                                 n_inputs, described)
     report = compare(orig_outs, tuned_outs, seed=seed, n_inputs=n_inputs, inputs=described)
-    return second_opinion(pipeline, original, report, orig_outs, tuned_outs, seed, floats, int_high)
+    return second_opinion(pipeline, original, tuned, report, orig_outs, tuned_outs, seed, floats, int_high)
