@@ -11,23 +11,34 @@ entries, past any fixed bf16 tolerance. The elementwise comparison (``validation
 tell that from a miscompile, because it compares two roundings with each other and not with the
 math.
 
-The method. When the strict comparison fails only on float outputs of a module that computes in
-bf16/f16, the backend runs the ORIGINAL module once more with every bf16/f16 widened to f32, on
-exactly the same (bf16-rounded) inputs (``XlaPipeline.execute_reference``). That run is a better
-approximation of the math than either bf16 result. For each failing output, both XLA's default
-(the original's outputs) and the tuned module get their error against it, as the largest
-elementwise error and as the root-mean-square error. The tuned output is accepted when both are at
-most ``MARGIN`` times XLA's default's: it is then no less accurate than the result every user of
-XLA gets today, by a stated factor. A real miscompile (a wrong constant, a dropped term, a wrong
-operand) moves values by far more than the default's own rounding error and stays rejected; an
-error smaller than the default's own rounding error cannot be told from rounding at this
-precision, by this check or any other. Integer and bool outputs stay exact: an argmax that flips
-is still a mismatch.
+The method. When the strict comparison fails on float, integer or bool outputs of a module that
+computes in bf16/f16, the backend runs the ORIGINAL module once more with every bf16/f16 widened to
+f32, on exactly the same (bf16-rounded) inputs (``XlaPipeline.execute_reference``). That run is a
+better approximation of the math than either bf16 result. For each failing float output, both
+XLA's default (the original's outputs) and the tuned module get their error against it, as the
+largest elementwise error and as the root-mean-square error; the tuned output is accepted when both
+are at most ``MARGIN`` times XLA's default's: it is then no less accurate than the result every
+user of XLA gets today, by a stated factor. An integer or bool output (an argmax over bf16 logits)
+has no rounding to allow for: it is accepted when no more of its elements differ from the
+reference's than XLA's default's do (a near-tie the default resolves against the f32 math and the
+tuned module resolves with it is fine; the other way round is not). The acceptance must then hold
+on ``EXTRA_SEEDS`` further input draws. Anything else (shape/dtype changes, complex outputs, no
+reference possible) keeps the strict verdict.
 
-Why ``MARGIN`` = 2: on the decode step above (seeds 0-4; the winning sequences
-``algsimp,reshape-mover,cse`` and ``post_scatter_expansion_simplification,cse``) the tuned/default
-error ratios are 0.8-1.3; pure noise of that kind is symmetric around 1. A changed constant of 1.25x
-in one bf16 multiply gives ratios far above 2 (``tests/test_precision.py``).
+What it can and cannot catch. A real miscompile (a wrong constant, a dropped term, a wrong
+operand) usually moves values by more than the default's own rounding error and stays rejected. An
+error no larger than the default's own rounding error on the inputs drawn cannot be told from
+rounding at this precision, by this check or by the strict one (which then rejects the legitimate
+results too). Measured on the llm family's default decode step (``LLMConfig()``, 4 layers, the win
+``algsimp,reshape-mover,cse``; ``post_scatter_expansion_simplification,cse`` ends in the same
+numbers): on seeds 0-3 and 5-7 the strict check rejects the win, its errors against the reference
+are 0.82-1.28x the default's (max and RMS, both caches; the default's own max error is 0.15-0.66),
+and it is accepted. Three injected miscompiles in the same tuned module (attention scale 1.25x,
+RMSNorm mean over 60 instead of 64, RoPE frequency base 4% off) give 2.0-6.0x on most single draws,
+but 0.4-1.35x on a few (a chaotic random bf16 network has a large rounding error of its own), which
+is why one draw is not enough: with the two extra draws all three are rejected on every one of
+those seeds. Seed 4 draws position 0, where RoPE is the identity and softmax sees one key: there
+even the strict comparison cannot see the attention-scale and RoPE changes.
 """
 
 from __future__ import annotations

@@ -208,7 +208,8 @@ class XlaPipeline(BackendBase):
         """
         return self.pool.call("execute", module.proto, int(seed), floats, int(int_high), timeout=self.run_timeout)
 
-    def execute_reference(self, module: Module, seed: int = 0, floats: str = "normal", int_high: int = 4) -> list | None:
+    def execute_reference(self, module: Module, seed: int = 0, floats: str = "normal",
+                          int_high: int = 4) -> list | None:
         """Outputs of ``module`` with its bf16/f16 arithmetic widened to f32, on the inputs ``execute``
         uses (``reference.py``): what ``core/precision.py`` judges narrow-float results against.
         None when the module has no bf16/f16; ``PassFailed`` when the widened module cannot run."""

@@ -14,9 +14,9 @@ tuned module against it.
 The widening is textual (HLO printed without metadata, ``bf16[``/``f16[`` -> ``f32[``, parsed
 back): a convert to bf16 becomes a convert f32 -> f32 (a no-op) and constants keep their printed
 values (XLA prints a bf16 constant as its shortest round trip, e.g. 0.1001 for 0.10009765625: within
-1e-4 relative, far below a bf16 ulp of 4e-3). Ops whose meaning depends on the bit width (``bitcast-convert`` from/to a narrow float)
-make the widened module fail to parse or compile; then there is no reference (``PassFailed``)
-and the strict comparison stands.
+1e-4 relative, far below a bf16 ulp of 4e-3). Ops whose meaning depends on the bit width
+(``bitcast-convert`` from/to a narrow float) make the widened module fail to parse or compile; then
+there is no reference (``PassFailed``) and the strict comparison stands.
 
 Runs inside a worker process (``worker.XlaWorker.execute_reference``), like everything that compiles.
 """
