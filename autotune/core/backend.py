@@ -189,6 +189,10 @@ class Backend(Protocol):
         """``(surrogate, constants lifted, their bytes)``: ``module`` with its large constants as
         parameters, searched instead of it (cheaper steps); None when there is nothing to lift."""
 
+    def execute_reference(self, module, seed: int = 0, floats: str = "normal", int_high: int = 4) -> list | None:
+        """``module``'s outputs computed at a higher precision on the inputs ``execute`` uses (what
+        narrow-float results are judged against, ``core/precision.py``); None when there is none."""
+
     def regions(self, default_final, tuned_final):
         """The region(s) where two final modules differ, as an object with ``regions`` (each with
         ``modules() -> (both sides in one module, the tuned side)``, ``describe()``, ``listing``,
@@ -283,6 +287,10 @@ class BackendBase:
 
     def lift_constants(self, module) -> tuple | None:
         """No surrogate: the module itself is searched."""
+        return None
+
+    def execute_reference(self, module, seed: int = 0, floats: str = "normal", int_high: int = 4) -> list | None:
+        """No higher-precision reference: a failed comparison stands as it is."""
         return None
 
     def regions(self, default_final, tuned_final):

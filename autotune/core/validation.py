@@ -34,6 +34,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
+from autotune.core.precision import second_opinion
 from autotune.errors import BadInput, PassFailed
 
 # ---- levels --------------------------------------------------------------------------------------
@@ -168,7 +169,8 @@ class OutputDiff:
 class ValidationReport:
     """The answer to "does the tuned module compute the same thing?".
 
-    ``reason`` is one line for a person (None when ok). ``outputs`` has one entry per output when
+    ``reason`` is one line for a person (None when ok, unless ``precision`` accepted a narrow-float
+    rounding difference: then it says so, with the numbers). ``outputs`` has one entry per output when
     both modules ran. ``seed`` and ``n_inputs`` (parameter leaves) say which inputs were used;
     ``inputs`` names their distribution (``runner.random_inputs`` arguments).
     """
@@ -342,7 +344,7 @@ def validate(pipeline, original, tuned, seed: int = 0) -> ValidationReport:
         raise BadInput(f"the original module cannot be run for validation: {exc}") from None
     orig_outs, floats, int_high = _original_outputs(pipeline, original, seed, specs)
     try:
-        return _compare_tuned(pipeline, tuned, specs, orig_outs, seed, floats, int_high)
+        return _compare_tuned(pipeline, tuned, specs, orig_outs, seed, floats, int_high, original)
     except BadInput as exc:
         return ValidationReport(False, f"the tuned module cannot be run: {exc}", (), seed, len(specs),
                                 _describe(floats, int_high))
@@ -607,7 +609,8 @@ def establish(pipeline, original, tuned, seed: int = 0, identical: bool = False,
     if plan.fits and original_error is None:
         say(f"executing the tuned module{est}")
         try:
-            report = _compare_tuned(pipeline, tuned_run, specs, orig_outs, seed, floats, int_high, bound)
+            report = _compare_tuned(pipeline, tuned_run, specs, orig_outs, seed, floats, int_high, bound,
+                                    orig_run)
         except BadInput:  # the tuned module needs more memory than the original did
             plan = plan.declined("the tuned module's run does not fit the execution limit")
         except _Overran:
@@ -651,9 +654,14 @@ def _overran(plan: ExecutionPlan, whose: str) -> str:
             f"(--validate-seconds; its worker was replaced)")
 
 
-def _compare_tuned(pipeline, tuned, specs, orig_outs, seed, floats, int_high, bound=None) -> ValidationReport:
+def _compare_tuned(pipeline, tuned, specs, orig_outs, seed, floats, int_high, bound=None,
+                   original=None) -> ValidationReport:
     """Run the tuned module on the original's inputs and compare (``BadInput`` when it cannot run here,
-    ``_Overran`` when its run passes ``bound``)."""
+    ``_Overran`` when its run passes ``bound``).
+
+    A failed comparison of bf16/f16 results gets ``precision.second_opinion`` (an f32 reference run of
+    ``original``): rounding differences no worse than XLA's default's are not a mismatch.
+    """
     n_inputs, described = len(specs), _describe(floats, int_high)
     try:
         tuned_specs = pipeline.parameter_specs(tuned)
@@ -669,7 +677,8 @@ def _compare_tuned(pipeline, tuned, specs, orig_outs, seed, floats, int_high, bo
                                                                            "fails to compile or run")
         return ValidationReport(False, f"the tuned module {kind} with XLA's full pipeline: {exc}", (), seed,
                                 n_inputs, described)
-    return compare(orig_outs, tuned_outs, seed=seed, n_inputs=n_inputs, inputs=described)
+    report = compare(orig_outs, tuned_outs, seed=seed, n_inputs=n_inputs, inputs=described)
+    return second_opinion(pipeline, original, tuned, report, orig_outs, tuned_outs, seed, floats, int_high)
 
 
 # ---- executing only what changed -------------------------------------------------------------------------

@@ -217,6 +217,14 @@ class XlaPipeline(BackendBase):
         return self.pool.call("execute", module.proto, int(seed), floats, int(int_high),
                               timeout=self.run_timeout if timeout is None else float(timeout))
 
+    def execute_reference(self, module: Module, seed: int = 0, floats: str = "normal",
+                          int_high: int = 4) -> list | None:
+        """Outputs of ``module`` with its bf16/f16 arithmetic widened to f32, on the inputs ``execute``
+        uses (``reference.py``): what ``core/precision.py`` judges narrow-float results against.
+        None when the module has no bf16/f16; ``PassFailed`` when the widened module cannot run."""
+        return self.pool.call("execute_reference", module.proto, int(seed), floats, int(int_high),
+                              timeout=self.run_timeout)
+
     def stand_ins(self, module: Module, extra: Sequence[str] = ()) -> tuple[Module, int, tuple[str, ...]]:
         """``(module with host stand-ins, how many custom calls were replaced, their targets)``.
 

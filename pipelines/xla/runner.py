@@ -535,3 +535,12 @@ def calibrate_rates(worker) -> dict:
         timing = time_execution(worker, proto, repeats=3, warmup=1, min_seconds=0.05)
         rates[f"{kind}_per_s"] = cost[kind] / max(timing["median"], 1e-9)
     return rates
+
+
+def execute_on(worker, proto: bytes, inputs: list[np.ndarray]) -> list[np.ndarray]:
+    """``execute`` with given inputs instead of seeded random ones (``reference.py`` feeds a widened
+    module the original's bf16-rounded inputs); same compile cache, memory and arity checks."""
+    exe, _ = cached_compile(worker, proto)
+    check_memory(exe)
+    _check_arity(exe, inputs)
+    return [np.array(o) for o in _run(exe, _device_put(worker, inputs))]

@@ -222,6 +222,12 @@ class XlaWorker:
 
         return runner.execute(self, proto, seed, floats, int_high)
 
+    def execute_reference(self, proto: bytes, seed: int = 0, floats: str = "normal", int_high: int = 4):
+        """The module with bf16/f16 widened to f32, run on ``execute``'s inputs (see reference.py)."""
+        from autotune.pipelines.xla import reference
+
+        return reference.execute_reference(self, proto, seed, floats, int_high)
+
     def time(self, proto: bytes, seed: int = 0, repeats: int = 5, warmup: int = 1, floats: str = "normal",
              int_high: int = 4, min_seconds: float = 0.0) -> dict:
         """Full default compile, then ``warmup`` untimed and ``repeats`` timed samples (seconds per

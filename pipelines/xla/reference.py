@@ -1,0 +1,77 @@
+"""A higher-precision reference run of a module: its bf16/f16 arithmetic widened to f32.
+
+Why: XLA CPU computes narrow floats in f32 and rounds, and with ``xla_allow_excess_precision``
+(on by default) algsimp may drop a rounding pair ``convert(convert(x, bf16), f32)`` when the two
+converts are adjacent. Whether they are adjacent depends on the pass order (a reshape between a
+bf16 dot and the ``astype(f32)`` that follows it keeps them apart), so a reordered pipeline can
+legally round an intermediate value in one place and not in another. In a deep bf16 network
+that one-ulp change grows past any fixed bf16 tolerance although both results are equally valid
+roundings of the same math. Judging such a result needs the math itself: this module's run with
+every bf16/f16 type replaced by f32, fed exactly the (bf16-rounded) inputs that ``runner.execute``
+feeds the module. ``autotune.core.precision`` compares the errors of XLA's default and of the
+tuned module against it.
+
+The widening is textual (HLO printed without metadata, ``bf16[``/``f16[`` -> ``f32[``, parsed
+back): a convert to bf16 becomes a convert f32 -> f32 (a no-op) and constants keep their printed
+values (XLA prints a bf16 constant as its shortest round trip, e.g. 0.1001 for 0.10009765625: within
+1e-4 relative, far below a bf16 ulp of 4e-3). Ops whose meaning depends on the bit width
+(``bitcast-convert`` from/to a narrow float) make the widened module fail to parse or compile; then
+there is no reference (``PassFailed``) and the strict comparison stands.
+
+Runs inside a worker process (``worker.XlaWorker.execute_reference``), like everything that compiles.
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+from autotune.errors import BadInput, PassFailed
+from autotune.pipelines.xla import hlo, runner
+
+#: The narrow float types widened for the reference (what XLA CPU emulates through f32).
+NARROW = ("bf16", "f16")
+_NARROW_TYPE = re.compile(r"\b(?:bf16|f16)\[")
+
+
+def has_narrow_floats(text: str) -> bool:
+    """Does this HLO text use a bf16/f16 array anywhere (parameters, intermediates, outputs)?"""
+    return _NARROW_TYPE.search(text) is not None
+
+
+def widened_text(text: str) -> str:
+    """HLO text with every bf16/f16 array type made f32 (the same program in higher precision)."""
+    return _NARROW_TYPE.sub("f32[", text)
+
+
+def widened_proto(proto: bytes) -> bytes | None:
+    """The module with bf16/f16 widened to f32 (serialized), or None when it has no narrow floats.
+
+    Raises ``PassFailed`` when the widened text is not a valid module (width-dependent ops).
+    """
+    text = hlo.to_text(hlo.parse_proto(proto))  # every constant printed, no metadata
+    if not has_narrow_floats(text):
+        return None
+    try:
+        return hlo.parse_text(widened_text(text)).as_serialized_hlo_module_proto()
+    except BadInput as exc:
+        raise PassFailed(f"no f32 reference: the widened module does not parse: {exc}", "error") from None
+
+
+def _widen_input(x: np.ndarray) -> np.ndarray:
+    return x.astype(np.float32) if np.dtype(x.dtype).name in ("bfloat16", "float16") else x
+
+
+def execute_reference(worker, proto: bytes, seed: int = 0, floats: str = "normal",
+                      int_high: int = runner.INT_HIGH) -> list[np.ndarray] | None:
+    """Outputs of the widened module on the inputs ``runner.execute(worker, proto, ...)`` uses.
+
+    None when the module has no bf16/f16 (no reference needed: its own run is the reference).
+    Inputs are drawn for the ORIGINAL signature (bf16-rounded values) and cast to f32 exactly.
+    """
+    wide = widened_proto(proto)
+    if wide is None:
+        return None
+    inputs = [_widen_input(x) for x in runner.random_inputs(proto, seed, floats, int_high)]
+    return runner.execute_on(worker, wide, inputs)

@@ -1,0 +1,126 @@
+"""bf16 results judged against an f32 reference (autotune/core/precision.py, pipelines/xla/reference.py).
+
+The case that made it necessary, on a small llm-family decode step (two GQA layers under
+``lax.scan``, RoPE, bf16): ``algsimp,reshape-mover,cse`` moves the reshape between each Q/K
+projection dot and RoPE's ``astype(float32)``, so algsimp (``xla_allow_excess_precision``) drops
+the bf16 rounding of the dot there; XLA's default keeps it. Both are valid roundings of the same
+math, yet a few cache entries end up beyond the bf16 tolerance of each other. Against the f32
+reference the tuned module is as accurate as XLA's default, so it validates; the same tuned module
+with a wrong constant is still rejected.
+"""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+from autotune.core import precision
+from autotune.core.module import load
+from autotune.core.validation import EXECUTED, INVALID, compare, establish, validate
+from autotune.pipelines.xla import hlo, reference, runner
+from autotune.pipelines.xla.loader import module_from_proto
+from autotune.zoo import LLMConfig, lower
+
+SMALL = dict(layers=2, d_model=32, heads=4, kv_heads=2, ffn=64, vocab=64, seq=8, batch=2)
+SEQUENCE = ["algsimp", "reshape-mover", "cse"]
+#: An input draw on which the tuned module's caches differ from XLA's default beyond bf16 tolerance.
+SEED = 2
+
+BF16 = """HloModule narrow
+ENTRY main {
+  a = bf16[16] parameter(0)
+  b = bf16[16] parameter(1)
+  p = bf16[16] multiply(a, b)
+  s = bf16[16] add(p, a)
+  f = f32[16] convert(s)
+  k = bf16[] constant(0.1)
+  kb = bf16[16] broadcast(k), dimensions={}
+  ROOT t = (f32[16], bf16[16]) tuple(f, kb)
+}
+"""
+
+
+def text_module(text: str, name: str = "m"):
+    return module_from_proto(hlo.parse_text(text).as_serialized_hlo_module_proto(), name)
+
+
+@pytest.fixture(scope="module")
+def decode(engine, pipeline):
+    root = engine.prepare(load(lower("llm", "decode", LLMConfig(**SMALL))))
+    return root, pipeline.apply(root, SEQUENCE)
+
+
+# ---- the reference run ------------------------------------------------------------------------------
+def test_widening_makes_every_narrow_float_f32():
+    wide = reference.widened_text(BF16)
+    assert not reference.has_narrow_floats(wide) and reference.has_narrow_floats(BF16)
+    assert "f32[16] multiply(a, b)" in wide and "f32[] constant(0.1)" in wide
+
+
+def test_reference_is_the_f32_math_on_the_same_rounded_inputs(pipeline):
+    module = text_module(BF16)
+    ref = pipeline.execute_reference(module, seed=3)
+    a, b = (x.astype(np.float32) for x in runner.random_inputs(module.proto, 3))
+    assert ref[0].dtype == np.float32 and ref[1].dtype == np.float32
+    np.testing.assert_allclose(ref[0], a * b + a, rtol=1e-6)  # no bf16 rounding of a * b or of the sum
+    # the constant keeps its value as printed (shortest bf16 round trip): within 1e-4, far below a bf16 ulp
+    bf16_value = float(np.array(0.1, np.float32).astype(ml_dtypes.bfloat16))
+    assert ref[1] == pytest.approx(np.full(16, bf16_value), rel=1e-4)
+    own = pipeline.execute(module, seed=3)[0]
+    assert not np.array_equal(own, ref[0])  # the bf16 module itself rounds
+
+
+def test_no_reference_without_narrow_floats(pipeline):
+    f32 = text_module(BF16.replace("bf16", "f32"))
+    assert pipeline.execute_reference(f32) is None
+
+
+# ---- the judgement ------------------------------------------------------------------------------------
+def test_judge_accepts_errors_up_to_the_margin_and_no_further():
+    ref = np.linspace(-1, 1, 64).astype(np.float32)
+    noise = np.where(np.arange(64) % 8 == 0, 0.2, 0.0).astype(np.float32)
+    default = (ref + noise).astype(np.float32)
+    for factor, ok in ((0.5, True), (1.5, True), (2.5, False)):
+        tuned = (ref + np.roll(noise, 1) * factor).astype(np.float32)  # errors elsewhere, `factor` x larger
+        report = compare([default], [tuned])
+        assert not report.ok  # the strict comparison fails either way
+        judged = precision.judge(report, [default], [tuned], [ref])
+        assert judged.ok is ok, factor
+        assert ("narrow-float rounding" in judged.reason) is ok
+        if not ok:
+            assert "worse than XLA's default" in judged.reason
+
+
+def test_integer_outputs_may_only_move_towards_the_reference():
+    ref = np.array([130, 195], np.int32)
+    default = np.array([225, 195], np.int32)
+    towards, away = np.array([130, 195], np.int32), np.array([225, 7], np.int32)
+    assert precision.judge(compare([default], [towards]), [default], [towards], [ref]).ok
+    assert not precision.judge(compare([default], [away]), [default], [away], [ref]).ok
+    assert not precision.judge(compare([ref], [default]), [ref], [default], [ref]).ok
+
+
+# ---- the llm decode step ------------------------------------------------------------------------------
+def test_excess_precision_win_validates_against_the_reference(pipeline, decode):
+    root, tuned = decode
+    strict = compare(pipeline.execute(root, seed=SEED), pipeline.execute(tuned, seed=SEED))
+    assert not strict.ok and "bfloat16" in strict.reason  # what used to reject the win
+    report = validate(pipeline, root, tuned, seed=SEED)
+    assert report.ok, report.reason
+    assert report.reason.startswith("differs from XLA's default only by narrow-float rounding")
+    assert any(o.mismatches for o in report.outputs)  # the differences stay on record
+    level = establish(pipeline, root, tuned, seed=SEED)
+    assert level.level == EXECUTED
+
+
+def test_a_wrong_constant_is_still_rejected(pipeline, decode):
+    root, tuned = decode
+    text = pipeline.to_text(tuned)
+    scale = "f32[] constant(0.353553385)"  # the attention scale 1/sqrt(head_dim 8)
+    assert scale in text
+    wrong = load(text.replace(scale, "f32[] constant(0.441941738)", 1))  # 1.25x
+    report = validate(pipeline, root, wrong, seed=SEED)
+    assert not report.ok
+    assert "worse than XLA's default" in report.reason
+    assert establish(pipeline, root, wrong, seed=SEED).level == INVALID
