@@ -344,7 +344,7 @@ def validate(pipeline, original, tuned, seed: int = 0) -> ValidationReport:
         raise BadInput(f"the original module cannot be run for validation: {exc}") from None
     orig_outs, floats, int_high = _original_outputs(pipeline, original, seed, specs)
     try:
-        return _compare_tuned(pipeline, tuned, specs, orig_outs, seed, floats, int_high, original)
+        return _compare_tuned(pipeline, tuned, specs, orig_outs, seed, floats, int_high, original=original)
     except BadInput as exc:
         return ValidationReport(False, f"the tuned module cannot be run: {exc}", (), seed, len(specs),
                                 _describe(floats, int_high))
