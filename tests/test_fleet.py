@@ -124,6 +124,9 @@ def test_cli_fleet_run_with_modules_dir(tmp_path, db_path, roots):
     assert all(m["cost"] <= m["default_cost"] or m["regressed"] for m in data["members"])
     proc = run_cli("run", "--modules", str(tmp_path / "missing"), db=db_path)
     assert proc.returncode == 2 and "no such file or directory" in proc.stderr
+    # the runtime claim's settings reach a fleet too (checked before anything compiles, not dropped)
+    proc = run_cli("run", "--min-effect", "5", "--modules", str(fleet), db=db_path)
+    assert proc.returncode == 2 and "apply to measured objectives (runtime), not final-ops" in proc.stderr
 
 
 def test_cli_fleet_require_level(db_path, fleet_run):
