@@ -144,7 +144,7 @@ class WalkSearch(Search):
     """The walk's states as the run loop's candidates, so its best is validated on the one "validate
     the best, then the next best" path (``loop.choose``) that every run uses."""
 
-    objective = None  # no shrinking: the walk's sequences are already the shortest to their state
+    objective = None  # no pruning: the walk's sequences are already the shortest to their state
 
     def __init__(self, ev, root: Module, walk: _Walk):
         super().__init__(ev, 0, None, "", [], Observer())

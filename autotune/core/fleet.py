@@ -17,7 +17,7 @@ Every module's steps go through the same evaluator and cache as single-module ru
 across the worker pool. Trials and the summary are stored as a run (``autotune runs`` lists it,
 ``--resume`` continues it, Ctrl-C raises ``Interrupted`` like any run, ``export`` writes a record
 that applies to every member, ``explain RUN_ID --module NAME`` explains one member). The best
-sequence is shrunk (``loop.shrink``) and validated on every member (``loop.choose``) like a single
+sequence is pruned (``loop.prune``) and validated on every member (``loop.choose``) like a single
 module's.
 """
 
@@ -30,7 +30,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, replace
 
 from autotune.core.evaluator import Evaluator
-from autotune.core.loop import Choice, PhaseClock, Search, shrink, validity_of
+from autotune.core.loop import Choice, PhaseClock, Search, prune, validity_of
 from autotune.core.metrics import Metrics
 from autotune.core.module import Module
 from autotune.core.objectives import Objective, ObjectiveContext
@@ -347,12 +347,12 @@ class FleetSearch(Search):
     def key(self, rec: TrialRecord):
         return self.states(rec.sequence)
 
-    def shrink_candidate(self, rec: TrialRecord) -> TrialRecord:
+    def prune_candidate(self, rec: TrialRecord) -> TrialRecord:
         def evaluate(candidate):
             score, states = self.score_many([candidate])[0]
             return None if score.disqualified else (states, score.cost)
 
-        seq, _, cost = shrink(rec.sequence, rec.cost, evaluate)
+        seq, _, cost = prune(rec.sequence, rec.cost, evaluate)
         return replace(rec, sequence=seq, cost=cost)
 
     def check(self, rec: TrialRecord, n: int, seed: int) -> tuple[list, str | None]:
@@ -403,12 +403,12 @@ def tune_fleet(evaluator: Evaluator, modules: Sequence[Module], strategy: str = 
                budget: int = RunSpec.budget, objective: str = RunSpec.objective, seed: int = 0,
                max_length: int = RunSpec.max_length, time_limit: float | None = None, options: dict | None = None,
                observer: Observer | None = None, validate: bool = True, validation_seed: int = 0,
-               minimize: bool = True, allow_regressions: bool = False) -> FleetResult:
-    """``tuner.tune`` on a list of modules (a shorthand kept for the API and the benchmarks):
-    ``minimize`` shrinks the best sequence (``loop.shrink``) as ``prune`` does for one module."""
+               prune: bool = True, allow_regressions: bool = False) -> FleetResult:
+    """``tuner.tune`` on a list of modules (a shorthand kept for the benchmarks); ``prune`` as for one
+    module (``loop.prune``)."""
     from autotune.core.tuner import tune
 
     spec = RunSpec(strategy=strategy, budget=budget, objective=objective, seed=seed, max_length=max_length,
-                   time_limit=time_limit, options=options or {}, validate=validate, prune=minimize,
+                   time_limit=time_limit, options=options or {}, validate=validate, prune=prune,
                    allow_regressions=allow_regressions)
     return tune(evaluator, list(modules), spec=spec, observer=observer, validation_seed=validation_seed)

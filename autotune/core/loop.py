@@ -1,7 +1,7 @@
 """The one run loop: single modules, fleets and exhaustive exploration all close their search here.
 
 A ``Search`` is what the loop drives: it turns sequences into trials (``fresh``), ranks what it
-found and knows how to check, shrink and report a candidate. ``tuner.ModuleSearch`` searches one
+found and knows how to check, prune and report a candidate. ``tuner.ModuleSearch`` searches one
 module; ``fleet.FleetSearch`` one sequence for many modules (its cost aggregates over them). The
 loop owns everything else, once:
 
@@ -10,8 +10,8 @@ loop owns everything else, once:
 * **replay** (``Search.evaluate_sequences``): a resumed run's recorded trials answer the strategy's
   first asks without compiling or spending budget again;
 * **the search** (``drive``): seeding, progress, Ctrl-C and a lost executor end it the same way;
-* **the answer** (``choose``): candidates best first, each shrunk (``shrink``: one backward
-  sweep), validated and its win confirmed; a rejected one is recorded and the next best is tried;
+* **the answer** (``choose``): candidates best first, each pruned (``prune``: one backward
+  sweep, the runs' one way of shortening a sequence), validated and its win confirmed; a rejected one is recorded and the next best is tried;
 * **the ending** (``finish``): the result is stored, or on Ctrl-C the run is saved as interrupted
   and ``Interrupted`` is raised with the partial result and the id to resume.
 """
@@ -93,7 +93,7 @@ class PhaseClock:
 
 @dataclass(frozen=True)
 class Choice:
-    """The candidate a run reports: its (shrunk) trial, the sequence as found, its validation
+    """The candidate a run reports: its (pruned) trial, the sequence as found, its validation
     report(s) and the objective's verdict."""
 
     rec: TrialRecord
@@ -105,7 +105,7 @@ class Choice:
 class Search:
     """What the run loop drives (see the module docstring). Subclasses supply the hooks below."""
 
-    objective = None  # the run's Objective (``deterministic`` decides shrinking and confirmation)
+    objective = None  # the run's Objective (``deterministic`` decides pruning and confirmation)
     default_cost: float = 0.0
     failure_cost: float = 0.0
 
@@ -150,7 +150,8 @@ class Search:
         """What makes two candidates the same (None: not a candidate)."""
         raise NotImplementedError
 
-    def shrink_candidate(self, rec: TrialRecord) -> TrialRecord:
+    def prune_candidate(self, rec: TrialRecord) -> TrialRecord:
+        """The candidate with the passes that do not help dropped (``prune``)."""
         raise NotImplementedError
 
     def check(self, rec: TrialRecord, n: int, seed: int) -> tuple[object, str | None]:
@@ -256,7 +257,7 @@ class RunEvaluate(Evaluate):
         return self.t.input_metrics
 
 
-def shrink(sequence: tuple[str, ...], cost: float,
+def prune(sequence: tuple[str, ...], cost: float,
            evaluate: Callable[[tuple[str, ...]], tuple[object, float] | None]) -> tuple[tuple[str, ...], object, float]:
     """Drop passes that do not help: ONE backward sweep, keeping a removal when the cost does not get
     worse. Searches return sequences padded with passes that change nothing (most passes are no-ops
@@ -276,7 +277,7 @@ def shrink(sequence: tuple[str, ...], cost: float,
 
 def choose(search: Search, ranked: list[TrialRecord], validate: bool, validation_seed: int,
            prune: bool) -> tuple[Choice | None, tuple]:
-    """The one "validate the best, then the next best" path: candidates in order, each shrunk
+    """The one "validate the best, then the next best" path: candidates in order, each pruned
     (deterministic objectives), validated and its win confirmed; a rejected one is recorded with
     its reason and the next one is tried. Returns ``(choice or None, rejected (sequence, reason)s)``."""
     clock, invalid, seen, tally = search.phases, [], set(), {"confirmations": 0}
@@ -290,7 +291,7 @@ def choose(search: Search, ranked: list[TrialRecord], validate: bool, validation
         found = rec.sequence
         if prune and search.objective.deterministic and rec.cost < search.default_cost:
             clock.enter("prune", f"candidate {len(seen)}: dropping passes that change nothing")
-            rec = search.shrink_candidate(rec)
+            rec = search.prune_candidate(rec)
         report = search.unchecked()
         if validate:
             clock.enter("validation", f"candidate {len(seen)}")

@@ -25,7 +25,7 @@ from autotune import strategy as strategy_mod
 from autotune.core import objectives as objectives_mod
 from autotune.core.evaluator import Evaluator, Result
 from autotune.core.loop import (Choice, Interrupted, PhaseClock, RunEvaluate, Search, drive, finish,
-                                seed_everything, shrink, validity_of)
+                                seed_everything, prune, validity_of)
 from autotune.core.metrics import Metrics
 from autotune.core.module import Module
 from autotune.core.objectives import Claim, Objective, ObjectiveContext
@@ -295,16 +295,6 @@ class ModuleSearch(Search):
         self.real = None  # only now: a Ctrl-C above leaves the surrogate's partial answer unreported
         return ranked
 
-    def prune(self, sequence: tuple[str, ...], cost: float) -> tuple[tuple[str, ...], str, float]:
-        """``loop.shrink`` on this module (at most ``len(sequence)`` evaluations, outside the budget,
-        not recorded as trials)."""
-        def evaluate(candidate):
-            result = self.ev.evaluate_many(self.root, [candidate])[0]
-            return (result.state, self.objective.cost(result.state, self.ctx)) if result.ok else None
-
-        current, state, cost = shrink(sequence, cost, evaluate)
-        return current, state if state is not None else self._state_of.get(sequence), cost
-
     # ---- choosing the answer (``loop.choose``) -------------------------------------------------
     def ranked(self, recheck: bool) -> list[TrialRecord]:
         if self.real is not None and not recheck:  # an interrupted run's partial answer: not re-checked,
@@ -325,9 +315,15 @@ class ModuleSearch(Search):
         # module are one candidate (the runner-up must be a different executable).
         return rec.state if self.objective.deterministic else self.ctx.final(rec.state).state
 
-    def shrink_candidate(self, rec: TrialRecord) -> TrialRecord:
-        seq, state, cost = self.prune(rec.sequence, rec.cost)
-        return replace(rec, sequence=seq, state=state, cost=cost)
+    def prune_candidate(self, rec: TrialRecord) -> TrialRecord:
+        """``loop.prune`` on this module (at most ``len(sequence)`` evaluations, outside the budget,
+        not recorded as trials)."""
+        def evaluate(candidate):
+            result = self.ev.evaluate_many(self.root, [candidate])[0]
+            return (result.state, self.objective.cost(result.state, self.ctx)) if result.ok else None
+
+        seq, state, cost = prune(rec.sequence, rec.cost, evaluate)
+        return replace(rec, sequence=seq, state=state if state is not None else rec.state, cost=cost)
 
     def check(self, rec: TrialRecord, n: int, seed: int) -> tuple[dict, str | None]:
         report = validity_of(self.ev, self.root, rec.state, seed, self.validate_seconds,
@@ -437,7 +433,7 @@ def tune(
 
     The settings may come as keywords or as one ``RunSpec`` (``spec`` wins). ``budget`` counts
     sequence evaluations, cache hits included. ``prune`` shortens the best sequence afterwards
-    (``loop.shrink``: passes whose removal does not worsen a deterministic objective are dropped; at
+    (``loop.prune``: passes whose removal does not worsen a deterministic objective are dropped; at
     most its length in extra evaluations, outside the budget). With ``resume=RUN_ID`` (a single run
     or a fleet) the search settings are taken from the recorded run and its completed trials are
     replayed; ``spec``'s time limit, validation and pruning still apply. ``validate_seconds`` bounds
