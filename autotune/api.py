@@ -81,15 +81,17 @@ class Session:
                    objective: str = RunSpec.objective, seed: int = 0, max_length: int = DEFAULT_MAX_LENGTH,
                    time_limit: float | None = None, options: dict | None = None, progress: bool = False,
                    validate: bool = True, allow_regressions: bool = False):
-        """ONE sequence for all ``modules`` (a fleet); ``budget`` counts fleet evaluations. Returns
+        """ONE sequence for all ``modules`` (a fleet: a run whose cost aggregates over them, through the
+        same loop as ``tune``); ``budget`` counts fleet evaluations. Returns
         ``autotune.core.fleet.FleetResult`` (the sequence, the mean ratio to XLA's default, every member)."""
-        from autotune.core.fleet import tune_fleet as _tune_fleet
+        from autotune.core.tuner import tune as _tune
         from autotune.reporting.progress import RichObserver
 
-        return _tune_fleet(self.evaluator, [self.load(m) for m in modules], strategy=strategy, budget=budget,
-                           objective=objective, seed=seed, max_length=max_length, time_limit=time_limit,
-                           options=options, observer=RichObserver() if progress else None, validate=validate,
-                           allow_regressions=allow_regressions)
+        spec = RunSpec(strategy=strategy, budget=budget, objective=objective, seed=seed, max_length=max_length,
+                       time_limit=time_limit, options=options or {}, validate=validate,
+                       allow_regressions=allow_regressions)
+        return _tune(self.evaluator, [self.load(m) for m in modules], spec=spec,
+                     observer=RichObserver() if progress else None)
 
     def explain(self, target, sequence: Sequence[str] | None = None, member: str | None = None,
                 minimize: bool = True):

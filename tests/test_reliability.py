@@ -124,3 +124,30 @@ def test_four_runs_share_one_cache(tmp_path):
     again = json.loads(proc.stdout)
     failed = _rows(db, "SELECT status, message FROM transitions WHERE status != 'ok'")
     assert again["steps_compiled"] == 0 and again["cache_hit_rate"] == 1.0, (again["steps_compiled"], failed)
+
+
+FLEET_BUDGET = 40
+
+
+def test_ctrl_c_in_a_fleet_run_then_resume(tmp_path):
+    """A fleet is a run like any other: Ctrl-C saves it as interrupted and says how to resume (exit
+    130, the partial report on stdout), and ``--resume`` finishes it with every trial kept."""
+    db = tmp_path / "c.db"
+    args = ["run", "--strategy", "random", "--budget", str(FLEET_BUDGET), "--seed", "5", "--max-length", "6",
+            "--no-validate", "--json"]
+    proc = _start(*args, str(INTERRUPTED), str(GPT2_SMALLER), db=db)
+    run_id = _wait_for_trials(db, 3, proc)
+    os.kill(proc.pid, signal.SIGINT)
+    stdout, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 130, stderr
+    assert f"autotune run --resume {run_id}" in stderr and "Traceback" not in stderr
+    partial = json.loads(stdout)
+    assert partial["fleet"] and partial["status"] == "interrupted" and partial["evaluations"] < FLEET_BUDGET
+    assert _rows(db, "SELECT status FROM runs WHERE id=?", (run_id,))[0][0] == "interrupted"
+    before = _trials(db, run_id)
+    resumed = run_cli("run", "--resume", run_id, "--json", db=db)
+    assert resumed.returncode == 0, resumed.stderr
+    data = json.loads(resumed.stdout)
+    assert data["fleet"] and data["status"] == "finished" and data["evaluations"] == FLEET_BUDGET
+    after = _trials(db, run_id)
+    assert len(after) == FLEET_BUDGET and after[: len(before)] == before

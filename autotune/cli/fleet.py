@@ -1,6 +1,7 @@
-"""``autotune run a.hlo b.hlo ...`` / ``--modules DIR``: one sequence for a fleet (see ``core.fleet``).
+"""``autotune run a.hlo b.hlo ...`` / ``--modules DIR``: how a fleet run is reported (see ``core.fleet``).
 
-Not a command of its own: ``run`` hands over here when it is given more than one module.
+Not a command of its own: ``run`` builds the one ``RunSpec`` and runs a fleet like any run (resume,
+Ctrl-C and all); only the outputs and the report of a fleet's result are written here.
 """
 
 from __future__ import annotations
@@ -8,48 +9,31 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from autotune.cli.common import check_writable, console, load_model, parse_options, print_json
+from autotune.cli.common import console, print_json
 from autotune.errors import BadInput
 
 
-def run_fleet(paths, strategy, budget, time_limit, seed, max_length, objective, out_dir, sampler, optimizer, policy,
-              shaping, extra, no_validate, no_prune, allow_regressions, db, workers, as_json,
-              require: str = "none") -> None:
-    from autotune import strategy as strategy_mod
-    from autotune.core import objectives
-    from autotune.core.engine import open_engine
-    from autotune.core.fleet import tune_fleet
-    from autotune.reporting.progress import RichObserver
-
+def publish_fleet(ev, result, as_json: bool, out_dir, paths: dict, explain: bool = True) -> None:
+    """Write ``--out`` and print a fleet run's report (partial when it was interrupted)."""
     if out_dir:
-        check_writable(Path(out_dir), directory=True)
-    from autotune.core.spec import RunSpec
-
-    strategy_mod.load(strategy)
-    objectives.get(objective)
-    options = parse_options(extra, sampler=sampler, optimizer=optimizer, policy=policy, shaping=shaping)
-    RunSpec(strategy=strategy, budget=budget, objective=objective, seed=seed, max_length=max_length,
-            time_limit=time_limit, options=options)  # every setting checked before any compile
-    modules = [load_model(str(p)) for p in paths]
-    with open_engine(db, workers=workers) as ev:
-        result = tune_fleet(ev, modules, strategy=strategy, budget=budget, objective=objective, seed=seed,
-                            max_length=max_length, time_limit=time_limit, options=options,
-                            observer=None if as_json else RichObserver(), validate=not no_validate,
-                            minimize=not no_prune, allow_regressions=allow_regressions)
-        if out_dir:
-            _write_outputs(ev, result, Path(out_dir), {m.name: str(p) for m, p in zip(modules, paths)})
+        _write_outputs(ev, result, Path(out_dir), paths, explain)
     if as_json:
         print_json(result.to_dict())
     else:
         _report(result, out_dir)
-    if require != "none" and result.best_sequence:
-        from autotune.core.validation import meets
-        from autotune.errors import CheckFailed
 
-        if result.validation is None or not meets(result.validation, require):
-            weakest = [m.name for m in result.members if (m.validity or {}).get("level") == result.validation]
-            raise CheckFailed(f"--require {require}: the fleet's weakest member reached "
-                              f"{result.validation or 'no validation'} ({', '.join(weakest) or 'not validated'})")
+
+def check_fleet_required(result, require: str) -> None:
+    """``--require LEVEL``: CheckFailed (exit 1) when the fleet's weakest member is below LEVEL."""
+    if require == "none" or not result.best_sequence:
+        return
+    from autotune.core.validation import meets
+    from autotune.errors import CheckFailed
+
+    if result.validation is None or not meets(result.validation, require):
+        weakest = [m.name for m in result.members if (m.validity or {}).get("level") == result.validation]
+        raise CheckFailed(f"--require {require}: the fleet's weakest member reached "
+                          f"{result.validation or 'no validation'} ({', '.join(weakest) or 'not validated'})")
 
 
 def biggest_win(result):
@@ -58,7 +42,7 @@ def biggest_win(result):
     return min(gains, key=lambda m: m.ratio) if gains else None
 
 
-def _write_outputs(ev, result, out: Path, paths: dict) -> None:
+def _write_outputs(ev, result, out: Path, paths: dict, explain: bool = True) -> None:
     try:
         out.mkdir(parents=True, exist_ok=True)
         (out / "summary.json").write_text(json.dumps(result.to_dict(), indent=2))
@@ -68,7 +52,7 @@ def _write_outputs(ev, result, out: Path, paths: dict) -> None:
             "default_cost": result.default_cost, "pipeline_version": ev.version, "run_id": result.run_id,
             "beats_default": result.beats_default, "regressions": list(result.regressions),
         }, indent=2))
-        win = biggest_win(result) if result.beats_default else None
+        win = biggest_win(result) if explain and result.beats_default else None
         if win is not None:
             from autotune.reporting.explain import explain
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -61,65 +60,68 @@ from autotune.cli.common import check_writable, console, db_option, json_option,
 def run(models, modules_dir, allow_regressions, strategy, budget, time_limit, seed, max_length, objective, min_effect,
         confirm_rounds, out_dir, resume, sampler, optimizer, policy, shaping, extra, no_validate, require, no_prune,
         no_surrogate, validate_seconds, db, workers, as_json) -> None:
-    """Tune MODEL's pass ordering with a search strategy and report the best sequence found."""
+    """Tune MODEL's pass ordering with a search strategy and report the best sequence found
+    (several MODELs or --modules: ONE sequence for the fleet)."""
     from autotune import strategy as strategy_mod
-    from autotune.core import objectives
+    from autotune.cli.common import module_paths
     from autotune.core.engine import open_engine
+    from autotune.core.fleet import FleetResult
     from autotune.core.tuner import Interrupted, tune
     from autotune.reporting.progress import RichObserver
 
-    from autotune.cli.common import module_paths
-    from autotune.core.limits import validate_seconds as check_seconds
-
-    if validate_seconds is not None:
-        check_seconds(validate_seconds)  # a bad bound fails before anything is loaded
-
+    # ONE RunSpec, built and checked here (a bad setting fails before anything is loaded), handed on.
+    spec = RunSpec(strategy=strategy, budget=budget, objective=objective, seed=seed, max_length=max_length,
+                   time_limit=time_limit,
+                   options=parse_options(extra, sampler=sampler, optimizer=optimizer, policy=policy, shaping=shaping),
+                   validate=not no_validate, prune=not no_prune, validate_seconds=validate_seconds,
+                   surrogate=not no_surrogate, objective_options=_objective_options(min_effect, confirm_rounds),
+                   allow_regressions=allow_regressions)
     paths = module_paths(list(models) + ([modules_dir] if modules_dir else [])) if (models or modules_dir) else []
     if resume and paths:
         raise BadInput("--resume takes no MODEL (the run knows its module)")
     if not resume and not paths:
         raise BadInput("give a MODEL to tune (or --resume RUN_ID)")
-    if len(paths) > 1 or modules_dir:
-        from autotune.cli.fleet import run_fleet
-        from autotune.core.limits import VALIDATE_SECONDS_ENV
-
-        if validate_seconds is not None:  # a fleet validates through the same bound, read from the environment
-            os.environ[VALIDATE_SECONDS_ENV] = repr(float(validate_seconds))
-
-        return run_fleet(paths, strategy, budget, time_limit, seed, max_length, objective, out_dir, sampler,
-                         optimizer, policy, shaping, extra, no_validate, no_prune, allow_regressions, db, workers,
-                         as_json, require)
-    model = paths[0] if paths else None
+    if not resume:
+        strategy_mod.load(strategy)  # unknown names fail before any compile
+        spec.make_objective()
     if out_dir:
         check_writable(Path(out_dir), directory=True)
     loading = time.perf_counter()
-    module = None if resume else load_model(model)
+    modules = [load_model(str(p)) for p in paths]
     loading = time.perf_counter() - loading
-    chosen = objective
-    options = parse_options(extra, sampler=sampler, optimizer=optimizer, policy=policy, shaping=shaping)
-    if not resume:
-        strategy_mod.load(strategy)  # unknown names fail before any compile
-        chosen = _objective(objectives, objective, min_effect, confirm_rounds)
-        RunSpec(strategy=strategy, budget=budget, objective=objective, seed=seed, max_length=max_length,
-                time_limit=time_limit, options=options)  # every setting checked before any compile
+    target = modules if (len(paths) > 1 or modules_dir) else (modules[0] if modules else None)
+    model_paths = {m.name: str(p) for m, p in zip(modules, paths)}
     with open_engine(db, workers=workers) as ev:
-        observer = None if as_json else RichObserver()
         try:
-            result = tune(ev, module, strategy=strategy, budget=budget, objective=chosen, seed=seed,
-                          max_length=max_length, time_limit=time_limit, options=options, observer=observer,
-                          resume=resume, validate=not no_validate, prune=not no_prune,
-                          validate_seconds=validate_seconds, surrogate=not no_surrogate)
-            result = replace(result, phases=(("load", loading), *result.phases))
+            result = tune(ev, target, spec=spec, resume=resume, observer=None if as_json else RichObserver())
         except Interrupted as exc:
-            if out_dir:
-                _write_outputs(ev, exc.partial, Path(out_dir))
-            _report(exc.partial, as_json, out_dir)
+            _publish(ev, exc.partial, as_json, out_dir, model_paths, explain=False)
             raise
-        if out_dir:
-            _write_outputs(ev, result, Path(out_dir))
-            _write_explain(ev, result, Path(out_dir), model)
+        if not isinstance(result, FleetResult):
+            result = replace(result, phases=(("load", loading), *result.phases))
+        _publish(ev, result, as_json, out_dir, model_paths, explain=True)
+    if isinstance(result, FleetResult):
+        from autotune.cli.fleet import check_fleet_required
+
+        check_fleet_required(result, require)
+    else:
+        check_required(result, require)
+
+
+def _publish(ev, result, as_json: bool, out_dir, model_paths: dict, explain: bool) -> None:
+    """Write ``--out`` and print the report of a run, one module or a fleet (partial when interrupted)."""
+    from autotune.core.fleet import FleetResult
+
+    if isinstance(result, FleetResult):
+        from autotune.cli.fleet import publish_fleet
+
+        publish_fleet(ev, result, as_json, out_dir, model_paths, explain)
+        return
+    if out_dir:
+        _write_outputs(ev, result, Path(out_dir))
+        if explain:
+            _write_explain(ev, result, Path(out_dir), next(iter(model_paths.values()), None))
     _report(result, as_json, out_dir)
-    check_required(result, require)
 
 
 def check_required(result, require: str) -> None:
@@ -154,22 +156,14 @@ def _write_explain(ev, result, out: Path, model_path) -> None:
         raise BadInput(f"{out}: cannot write explain.md ({exc.strerror or exc})") from None
 
 
-def _objective(objectives, name: str, min_effect, rounds):
-    """The objective by name, with the runtime claim's settings when given (checked before any compile)."""
+def _objective_options(min_effect, rounds) -> dict:
+    """The runtime claim's settings when given (``RunSpec.make_objective`` checks them)."""
     options = {}
     if min_effect is not None:
         options["min_effect"] = min_effect / 100.0
     if rounds is not None:
         options["rounds"] = rounds
-    obj = objectives.get(name)
-    if not options:
-        return obj
-    if obj.deterministic:
-        raise BadInput(f"--min-effect/--confirm-rounds apply to measured objectives (runtime), not {name}")
-    try:
-        return objectives.get(name, **options)
-    except TypeError:
-        raise BadInput(f"objective '{name}' takes no --min-effect/--confirm-rounds") from None
+    return options
 
 
 def _write_outputs(ev, result, out: Path) -> None:

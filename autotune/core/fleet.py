@@ -1,8 +1,9 @@
 """Fleet tuning: ONE pass sequence for many modules.
 
 A compiler team does not ship one ordering per model; it asks whether a reordering helps the whole
-fleet. ``tune_fleet`` searches one sequence for several modules with any strategy, unchanged: the
-strategy sees one ``Evaluate`` whose cost aggregates over the modules (``FleetObjective``):
+fleet. A fleet is not a second tuner: it is a run (``tuner.tune`` given a list of modules, through
+the one run loop of ``core.loop``) whose ``Search`` (``FleetSearch``) scores a sequence on every
+module and aggregates (``FleetObjective``); any strategy searches it unchanged:
 
 * each module's cost under the run's objective (final-ops by default) is divided by the cost of
   XLA's default ordering on that module, and the fleet cost is the **mean ratio** (1.0 = the
@@ -14,8 +15,10 @@ strategy sees one ``Evaluate`` whose cost aggregates over the modules (``FleetOb
 Budget accounting stays honest: one fleet evaluation (the sequence on every module) is one unit.
 Every module's steps go through the same evaluator and cache as single-module runs, in one batch
 across the worker pool. Trials and the summary are stored as a run (``autotune runs`` lists it,
-``export`` writes a record that applies to every member, ``explain RUN_ID --module NAME`` explains
-one member).
+``--resume`` continues it, Ctrl-C raises ``Interrupted`` like any run, ``export`` writes a record
+that applies to every member, ``explain RUN_ID --module NAME`` explains one member). The best
+sequence is pruned (``loop.prune``) and validated on every member (``loop.choose``) like a single
+module's.
 """
 
 from __future__ import annotations
@@ -24,18 +27,17 @@ import hashlib
 import math
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
-from autotune.core import objectives as objectives_mod
 from autotune.core.evaluator import Evaluator
+from autotune.core.loop import Choice, PhaseClock, Search, prune, validity_of
 from autotune.core.metrics import Metrics
 from autotune.core.module import Module
-from autotune.core.objectives import ObjectiveContext
+from autotune.core.objectives import Objective, ObjectiveContext
 from autotune.core.observer import Observer
-from autotune.core.runs import RunStore, TrialRecord, new_run_id
+from autotune.core.runs import RunInfo, TrialRecord
 from autotune.core.spec import RunSpec
 from autotune.errors import AutotuneError, BadInput
-from autotune.strategy import BudgetExhausted, Evaluate, SearchSpace, Trial
 
 #: The failure cost of a fleet sequence, in units of the default's (1.0), as the single-module tuner's.
 FAILURE_COST = 1.25
@@ -156,18 +158,26 @@ class FleetResult:
         return tuple(m.name for m in self.members if m.regressed)
 
     def to_dict(self) -> dict:
+        """The fleet's figures, per member and, under the keys a single run's summary has (``module``,
+        ``input``, ``default``, ``best.raw``/``best.final``, ``validation_level``), summed over the
+        members, so a fleet run is reported (``autotune report``) like any run."""
         valid = [m.validity.get("ok") for m in self.members if m.validity is not None]
+        whole = {k: summed([getattr(m, k) for m in self.members]) for k in ("input", "default", "tuned", "tuned_raw")}
         return {
             "run_id": self.run_id, "fleet": True, "modules": list(self.modules), "fingerprint": self.fingerprint,
+            "module": f"fleet of {len(self.members)}",
             "strategy": self.strategy, "objective": self.objective, "seed": self.seed, "budget": self.budget,
             "evaluations": self.evaluations, "status": self.status, "allow_regressions": self.allow_regressions,
+            "input": whole["input"].to_dict(), "default": whole["default"].to_dict(),
             "best": {"sequence": list(self.best_sequence), "found_sequence": list(self.found_sequence),
-                     "cost": self.best_cost} if self.best_sequence else None,
+                     "cost": self.best_cost, "raw": whole["tuned_raw"] and whole["tuned_raw"].to_dict(),
+                     "final": whole["tuned"] and whole["tuned"].to_dict()} if self.best_sequence else None,
             "best_cost": self.best_cost, "default_cost": self.default_cost,
             "mean_relative_change": self.best_cost - 1.0, "beats_default": self.beats_default,
             "regressions": list(self.regressions),
             "validity": {"ok": all(valid), "level": self.validation}
             if valid and len(valid) == len(self.members) else None,
+            "validation_level": self.validation, "claim": None,
             "members": [m.to_dict() for m in self.members],
             "invalid": [{"sequence": list(s), "reason": r} for s, r in self.invalid],
             "seconds": self.seconds, "steps_compiled": self.steps_compiled, "steps_cached": self.steps_cached,
@@ -175,26 +185,80 @@ class FleetResult:
         }
 
 
-# ---- the search ------------------------------------------------------------------------------------------
+def summed(metrics: Sequence[Metrics | None]) -> Metrics | None:
+    """The fleet as one module (counts summed; None when a member has none): what a learning strategy
+    observes and what a report of the fleet shows."""
+    if any(m is None for m in metrics):
+        return None
+    ops: dict[str, int] = {}
+    for m in metrics:
+        for op, c in m.opcodes:
+            ops[op] = ops.get(op, 0) + c
+    return Metrics(sum(m.instructions for m in metrics), sum(m.flops for m in metrics),
+                   sum(m.transcendentals for m in metrics), sum(m.bytes_accessed for m in metrics),
+                   tuple(sorted(ops.items())))
+
+
+# ---- the fleet as a run ----------------------------------------------------------------------------------
+#: Run options that say a stored run is a fleet (its members, their names, whether regressions are allowed).
+FLEET_KEYS = ("fleet", "fleet_names", "allow_regressions")
+
+
 def fleet_fingerprint(roots: Sequence[Module]) -> str:
     return "fleet-" + hashlib.sha256(",".join(sorted(r.fingerprint for r in roots)).encode()).hexdigest()[:26]
 
 
-class _Fleet:
-    """Per-module costs for sequences, through one evaluator; the state a ``FleetEvaluate`` reads.
+def prepare_fleet(evaluator: Evaluator, modules: Sequence[Module]) -> list[Module]:
+    """The normalised members of a new fleet run (each module once)."""
+    if len(modules) < 1:
+        raise BadInput("a fleet needs at least one module")
+    roots = [evaluator.prepare(m) for m in modules]
+    seen: dict[str, str] = {}
+    for r in roots:
+        if r.fingerprint in seen:
+            raise BadInput(f"{r.name} and {seen[r.fingerprint]} are the same module; a fleet lists each once")
+        seen[r.fingerprint] = r.name
+    return roots
+
+
+def fleet_fields(roots: Sequence[Module], spec: RunSpec) -> dict:
+    """What the run store keeps of a fleet: its fingerprint, a name, and its members in the options."""
+    return {"module": fleet_fingerprint(roots), "module_name": f"fleet of {len(roots)}",
+            "options": {**spec.options, "fleet": [r.fingerprint for r in roots],
+                        "fleet_names": [r.name for r in roots], "allow_regressions": spec.allow_regressions}}
+
+
+def fleet_roots(evaluator: Evaluator, run: RunInfo) -> list[Module]:
+    """The members of a stored fleet run, from the cache (to resume it)."""
+    roots = []
+    for fp, name in zip(run.options["fleet"], run.options.get("fleet_names") or run.options["fleet"]):
+        proto = evaluator.cache.state_proto(evaluator.version, fp)
+        if proto is None:
+            raise BadInput(f"run '{run.id}': its module {name} is no longer in the cache")
+        roots.append(Module(name, proto, fp))
+    return roots
+
+
+class FleetSearch(Search):
+    """A fleet's search (the run loop's ``Search``): per-module costs for sequences, through one
+    evaluator, aggregated by ``FleetObjective``.
 
     Each module keeps its own ``ObjectiveContext`` (its default, its memoised finals), so the
-    objective measures every member exactly as a single-module run would.
+    objective measures every member exactly as a single-module run would. The fleet's default cost
+    is 1.0 (XLA's default everywhere).
     """
 
-    def __init__(self, evaluator: Evaluator, roots: Sequence[Module], objective, fleet_objective: FleetObjective,
-                 budget: int, time_limit: float | None, run_id: str, observer: Observer, seed: int = 0):
-        self.ev, self.roots, self.objective, self.fobj = evaluator, list(roots), objective, fleet_objective
-        self.budget, self.run_id, self.observer = budget, run_id, observer
-        self.runs = RunStore(evaluator.cache)
-        self.deadline = time.monotonic() + time_limit if time_limit else None
-        self.t0 = time.perf_counter()
-        self.steps0 = (evaluator.stats.steps_compiled, evaluator.stats.steps_cached)
+    default_cost = 1.0
+
+    def __init__(self, evaluator: Evaluator, roots: Sequence[Module], objective: Objective, budget: int,
+                 time_limit: float | None, run_id: str, replay: list[TrialRecord], observer: Observer,
+                 seed: int = 0, strategy: str = "session", clock: PhaseClock | None = None,
+                 validate_seconds: float | None = None, allow_regressions: bool = False):
+        super().__init__(evaluator, budget, time_limit, run_id, replay, observer, seed, strategy, clock,
+                         validate_seconds)
+        self.roots, self.objective, self.fobj = list(roots), objective, FleetObjective(allow_regressions)
+        self.failure_cost = self.fobj.failure_cost
+        self.phases.enter("default", "XLA's default pipeline on every module")
         defaults = evaluator.final_many([r.fingerprint for r in self.roots])  # == Evaluator.default(root)
         for root, d in zip(self.roots, defaults):
             if not d.ok:
@@ -203,12 +267,10 @@ class _Fleet:
         self.ctxs = [ObjectiveContext(evaluator, r, d, seed) for r, d in zip(self.roots, defaults)]
         self.default_costs = [objective.default_cost(c) for c in self.ctxs]
         self.inputs = [evaluator.metrics(r.fingerprint) for r in self.roots]
-        self.records: list[tuple[tuple[str, ...], FleetScore, tuple[str | None, ...]]] = []
-        self.best: tuple[tuple[str, ...], FleetScore] | None = None
-        self.history: list[float] = []
         self._states: dict[tuple[str, ...], tuple[str | None, ...]] = {(): tuple(r.fingerprint for r in self.roots)}
 
-    def _costs(self, states: Sequence[str | None]) -> list[float | None]:
+    # ---- scoring ---------------------------------------------------------------------------------------
+    def costs(self, states: Sequence[str | None]) -> list[float | None]:
         """One state per member (None: failed there) -> its cost (None: failed or unmeasurable)."""
         out = []
         for state, ctx in zip(states, self.ctxs):
@@ -223,17 +285,10 @@ class _Fleet:
             if states:
                 self.objective.prepare(list(dict.fromkeys(states)), ctx)
 
-    def final(self, i: int, state: str):
-        return self.ctxs[i].final(state)
-
-    def time_up(self) -> bool:
-        return self.deadline is not None and time.monotonic() >= self.deadline
-
     def states_of(self, seqs: Sequence[tuple[str, ...]]) -> list[tuple[str | None, ...]]:
-        """Every module's state after each sequence, all (module, sequence) pairs in one batch."""
+        """Every module's state after each sequence, all (module, sequence) pairs in one batch (it
+        keeps all workers busy even when a strategy asks one sequence at a time)."""
         pairs = [(r.fingerprint, s) for s in seqs for r in self.roots]
-        # One batch over every (module, sequence) pair keeps all workers busy even when a strategy
-        # asks one sequence at a time. (An integration point: a public ``Evaluator.evaluate_pairs``.)
         results = self.ev.evaluate_pairs([(fp, self.ev.pipeline.check_passes(s)) for fp, s in pairs])
         n = len(self.roots)
         out = []
@@ -246,210 +301,114 @@ class _Fleet:
     def score_many(self, seqs: Sequence[tuple[str, ...]]) -> list[tuple[FleetScore, tuple[str | None, ...]]]:
         all_states = self.states_of(seqs)
         self._prepare(all_states)
-        return [(self.fobj.score(self._costs(states), self.default_costs), states) for states in all_states]
-
-    def evaluate(self, seqs: list[tuple[str, ...]]) -> list[float]:
-        out = []
-        for seq, (score, states) in zip(seqs, self.score_many(seqs)):
-            self._record(seq, score, states)
-            out.append(score.cost)
-        return out
-
-    def _record(self, seq, score: FleetScore, states) -> None:
-        n = len(self.records)
-        self.records.append((seq, score, states))
-        status = "failed" if score.disqualified else "ok"  # a disqualified sequence is never a result
-        message = None
-        if score.failed or score.regressed:
-            names = [self.roots[i].name for i in score.failed] or [self.roots[i].name for i in score.regressed]
-            message = ("fails on " if score.failed else "worse than XLA's default on ") + ", ".join(names)
-        self.runs.add_trial(self.run_id, TrialRecord(n, seq, score.cost, status, None, False, message),
-                            time.perf_counter() - self.t0)
-        if not score.disqualified and (self.best is None or score.cost < self.best[1].cost):
-            self.best = (seq, score)
-        self.history.append(self.best[1].cost if self.best else math.nan)
-        elapsed = max(1e-9, time.perf_counter() - self.t0)
-        compiled, cached = self.steps()
-        self.observer.on_trial(len(self.records), self.best[1].cost if self.best else None,
-                               len(self.records) / elapsed, cached / (compiled + cached) if compiled + cached else 0.0)
-
-    def steps(self) -> tuple[int, int]:
-        return self.ev.stats.steps_compiled - self.steps0[0], self.ev.stats.steps_cached - self.steps0[1]
+        return [(self.fobj.score(self.costs(states), self.default_costs), states) for states in all_states]
 
     def summed_metrics(self, states: Sequence[str | None]) -> Metrics | None:
-        """The fleet as one module (counts summed): the features a learning strategy observes."""
+        """The fleet as one module after reaching ``states`` (``summed``)."""
         if any(s is None for s in states):
             return None
-        ms = [self.ev.metrics(s) for s in states]
-        ops: dict[str, int] = {}
-        for m in ms:
-            for op, c in m.opcodes:
-                ops[op] = ops.get(op, 0) + c
-        return Metrics(sum(m.instructions for m in ms), sum(m.flops for m in ms),
-                       sum(m.transcendentals for m in ms), sum(m.bytes_accessed for m in ms),
-                       tuple(sorted(ops.items())))
+        return summed([self.ev.metrics(s) for s in states])
 
+    # ---- the loop's hooks -------------------------------------------------------------------------------
+    def fresh(self, seqs: list[tuple[str, ...]]) -> list[TrialRecord]:
+        out = []
+        for seq, (score, _) in zip(seqs, self.score_many(seqs)):
+            message = None
+            if score.failed or score.regressed:
+                names = [self.roots[i].name for i in (score.failed or score.regressed)]
+                message = ("fails on " if score.failed else "worse than XLA's default on ") + ", ".join(names)
+            # a disqualified sequence is never a result
+            out.append(TrialRecord(0, seq, score.cost, "failed" if score.disqualified else "ok", None, False, message))
+        return out
 
-class FleetEvaluate(Evaluate):
-    """The ``Evaluate`` a strategy gets for a fleet: the same contract as a single module's."""
+    def trial_ok(self, rec: TrialRecord) -> bool:
+        return not (rec.message or "").startswith("fails on")  # a regression is not a failed pass
 
-    def __init__(self, fleet: _Fleet):
-        self.f = fleet
+    def states(self, seq: tuple[str, ...]) -> tuple[str | None, ...]:
+        return self._states[seq] if seq in self._states else self.states_of([seq])[0]
 
-    def __call__(self, sequence: Sequence[str]) -> float:
-        return self.many([sequence])[0]
-
-    def many(self, sequences: Sequence[Sequence[str]]) -> list[float]:
-        if self.remaining <= 0 or self.f.time_up():
-            raise BudgetExhausted()
-        take = [tuple(s) for s in sequences[: self.remaining]]
-        costs = self.f.evaluate(take)
-        if len(take) < len(sequences) or self.f.time_up():
-            raise BudgetExhausted()
-        return costs
-
-    @property
-    def remaining(self) -> int:
-        return self.f.budget - len(self.f.records)
-
-    @property
-    def failure_cost(self) -> float:
-        return self.f.fobj.failure_cost
-
-    @property
-    def empty_cost(self) -> float:
-        score = self.f.fobj.score(self.f._costs([r.fingerprint for r in self.f.roots]), self.f.default_costs)
-        return score.cost
-
-    @property
-    def history(self) -> list[Trial]:
-        return [Trial(seq, score.cost, not score.failed) for seq, score, _ in self.f.records]
-
-    def metrics(self, sequence: Sequence[str]) -> Metrics | None:
-        states = self.f._states.get(tuple(sequence))
-        return self.f.summed_metrics(states) if states else None
+    def metrics_after(self, sequence: tuple[str, ...]) -> Metrics | None:
+        if sequence not in self._states and not any(r.sequence == sequence for r in self.records):
+            return None
+        return self.summed_metrics(self.states(sequence))
 
     @property
     def input_metrics(self) -> Metrics:
-        return self.f.summed_metrics([r.fingerprint for r in self.f.roots])
+        return self.summed_metrics([r.fingerprint for r in self.roots])
+
+    def empty_cost(self) -> float:
+        return self.fobj.score(self.costs([r.fingerprint for r in self.roots]), self.default_costs).cost
+
+    def ranked(self, recheck: bool) -> list[TrialRecord]:
+        """Sequences that beat XLA's default on the fleet, best first (shorter first on a tie)."""
+        return sorted((r for r in self.records if r.status == "ok" and r.cost < self.default_cost),
+                      key=lambda r: (r.cost, len(r.sequence)))
+
+    def key(self, rec: TrialRecord):
+        return self.states(rec.sequence)
+
+    def prune_candidate(self, rec: TrialRecord) -> TrialRecord:
+        def evaluate(candidate):
+            score, states = self.score_many([candidate])[0]
+            return None if score.disqualified else (states, score.cost)
+
+        seq, _, cost = prune(rec.sequence, rec.cost, evaluate)
+        return replace(rec, sequence=seq, cost=cost)
+
+    def check(self, rec: TrialRecord, n: int, seed: int) -> tuple[list, str | None]:
+        reports = [validity_of(self.ev, root, s, seed, self.validate_seconds)
+                   for root, s in zip(self.roots, self.states(rec.sequence))]
+        bad = [(root.name, r) for root, r in zip(self.roots, reports) if not r.get("ok")]
+        reason = "; ".join(f"{name}: {r.get('reason') or 'outputs differ'}" for name, r in bad) if bad else None
+        return reports, reason
+
+    def unchecked(self) -> list:
+        return [None] * len(self.roots)
+
+    def result(self, status: str, choice: Choice | None, invalid: tuple) -> FleetResult:
+        if choice is None:  # XLA's default on every module
+            seq = found = ()
+            states, costs, reports = tuple(d.state for d in self.defaults), self.default_costs, self.unchecked()
+        else:
+            seq, found, reports = choice.rec.sequence, choice.found, choice.report
+            states = self.states(seq)
+            costs = self.costs(states)
+        compiled, cached = self.steps()
+        return FleetResult(
+            run_id=self.run_id, modules=tuple(r.name for r in self.roots), fingerprint=fleet_fingerprint(self.roots),
+            strategy=self.strategy_name, objective=self.objective.name, seed=self.seed, budget=self.budget,
+            evaluations=len(self.records), status=status, best_sequence=seq, found_sequence=found,
+            best_cost=choice.rec.cost if choice is not None else 1.0,
+            members=tuple(self._member(i, states[i], costs[i], reports[i], choice is not None)
+                          for i in range(len(self.roots))),
+            allow_regressions=self.fobj.allow_regressions, invalid=invalid,
+            seconds=time.perf_counter() - self.t0, steps_compiled=compiled, steps_cached=cached,
+            history=tuple(self.best_history),
+            disqualified=sum(1 for r in self.records if (r.message or "").startswith("worse than")),
+            failed=sum(1 for r in self.records if (r.message or "").startswith("fails on")))
+
+    def _member(self, i: int, state: str | None, cost: float | None, report, chosen: bool) -> MemberResult:
+        root, default_cost = self.roots[i], self.default_costs[i]
+        final = self.ctxs[i].final(state) if chosen and state else self.defaults[i]
+        return MemberResult(
+            name=root.name, fingerprint=root.fingerprint, input=self.inputs[i], default=self.defaults[i].metrics,
+            default_cost=default_cost, state=state, tuned=final.metrics if final is not None and final.ok else None,
+            tuned_raw=self.ev.metrics(state) if state else None, cost=cost,
+            ratio=None if cost is None else FleetObjective.ratio(cost, default_cost),
+            regressed=cost is not None and cost > default_cost + TOLERANCE * max(1.0, abs(default_cost)),
+            validity=report)
 
 
-def tune_fleet(evaluator: Evaluator, modules: Sequence[Module], strategy: str = "random", budget: int = 200,
-               objective: str = "final-ops", seed: int = 0, max_length: int = 16, time_limit: float | None = None,
-               options: dict | None = None, observer: Observer | None = None, validate: bool = True,
-               validation_seed: int = 0, minimize: bool = True, allow_regressions: bool = False) -> FleetResult:
-    """Search one sequence for every module in ``modules`` (see the module docstring).
+def tune_fleet(evaluator: Evaluator, modules: Sequence[Module], strategy: str = RunSpec.strategy,
+               budget: int = RunSpec.budget, objective: str = RunSpec.objective, seed: int = 0,
+               max_length: int = RunSpec.max_length, time_limit: float | None = None, options: dict | None = None,
+               observer: Observer | None = None, validate: bool = True, validation_seed: int = 0,
+               prune: bool = True, allow_regressions: bool = False) -> FleetResult:
+    """``tuner.tune`` on a list of modules (a shorthand kept for the benchmarks); ``prune`` as for one
+    module (``loop.prune``)."""
+    from autotune.core.tuner import tune
 
-    ``minimize`` shrinks the best sequence with ddmin to the shortest subsequence with the same
-    fleet cost and no new regression (outside the budget, through the cache).
-    """
-    from autotune import strategy as strategy_mod
-    from autotune.core.tuner import seed_everything
-
-    if len(modules) < 1:
-        raise BadInput("a fleet needs at least one module")
     spec = RunSpec(strategy=strategy, budget=budget, objective=objective, seed=seed, max_length=max_length,
-                   time_limit=time_limit, options=options or {}, validate=validate, prune=minimize)
-    observer = observer or Observer()
-    roots = [evaluator.prepare(m) for m in modules]
-    seen: dict[str, str] = {}
-    for r in roots:
-        if r.fingerprint in seen:
-            raise BadInput(f"{r.name} and {seen[r.fingerprint]} are the same module; a fleet lists each once")
-        seen[r.fingerprint] = r.name
-    obj = objectives_mod.get(objective)
-    strat = strategy_mod.create(strategy, **(options or {}))
-    space = SearchSpace(evaluator.pipeline.passes(), max_length)
-    run_id = new_run_id()
-    fp = fleet_fingerprint(roots)
-    names = [r.name for r in roots]
-    store = RunStore(evaluator.cache)
-    store.save(run_id, created=time.time(), updated=time.time(), status="running", module=fp,
-              module_name=f"fleet of {len(roots)}", strategy=strategy, objective=objective, budget=budget, seed=seed,
-              max_length=max_length, version=evaluator.version, validate=int(validate), time_limit=time_limit,
-              options={**(options or {}), "fleet": [r.fingerprint for r in roots], "fleet_names": names,
-                       "allow_regressions": allow_regressions})
-    fleet = _Fleet(evaluator, roots, obj, FleetObjective(allow_regressions), budget, spec.time_limit, run_id,
-                   observer, seed)
-    status = "finished"
-    seed_everything(seed)
-    observer.on_run_start(budget, f"{strategy} on a fleet of {len(roots)}")
-    try:
-        try:
-            strat.minimize(FleetEvaluate(fleet), space, seed)
-        except BudgetExhausted:
-            pass
-        if fleet.time_up():
-            status = "time-limit"
-    except KeyboardInterrupt:
-        status = "interrupted"
-    finally:
-        observer.on_run_end()
-    result = _summarise(fleet, strategy, seed, status, validate, validation_seed, minimize and obj.deterministic)
-    store.save(run_id, status=status, updated=time.time(), best_sequence=result.best_sequence,
-               best_cost=result.best_cost, summary=result.to_dict())
-    return result
-
-
-def _summarise(fleet: _Fleet, strategy: str, seed: int, status: str, validate: bool, validation_seed: int,
-               minimize: bool) -> FleetResult:
-    from autotune.core.minimize import ddmin_core
-    from autotune.core.tuner import validity_of
-
-    ranked = sorted(((seq, score) for seq, score, _ in fleet.records if not score.disqualified),
-                    key=lambda x: (x[1].cost, len(x[0])))
-    invalid: list[tuple[tuple[str, ...], str]] = []
-    chosen: tuple[tuple[str, ...], tuple[str, ...], FleetScore, tuple] | None = None
-    tried: set[tuple[str | None, ...]] = set()
-    for seq, score in ranked:
-        if score.cost >= 1.0 or len(tried) >= 8:  # nothing beats the default (or 8 candidates were rejected)
-            break
-        found = seq
-        if minimize and len(seq) > 1:
-            def keeps(cands):
-                return [not s.disqualified and s.cost <= score.cost for s, _ in fleet.score_many(cands)]
-
-            if not keeps([()])[0]:
-                seq = ddmin_core(seq, keeps)
-        score, states = fleet.score_many([seq])[0]
-        if states in tried:
-            continue
-        tried.add(states)
-        reports = [None] * len(states)
-        if validate:
-            reports = [validity_of(fleet.ev, root, s, validation_seed) for root, s in zip(fleet.roots, states)]
-            bad = [(root.name, r) for root, r in zip(fleet.roots, reports) if not r.get("ok")]
-            if bad:
-                invalid.append((seq, "; ".join(f"{n}: {r.get('reason') or 'outputs differ'}" for n, r in bad)))
-                continue
-        chosen = (seq, found, score, states, reports)
-        break
-    members = []
-    if chosen is None:  # XLA's default on every module
-        seq, found, score, states, reports = (), (), None, tuple(d.state for d in fleet.defaults), [None] * len(fleet.roots)
-        costs = fleet.default_costs
-    else:
-        seq, found, score, states, reports = chosen
-        costs = fleet._costs(states)
-    for i, root in enumerate(fleet.roots):
-        final = fleet.final(i, states[i]) if chosen is not None and states[i] else fleet.defaults[i]
-        cost = costs[i]
-        members.append(MemberResult(
-            name=root.name, fingerprint=root.fingerprint, input=fleet.inputs[i], default=fleet.defaults[i].metrics,
-            default_cost=fleet.default_costs[i], state=states[i],
-            tuned=final.metrics if final is not None and final.ok else None,
-            tuned_raw=fleet.ev.metrics(states[i]) if states[i] else None, cost=cost,
-            ratio=None if cost is None else FleetObjective.ratio(cost, fleet.default_costs[i]),
-            regressed=cost is not None and cost > fleet.default_costs[i] + TOLERANCE * max(1.0, abs(fleet.default_costs[i])),
-            validity=reports[i]))
-    compiled, cached = fleet.steps()
-    return FleetResult(
-        run_id=fleet.run_id, modules=tuple(r.name for r in fleet.roots), fingerprint=fleet_fingerprint(fleet.roots),
-        strategy=strategy, objective=fleet.objective.name, seed=seed, budget=fleet.budget,
-        evaluations=len(fleet.records), status=status, best_sequence=seq, found_sequence=found,
-        best_cost=score.cost if score is not None else 1.0, members=tuple(members),
-        allow_regressions=fleet.fobj.allow_regressions, invalid=tuple(invalid),
-        seconds=time.perf_counter() - fleet.t0, steps_compiled=compiled, steps_cached=cached,
-        history=tuple(fleet.history),
-        disqualified=sum(1 for _, sc, _ in fleet.records if sc.regressed and sc.disqualified and not sc.failed),
-        failed=sum(1 for _, sc, _ in fleet.records if sc.failed))
+                   time_limit=time_limit, options=options or {}, validate=validate, prune=prune,
+                   allow_regressions=allow_regressions)
+    return tune(evaluator, list(modules), spec=spec, observer=observer, validation_seed=validation_seed)

@@ -2,7 +2,7 @@
 
 A search returns sequences padded with passes that do nothing *on their own* but also passes
 that do something and still do not matter for the result (a pass whose effect the default
-pipeline would have produced anyway). Dropping passes one at a time (``_Tuner.prune``) stops at
+pipeline would have produced anyway). Dropping passes one at a time (``loop.prune``, what runs do) stops at
 the first local optimum of a single sweep; ddmin finds a **1-minimal** subsequence: one that still
 reaches the same result, and from which removing any single pass changes it.
 

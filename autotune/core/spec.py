@@ -51,6 +51,14 @@ class RunSpec:
     options: dict = field(default_factory=dict)
     validate: bool = True
     prune: bool = True
+    #: Longest one execution of validation may take (None: ``limits.validate_seconds()``'s default).
+    validate_seconds: float | None = None
+    #: Search a surrogate with large constants lifted to parameters (single modules; see ``tuner``).
+    surrogate: bool = True
+    #: The objective's own settings (runtime: ``min_effect``, ``rounds``), single runs and fleets alike.
+    objective_options: dict = field(default_factory=dict)
+    #: Fleets: accept a sequence that makes some member worse than its default.
+    allow_regressions: bool = False
 
     def __post_init__(self):
         check_budget(self.budget)
@@ -59,3 +67,22 @@ class RunSpec:
         if isinstance(self.seed, bool) or not isinstance(self.seed, int):
             raise BadInput(f"--seed must be an integer, not {self.seed!r}")
         object.__setattr__(self, "options", dict(self.options or {}))
+        object.__setattr__(self, "objective_options", dict(self.objective_options or {}))
+        if self.validate_seconds is not None:
+            from autotune.core.limits import validate_seconds
+
+            object.__setattr__(self, "validate_seconds", validate_seconds(self.validate_seconds))
+
+    def make_objective(self):
+        """The objective, with its settings (``BadInput`` for a setting it does not take)."""
+        from autotune.core import objectives
+
+        obj = objectives.get(self.objective)
+        if not self.objective_options:
+            return obj
+        if obj.deterministic:
+            raise BadInput(f"--min-effect/--confirm-rounds apply to measured objectives (runtime), not {self.objective}")
+        try:
+            return objectives.get(self.objective, **self.objective_options)
+        except TypeError:
+            raise BadInput(f"objective '{self.objective}' takes no --min-effect/--confirm-rounds") from None

@@ -1,9 +1,11 @@
-"""``tune``: the one place the search loop closes.
+"""``tune``: the entry point of every run, one module or a fleet, through the one run loop (``core.loop``).
 
-It owns everything a strategy must not: budget accounting (one sequence evaluation = one unit,
-cache hits included), the time limit, seeding, trial records (through the ``RunStore``), progress
-(through one ``Observer``), resumption of an interrupted run, and choosing what may be reported:
-the best candidate that passes the validity check and whose win the objective confirms. A strategy
+``tune`` turns its settings (one ``RunSpec``) into a ``Search`` (``ModuleSearch`` here, or a
+``fleet.FleetSearch``) and hands it to the loop, which owns everything a strategy must not: budget
+accounting (one sequence evaluation = one unit, cache hits included), the time limit, seeding,
+trial records (through the ``RunStore``), progress (through one ``Observer``), resumption of an
+interrupted run, and choosing what may be reported: the best candidate that passes the validity
+check and whose win the objective confirms. A strategy
 only sees ``Evaluate`` (sequence -> cost) and the ``SearchSpace``; the objective only sees states
 (``Objective.cost(state, ctx)``); neither is special-cased here by name.
 
@@ -15,7 +17,6 @@ budget again; a run continues exactly where it stopped, with the same accounting
 from __future__ import annotations
 
 import math
-import random
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -23,7 +24,8 @@ from dataclasses import dataclass, replace
 from autotune import strategy as strategy_mod
 from autotune.core import objectives as objectives_mod
 from autotune.core.evaluator import Evaluator, Result
-from autotune.core.executors import ExecutorLost
+from autotune.core.loop import (Choice, Interrupted, PhaseClock, RunEvaluate, Search, drive, finish,
+                                seed_everything, prune, validity_of)
 from autotune.core.metrics import Metrics
 from autotune.core.module import Module
 from autotune.core.objectives import Claim, Objective, ObjectiveContext
@@ -31,15 +33,13 @@ from autotune.core.observer import Observer
 from autotune.core.runs import RunStore, TrialRecord, new_run_id
 from autotune.core.spec import DEFAULT_MAX_LENGTH, RunSpec
 from autotune.errors import AutotuneError, BadInput
-from autotune.strategy import BudgetExhausted, Evaluate, SearchSpace, Trial
+from autotune.strategy import SearchSpace
 
 __all__ = ["tune", "TuneResult", "Candidate", "Interrupted", "evaluation_session", "validity_of", "TrialRecord",
-           "DEFAULT_MAX_LENGTH"]
+           "DEFAULT_MAX_LENGTH", "ModuleSearch", "PhaseClock", "RunEvaluate", "seed_everything"]
 
 #: A failed sequence costs this much more than the XLA default (finite, so optimisers can learn).
 FAILURE_FACTOR = 1.25
-#: Distinct candidates the validity check may reject before the run reports nothing.
-MAX_REJECTED = 8
 #: Candidates a measured objective may try to confirm (the best, then runners-up) before it says
 #: "no significant difference". Each costs one confirmation (see the objective's ``confirm``).
 MAX_CONFIRMATIONS = 2
@@ -90,7 +90,7 @@ class TuneResult:
     phases: tuple[tuple[str, float], ...] = ()
     #: Set when the search ran on a surrogate with the large constants lifted to parameters: how many,
     #: their bytes, each re-checked candidate's cost on the surrogate and on the real module,
-    #: ``agree`` and a ``message`` saying what was done (``_Tuner.recheck``).
+    #: ``agree`` and a ``message`` saying what was done (``ModuleSearch.recheck``).
     surrogate: dict | None = None
 
     @property
@@ -191,109 +191,21 @@ class TuneResult:
         )
 
 
-class RunEvaluate(Evaluate):
-    """The ``Evaluate`` a strategy gets for one run: budget, objective, records, replay."""
+class ModuleSearch(Search):
+    """One module's search (the run loop's ``Search``): its objective, default, replayed trials, and
+    the surrogate it may search on until ``recheck`` moves to the real module."""
 
-    def __init__(self, tuner: "_Tuner"):
-        self.t = tuner
-
-    def __call__(self, sequence: Sequence[str]) -> float:
-        return self.many([sequence])[0]
-
-    def many(self, sequences: Sequence[Sequence[str]]) -> list[float]:
-        t = self.t
-        if self.remaining <= 0 or t.time_up():
-            raise BudgetExhausted()
-        take = [tuple(s) for s in sequences[: self.remaining]]
-        costs = t.evaluate_sequences(take)
-        if len(take) < len(sequences) or t.time_up():
-            raise BudgetExhausted()
-        return costs
-
-    @property
-    def remaining(self) -> int:
-        return self.t.budget - len(self.t.records)
-
-    @property
-    def failure_cost(self) -> float:
-        return self.t.failure_cost
-
-    @property
-    def empty_cost(self) -> float:
-        return self.t.empty_cost()
-
-    @property
-    def history(self) -> list[Trial]:
-        return [Trial(r.sequence, r.cost, r.status == "ok") for r in self.t.records]
-
-    def metrics(self, sequence: Sequence[str]) -> Metrics | None:
-        """Metrics of the module after ``sequence`` if it was evaluated (no budget spent)."""
-        return self.t.metrics_after(tuple(sequence))
-
-    @property
-    def input_metrics(self) -> Metrics:
-        return self.t.input_metrics
-
-
-class PhaseClock:
-    """Seconds per phase of a run (``observer.PHASES``), the observer told as each phase or step starts.
-
-    Phases may alternate (``_summarise`` prunes, validates and confirms one candidate after another):
-    each phase's seconds accumulate. ``result()`` lists them in the order they first ran.
-    """
-
-    def __init__(self, observer: Observer):
-        self.observer = observer
-        self.seconds: dict[str, float] = {}
-        self.current: str | None = None
-        self.since = time.perf_counter()
-
-    def enter(self, phase: str, detail: str | None = None, estimate: float | None = None) -> None:
-        if phase != self.current:
-            self.stop()
-            self.current, self.since = phase, time.perf_counter()
-            self.seconds.setdefault(phase, 0.0)
-        self.observer.on_phase(phase, detail, estimate)
-
-    def stop(self) -> None:
-        if self.current is not None:
-            self.seconds[self.current] += time.perf_counter() - self.since
-            self.current = None
-
-    def result(self) -> tuple[tuple[str, float], ...]:
-        now = time.perf_counter()
-        # to the millisecond: what is shown, stored and read back (``to_dict``/``from_dict``) is the same
-        return tuple((name, round(sec + (now - self.since if name == self.current else 0.0), 3))
-                     for name, sec in self.seconds.items())
-
-
-class _Tuner:
     def __init__(self, evaluator: Evaluator, root: Module, objective: Objective, budget: int,
                  time_limit: float | None, run_id: str, replay: list[TrialRecord], observer: Observer,
                  seed: int = 0, strategy: str = "session", clock: PhaseClock | None = None,
                  validate_seconds: float | None = None):
-        self.ev = evaluator
-        self.runs = RunStore(evaluator.cache)
+        super().__init__(evaluator, budget, time_limit, run_id, replay, observer, seed, strategy, clock,
+                         validate_seconds)
         self.root = root
         self.objective = objective
-        self.budget = budget
-        self.deadline = time.monotonic() + time_limit if time_limit else None
-        self.run_id = run_id
-        self.replay = replay
-        self.observer = observer
-        self.seed = seed
-        self.strategy_name = strategy
-        self.records: list[TrialRecord] = []
-        self.best: TrialRecord | None = None
-        self.best_history: list[float] = []
-        self.t0 = time.perf_counter()
-        self.phases = clock or PhaseClock(observer)
-        self.validate_seconds = validate_seconds
         #: ``(real root, description)`` while the search runs on a surrogate; ``recheck`` moves to it.
         self.real: tuple[Module, dict] | None = None
         self.real_info: dict | None = None  # what ``recheck`` compared (``TuneResult.surrogate``)
-        # The evaluator may outlive this run (compare, an API session): count this run's steps only.
-        self.steps0 = (evaluator.stats.steps_compiled, evaluator.stats.steps_cached)
         self.input_metrics = evaluator.metrics(root.fingerprint)
         self.phases.enter("default", "XLA's default pipeline on the module")
         default = evaluator.default(root)
@@ -311,38 +223,18 @@ class _Tuner:
             self._empty_cost = self.objective.cost(self.root.fingerprint, self.ctx)
         return self._empty_cost
 
-    def time_up(self) -> bool:
-        return self.deadline is not None and time.monotonic() >= self.deadline
-
     def metrics_after(self, sequence: tuple[str, ...]) -> Metrics | None:
         state = self._state_of.get(sequence)
         return self.ev.metrics(state) if state else None
 
     # ---- evaluation ----------------------------------------------------------------------------
-    def evaluate_sequences(self, seqs: list[tuple[str, ...]]) -> list[float]:
-        out: list[float | None] = [None] * len(seqs)
-        todo: list[int] = []
-        for k, seq in enumerate(seqs):
-            n = len(self.records) + len(todo)
-            if n < len(self.replay) and self.replay[n].sequence == seq and not todo:
-                rec = self.replay[n]
-                self._state_of[seq] = rec.state
-                self._record(rec, persist=False)
-                out[k] = rec.cost
-            else:
-                if n < len(self.replay):  # the strategy diverged from the recorded run: drop the rest
-                    self.replay = self.replay[:n]
-                    self.runs.truncate(self.run_id, n)
-                todo.append(k)
-        if todo:
-            results = self.ev.evaluate_many(self.root, [seqs[k] for k in todo])
-            self.objective.prepare([r.state for r in results if r.ok], self.ctx)
-            for k, result in zip(todo, results):
-                rec = self._trial(seqs[k], result)
-                self._state_of[seqs[k]] = rec.state
-                self._record(rec, persist=True)
-                out[k] = rec.cost
-        return [float(c) for c in out]
+    def fresh(self, seqs: list[tuple[str, ...]]) -> list[TrialRecord]:
+        results = self.ev.evaluate_many(self.root, seqs)
+        self.objective.prepare([r.state for r in results if r.ok], self.ctx)
+        return [self._trial(seq, result) for seq, result in zip(seqs, results)]
+
+    def remember(self, seq: tuple[str, ...], rec: TrialRecord) -> None:
+        self._state_of[seq] = rec.state
 
     def _trial(self, seq: tuple[str, ...], result: Result) -> TrialRecord:
         n = len(self.records)
@@ -356,30 +248,13 @@ class _Tuner:
             return TrialRecord(n, seq, self.failure_cost, "failed", result.state, cached, msg)
         return TrialRecord(n, seq, cost, "ok", result.state, cached)
 
-    def _record(self, rec: TrialRecord, persist: bool) -> None:
-        rec = replace(rec, n=len(self.records))
-        self.records.append(rec)
-        if persist:
-            self.runs.add_trial(self.run_id, rec, time.perf_counter() - self.t0)
-        if rec.status == "ok" and (self.best is None or rec.cost < self.best.cost):
-            self.best = rec
-        self.best_history.append(self.best.cost if self.best else math.nan)
-        elapsed = max(1e-9, time.perf_counter() - self.t0)
-        compiled, cached = self.steps()
-        self.observer.on_trial(len(self.records), self.best.cost if self.best else None,
-                               len(self.records) / elapsed, cached / (compiled + cached) if compiled + cached else 0.0)
-
-    def steps(self) -> tuple[int, int]:
-        """(compiled, cached) steps of this run so far."""
-        return self.ev.stats.steps_compiled - self.steps0[0], self.ev.stats.steps_cached - self.steps0[1]
-
     def recheck(self) -> list[TrialRecord]:
         """Leave the surrogate: re-establish its best candidates on the real module and rank them there.
 
         The ``SURROGATE_RECHECK`` best distinct surrogate states that beat XLA's default there (the
         best and the runners-up that could overtake it; the best alone when none does) are evaluated
         on the real module, with XLA's default and the objective measured there too; from then on the
-        tuner's root, context and default are the real ones, so pruning, validation and confirmation
+        search's root, context and default are the real ones, so pruning, validation and confirmation
         all happen on the real module. ``real_info`` records what was compared and whether surrogate
         and real module agree (same costs, same best).
         """
@@ -414,42 +289,106 @@ class _Tuner:
         ranked.sort(key=lambda r: (r.cost, r.n))
         same_costs = all(c["real_cost"] == c["surrogate_cost"] for c in checks) and surrogate_default == self.default_cost
         same_best = not ranked or not picks or ranked[0].sequence == picks[0].sequence
-        agree = same_costs and same_best
-        lifted = f"{info['constants']} constant(s) of {info['bytes'] / (1 << 20):.1f} MiB lifted to parameters"
-        if agree:
-            message = (f"searched on a surrogate ({lifted}); its {len(checks)} best candidate(s) re-checked on the "
-                       "real module: same costs")
-        else:
-            diffs = "; ".join(f"{','.join(c['sequence']) or '(empty)'}: {c['surrogate_cost']:g} on the surrogate, "
-                              f"{'fails' if c['real_cost'] is None else format(c['real_cost'], 'g')} on the real module"
-                              for c in checks if c["real_cost"] != c["surrogate_cost"])
-            if surrogate_default != self.default_cost:
-                diffs = (diffs + "; " if diffs else "") + (f"XLA's default {surrogate_default:g} on the surrogate, "
-                                                           f"{self.default_cost:g} on the real module")
-            message = (f"surrogate and real module disagree ({diffs}): searched on a surrogate ({lifted}), the "
-                       f"{len(checks)} best candidate(s) re-checked on the real module and ranked by their real "
-                       "cost; the best there is reported" + ("" if same_best else " (not the surrogate's best)"))
-        self.real_info = {**info, "rechecked": checks, "agree": agree, "message": message}
+        self.real_info = {**info, "rechecked": checks, "agree": same_costs and same_best,
+                          "message": _recheck_message(info, checks, same_costs and same_best, same_best,
+                                                      surrogate_default, self.default_cost)}
         self.real = None  # only now: a Ctrl-C above leaves the surrogate's partial answer unreported
         return ranked
 
-    def prune(self, sequence: tuple[str, ...], cost: float) -> tuple[tuple[str, ...], str, float]:
-        """Drop passes that do not help: one backward sweep, keeping a removal when the cost does
-        not get worse. Searches return sequences padded with passes that change nothing (most
-        passes are no-ops on most modules); a user should ship the short sequence. Costs at most
-        ``len(sequence)`` evaluations outside the budget (not recorded as trials)."""
-        current, state = sequence, self._state_of.get(sequence)
-        for i in reversed(range(len(current))):
-            if len(current) <= 1:
-                break
-            candidate = current[:i] + current[i + 1:]
+    # ---- choosing the answer (``loop.choose``) -------------------------------------------------
+    def ranked(self, recheck: bool) -> list[TrialRecord]:
+        if self.real is not None and not recheck:  # an interrupted run's partial answer: not re-checked,
+            # so nothing is reported as a best (the surrogate's modules hold parameters, not the weights)
+            self.real_info = {**self.real[1], "rechecked": [], "agree": None,
+                              "message": "searched on a surrogate with large constants lifted to parameters; "
+                                         "interrupted before its best was re-checked on the real module"}
+            return []
+        if self.real is not None:
+            self.phases.enter("recheck", "re-establishing the surrogate's best candidates on the real module")
+            return self.recheck()
+        return sorted((r for r in self.records if r.status == "ok"), key=lambda r: (r.cost, r.n))
+
+    def key(self, rec: TrialRecord):
+        if rec.state is None:
+            return None
+        # A measured objective's cost belongs to the compiled module: states with the same final
+        # module are one candidate (the runner-up must be a different executable).
+        return rec.state if self.objective.deterministic else self.ctx.final(rec.state).state
+
+    def prune_candidate(self, rec: TrialRecord) -> TrialRecord:
+        """``loop.prune`` on this module (at most ``len(sequence)`` evaluations, outside the budget,
+        not recorded as trials)."""
+        def evaluate(candidate):
             result = self.ev.evaluate_many(self.root, [candidate])[0]
-            if not result.ok:
-                continue
-            c = self.objective.cost(result.state, self.ctx)
-            if not math.isnan(c) and c <= cost:
-                current, state, cost = candidate, result.state, c
-        return current, state, cost
+            return (result.state, self.objective.cost(result.state, self.ctx)) if result.ok else None
+
+        seq, state, cost = prune(rec.sequence, rec.cost, evaluate)
+        return replace(rec, sequence=seq, state=state if state is not None else rec.state, cost=cost)
+
+    def check(self, rec: TrialRecord, n: int, seed: int) -> tuple[dict, str | None]:
+        report = validity_of(self.ev, self.root, rec.state, seed, self.validate_seconds,
+                             progress=lambda line: self.phases.enter("validation", f"candidate {n}: {line}"))
+        if report["ok"]:
+            return report, None
+        self.runs.mark_invalid(self.run_id, rec.state, report.get("reason"))
+        return report, report.get("reason") or "outputs differ"
+
+    def unchecked(self) -> dict:
+        from autotune.core.validation import not_checked
+
+        return not_checked().to_dict()
+
+    def confirm(self, rec: TrialRecord, rest: list[TrialRecord], seen: set, tally: dict) -> tuple[Claim, bool]:
+        obj = self.objective
+        if not obj.deterministic:
+            self.phases.enter("confirmation", "interleaved re-measurement of the best and XLA's default")
+        verdict = obj.confirm(rec.state, rec.cost, self.ctx)
+        if not verdict.win and not obj.deterministic and rec.cost < self.default_cost:
+            tally["confirmations"] += 1  # a measured win that did not hold up: try the runner-up, within limits
+            # ... but only a runner-up that is itself a contender (measured faster, another executable);
+            # otherwise this candidate's failed confirmation, with its interval, is the run's answer.
+            contender = any(r.state and r.cost < self.default_cost and self.ctx.final(r.state).state not in seen
+                            for r in rest)
+            return verdict, tally["confirmations"] < MAX_CONFIRMATIONS and contender
+        return verdict, False
+
+    def result(self, status: str, choice: Choice | None, invalid: tuple) -> TuneResult:
+        best = validity = claim = None
+        if choice is not None:
+            rec, validity, claim = choice.rec, choice.report, choice.verdict
+            final = self.ctx.final(rec.state)
+            best = Candidate(rec.sequence, rec.state, self.ev.metrics(rec.state),
+                             final.metrics if final.ok else None, rec.cost, choice.found)
+            if not (claim.win if claim is not None else best.cost < self.default_cost):
+                best = replace(best, sequence=())  # nothing beats the default: apply nothing (``found`` keeps it)
+        compiled, cached = self.steps()
+        return TuneResult(
+            run_id=self.run_id, module=self.root.name, fingerprint=self.root.fingerprint,
+            strategy=self.strategy_name, objective=self.objective.name, seed=self.seed, budget=self.budget,
+            evaluations=len(self.records), status=status, input=self.input_metrics,
+            default=self.default_result.metrics, default_cost=self.default_cost, best=best, validity=validity,
+            invalid=invalid, seconds=time.perf_counter() - self.t0, steps_compiled=compiled,
+            steps_cached=cached, history=tuple(self.best_history), claim=claim,
+            executor=self.ev.pipeline.executor.describe(), phases=self.phases.result(), surrogate=self.real_info,
+        )
+
+
+def _recheck_message(info: dict, checks: list[dict], agree: bool, same_best: bool, surrogate_default: float,
+                     real_default: float) -> str:
+    """What ``ModuleSearch.recheck`` found, in one sentence."""
+    lifted = f"{info['constants']} constant(s) of {info['bytes'] / (1 << 20):.1f} MiB lifted to parameters"
+    if agree:
+        return (f"searched on a surrogate ({lifted}); its {len(checks)} best candidate(s) re-checked on the "
+                "real module: same costs")
+    diffs = "; ".join(f"{','.join(c['sequence']) or '(empty)'}: {c['surrogate_cost']:g} on the surrogate, "
+                      f"{'fails' if c['real_cost'] is None else format(c['real_cost'], 'g')} on the real module"
+                      for c in checks if c["real_cost"] != c["surrogate_cost"])
+    if surrogate_default != real_default:
+        diffs = (diffs + "; " if diffs else "") + (f"XLA's default {surrogate_default:g} on the surrogate, "
+                                                   f"{real_default:g} on the real module")
+    return (f"surrogate and real module disagree ({diffs}): searched on a surrogate ({lifted}), the "
+            f"{len(checks)} best candidate(s) re-checked on the real module and ranked by their real "
+            "cost; the best there is reported" + ("" if same_best else " (not the surrogate's best)"))
 
 
 def evaluation_session(evaluator: Evaluator, module: Module, objective: str | Objective = RunSpec.objective,
@@ -466,13 +405,13 @@ def evaluation_session(evaluator: Evaluator, module: Module, objective: str | Ob
         run_id, created=time.time(), updated=time.time(), status="session", module=root.fingerprint,
         module_name=root.name, strategy="session", objective=obj.name, budget=budget, seed=0, max_length=0,
         options={}, version=evaluator.version)
-    return RunEvaluate(_Tuner(evaluator, root, obj, budget, time_limit, run_id, [], Observer()))
+    return RunEvaluate(ModuleSearch(evaluator, root, obj, budget, time_limit, run_id, [], Observer()))
 
 
 # ---- the entry point -------------------------------------------------------------------------------------
 def tune(
     evaluator: Evaluator,
-    module: Module | None,
+    module: Module | Sequence[Module] | None,
     strategy: str = RunSpec.strategy,
     budget: int = RunSpec.budget,
     objective: str | Objective = RunSpec.objective,
@@ -488,107 +427,114 @@ def tune(
     spec: RunSpec | None = None,
     validate_seconds: float | None = None,
     surrogate: bool = True,
-) -> TuneResult:
-    """Search for the best pass sequence for ``module`` with ``strategy``.
+):
+    """Search for the best pass sequence for ``module`` (a list of modules: ONE sequence for the
+    fleet, ``core.fleet``) with ``strategy``, through the one run loop (``core.loop``).
 
     The settings may come as keywords or as one ``RunSpec`` (``spec`` wins). ``budget`` counts
     sequence evaluations, cache hits included. ``prune`` shortens the best sequence afterwards
-    (passes whose removal does not worsen a deterministic objective are dropped; at most its length
-    in extra evaluations, outside the budget). With ``resume=RUN_ID`` every other setting is taken
-    from the recorded run and its completed trials are replayed. ``validate_seconds`` bounds each
-    execution of validation (``limits.validate_seconds``; an execution estimated longer is not run:
-    level ``compiled``, with the estimate). ``surrogate``: a module whose entry constants hold at
-    least ``SURROGATE_MIN_BYTES`` (weights baked in) is searched on a surrogate with those constants
-    lifted to parameters (XLA imports it ~15x faster at every step), then its best candidates are
-    re-established on the real module (``_Tuner.recheck``; ``TuneResult.surrogate`` says what was done
-    and whether the two agree). Ctrl-C at any point, validation included, raises
-    ``Interrupted`` with the run saved and resumable.
+    (``loop.prune``: passes whose removal does not worsen a deterministic objective are dropped; at
+    most its length in extra evaluations, outside the budget). With ``resume=RUN_ID`` (a single run
+    or a fleet) the search settings are taken from the recorded run and its completed trials are
+    replayed; ``spec``'s time limit, validation and pruning still apply. ``validate_seconds`` bounds
+    each execution of validation. ``surrogate``: a module whose entry constants hold at least
+    ``SURROGATE_MIN_BYTES`` is searched on a surrogate with those constants lifted to parameters,
+    then its best candidates are re-established on the real module (``ModuleSearch.recheck``;
+    ``TuneResult.surrogate`` says what was done). Ctrl-C at any point, validation included, raises
+    ``Interrupted`` with the run saved and resumable. Returns a ``TuneResult`` (a ``FleetResult``
+    for a fleet).
     """
-    store = RunStore(evaluator.cache)
+    if spec is None:
+        name = objective.name if isinstance(objective, Objective) else objective
+        spec = RunSpec(strategy=strategy, budget=budget, objective=name, seed=seed, max_length=max_length,
+                       time_limit=time_limit, options=options or {}, validate=validate, prune=prune,
+                       validate_seconds=validate_seconds, surrogate=surrogate)
     observer = observer or Observer()
     clock = PhaseClock(observer)
-    replay: list[TrialRecord] = []
     if resume:
-        run = store.get(resume)
-        if "fleet" in run.options:
-            raise BadInput(f"run '{resume}' is a fleet run; resuming one is not supported yet (start it again)")
-        if run.version != evaluator.version:
-            raise BadInput(f"run '{resume}' was made with {run.version}, not {evaluator.version}")
-        proto = evaluator.cache.state_proto(evaluator.version, run.module)
-        if proto is None:
-            raise BadInput(f"run '{resume}': its module is no longer in the cache")
-        root = Module(run.module_name, proto, run.module)
-        spec = RunSpec(strategy=run.strategy, budget=run.budget, objective=run.objective, seed=run.seed,
-                       max_length=run.max_length, options=run.options, validate=validate and run.validate,
-                       time_limit=time_limit if time_limit is not None else run.time_limit, prune=prune)
-        replay = store.trials(resume)
-        run_id = resume
+        target, spec, replay, run_id = _resumed(evaluator, resume, spec)
     else:
-        if module is None:
-            raise BadInput("no module to tune")
-        if spec is None:
-            name = objective.name if isinstance(objective, Objective) else objective
-            spec = RunSpec(strategy=strategy, budget=budget, objective=name, seed=seed, max_length=max_length,
-                           time_limit=time_limit, options=options or {}, validate=validate, prune=prune)
-        clock.enter("normalise", "XLA's import round trip until the module is stable")
-        try:
-            root = evaluator.prepare(module)
-        except BaseException:
-            observer.on_run_end()
-            raise
-        run_id = new_run_id()
+        target, replay, run_id = _prepared(evaluator, module, clock, observer), [], new_run_id()
     obj = objective if isinstance(objective, Objective) and objective.name == spec.objective \
-        else objectives_mod.get(spec.objective)
+        else spec.make_objective()
     strat = strategy_mod.create(spec.strategy, **spec.options)
     space = SearchSpace(evaluator.pipeline.passes(), spec.max_length)
-    store.save(run_id, created=time.time(), updated=time.time(), status="running", module=root.fingerprint,
-               module_name=root.name, strategy=spec.strategy, objective=spec.objective, budget=spec.budget,
-               seed=spec.seed, max_length=spec.max_length, options=spec.options, version=evaluator.version,
-               validate=spec.validate, time_limit=spec.time_limit)
+    search = _open(evaluator, target, obj, spec, run_id, replay, observer, clock, created=not resume)
+    status, reason = drive(search, strat, space, spec.seed, f"{spec.strategy} on {_label(target)}")
+    return finish(search, status, reason, spec.validate, validation_seed, spec.prune)
 
+
+def _label(target) -> str:
+    return f"a fleet of {len(target)}" if isinstance(target, list) else target.name
+
+
+def _prepared(evaluator: Evaluator, module, clock: PhaseClock, observer: Observer):
+    """The normalised module (a list of them for a fleet) a new run searches."""
+    if module is None:
+        raise BadInput("no module to tune")
+    if not isinstance(module, Module):
+        from autotune.core.fleet import prepare_fleet
+
+        return prepare_fleet(evaluator, list(module))
+    clock.enter("normalise", "XLA's import round trip until the module is stable")
     try:
-        search_root, lifted = root, None
-        if surrogate:
-            search_root, lifted = _surrogate_of(evaluator, root, clock)
-        tuner = _Tuner(evaluator, search_root, obj, spec.budget, spec.time_limit, run_id, replay, observer,
-                       spec.seed, spec.strategy, clock, validate_seconds)
-        if lifted is not None:
-            tuner.real = (root, lifted)
+        return evaluator.prepare(module)
     except BaseException:
         observer.on_run_end()
         raise
-    status, reason = "finished", None
-    seed_everything(spec.seed)
-    clock.enter("search")
-    observer.on_run_start(spec.budget, f"{spec.strategy} on {root.name}")
+
+
+def _resumed(evaluator: Evaluator, run_id: str, spec: RunSpec):
+    """``(module or fleet, spec, recorded trials, run_id)`` of a recorded run to resume."""
+    from autotune.core.fleet import FLEET_KEYS, fleet_roots
+
+    store = RunStore(evaluator.cache)
+    run = store.get(run_id)
+    if run.version != evaluator.version:
+        raise BadInput(f"run '{run_id}' was made with {run.version}, not {evaluator.version}")
+    if "fleet" in run.options:
+        target = fleet_roots(evaluator, run)
+    else:
+        proto = evaluator.cache.state_proto(evaluator.version, run.module)
+        if proto is None:
+            raise BadInput(f"run '{run_id}': its module is no longer in the cache")
+        target = Module(run.module_name, proto, run.module)
+    spec = RunSpec(strategy=run.strategy, budget=run.budget, objective=run.objective, seed=run.seed,
+                   max_length=run.max_length, options={k: v for k, v in run.options.items() if k not in FLEET_KEYS},
+                   validate=spec.validate and run.validate,
+                   time_limit=spec.time_limit if spec.time_limit is not None else run.time_limit,
+                   prune=spec.prune, validate_seconds=spec.validate_seconds, surrogate=spec.surrogate,
+                   objective_options=spec.objective_options,
+                   allow_regressions=bool(run.options.get("allow_regressions", False)))
+    return target, spec, store.trials(run_id), run_id
+
+
+def _open(evaluator: Evaluator, target, obj: Objective, spec: RunSpec, run_id: str, replay: list[TrialRecord],
+          observer: Observer, clock: PhaseClock, created: bool) -> Search:
+    """Record the run (``running``) and build its ``Search``: a ``FleetSearch`` for a list of modules,
+    else a ``ModuleSearch`` (on a surrogate when ``spec.surrogate`` finds large constants)."""
+    from autotune.core.fleet import FleetSearch, fleet_fields
+
+    fields = fleet_fields(target, spec) if isinstance(target, list) else {
+        "module": target.fingerprint, "module_name": target.name, "options": spec.options}
+    RunStore(evaluator.cache).save(
+        run_id, **({"created": time.time()} if created else {}), updated=time.time(), status="running",
+        strategy=spec.strategy, objective=spec.objective, budget=spec.budget, seed=spec.seed,
+        max_length=spec.max_length, version=evaluator.version, validate=spec.validate, time_limit=spec.time_limit,
+        **fields)
+    args = (obj, spec.budget, spec.time_limit, run_id, replay, observer, spec.seed, spec.strategy, clock,
+            spec.validate_seconds)
     try:
-        try:
-            strat.minimize(RunEvaluate(tuner), space, spec.seed)
-        except BudgetExhausted:
-            pass
-        if tuner.time_up():
-            status = "time-limit"
-    except KeyboardInterrupt:
-        status = "interrupted"
-    except ExecutorLost as exc:  # the cluster went away: stop as on Ctrl-C, completed trials kept
-        status, reason = "interrupted", str(exc)
-    result = None
-    try:
-        if status != "interrupted":
-            try:  # validation and confirmation: a Ctrl-C here stops them and keeps the run resumable
-                result = _summarise(tuner, status, spec.validate, validation_seed, spec.prune)
-            except KeyboardInterrupt:
-                status, reason = "interrupted", "interrupted during validation"
-    finally:
-        clock.stop()
+        if isinstance(target, list):
+            return FleetSearch(evaluator, target, *args, allow_regressions=spec.allow_regressions)
+        search_root, lifted = (_surrogate_of(evaluator, target, clock) if spec.surrogate else (target, None))
+        search = ModuleSearch(evaluator, search_root, *args)
+        if lifted is not None:
+            search.real = (target, lifted)
+        return search
+    except BaseException:
         observer.on_run_end()
-    if status == "interrupted":
-        store.save(run_id, status="interrupted", updated=time.time())
-        raise Interrupted(run_id, _summarise(tuner, status, validate=False, validation_seed=validation_seed,
-                                             prune=False, recheck=False), reason)
-    store.save(run_id, status=status, updated=time.time(), best_sequence=result.best_sequence,
-               best_cost=result.best_cost, summary=result.to_dict())
-    return result
+        raise
 
 
 def _surrogate_of(evaluator: Evaluator, root: Module, clock: PhaseClock) -> tuple[Module, dict | None]:
@@ -609,142 +555,3 @@ def _surrogate_of(evaluator: Evaluator, root: Module, clock: PhaseClock) -> tupl
     except AutotuneError:  # the surrogate does not import: search the real module
         return root, None
     return search_root, {"constants": n, "bytes": nbytes, "fingerprint": search_root.fingerprint}
-
-
-class Interrupted(AutotuneError):
-    """Ctrl-C: the run is saved; ``partial`` holds the best so far; resume with its id."""
-
-    exit_code = 130
-
-    def __init__(self, run_id: str, partial: TuneResult, reason: str | None = None):
-        super().__init__(f"{reason or 'interrupted'}; resume with: autotune run --resume {run_id}")
-        self.run_id, self.partial = run_id, partial
-
-
-def seed_everything(seed: int) -> None:
-    """Seed Python's and numpy's global generators: strategies built on libraries that draw from
-    them (and not from the seed they are given) stay deterministic under a run's seed."""
-    random.seed(seed)
-    try:
-        import numpy as np
-
-        np.random.seed(seed % (2**32))
-    except ImportError:  # pragma: no cover
-        pass
-
-
-def _summarise(tuner: _Tuner, status: str, validate: bool, validation_seed: int, prune: bool = True,
-               recheck: bool = True) -> TuneResult:
-    """Pick what the run may report: candidates in order of cost, each pruned (deterministic
-    objectives), validated, and its win confirmed by the objective; a rejected candidate is
-    recorded with its reason and the next one is tried."""
-    ev, obj = tuner.ev, tuner.objective
-    invalid: list[tuple[tuple[str, ...], str]] = []
-    best: Candidate | None = None
-    validity = None
-    claim: Claim | None = None
-    confirmations = 0
-    clock = tuner.phases
-    if tuner.real is not None and not recheck:  # an interrupted run's partial answer: not re-checked,
-        # so nothing is reported as a best (the surrogate's modules hold parameters, not the weights)
-        tuner.real_info = {**tuner.real[1], "rechecked": [], "agree": None,
-                           "message": "searched on a surrogate with large constants lifted to parameters; "
-                                      "interrupted before its best was re-checked on the real module"}
-        ranked = []
-    elif tuner.real is not None:
-        clock.enter("recheck", "re-establishing the surrogate's best candidates on the real module")
-        ranked = tuner.recheck()
-    else:
-        ranked = sorted((r for r in tuner.records if r.status == "ok"), key=lambda r: (r.cost, r.n))
-    seen: set[str] = set()
-    for i, rec in enumerate(ranked):
-        if rec.state is None:
-            continue
-        # A measured objective's cost belongs to the compiled module: states with the same final
-        # module are one candidate (the runner-up must be a different executable).
-        key = rec.state if obj.deterministic else tuner.ctx.final(rec.state).state
-        if key in seen:
-            continue
-        seen.add(key)
-        if len(seen) > MAX_REJECTED:
-            break
-        found = rec.sequence
-        if prune and obj.deterministic and rec.cost < tuner.default_cost:
-            clock.enter("prune", f"candidate {len(seen)}: dropping passes that change nothing")
-            seq, state, cost = tuner.prune(rec.sequence, rec.cost)
-            rec = replace(rec, sequence=seq, state=state, cost=cost)
-        if validate:
-            clock.enter("validation", f"candidate {len(seen)}")
-            report = validity_of(ev, tuner.root, rec.state, validation_seed, tuner.validate_seconds,
-                                 progress=lambda line, n=len(seen): clock.enter("validation", f"candidate {n}: {line}"))
-            if not report["ok"]:
-                invalid.append((rec.sequence, report.get("reason") or "outputs differ"))
-                tuner.runs.mark_invalid(tuner.run_id, rec.state, report.get("reason"))
-                continue
-        else:
-            from autotune.core.validation import not_checked
-
-            report = not_checked().to_dict()
-        if not obj.deterministic:
-            clock.enter("confirmation", "interleaved re-measurement of the best and XLA's default")
-        verdict = obj.confirm(rec.state, rec.cost, tuner.ctx)
-        if not verdict.win and not obj.deterministic and rec.cost < tuner.default_cost:
-            confirmations += 1  # a measured win that did not hold up: try the runner-up, within limits
-            # ... but only a runner-up that is itself a contender (measured faster, another executable);
-            # otherwise this candidate's failed confirmation, with its interval, is the run's answer.
-            if confirmations < MAX_CONFIRMATIONS and any(
-                    r.state and r.cost < tuner.default_cost and tuner.ctx.final(r.state).state not in seen
-                    for r in ranked[i + 1:]):
-                continue
-        final = tuner.ctx.final(rec.state)
-        best = Candidate(rec.sequence, rec.state, ev.metrics(rec.state), final.metrics if final.ok else None,
-                         rec.cost, found)
-        validity = report
-        claim = verdict
-        break
-    if best is not None and not (claim.win if claim is not None else best.cost < tuner.default_cost):
-        best = replace(best, sequence=())  # nothing beats the default: apply nothing (``found`` keeps the search's)
-    compiled, cached = tuner.steps()
-    return TuneResult(
-        run_id=tuner.run_id, module=tuner.root.name, fingerprint=tuner.root.fingerprint,
-        strategy=tuner.strategy_name, objective=obj.name, seed=tuner.seed, budget=tuner.budget,
-        evaluations=len(tuner.records), status=status, input=tuner.input_metrics,
-        default=tuner.default_result.metrics, default_cost=tuner.default_cost, best=best, validity=validity,
-        invalid=tuple(invalid), seconds=time.perf_counter() - tuner.t0, steps_compiled=compiled,
-        steps_cached=cached, history=tuple(tuner.best_history), claim=claim,
-        executor=_executor_of(ev), phases=tuner.phases.result(), surrogate=tuner.real_info,
-    )
-
-
-def _executor_of(ev: Evaluator) -> dict | None:
-    return ev.pipeline.executor.describe()
-
-
-def validity_of(evaluator: Evaluator, root: Module, state: str, seed: int = 0,
-                bound_seconds: float | None = None, progress=None) -> dict:
-    """The validation level of ``state`` against ``root`` (``Validation.to_dict()``).
-
-    ``identical`` when the state ends, after XLA's default pipeline, as the same module as the
-    default does (both final states are cached transitions, nothing runs); otherwise
-    ``validation.establish`` compiles and, where this machine can, executes both modules.
-    Levels that are facts about the two modules (identical, executed, executed-with-stand-ins,
-    invalid) are cached per (root, state, seed); ``executed-region``, ``compiled`` and
-    ``unverified`` depend on this machine's memory and time bound and are established again next
-    time. ``bound_seconds`` bounds each execution (``validation.execution_plan``); ``progress``
-    hears each step (one line).
-    """
-    from autotune.core.validation import COMPILED, EXECUTED_REGION, UNVERIFIED, establish
-
-    key = f"{evaluator.version}|{root.fingerprint}|{state}|{seed}"
-    report = evaluator.cache.get_report("validation", key)
-    if report is None:
-        final, default = evaluator.final(state), evaluator.default(root)
-        identical = final.ok and default.ok and final.state == default.state
-        finals = (evaluator.module(default.state, root.name), evaluator.module(final.state, root.name)) \
-            if final.ok and default.ok else None
-        result = establish(evaluator.pipeline, root, evaluator.module(state, root.name), seed=seed,
-                           identical=identical, bound_seconds=bound_seconds, progress=progress, finals=finals)
-        report = result.to_dict()
-        if result.level not in (COMPILED, UNVERIFIED, EXECUTED_REGION):
-            evaluator.cache.put_report("validation", key, report)
-    return report

@@ -381,10 +381,6 @@ def comparison_of_runs(cache, run_ids: Sequence[str]) -> Comparison:
         raise BadInput("give the ids of the runs to report on (see `autotune runs`)")
     store = RunStore(cache)
     runs = [store.get(rid) for rid in dict.fromkeys(run_ids)]
-    fleets = [r.id for r in runs if (r.summary or {}).get("fleet")]
-    if fleets:  # one sequence over many modules: its figures are per member, not one row
-        raise BadInput(f"run '{fleets[0]}' is a fleet run: its per-module figures are in its summary (`run --json`, "
-                       f"`--out`); `autotune explain {fleets[0]} --module NAME` explains one member")
     objectives_used = sorted({r.objective for r in runs})
     if len(objectives_used) > 1:
         raise BadInput(f"runs with different objectives ({', '.join(objectives_used)}) cannot share one report")
