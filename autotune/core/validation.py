@@ -558,92 +558,114 @@ def establish(pipeline, original, tuned, seed: int = 0, identical: bool = False,
     ``finals``: ``(XLA's default final module, the tuned final module)`` when the caller has them
     (else they are computed here).
     """
-    from autotune.core.limits import duration
-
     say = progress or (lambda line: None)
     if identical:
         return Validation(IDENTICAL, "after XLA's default pipeline it is the same module as XLA's default result")
     seed = int(seed)
-    # 1. stand-ins for custom calls the host cannot run
-    n_orig = n_tuned = 0
-    stand_in_error = None
-    orig_run, tuned_run = original, tuned
-    try:
-        orig_run, n_orig, targets = _stand_in(pipeline, original)
-        tuned_run, n_tuned, _ = _stand_in(pipeline, tuned, targets)
-    except PassFailed as exc:
-        stand_in_error = str(exc)
-        orig_run, tuned_run, n_orig, n_tuned = original, tuned, 0, 0
-
-    def stand_note() -> str:
-        if stand_in_error:
-            return f"; {stand_in_error}"
-        if not n_tuned and not n_orig:
-            return ""
-        note = f"{n_tuned} custom call(s) replaced by host stand-ins"
-        return "; " + note + (f" ({n_orig} in the original)" if n_orig != n_tuned else "")
-
-    # 2. may both run whole here? (memory, estimated time)
-    say("estimating execution time")
+    runs = _stand_ins_for(pipeline, original, tuned)  # 1. host stand-ins for custom calls
+    say("estimating execution time")  # 2. may both run whole here? (memory, estimated time)
     try:
         specs = pipeline.parameter_specs(original)
-        plan = execution_plan(pipeline, orig_run, tuned_run, specs, bound_seconds)
+        plan = execution_plan(pipeline, runs.original, runs.tuned, specs, bound_seconds)
     except BadInput as exc:
         from autotune.core.limits import validate_seconds
 
         specs, plan = None, ExecutionPlan(False, str(exc), None, validate_seconds(bound_seconds))
+    verdict, plan, original_error = _run_whole(pipeline, runs, specs, plan, seed, say)
+    if verdict is not None:
+        return verdict
+    if original_error is None:  # 3. declined: the changed regions (``executed-region``), else ``compiled``
+        verdict, original_error = _when_declined(pipeline, original, tuned, runs, plan, seed, finals, say)
+        if verdict is not None:
+            return verdict
+    return Validation(UNVERIFIED, f"the original does not compile and run on this host: {original_error}"
+                                  f"{runs.note()}", runs.n_tuned)
+
+
+@dataclass(frozen=True)
+class _Runs:
+    """The two modules as they are executed: with host stand-ins for custom calls the host cannot
+    run (identically in both), how many were replaced, or why none could be built."""
+
+    original: object
+    tuned: object
+    n_orig: int = 0
+    n_tuned: int = 0
+    error: str | None = None
+
+    def note(self) -> str:
+        if self.error:
+            return f"; {self.error}"
+        if not self.n_tuned and not self.n_orig:
+            return ""
+        note = f"{self.n_tuned} custom call(s) replaced by host stand-ins"
+        return "; " + note + (f" ({self.n_orig} in the original)" if self.n_orig != self.n_tuned else "")
+
+
+def _stand_ins_for(pipeline, original, tuned) -> _Runs:
+    try:
+        orig_run, n_orig, targets = _stand_in(pipeline, original)
+        tuned_run, n_tuned, _ = _stand_in(pipeline, tuned, targets)
+    except PassFailed as exc:
+        return _Runs(original, tuned, error=str(exc))
+    return _Runs(orig_run, tuned_run, n_orig, n_tuned)
+
+
+def _run_whole(pipeline, runs: _Runs, specs, plan: ExecutionPlan, seed: int, say):
+    """Execute both modules whole if ``plan`` fits: ``(verdict or None, plan, original's error)``;
+    the plan comes back declined when a run did not fit or overran its bound after all."""
+    from autotune.core.limits import duration
+
+    if not plan.fits:
+        return None, plan, None
     bound = plan.bound_seconds
     est = f" (estimated {duration(plan.estimate_seconds)}, bound {duration(bound)})" \
         if plan.estimate_seconds is not None else ""
-    original_error = None
-    if plan.fits:
-        say(f"executing the original{est}")
-        try:
-            orig_outs, floats, int_high = _original_outputs_or_reason(pipeline, orig_run, seed, specs, bound)
-        except _CannotRun as exc:
-            plan = plan.declined(str(exc))
-        except _OriginalFails as exc:
-            original_error = str(exc)
-        except _Overran:
-            plan = plan.declined(_overran(plan, "the original's"))
-    if plan.fits and original_error is None:
-        say(f"executing the tuned module{est}")
-        try:
-            report = _compare_tuned(pipeline, tuned_run, specs, orig_outs, seed, floats, int_high, bound,
-                                    orig_run)
-        except BadInput:  # the tuned module needs more memory than the original did
-            plan = plan.declined("the tuned module's run does not fit the execution limit")
-        except _Overran:
-            plan = plan.declined(_overran(plan, "the tuned module's"))
-        else:
-            if not report.ok:
-                return Validation(INVALID, report.reason, n_tuned, report)
-            level = EXECUTED_WITH_STAND_INS if n_tuned or n_orig else EXECUTED
-            note = stand_note().lstrip("; ") or None
-            return Validation(level, note, n_tuned, report)
-    # 3. whole execution declined (``plan.reason`` starts with ``DECLINED``): if the tuned module
-    #    compiles, execute only the changed regions (``executed-region``), else ``compiled``.
-    if original_error is None:
-        say("compiling the tuned module with XLA's full pipeline")
-        try:
-            pipeline.compiles(tuned_run)
-        except PassFailed as exc:
-            tuned_error = str(exc)
-        else:
-            say("executing only the changed regions")
-            region = establish_region(pipeline, original, tuned, seed, plan.why, finals)
-            if isinstance(region, Validation):
-                return region
-            return Validation(COMPILED, f"{plan.reason}{stand_note()}{region}", n_tuned)
-        try:
-            pipeline.compiles(orig_run)
-        except PassFailed as exc:
-            original_error = str(exc)
-        else:
-            return Validation(INVALID, f"the tuned module fails XLA's full pipeline (the original passes it): "
-                                       f"{tuned_error}", n_tuned)
-    return Validation(UNVERIFIED, f"the original does not compile and run on this host: {original_error}"
-                                  f"{stand_note()}", n_tuned)
+    say(f"executing the original{est}")
+    try:
+        orig_outs, floats, int_high = _original_outputs_or_reason(pipeline, runs.original, seed, specs, bound)
+    except _CannotRun as exc:
+        return None, plan.declined(str(exc)), None
+    except _OriginalFails as exc:
+        return None, plan, str(exc)
+    except _Overran:
+        return None, plan.declined(_overran(plan, "the original's")), None
+    say(f"executing the tuned module{est}")
+    try:
+        report = _compare_tuned(pipeline, runs.tuned, specs, orig_outs, seed, floats, int_high, bound,
+                                original=runs.original)
+    except BadInput:  # the tuned module needs more memory than the original did
+        return None, plan.declined("the tuned module's run does not fit the execution limit"), None
+    except _Overran:
+        return None, plan.declined(_overran(plan, "the tuned module's")), None
+    if not report.ok:
+        return Validation(INVALID, report.reason, runs.n_tuned, report), plan, None
+    level = EXECUTED_WITH_STAND_INS if runs.n_tuned or runs.n_orig else EXECUTED
+    return Validation(level, runs.note().lstrip("; ") or None, runs.n_tuned, report), plan, None
+
+
+def _when_declined(pipeline, original, tuned, runs: _Runs, plan: ExecutionPlan, seed: int, finals, say):
+    """Whole execution declined (``plan.reason`` starts with ``DECLINED``): ``(verdict, None)`` —
+    ``executed-region`` or ``invalid`` from the changed regions, ``compiled``, or ``invalid`` when
+    only the tuned module fails the full compile — or ``(None, error)`` when the original does not
+    compile here either."""
+    say("compiling the tuned module with XLA's full pipeline")
+    try:
+        pipeline.compiles(runs.tuned)
+    except PassFailed as exc:
+        tuned_error = str(exc)
+    else:
+        say("executing only the changed regions")
+        region = establish_region(pipeline, original, tuned, seed, plan.why, finals)
+        if isinstance(region, Validation):
+            return region, None
+        return Validation(COMPILED, f"{plan.reason}{runs.note()}{region}", runs.n_tuned), None
+    try:
+        pipeline.compiles(runs.original)
+    except PassFailed as exc:
+        return None, str(exc)
+    return Validation(INVALID, f"the tuned module fails XLA's full pipeline (the original passes it): "
+                               f"{tuned_error}", runs.n_tuned), None
 
 
 def _overran(plan: ExecutionPlan, whose: str) -> str:
@@ -719,25 +741,11 @@ def establish_region(pipeline, original, tuned, seed: int, why_not: str, finals=
         whole = None
     outputs, stand_ins, n_inputs, described, nonfinite, elements = [], 0, 0, None, 0, 0
     for r in cut.regions:
-        # Both sides in one module (``r.both``): the inputs are drawn once, compiled and run once.
-        both_module, tuned_module = r.modules()
-        both, _, _ = _stand_in_or_same(pipeline, both_module)
-        _, n_t, _ = _stand_in_or_same(pipeline, tuned_module)
+        ran = _run_region(pipeline, r, seed)
+        if not isinstance(ran, tuple):
+            return ran  # an ``invalid`` Validation, or the note saying why no region check was done
+        report, orig_outs, n_t = ran
         stand_ins += n_t
-        try:
-            specs = pipeline.parameter_specs(both)
-            outs, floats, int_high, empty = _region_outputs(pipeline, both, seed, specs)
-        except (BadInput, PassFailed) as exc:
-            return f"; no region check: {r.describe()} could not be run: {exc}"
-        half = len(outs) // 2
-        orig_outs = outs[:half]
-        report = compare(orig_outs, outs[half:], seed=seed, n_inputs=len(specs), inputs=_describe(floats, int_high))
-        if empty:  # NaN == NaN would pass whatever the tuned side computes: no evidence
-            return (f"; no region check: {r.describe()}: on random inputs at its boundary, output(s) "
-                    f"{', '.join(map(str, empty))} of XLA's default side are not finite anywhere")
-        if not report.ok:
-            return Validation(INVALID, f"{r.describe()} computes other values: {report.reason}\n{r.listing}",
-                              stand_ins, report)
         nonfinite += _nonfinite(orig_outs)
         elements += sum(int(x.size) for x in orig_outs)
         base = len(outputs)
@@ -756,6 +764,30 @@ def establish_region(pipeline, original, tuned, seed: int, why_not: str, finals=
                  if nonfinite else ""))
     return Validation(EXECUTED_REGION, reason, stand_ins,
                       ValidationReport(True, None, tuple(outputs), int(seed), n_inputs, described or _describe("normal", 4)))
+
+
+def _run_region(pipeline, r, seed: int):
+    """One region, both sides in one module (``r.modules()``: the inputs are drawn once, compiled and
+    run once): ``(report, default side's outputs, stand-ins)``, or an ``invalid`` Validation naming
+    the region, or a note (``"; no region check: ..."``) when it could not be run or proves nothing."""
+    both_module, tuned_module = r.modules()
+    both, _, _ = _stand_in_or_same(pipeline, both_module)
+    _, n_t, _ = _stand_in_or_same(pipeline, tuned_module)
+    try:
+        specs = pipeline.parameter_specs(both)
+        outs, floats, int_high, empty = _region_outputs(pipeline, both, seed, specs)
+    except (BadInput, PassFailed) as exc:
+        return f"; no region check: {r.describe()} could not be run: {exc}"
+    half = len(outs) // 2
+    orig_outs = outs[:half]
+    report = compare(orig_outs, outs[half:], seed=seed, n_inputs=len(specs), inputs=_describe(floats, int_high))
+    if empty:  # NaN == NaN would pass whatever the tuned side computes: no evidence
+        return (f"; no region check: {r.describe()}: on random inputs at its boundary, output(s) "
+                f"{', '.join(map(str, empty))} of XLA's default side are not finite anywhere")
+    if not report.ok:
+        return Validation(INVALID, f"{r.describe()} computes other values: {report.reason}\n{r.listing}",
+                          n_t, report)
+    return report, orig_outs, n_t
 
 
 def _region_outputs(pipeline, module, seed: int, specs):
