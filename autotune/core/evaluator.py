@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from collections import OrderedDict
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from autotune.core.backend import DEFAULT
 from autotune.core.cache import Cache, Transition
@@ -157,74 +157,73 @@ class Evaluator:
         go to whichever worker is free, so independent sequences compile in parallel.
         """
         t0 = time.perf_counter()
-        version = self.version
+        walk = _Walk([root for root, _ in items], [tuple(seq) for _, seq in items], self.pipeline.dispatcher())
         n = len(items)
-        roots = [root for root, _ in items]
-        seqs = [tuple(seq) for _, seq in items]
-        state = list(roots)
-        pos = [0] * n
-        compiled = [0] * n
-        cached = [0] * n
-        done: dict[int, Result] = {}
-        own: dict[int, tuple[str, str]] = {}  # a step this sequence itself just compiled
-        waiting: dict[tuple[str, str], list[int]] = {}
-        dispatcher = self.pipeline.dispatcher()
-
-        def advance(i: int) -> None:
-            seq = seqs[i]
-            while pos[i] < len(seq):
-                key = (state[i], seq[pos[i]])
-                t = self.cache.transition(version, *key)
-                if t is None or (t.status == "ok" and self.cache.state_metrics(version, t.dst) is None):
-                    break
-                if own.get(i) == key:
-                    own.pop(i)
-                else:
-                    cached[i] += 1
-                if t.status != "ok":
-                    done[i] = Result(roots[i], seq, t.status, None, None, pos[i], t.message, compiled[i], cached[i])
-                    return
-                state[i] = t.dst
-                pos[i] += 1
-            if pos[i] == len(seq):
-                done[i] = Result(roots[i], seq, "ok", state[i], self.metrics(state[i]), None, None, compiled[i], cached[i])
-                return
-            key = (state[i], seq[pos[i]])
-            if key in waiting:
-                waiting[key].append(i)
-                return
-            proto = self._state_proto(version, key[0])
-            if proto is None:
-                if key[0] == roots[i]:
-                    raise KeyError(f"the input module {key[0]} is no longer in the cache; load it again")
-                # Its bytes were corrupt or lost: forget how we got there and walk again from the root.
-                self.cache.forget_state(version, key[0])
-                state[i], pos[i] = roots[i], 0
-                advance(i)
-                return
-            waiting[key] = [i]
-            dispatcher.submit(key, self.pipeline.step_job(proto, key[0], [key[1]]))
-
         for i in range(n):
-            advance(i)
-        for key, item in dispatcher:
+            self._advance(walk, i)
+        for key, item in walk.dispatcher:
             if item is StopJob:
-                waiters = waiting.pop(key, [])
-                if self.cache.transition(version, *key) is None:  # the job ended without an answer
-                    self._store(key, PassFailed("worker returned no result", "crash"))
-                if waiters:
-                    compiled[waiters[0]] += 1
-                    own[waiters[0]] = key
-                for i in waiters:
-                    advance(i)
-                continue
-            self._store(key, item)
+                self._step_ended(walk, key)
+            else:
+                self._store(key, item)
         elapsed = time.perf_counter() - t0
         self.stats.sequences += n
-        self.stats.steps_cached += sum(cached)
-        self.cache.hits += sum(cached)
-        self.cache.misses += sum(compiled)
-        return [replace(done[i], seconds=elapsed) for i in range(n)]
+        self.stats.steps_cached += sum(walk.cached)
+        self.cache.hits += sum(walk.cached)
+        self.cache.misses += sum(walk.compiled)
+        return [replace(walk.done[i], seconds=elapsed) for i in range(n)]
+
+    def _advance(self, walk: "_Walk", i: int) -> None:
+        """Walk sequence ``i`` through cached transitions as far as it goes; then it is done (every
+        step cached, or one failed), waits on a step already being compiled, or submits its next step."""
+        version = self.version
+        seq, root = walk.seqs[i], walk.roots[i]
+        while walk.pos[i] < len(seq):
+            key = (walk.state[i], seq[walk.pos[i]])
+            t = self.cache.transition(version, *key)
+            if t is None or (t.status == "ok" and self.cache.state_metrics(version, t.dst) is None):
+                break
+            if walk.own.get(i) == key:
+                walk.own.pop(i)
+            else:
+                walk.cached[i] += 1
+            if t.status != "ok":
+                walk.done[i] = Result(root, seq, t.status, None, None, walk.pos[i], t.message, walk.compiled[i],
+                                      walk.cached[i])
+                return
+            walk.state[i] = t.dst
+            walk.pos[i] += 1
+        if walk.pos[i] == len(seq):
+            walk.done[i] = Result(root, seq, "ok", walk.state[i], self.metrics(walk.state[i]), None, None,
+                                  walk.compiled[i], walk.cached[i])
+            return
+        key = (walk.state[i], seq[walk.pos[i]])
+        if key in walk.waiting:
+            walk.waiting[key].append(i)
+            return
+        proto = self._state_proto(version, key[0])
+        if proto is None:
+            if key[0] == root:
+                raise KeyError(f"the input module {key[0]} is no longer in the cache; load it again")
+            # Its bytes were corrupt or lost: forget how we got there and walk again from the root.
+            self.cache.forget_state(version, key[0])
+            walk.state[i], walk.pos[i] = root, 0
+            self._advance(walk, i)
+            return
+        walk.waiting[key] = [i]
+        walk.dispatcher.submit(key, self.pipeline.step_job(proto, key[0], [key[1]]))
+
+    def _step_ended(self, walk: "_Walk", key: tuple[str, str]) -> None:
+        """A step's job ended: the first sequence waiting on it counts it as compiled, and every
+        sequence waiting on it walks on (a job that ended without an answer is stored as a crash)."""
+        waiters = walk.waiting.pop(key, [])
+        if self.cache.transition(self.version, *key) is None:  # the job ended without an answer
+            self._store(key, PassFailed("worker returned no result", "crash"))
+        if waiters:
+            walk.compiled[waiters[0]] += 1
+            walk.own[waiters[0]] = key
+        for i in waiters:
+            self._advance(walk, i)
 
     def _store(self, key: tuple[str, str], item) -> None:
         """Record one step's outcome (a StepOut or a PassFailed) as a transition and a state."""
@@ -243,3 +242,28 @@ class Evaluator:
             self.cache.put_transition(version, Transition(src, action, None, "error", item.message, item.seconds))
         self.stats.steps_compiled += 1
         self.stats.compile_seconds += getattr(item, "seconds", 0.0)
+
+
+@dataclass
+class _Walk:
+    """Where each sequence of one ``evaluate_pairs`` batch stands (mutable, lives for one call).
+
+    ``own`` marks a step a sequence itself just compiled (counted as compiled, not cached, when it
+    walks over it); ``waiting`` maps a step being compiled to the sequences waiting on it.
+    """
+
+    roots: list[str]
+    seqs: list[tuple[str, ...]]
+    dispatcher: object
+    state: list[str] = field(init=False)
+    pos: list[int] = field(init=False)
+    compiled: list[int] = field(init=False)
+    cached: list[int] = field(init=False)
+    done: dict[int, Result] = field(default_factory=dict)
+    own: dict[int, tuple[str, str]] = field(default_factory=dict)
+    waiting: dict[tuple[str, str], list[int]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        n = len(self.roots)
+        self.state = list(self.roots)
+        self.pos, self.compiled, self.cached = [0] * n, [0] * n, [0] * n

@@ -208,10 +208,6 @@ class CheckResult:
 def check(evaluator, module, record: TuningRecord, max_regression: float = 0.0, validate: bool = True,
           seed: int = 0) -> CheckResult:
     """Re-apply ``record`` to ``module`` with the installed XLA and say whether it still holds."""
-    from autotune.core import objectives
-    from autotune.core.tuner import validity_of
-
-    reasons: list[str] = []
     root = evaluator.prepare(module)
     matched = root.fingerprint if root.fingerprint in record.applies_to else record.fingerprint
     base = dict(module=root.name, fingerprint=root.fingerprint, record_fingerprint=matched,
@@ -220,27 +216,52 @@ def check(evaluator, module, record: TuningRecord, max_regression: float = 0.0, 
                 max_regression=max_regression, pipeline_version=evaluator.version,
                 record_pipeline_version=record.pipeline_version,
                 recorded_validation=record.metrics_for(matched).get("validation") or record.validation)
+    result, refusal = _replay(evaluator, root, record)
+    if refusal:
+        return CheckResult(ok=False, reasons=(refusal,), cost=None, default_cost=None, regression=None, valid=None,
+                           **base)
+    reasons: list[str] = []
+    cost, default_cost, regression, claim = _judge_cost(evaluator, root, record, matched, result.state, base,
+                                                        max_regression, seed, reasons)
+    valid = level = level_reason = None
+    if validate:
+        valid, level, level_reason = _judge_validity(evaluator, root, result.state, base["recorded_validation"],
+                                                     seed, reasons)
+    return CheckResult(ok=not reasons, reasons=tuple(reasons), cost=cost, default_cost=default_cost,
+                       regression=regression, valid=valid, validation=level, validation_reason=level_reason, claim=claim,
+                       **base)
+
+
+def _replay(evaluator, root, record: TuningRecord):
+    """Apply the record's sequence to ``root``: (the result, None), or (None, why it cannot hold at all)
+    when the module changed, a pass is gone or the sequence now fails; those end the check at once."""
     if root.fingerprint not in record.applies_to:
-        return CheckResult(ok=False, reasons=("module changed: its fingerprint no longer matches the record",),
-                           cost=None, default_cost=None, regression=None, valid=None, **base)
+        return None, "module changed: its fingerprint no longer matches the record"
     unknown = [p for p in record.sequence if p not in evaluator.pipeline.passes()]
     if unknown:
-        return CheckResult(ok=False, reasons=(f"passes no longer offered by this XLA: {', '.join(unknown)}",),
-                           cost=None, default_cost=None, regression=None, valid=None, **base)
+        return None, f"passes no longer offered by this XLA: {', '.join(unknown)}"
     result = evaluator.evaluate(root, record.sequence)
     if not result.ok:
         step = record.sequence[result.failed_at]
-        return CheckResult(ok=False, reasons=(f"sequence fails at step {result.failed_at + 1} ({step}): {result.message}",),
-                           cost=None, default_cost=None, regression=None, valid=None, **base)
+        return None, f"sequence fails at step {result.failed_at + 1} ({step}): {result.message}"
+    return result, None
+
+
+def _judge_cost(evaluator, root, record: TuningRecord, matched: str, state: str, base: dict, max_regression: float,
+                seed: int, reasons: list[str]):
+    """The replayed state's (cost, default cost, regression, confirmation claim) under the record's
+    objective; each reason the record no longer holds on cost is appended to ``reasons``."""
+    from autotune.core import objectives
+
     obj = objectives.get(record.objective)
     default = evaluator.default(root)
     cost = default_cost = None
     if default.ok:
         ctx = objectives.ObjectiveContext(evaluator, root, default, seed)
         default_cost = obj.default_cost(ctx)
-        cost = obj.cost(result.state, ctx)
+        cost = obj.cost(state, ctx)
         if math.isnan(cost):
-            reasons.append(obj.failure(result.state, ctx))
+            reasons.append(obj.failure(state, ctx))
             cost = None
     else:
         reasons.append(f"XLA's default pipeline fails on the module: {default.message}")
@@ -250,7 +271,7 @@ def check(evaluator, module, record: TuningRecord, max_regression: float = 0.0, 
         # A measured objective's recorded cost is a time on another day (maybe another machine): it is
         # re-confirmed against XLA's default now, and a regression must be proven by the interval.
         # (-inf: confirm even when today's cheap sample happens not to look faster.)
-        claim_obj = obj.confirm(result.state, -math.inf, ctx)
+        claim_obj = obj.confirm(state, -math.inf, ctx)
         claim = claim_obj.to_dict()
         regression, reason = _interval_regression(record, record.metrics_for(matched), claim_obj, max_regression)
         if reason:
@@ -260,21 +281,23 @@ def check(evaluator, module, record: TuningRecord, max_regression: float = 0.0, 
         if regression > max_regression / 100.0 + 1e-12:
             reasons.append(f"{record.objective} regressed by {regression:+.2%} "
                            f"({base['recorded_cost']:g} -> {cost:g}; allowed {max_regression:g}%)")
-    valid = level = level_reason = None
-    if validate:
-        from autotune.core.validation import meets, verified
+    return cost, default_cost, regression, claim
 
-        report = validity_of(evaluator, root, result.state, seed)
-        level, level_reason = report.get("level"), report.get("reason")
-        valid = verified(level)
-        if not report.get("ok"):
-            reasons.append(f"validity check failed: {report.get('reason') or 'outputs differ'}")
-        elif base["recorded_validation"] and not meets(level, base["recorded_validation"]):
-            reasons.append(f"validation: the record says {base['recorded_validation']}, this machine re-established only "
-                           f"{level}" + (f" ({level_reason})" if level_reason else ""))
-    return CheckResult(ok=not reasons, reasons=tuple(reasons), cost=cost, default_cost=default_cost,
-                       regression=regression, valid=valid, validation=level, validation_reason=level_reason, claim=claim,
-                       **base)
+
+def _judge_validity(evaluator, root, state: str, recorded_validation, seed: int, reasons: list[str]):
+    """Re-establish the replayed state's validity here: (verified, level, level's reason); a failed
+    check or a level below the recorded one is appended to ``reasons``."""
+    from autotune.core.tuner import validity_of
+    from autotune.core.validation import meets, verified
+
+    report = validity_of(evaluator, root, state, seed)
+    level, level_reason = report.get("level"), report.get("reason")
+    if not report.get("ok"):
+        reasons.append(f"validity check failed: {report.get('reason') or 'outputs differ'}")
+    elif recorded_validation and not meets(level, recorded_validation):
+        reasons.append(f"validation: the record says {recorded_validation}, this machine re-established only "
+                       f"{level}" + (f" ({level_reason})" if level_reason else ""))
+    return verified(level), level, level_reason
 
 
 def _interval_regression(record: TuningRecord, metrics: dict, claim,

@@ -378,73 +378,91 @@ class Dispatcher:
         self.queue.append((key, job))
 
     def __iter__(self) -> Iterator[tuple[object, object]]:
-        pool = self.pool
         running = self.running
         try:
             while self.queue or running:
-                while self.queue and len(running) < pool.size:
-                    key, job = self.queue.pop(0)
-                    worker = pool._take()
-                    worker.conn.send((0, job.method, job.args))
-                    running[worker.conn.fileno()] = (worker, key, job, time.monotonic() + job.per_item_timeout)
-                    if self.on_start:
-                        self.on_start(key, worker.pid)
+                self._start_queued()
                 now = time.monotonic()
                 timeout = max(0.0, min(d for (_, _, _, d) in running.values()) - now)
                 ready = wait([w.conn for (w, _, _, _) in running.values()], timeout=timeout)
                 if not ready:
-                    for fd, (worker, key, job, deadline) in list(running.items()):
-                        if time.monotonic() >= deadline:
-                            del running[fd]
-                            pool.timeouts += 1
-                            pool._discard(worker)
-                            yield key, PassFailed(f"step exceeded its {job.per_item_timeout:g}s limit; worker killed", "timeout")
-                            yield key, StopJob
+                    yield from self._expire()
                     continue
                 for conn in ready:
-                    worker, key, job, _ = running[conn.fileno()]
-                    try:
-                        kind, payload = conn.recv()
-                    except (EOFError, OSError):
-                        del running[conn.fileno()]
-                        pool.crashes += 1
-                        try:
-                            worker.proc.wait(timeout=2)
-                        except subprocess.TimeoutExpired:
-                            pass
-                        detail = worker.stderr_tail()
-                        message = worker.describe_death()
-                        if message.startswith("worker exceeded its memory limit"):
-                            pool.memory_failures += 1
-                        elif detail:
-                            message += f": {detail}"
-                        pool._discard(worker)
-                        yield key, PassFailed(message, "crash")
-                        yield key, StopJob
-                        continue
-                    if kind == "item":
-                        running[conn.fileno()] = (worker, key, job, time.monotonic() + job.per_item_timeout)
-                        yield key, payload
-                    else:
-                        del running[conn.fileno()]
-                        if kind == "error" and worker.memory_limit and _MEMORY_SIGNS.search(str(payload[1])):
-                            # It hit its limit and said so: its heap may be left fragmented or half-freed,
-                            # so it is replaced rather than reused.
-                            pool.memory_failures += 1
-                            pool._discard(worker)
-                            yield key, PassFailed(memory_message(worker.memory_limit, str(payload[1])[:300]), "crash")
-                            yield key, StopJob
-                            continue
-                        pool._idle.append(worker)
-                        if kind == "error":
-                            yield key, rebuild_error(payload)
-                        yield key, StopJob
+                    yield from self._receive(conn)
         finally:
             # A consumer that stops early (or an interrupt) leaves workers mid-job: they cannot be
             # reused safely, so they are killed; the pool starts fresh ones when needed.
             for worker, _, _, _ in running.values():
-                pool._discard(worker)
+                self.pool._discard(worker)
             running.clear()
+
+    def _start_queued(self) -> None:
+        """Hand queued jobs to workers until every one of the pool's workers is busy."""
+        while self.queue and len(self.running) < self.pool.size:
+            key, job = self.queue.pop(0)
+            worker = self.pool._take()
+            worker.conn.send((0, job.method, job.args))
+            self.running[worker.conn.fileno()] = (worker, key, job, time.monotonic() + job.per_item_timeout)
+            if self.on_start:
+                self.on_start(key, worker.pid)
+
+    def _expire(self) -> Iterator[tuple[object, object]]:
+        """Kill every worker past its job's deadline; the job answers a timeout."""
+        for fd, (worker, key, job, deadline) in list(self.running.items()):
+            if time.monotonic() >= deadline:
+                del self.running[fd]
+                self.pool.timeouts += 1
+                self.pool._discard(worker)
+                yield key, PassFailed(f"step exceeded its {job.per_item_timeout:g}s limit; worker killed", "timeout")
+                yield key, StopJob
+
+    def _receive(self, conn) -> Iterator[tuple[object, object]]:
+        """One message from a ready worker: a streamed item (its deadline restarts), the job's end
+        (an answer or an error; the worker goes back to the pool) or the worker's death."""
+        pool = self.pool
+        worker, key, job, _ = self.running[conn.fileno()]
+        try:
+            kind, payload = conn.recv()
+        except (EOFError, OSError):
+            del self.running[conn.fileno()]
+            yield from self._died(worker, key)
+            return
+        if kind == "item":
+            self.running[conn.fileno()] = (worker, key, job, time.monotonic() + job.per_item_timeout)
+            yield key, payload
+            return
+        del self.running[conn.fileno()]
+        if kind == "error" and worker.memory_limit and _MEMORY_SIGNS.search(str(payload[1])):
+            # It hit its limit and said so: its heap may be left fragmented or half-freed,
+            # so it is replaced rather than reused.
+            pool.memory_failures += 1
+            pool._discard(worker)
+            yield key, PassFailed(memory_message(worker.memory_limit, str(payload[1])[:300]), "crash")
+            yield key, StopJob
+            return
+        pool._idle.append(worker)
+        if kind == "error":
+            yield key, rebuild_error(payload)
+        yield key, StopJob
+
+    def _died(self, worker: _Worker, key) -> Iterator[tuple[object, object]]:
+        """A worker's pipe closed mid-job: its job answers a crash, saying why the process died."""
+        pool = self.pool
+        pool.crashes += 1
+        try:
+            worker.proc.wait(timeout=2)
+        except subprocess.TimeoutExpired:
+            pass
+        detail = worker.stderr_tail()
+        message = worker.describe_death()
+        if message.startswith("worker exceeded its memory limit"):
+            pool.memory_failures += 1
+        elif detail:
+            message += f": {detail}"
+        pool._discard(worker)
+        yield key, PassFailed(message, "crash")
+        yield key, StopJob
 
 
 class _StopJob:

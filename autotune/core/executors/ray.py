@@ -371,31 +371,17 @@ class RayDispatcher:
     def __iter__(self) -> Iterator[tuple[object, object]]:
         import ray
 
-        pool = self.pool
         running, postmortem = self.running, self.postmortem
         starved_since = None
         try:
             while self.queue or running or postmortem:
-                while self.queue:
-                    actor = pool._take()
-                    if actor is None:
-                        break
-                    key, job, attempt = self.queue.popleft()
-                    ref = actor.handle.run.remote(job.method, job.args)
-                    running[ref] = (actor, key, job, time.monotonic() + _limit(job), attempt)
-                    if self.on_start:
-                        self.on_start(key, actor.pid)
-                warming = pool.warming() if self.queue else {}
+                self._start_queued()
+                warming = self.pool.warming() if self.queue else {}
                 waits = list(running) + list(postmortem) + list(warming)
                 if not waits:
-                    # Every live actor is busy in another driver thread's dispatcher (``compare``
-                    # keeps several runs in flight on one pool): wait for one to come back, for as
-                    # long as an actor may take to start; only then is the cluster lost.
                     starved_since = starved_since or time.monotonic()
-                    if pool.busy_elsewhere() and time.monotonic() - starved_since < pool.start_timeout:
-                        time.sleep(0.005)
-                        continue
-                    raise ExecutorLost("no Ray worker could be started (is the cluster still up?)")
+                    self._wait_while_starved(starved_since)
+                    continue
                 starved_since = None
                 deadlines = ([d for (_, _, _, d, _) in running.values()] + [e[5] for e in postmortem.values()]
                              + [d for (_, d) in warming.values()])
@@ -409,35 +395,69 @@ class RayDispatcher:
                     elif ref in postmortem:
                         yield from self._postmortem(ref)
                     else:
-                        pool._warmed(ref)
-                now = time.monotonic()
-                for ref, (actor, key, job, deadline, _) in list(running.items()):
-                    if now >= deadline:
-                        del running[ref]
-                        pool.timeouts += 1
-                        try:
-                            ray.kill(actor.handle, no_restart=False)  # Ray restarts it
-                        except Exception:  # noqa: BLE001 - already gone: the hello below finds out
-                            pass
-                        pool._warm(actor)
-                        yield key, PassFailed(f"step exceeded its {_limit(job):g}s limit; worker killed", "timeout")
-                        yield key, StopJob
-                for ref, entry in list(postmortem.items()):
-                    if now >= entry[5]:
-                        raise ExecutorLost(f"a Ray worker died and was not restarted within "
-                                           f"{pool.start_timeout:.0f}s ({entry[4]})")
-                pool._expire_warming()
+                        self.pool._warmed(ref)
+                yield from self._expire(time.monotonic())
         finally:
-            # A consumer that stops early (or an interrupt) leaves actors mid-job: restart them, so a
-            # stale result can never answer a later job.
-            for actor, *_ in list(running.values()) + [(e[0],) for e in postmortem.values()]:
+            self._abandon()
+
+    def _start_queued(self) -> None:
+        """Hand queued jobs to idle actors, as many as there are idle actors."""
+        while self.queue:
+            actor = self.pool._take()
+            if actor is None:
+                break
+            key, job, attempt = self.queue.popleft()
+            ref = actor.handle.run.remote(job.method, job.args)
+            self.running[ref] = (actor, key, job, time.monotonic() + _limit(job), attempt)
+            if self.on_start:
+                self.on_start(key, actor.pid)
+
+    def _wait_while_starved(self, starved_since: float) -> None:
+        """Nothing to wait on: every live actor is busy in another driver thread's dispatcher
+        (``compare`` keeps several runs in flight on one pool). Pause briefly for one to come back, for
+        as long as an actor may take to start; only then is the cluster lost."""
+        pool = self.pool
+        if pool.busy_elsewhere() and time.monotonic() - starved_since < pool.start_timeout:
+            time.sleep(0.005)
+            return
+        raise ExecutorLost("no Ray worker could be started (is the cluster still up?)")
+
+    def _expire(self, now: float) -> Iterator[tuple[object, object]]:
+        """Past their deadlines: a running job's actor is killed (Ray restarts it) and the job answers
+        a timeout; a dead actor not restarted in time loses the cluster; late starters are dropped."""
+        import ray
+
+        pool = self.pool
+        for ref, (actor, key, job, deadline, _) in list(self.running.items()):
+            if now >= deadline:
+                del self.running[ref]
+                pool.timeouts += 1
                 try:
-                    ray.kill(actor.handle, no_restart=False)
-                except Exception:  # noqa: BLE001
+                    ray.kill(actor.handle, no_restart=False)  # Ray restarts it
+                except Exception:  # noqa: BLE001 - already gone: the hello below finds out
                     pass
                 pool._warm(actor)
-            running.clear()
-            postmortem.clear()
+                yield key, PassFailed(f"step exceeded its {_limit(job):g}s limit; worker killed", "timeout")
+                yield key, StopJob
+        for ref, entry in list(self.postmortem.items()):
+            if now >= entry[5]:
+                raise ExecutorLost(f"a Ray worker died and was not restarted within "
+                                   f"{pool.start_timeout:.0f}s ({entry[4]})")
+        pool._expire_warming()
+
+    def _abandon(self) -> None:
+        """A consumer that stops early (or an interrupt) leaves actors mid-job: restart them, so a
+        stale result can never answer a later job."""
+        import ray
+
+        for actor, *_ in list(self.running.values()) + [(e[0],) for e in self.postmortem.values()]:
+            try:
+                ray.kill(actor.handle, no_restart=False)
+            except Exception:  # noqa: BLE001
+                pass
+            self.pool._warm(actor)
+        self.running.clear()
+        self.postmortem.clear()
 
     def _finished(self, ref) -> Iterator[tuple[object, object]]:
         import ray
