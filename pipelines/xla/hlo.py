@@ -398,12 +398,12 @@ def opcode_vocabulary() -> tuple[str, ...]:
 
 
 # ---- instructions for a structural diff (``Backend.instructions``, ``autotune explain``) -----------------
-_NAME = re.compile(r"%([\w.\-]+)")
+NAME_PATTERN = re.compile(r"%([\w.\-]+)")  # an instruction or computation name
 #: A shape's layout (``f32[4,8]{1,0}``): ignored when pairing "the same instruction, other inputs".
-_LAYOUT = re.compile(r"\]\{[^{}]*\}")
+LAYOUT_PATTERN = re.compile(r"\]\{[^{}]*\}")
 
 
-def _strip_attr(text: str, attr: str) -> str:
+def strip_attr(text: str, attr: str) -> str:
     """``text`` without ``, attr={...}`` (brace- and quote-aware: metadata holds arbitrary strings)."""
     key = f", {attr}="
     while True:
@@ -437,7 +437,7 @@ def _strip_attr(text: str, attr: str) -> str:
 
 def _clean(text: str) -> str:
     """An instruction's text without its metadata (source locations differ between equal programs)."""
-    text = _strip_attr(text, "metadata")
+    text = strip_attr(text, "metadata")
     return text.strip()
 
 
@@ -462,10 +462,10 @@ def instructions(module) -> list:
             raw = inst.to_string()
             line = _clean(raw)
             body = line.split(" = ", 1)[1] if " = " in line else line
-            called = tuple(n for n in _NAME.findall(body) if n in comp_names and n not in names)
+            called = tuple(n for n in NAME_PATTERN.findall(body) if n in comp_names and n not in names)
             # Literals (parameter(3), constant values, dimensions) stay; names become placeholders.
-            sig = _NAME.sub(lambda m: "%" + ("C" if m.group(1) in comp_names and m.group(1) not in names else "?"), body)
-            out.append(Instruction(comp.name, inst.name, opcode_name(inst), line, sig, _LAYOUT.sub("]", sig),
+            sig = NAME_PATTERN.sub(lambda m: "%" + ("C" if m.group(1) in comp_names and m.group(1) not in names else "?"), body)
+            out.append(Instruction(comp.name, inst.name, opcode_name(inst), line, sig, LAYOUT_PATTERN.sub("]", sig),
                                    tuple(o.name for o in inst.operands()), called,
                                    roots.get(comp.name) == inst.name))
     return out

@@ -23,9 +23,9 @@ from autotune.pipelines.xla import hlo
 #: An instruction's HLO text is cut at this many characters in listings (large constants).
 TEXT_CAP = 300
 
-_NAME = re.compile(r"%([\w.\-]+)")
+_NAME = hlo.NAME_PATTERN
 #: A shape's layout (``f32[4,8]{1,0}``): ignored when pairing "the same instruction, other inputs".
-_LAYOUT = re.compile(r"\]\{[^{}]*\}")
+_LAYOUT = hlo.LAYOUT_PATTERN
 
 
 @dataclass(frozen=True)
@@ -70,41 +70,9 @@ class Table:
     computations: tuple  # names, in module order (the entry computation last)
 
 
-def strip_attr(text: str, attr: str) -> str:
-    """``text`` without ``, attr={...}`` (brace- and quote-aware: metadata holds arbitrary strings)."""
-    key = f", {attr}="
-    while True:
-        i = text.find(key)
-        if i < 0:
-            return text
-        j = i + len(key)
-        if j < len(text) and text[j] == "{":
-            depth, quoted, k = 0, False, j
-            while k < len(text):
-                ch = text[k]
-                if quoted:
-                    if ch == "\\":
-                        k += 1
-                    elif ch == '"':
-                        quoted = False
-                elif ch == '"':
-                    quoted = True
-                elif ch == "{":
-                    depth += 1
-                elif ch == "}":
-                    depth -= 1
-                    if depth == 0:
-                        break
-                k += 1
-            text = text[:i] + text[k + 1:]
-        else:  # attr=value without braces: up to the next ", "
-            k = text.find(", ", j)
-            text = text[:i] + ("" if k < 0 else text[k:])
-
-
 def clean(text: str) -> str:
     """An instruction's text without its metadata."""
-    return strip_attr(text, "metadata").strip()
+    return hlo.strip_attr(text, "metadata").strip()
 
 
 def digest(parts: list[str]) -> str:

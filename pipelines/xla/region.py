@@ -626,7 +626,7 @@ def _side_body(side: _Side, keys: list, params: list, types: dict, outputs: list
         operands, tail = standins.split_operands(rest)
         if len(operands) != len(resolved):
             raise CannotCut(f"cannot read the operands of {k[1]}")
-        tail = matching.strip_attr(tail, "control-predecessors")
+        tail = hlo.strip_attr(tail, "control-predecessors")
         body.append(f"  %{prefix}.{n} = {type_str} {opcode}({', '.join(ref(o) for o in resolved)}){tail}")
     out_refs = [ref(k) for k in outputs]
     out_types = [side.type_of(k) if k in keyset else types[side.hashes[k]] for k in outputs]
