@@ -3,7 +3,7 @@
 
     python bench/fleet.py [--budget 114] [--suite-budget 57] [--db PATH]
 
-1. **Real fleet**: every module of ``/work/shared/real-hlo`` (8 third-party models, three of them LLM
+1. **Real fleet**: every module of ``../shared/real-hlo`` (8 third-party models, three of them LLM
    steps too large to execute here), ``greedy`` searching ONE sequence with a budget of ``--budget``
    fleet evaluations (each = the sequence on all 8 modules), against ``greedy`` on each module alone
    with the same budget per module: equal total work (fleet evaluations x modules = runs x budget).
@@ -38,7 +38,7 @@ from autotune.core.module import load  # noqa: E402
 from autotune.core.tuner import tune  # noqa: E402
 from autotune.reporting.explain import explain  # noqa: E402
 
-REAL = Path("/work/shared/real-hlo")
+REAL = ROOT.parent / "shared" / "real-hlo"  # ../shared/real-hlo beside the checkout
 DLRM = ROOT / "tests/data/real/xla_dlrm_train_step.hlo"
 DLRM_WIN = ("call-inliner", "algsimp", "reshape-mover")
 #: (family, index into that family's suite entries): small, varied modules of the generated suite.
@@ -113,15 +113,16 @@ def markdown(data: dict) -> str:
              "runs the same strategy on each module alone with the same budget per module, so both spend the same "
              "number of module evaluations. Final-ops: instructions after the sequence followed by XLA's default "
              "pipeline. Validation: the level each result reached (`identical`: the same final module as XLA's default; "
-             "`executed`: full compile and the same outputs on random inputs; `compiled`: full compile only, the inputs "
-             "do not fit this machine), see `docs/validation-levels.md`.", ""]
+             "`executed`: full compile and the same outputs on random inputs; `executed-region`: the inputs do not fit "
+             "this machine, the regions where the tuned final module differs from XLA's default one were executed; "
+             "`compiled`: full compile only), see `docs/validation-levels.md`.", ""]
     for part in data["parts"]:
         seq = ",".join(part["fleet_sequence"]) or "(none: XLA's default)"
         lines += [f"## {part['label']}", "",
                   f"{part['modules']} modules, `greedy`, budget {part['budget']} (fleet: fleet evaluations; per module: "
                   f"evaluations per module), max length {part['max_length']}. Fleet sequence: `{seq}` "
                   f"(mean change {part['fleet_cost'] - 1:+.3%}"
-                  + (f"; found as `{','.join(part['fleet_found'])}`, shortened by ddmin" if part["fleet_found"] else "")
+                  + (f"; found as `{','.join(part['fleet_found'])}`, shortened by pruning (the run loop's backward sweep)" if part["fleet_found"] else "")
                   + "); modules made worse than their default: "
                   f"{', '.join(part['fleet_regressions']) or 'none'} ({part['fleet_disqualified']} of the "
                   f"{part['fleet_evaluations']} sequences tried were disqualified for making some module worse, "
@@ -178,7 +179,7 @@ def main(argv=None) -> int:
         e = explain(ev, ev.prepare(load(DLRM)), DLRM_WIN, model_path="tests/data/real/xla_dlrm_train_step.hlo")
         (out / "explain_dlrm.md").write_text(e.to_markdown())
         parts = [compare(ev, sorted(REAL.glob("*.hlo")), args.budget, args.max_length,
-                         "Real third-party modules (/work/shared/real-hlo)")]
+                         "Real third-party modules (../shared/real-hlo)")]
         log("suite sample: lowering 6 modules")
         parts.append(compare(ev, suite_sample(suite_dir), args.suite_budget, args.max_length,
                              "Suite sample (6 generated modules)"))
