@@ -303,12 +303,8 @@ def _original_outputs(pipeline, original, seed: int, specs, bound: float | None 
     if hit is not None and hit[3] == original.proto:
         _ORIGINAL_CACHE.move_to_end(key)
         return hit[0], hit[1], hit[2]
-    has_float = any(_category(s.dtype) in ("float", "complex") for s in specs)
-    has_int = any(_category(s.dtype) == "int" for s in specs)
     best = None
-    for floats, int_high in INPUT_LADDER:
-        if (floats != "normal" and not has_float) or (int_high != INPUT_LADDER[0][1] and not has_int):
-            continue
+    for floats, int_high in _rungs(specs):
         started = time.perf_counter()
         try:
             outs = _execute(pipeline, original, seed, floats, int_high, bound)
@@ -790,18 +786,23 @@ def _run_region(pipeline, r, seed: int):
     return report, orig_outs, n_t
 
 
+def _rungs(specs):
+    """The rungs of ``INPUT_LADDER`` that differ for these inputs: another float distribution only
+    when some input is a float, another integer range only when some input is an integer."""
+    has_float = any(_category(s.dtype) in ("float", "complex") for s in specs)
+    has_int = any(_category(s.dtype) == "int" for s in specs)
+    return [(floats, int_high) for floats, int_high in INPUT_LADDER
+            if (floats == "normal" or has_float) and (int_high == INPUT_LADDER[0][1] or has_int)]
+
+
 def _region_outputs(pipeline, module, seed: int, specs):
     """Both sides of a region (``module`` returns the default's outputs, then the tuned one's) on
     the input ladder, stopping at the first distribution where every output of the default side
     has finite values (whole execution wants *no* non-finite value, but a region's random weights
     rarely allow that, and each rung draws its inputs again: gigabytes for an LLM layer).
     Returns ``(outputs, floats, int_high, default-side outputs with no finite value)``."""
-    has_float = any(_category(s.dtype) in ("float", "complex") for s in specs)
-    has_int = any(_category(s.dtype) == "int" for s in specs)
     best = None
-    for floats, int_high in INPUT_LADDER:
-        if (floats != "normal" and not has_float) or (int_high != INPUT_LADDER[0][1] and not has_int):
-            continue
+    for floats, int_high in _rungs(specs):
         outs = pipeline.execute(module, seed=seed, floats=floats, int_high=int_high)
         empty = [i for i, x in enumerate(outs[:len(outs) // 2]) if x.size and _nonfinite([x]) == x.size]
         if best is None or len(empty) < len(best[3]):
