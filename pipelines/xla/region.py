@@ -201,20 +201,10 @@ class _Side:
                     if key[0] == comp and e[key].opcode == "parameter":
                         self.plumbing.add(key)
                         for u in self.users.get(key, ()):
-                            i = int(_INDEX.search(e[u].sig).group(1))
-                            self.plumbing.add(u)
-                            if i in loop.invariant:
-                                self.alias[u] = e[loop.init].operands[i]
-                            else:
-                                self.label_of[u] = (wkey, i)
+                            self._element(u, wkey, loop)
             for u in self.users.get(wkey, ()):
                 if e[u].opcode == "get-tuple-element":
-                    i = int(_INDEX.search(e[u].sig).group(1))
-                    self.plumbing.add(u)
-                    if i in loop.invariant:
-                        self.alias[u] = e[loop.init].operands[i]
-                    else:
-                        self.label_of[u] = (wkey, i)
+                    self._element(u, wkey, loop)
         root = self.table.roots[self.entry]
         if e[root].opcode == "tuple":
             self.plumbing.add(root)
@@ -250,6 +240,17 @@ class _Side:
             if not refined:
                 break
         self.values = {self.hashes[k] for k in self.table.order if k[0] in self.value_comps}
+
+    def _element(self, u, wkey, loop) -> None:
+        """``u`` reads element i of loop ``wkey``'s state (inside its body/cond or after it): plumbing,
+        and either the loop-invariant value that enters the loop or the loop's labelled element i."""
+        e = self.table.entries
+        i = int(_INDEX.search(e[u].sig).group(1))
+        self.plumbing.add(u)
+        if i in loop.invariant:
+            self.alias[u] = e[loop.init].operands[i]
+        else:
+            self.label_of[u] = (wkey, i)
 
     def _loop(self, key, calls) -> _Loop | None:
         """The loop at ``key`` if it can be looked through: its own body and condition, a tuple as its
