@@ -247,7 +247,8 @@ def write(main, ops_comp, data: dict, results: Path, log=print) -> None:
              f"training graphs and **{pct(PAPER['mixed'])}** on a GPT-2/BERT/ResNet mix (geometric mean over modules "
              "of tuned reduction / default reduction; raw instruction count right after the sequence; PPO with "
              "potential-based reward shaping best)."),
-        Heading("Where we stand", 2),
+        *llm_section(results),
+        Heading("Where we stand (the whole suite, this protocol)", 2),
         Bullets(tuple(standing(main, ops_comp))),
         Heading("Other reports in this directory", 2),
         Bullets((
@@ -311,6 +312,59 @@ def write(main, ops_comp, data: dict, results: Path, log=print) -> None:
     log(f"wrote {files.markdown}, {files.html} and {results / 'paper' / 'paper.json'}")
 
 
+# ---- the LLM family section (generated from the learning and headroom benches' JSON) -----------------------
+def llm_section(results: Path) -> list:
+    """The LLM family's headroom and zero-shot policy, rendered from results/llm_headroom.json and
+    results/learning.json, so that re-running this protocol never drops what those benches measured.
+
+    Empty when either file is missing (a results directory without the LLM benches).
+    """
+    from autotune.reporting.report import Bullets, Heading, Para, Table
+
+    try:
+        head = json.loads((results / "llm_headroom.json").read_text())
+        learn = json.loads((results / "learning.json").read_text())
+    except (OSError, ValueError):
+        return []
+    hs, groups, p, tr = head["summary"], learn["summary"]["groups"], learn["params"], learn["train"]
+    firsts = ", ".join(f"`{name}` ({n})" for name, n in head["first_passes"][:4])
+    fixed = ",".join(learn["fleet"]["sequence"]) or "-"
+    scale = "--quick run" if learn.get("quick") else "full run"
+
+    def cell(g: dict, method: str) -> str:
+        m = g[method]
+        return f"{m['mean_fraction']:.0%} ({m['pooled_fraction']:.0%}), {m['mean_steps']:.1f} steps"
+
+    labels = {"test": "test split", "shared": "shared LLM steps", "all": "all"}
+    rows = tuple((f"{labels.get(k, k)} ({g['modules']})", cell(g, "policy"), cell(g, "fixed"),
+                  cell(g, "random@steps"), cell(g, "search")) for k, g in groups.items())
+    return [
+        Heading("The LLM family: where ordering pays, and a policy that learned it", 2),
+        Para("The GPT-2/BERT/ResNet families have no headroom (every sequence of up to three passes ends at the "
+             "default's count; [`exhaustive.md`](exhaustive.md)), so nothing can be learned from them. The `llm` "
+             "family (decode, prefill and train steps written the way LLM stacks write them: layers under "
+             "`lax.scan`, KV caches updated by `dynamic_update_slice` or scatter, GQA/MQA, rotary positions, MoE "
+             "routing) has:"),
+        Bullets((
+            f"**Headroom**: {hs['with_headroom']} of {hs['modules']} sampled modules "
+            f"({hs['fraction_with_headroom']:.0%}) beat XLA's default on final-ops at {head['strategy']} budget "
+            f"{head['budget']} (median gain of the wins {hs['median_gain_pct_of_wins']:.2f}%); first passes of the "
+            f"wins: {firsts} ([`llm_headroom.md`](llm_headroom.md); `{head['command']}`).",
+            f"**Zero-shot policy** ([`learning.md`](learning.md); `{learn['command']}`, which also retrains the "
+            f"shipped `autotune/policies/llm.zip`): trained on {p['train_modules']} modules of the train split "
+            f"({tr.get('timesteps', '?')} PPO steps after an imitation start; {tr['wall_seconds'] / 60:.1f} min), "
+            f"rolled out ONCE, deterministically, with no search, on {groups['test']['modules']} test-split modules "
+            "(model configurations never seen in training) and on the three LLM steps of `../shared/real-hlo` "
+            "(never trained on). Fraction of the ceiling's gain recovered (ceiling: per-module random search at "
+            f"budget {p['search_budget']} in this {scale}), mean over modules (pooled in brackets), and compiled "
+            "steps per module:",
+        )),
+        Table(("modules", "policy (one roll-out)", f"fixed sequence `{fixed}` (fleet, train split)",
+               "random, same steps", "search (ceiling)"), rows),
+        Para(f"**Verdict** ({learn['command']}): {learn['verdict']}"),
+    ]
+
+
 def _families(entries) -> str:
     counts: dict[str, int] = {}
     for e in entries:
@@ -340,6 +394,13 @@ def standing(main, ops_comp) -> list[str]:
             + (", chose STOP at once on every module: 0 evaluations" if x.evaluations == 0 else "") + ")"
             for x in zs) + ". A policy that stops at once keeps XLA's default result (a tie), which on these "
                    "modules is also what every search found best.")
+    families = sorted({f for x in main.summaries for f in x.by_family})
+    for family in (f for f in families if f == "llm"):
+        out.append(f"**The {family} family alone, final-ops** (the part of the suite with headroom): " + ", ".join(
+            f"`{x.strategy}` {pct(fam(x, family, 'final'))}" for x in main.summaries
+            if fam(x, family, "final") is not None) + "; the other families: " + "; ".join(
+            f"{f} best {pct(max((fam(x, f, 'final') for x in main.summaries if fam(x, f, 'final') is not None), default=None))}"
+            for f in families if f != family) + ".")
     if ops_comp is not None:
         out.append(f"**Search for raw ops, the paper's metric** (paper: {pct(PAPER['mixed'])} mixed, "
                    f"{pct(PAPER['gpt2'])} GPT-2): " + ", ".join(
