@@ -150,10 +150,9 @@ class Session:
         (``autotune.core.validation.Validation``: identical, executed, executed-with-stand-ins, executed-region, compiled,
         unverified, or invalid, with its reason). Never raises because a module cannot be executed here."""
         from autotune.core.tuner import validity_of
-        from autotune.core.validation import Validation
 
         root, tuned = self.normalize(original), self.normalize(tuned)
-        return Validation.from_dict(validity_of(self.evaluator, root, tuned.fingerprint, seed))
+        return validity_of(self.evaluator, root, tuned.fingerprint, seed)
 
 
 def tune(module, strategy: str = RunSpec.strategy, budget: int = RunSpec.budget, objective: str = RunSpec.objective, seed: int = 0,

@@ -77,7 +77,7 @@ def compare(ev, paths: list[Path], budget: int, max_length: int, label: str) -> 
     for m in fleet.members:
         row = {"module": m.name, "input": m.input.instructions, "default": m.default.instructions,
                "fleet": m.tuned.instructions if m.tuned else None, "fleet_regressed": m.regressed,
-               "fleet_valid": (m.validity or {}).get("level") if fleet.best_sequence else None}
+               "fleet_valid": m.validation.level if fleet.best_sequence and m.validation else None}
         t1 = time.perf_counter()
         single = tune(ev, modules[[x.name for x in modules].index(m.name)], strategy="greedy", budget=budget,
                       max_length=max_length, validate=True)

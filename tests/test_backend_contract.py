@@ -95,7 +95,7 @@ def test_tune_spends_the_budget_and_reports_a_valid_best(case):
     result = tune(case.engine, case.module, strategy="random", budget=12, seed=3, max_length=3, validate=True)
     assert result.evaluations == 12
     if result.best is not None:
-        assert result.validity["ok"]
+        assert result.validation.ok
         assert result.best_cost <= result.default_cost or not result.beats_default
 
 
@@ -108,9 +108,9 @@ def test_validation_catches_a_miscompiling_pass_on_the_toy(tmp_path):
         bad = ev.evaluate(root, ["shuffle-bug"])
         assert bad.ok and bad.state != root.fingerprint
         report = validity_of(ev, root, bad.state)
-        assert not report["ok"] and "differ" in report["reason"]
+        assert not report.ok and "differ" in report.reason
         good = ev.evaluate(root, ["canon"])
-        assert validity_of(ev, root, good.state)["ok"]
+        assert validity_of(ev, root, good.state).ok
 
 
 @pytest.mark.parametrize("strategy", ["random", "greedy", "optuna", "nevergrad"])

@@ -77,7 +77,7 @@ def test_fleet_run_finds_the_win_without_hurting_the_others(engine, fleet_run):
     by_name = {m.name: m for m in r.members}
     assert by_name["hloenv_maml_train_step"].tuned.instructions == 125
     assert all(not m.regressed and m.cost <= m.default_cost for m in r.members)
-    assert all(m.validity["ok"] for m in r.members)
+    assert all(m.validation.ok for m in r.members)
     assert r.best_cost == pytest.approx((125 / 126 + 1 + 1) / 3)
     # budget accounting: one fleet evaluation = one trial of the run
     n = engine.cache.db.execute("SELECT COUNT(*) FROM trials WHERE run=?", [r.run_id]).fetchone()[0]

@@ -93,7 +93,7 @@ def test_identical_when_the_final_modules_match(engine, small_root):
 
     # the input itself: after XLA's default pipeline it is, by definition, the default's result
     report = validity_of(engine, small_root, small_root.fingerprint)
-    assert report["level"] == IDENTICAL and report["ok"] and report["report"] is None
+    assert report.level == IDENTICAL and report.ok and report.report is None
 
 
 def test_executed(engine, pipeline, small_root):

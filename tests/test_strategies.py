@@ -107,7 +107,7 @@ def test_seed_changes_the_search(engine, contract_runs, strategy):
 def test_contract_with_validation(engine):
     result = run(engine, SMALL, "optuna", validate=True)
     assert result.evaluations == DEFAULT_BUDGET
-    assert result.validity is not None and result.validity.get("ok")
+    assert result.validation is not None and result.validation.ok
     ok = [cost for _, cost, status in trials_of(engine, result.run_id) if status == "ok"]
     assert result.best_cost <= min(ok)  # rejected candidates are marked invalid, not ok; pruning never worsens
 
@@ -342,6 +342,6 @@ def test_best_sequence_is_pruned_to_the_passes_that_matter(engine):
     assert len(result.best.found) > len(result.best_sequence) >= 1
     final = engine.final(engine.evaluate(engine.prepare(maml), result.best_sequence).state)
     assert final.metrics.instructions == result.best_cost
-    assert result.validity and result.validity["ok"]
+    assert result.validation and result.validation.ok
     unpruned = tune(engine, maml, strategy="random", budget=100, seed=0, max_length=8, prune=False)
     assert unpruned.best_sequence == result.best.found and unpruned.best_cost == result.best_cost

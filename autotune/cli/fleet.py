@@ -30,10 +30,11 @@ def check_fleet_required(result, require: str) -> None:
     from autotune.core.validation import meets
     from autotune.errors import CheckFailed
 
-    if result.validation is None or not meets(result.validation, require):
-        weakest = [m.name for m in result.members if (m.validity or {}).get("level") == result.validation]
+    if result.validation_level is None or not meets(result.validation_level, require):
+        weakest = [m.name for m in result.members
+                   if m.validation is not None and m.validation.level == result.validation_level]
         raise CheckFailed(f"--require {require}: the fleet's weakest member reached "
-                          f"{result.validation or 'no validation'} ({', '.join(weakest) or 'not validated'})")
+                          f"{result.validation_level or 'no validation'} ({', '.join(weakest) or 'not validated'})")
 
 
 def biggest_win(result):
@@ -75,7 +76,7 @@ def _report(result, out_dir) -> None:
         change = "fails" if m.ratio is None else f"{m.ratio - 1.0:+.2%}"
         if m.regressed:
             change += " WORSE"
-        valid = "-" if m.validity is None else (m.validity.get("level") or ("yes" if m.validity.get("ok") else "NO"))
+        valid = "-" if m.validation is None else m.validation.level
         tuned = m.tuned.instructions if m.tuned is not None else (m.cost if m.cost is not None else "-")
         table.add_row(m.name, str(m.input.instructions), str(m.default.instructions), str(tuned), change, valid)
     con.print(table)

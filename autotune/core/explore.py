@@ -159,9 +159,9 @@ class WalkSearch(Search):
     def key(self, rec: TrialRecord):
         return rec.state
 
-    def check(self, rec: TrialRecord, n: int, seed: int) -> tuple[dict, str | None]:
+    def check(self, rec: TrialRecord, n: int, seed: int) -> tuple["Validation", str | None]:
         report = validity_of(self.ev, self.root, rec.state, seed)
-        return report, None if report["ok"] else (report.get("reason") or "outputs differ")
+        return report, None if report.ok else (report.reason or "outputs differ")
 
     def unchecked(self) -> None:
         return None

@@ -37,6 +37,7 @@ from autotune.core.objectives import Objective, ObjectiveContext
 from autotune.core.observer import Observer
 from autotune.core.runs import RunInfo, TrialRecord
 from autotune.core.spec import RunSpec
+from autotune.core.validation import Validation, rank
 from autotune.errors import AutotuneError, BadInput
 
 #: The failure cost of a fleet sequence, in units of the default's (1.0), as the single-module tuner's.
@@ -103,10 +104,12 @@ class MemberResult:
     cost: float | None
     ratio: float | None
     regressed: bool
-    validity: dict | None = None
+    validation: Validation | None = None  # ``validity`` in JSON
 
     def to_dict(self) -> dict:
         data = asdict(self)
+        data.pop("validation")
+        data["validity"] = self.validation.to_dict() if self.validation else None
         for k in ("input", "default", "tuned", "tuned_raw"):
             m = getattr(self, k)
             data[k] = m.to_dict() if m is not None else None
@@ -144,11 +147,9 @@ class FleetResult:
         return bool(self.best_sequence) and self.best_cost < self.default_cost
 
     @property
-    def validation(self) -> str | None:
+    def validation_level(self) -> str | None:
         """The weakest validation level among the members (None: not validated)."""
-        from autotune.core.validation import rank
-
-        levels = [m.validity.get("level") for m in self.members if m.validity is not None]
+        levels = [m.validation.level for m in self.members if m.validation is not None]
         if not levels or len(levels) != len(self.members):
             return None
         return min(levels, key=lambda lv: rank(lv) if lv else -1)
@@ -161,7 +162,7 @@ class FleetResult:
         """The fleet's figures, per member and, under the keys a single run's summary has (``module``,
         ``input``, ``default``, ``best.raw``/``best.final``, ``validation_level``), summed over the
         members, so a fleet run is reported (``autotune report``) like any run."""
-        valid = [m.validity.get("ok") for m in self.members if m.validity is not None]
+        valid = [m.validation.ok for m in self.members if m.validation is not None]
         whole = {k: summed([getattr(m, k) for m in self.members]) for k in ("input", "default", "tuned", "tuned_raw")}
         return {
             "run_id": self.run_id, "fleet": True, "modules": list(self.modules), "fingerprint": self.fingerprint,
@@ -175,9 +176,9 @@ class FleetResult:
             "best_cost": self.best_cost, "default_cost": self.default_cost,
             "mean_relative_change": self.best_cost - 1.0, "beats_default": self.beats_default,
             "regressions": list(self.regressions),
-            "validity": {"ok": all(valid), "level": self.validation}
+            "validity": {"ok": all(valid), "level": self.validation_level}
             if valid and len(valid) == len(self.members) else None,
-            "validation_level": self.validation, "claim": None,
+            "validation_level": self.validation_level, "claim": None,
             "members": [m.to_dict() for m in self.members],
             "invalid": [{"sequence": list(s), "reason": r} for s, r in self.invalid],
             "seconds": self.seconds, "steps_compiled": self.steps_compiled, "steps_cached": self.steps_cached,
@@ -358,8 +359,8 @@ class FleetSearch(Search):
     def check(self, rec: TrialRecord, n: int, seed: int) -> tuple[list, str | None]:
         reports = [validity_of(self.ev, root, s, seed, self.validate_seconds)
                    for root, s in zip(self.roots, self.states(rec.sequence))]
-        bad = [(root.name, r) for root, r in zip(self.roots, reports) if not r.get("ok")]
-        reason = "; ".join(f"{name}: {r.get('reason') or 'outputs differ'}" for name, r in bad) if bad else None
+        bad = [(root.name, r) for root, r in zip(self.roots, reports) if not r.ok]
+        reason = "; ".join(f"{name}: {r.reason or 'outputs differ'}" for name, r in bad) if bad else None
         return reports, reason
 
     def unchecked(self) -> list:
@@ -396,7 +397,7 @@ class FleetSearch(Search):
             tuned_raw=self.ev.metrics(state) if state else None, cost=cost,
             ratio=None if cost is None else FleetObjective.ratio(cost, default_cost),
             regressed=cost is not None and cost > default_cost + TOLERANCE * max(1.0, abs(default_cost)),
-            validity=report)
+            validation=report)
 
 
 def tune_fleet(evaluator: Evaluator, modules: Sequence[Module], strategy: str = RunSpec.strategy,

@@ -94,11 +94,11 @@ class PhaseClock:
 @dataclass(frozen=True)
 class Choice:
     """The candidate a run reports: its (pruned) trial, the sequence as found, its validation
-    report(s) and the objective's verdict."""
+    ``Validation``(s) and the objective's verdict."""
 
     rec: TrialRecord
     found: tuple[str, ...]
-    report: object
+    report: object  # a ``Validation`` (one module) or a tuple of them (a fleet: one per member)
     verdict: object
 
 
@@ -358,8 +358,8 @@ def finish(search: Search, status: str, reason: str | None, validate: bool, vali
 
 
 def validity_of(evaluator: Evaluator, root: Module, state: str, seed: int = 0,
-                bound_seconds: float | None = None, progress=None) -> dict:
-    """The validation level of ``state`` against ``root`` (``Validation.to_dict()``).
+                bound_seconds: float | None = None, progress=None) -> "Validation":
+    """The validation (level, reason, output comparison) of ``state`` against ``root``.
 
     ``identical`` when the state ends, after XLA's default pipeline, as the same module as the
     default does (both final states are cached transitions, nothing runs); otherwise
@@ -370,18 +370,18 @@ def validity_of(evaluator: Evaluator, root: Module, state: str, seed: int = 0,
     time. ``bound_seconds`` bounds each execution (``validation.execution_plan``); ``progress``
     hears each step (one line).
     """
-    from autotune.core.validation import COMPILED, EXECUTED_REGION, UNVERIFIED, establish
+    from autotune.core.validation import COMPILED, EXECUTED_REGION, UNVERIFIED, Validation, establish
 
     key = f"{evaluator.version}|{root.fingerprint}|{state}|{seed}"
-    report = evaluator.cache.get_report("validation", key)
-    if report is None:
-        final, default = evaluator.final(state), evaluator.default(root)
-        identical = final.ok and default.ok and final.state == default.state
-        finals = (evaluator.module(default.state, root.name), evaluator.module(final.state, root.name)) \
-            if final.ok and default.ok else None
-        result = establish(evaluator.pipeline, root, evaluator.module(state, root.name), seed=seed,
-                           identical=identical, bound_seconds=bound_seconds, progress=progress, finals=finals)
-        report = result.to_dict()
-        if result.level not in (COMPILED, UNVERIFIED, EXECUTED_REGION):
-            evaluator.cache.put_report("validation", key, report)
-    return report
+    stored = evaluator.cache.get_report("validation", key)
+    if stored is not None:
+        return Validation.from_dict(stored)
+    final, default = evaluator.final(state), evaluator.default(root)
+    identical = final.ok and default.ok and final.state == default.state
+    finals = (evaluator.module(default.state, root.name), evaluator.module(final.state, root.name)) \
+        if final.ok and default.ok else None
+    result = establish(evaluator.pipeline, root, evaluator.module(state, root.name), seed=seed,
+                       identical=identical, bound_seconds=bound_seconds, progress=progress, finals=finals)
+    if result.level not in (COMPILED, UNVERIFIED, EXECUTED_REGION):
+        evaluator.cache.put_report("validation", key, result.to_dict())
+    return result

@@ -291,9 +291,9 @@ def _judge_validity(evaluator, root, state: str, recorded_validation, seed: int,
     from autotune.core.validation import meets, verified
 
     report = validity_of(evaluator, root, state, seed)
-    level, level_reason = report.get("level"), report.get("reason")
-    if not report.get("ok"):
-        reasons.append(f"validity check failed: {report.get('reason') or 'outputs differ'}")
+    level, level_reason = report.level, report.reason
+    if not report.ok:
+        reasons.append(f"validity check failed: {report.reason or 'outputs differ'}")
     elif recorded_validation and not meets(level, recorded_validation):
         reasons.append(f"validation: the record says {recorded_validation}, this machine re-established only "
                        f"{level}" + (f" ({level_reason})" if level_reason else ""))

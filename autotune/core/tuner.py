@@ -31,6 +31,7 @@ from autotune.core.module import Module
 from autotune.core.objectives import Claim, Objective, ObjectiveContext
 from autotune.core.observer import Observer
 from autotune.core.runs import RunStore, TrialRecord, new_run_id
+from autotune.core.validation import Validation, not_checked
 from autotune.core.spec import DEFAULT_MAX_LENGTH, RunSpec
 from autotune.errors import AutotuneError, BadInput
 from autotune.strategy import SearchSpace
@@ -77,7 +78,8 @@ class TuneResult:
     default: Metrics  # XLA's default ordering
     default_cost: float
     best: Candidate | None  # None: no valid sequence beat doing nothing
-    validity: dict | None  # ``Validation.to_dict()`` of ``best``: its level, reason, stand-ins, report
+    #: How far ``best`` was checked: level, reason, stand-ins, output comparison (``validity`` in JSON).
+    validation: Validation | None
     invalid: tuple[tuple[tuple[str, ...], str], ...]  # candidates rejected by the check, with reasons
     seconds: float
     steps_compiled: int
@@ -94,16 +96,8 @@ class TuneResult:
     surrogate: dict | None = None
 
     @property
-    def validation(self):
-        """The ``Validation`` of ``best`` (None when there is no best)."""
-        from autotune.core.validation import Validation
-
-        return Validation.from_dict(self.validity)
-
-    @property
     def validation_level(self) -> str | None:
-        v = self.validation
-        return v.level if v else None
+        return self.validation.level if self.validation else None
 
     @property
     def best_sequence(self) -> tuple[str, ...]:
@@ -157,7 +151,8 @@ class TuneResult:
             "strategy": self.strategy, "objective": self.objective, "seed": self.seed, "budget": self.budget,
             "evaluations": self.evaluations, "status": self.status,
             "input": self.input.to_dict(), "default": self.default.to_dict(), "default_cost": self.default_cost,
-            "best": best, "beats_default": self.beats_default, "validity": self.validity,
+            "best": best, "beats_default": self.beats_default,
+            "validity": self.validation.to_dict() if self.validation else None,
             "validation_level": self.validation_level,
             "claim": self.claim.to_dict() if self.claim else None,
             "invalid": [{"sequence": list(s), "reason": r} for s, r in self.invalid],
@@ -181,7 +176,7 @@ class TuneResult:
             objective=data["objective"], seed=int(data["seed"]), budget=int(data["budget"]),
             evaluations=int(data["evaluations"]), status=data["status"], input=Metrics.from_dict(data["input"]),
             default=Metrics.from_dict(data["default"]), default_cost=float(data["default_cost"]), best=best,
-            validity=data.get("validity"),
+            validation=Validation.from_dict(data.get("validity")),
             invalid=tuple((tuple(i["sequence"]), i["reason"]) for i in data.get("invalid") or ()),
             seconds=float(data["seconds"]), steps_compiled=int(data["steps_compiled"]),
             steps_cached=int(data["steps_cached"]), history=tuple(float(h) for h in data.get("history") or ()),
@@ -325,18 +320,16 @@ class ModuleSearch(Search):
         seq, state, cost = prune(rec.sequence, rec.cost, evaluate)
         return replace(rec, sequence=seq, state=state if state is not None else rec.state, cost=cost)
 
-    def check(self, rec: TrialRecord, n: int, seed: int) -> tuple[dict, str | None]:
+    def check(self, rec: TrialRecord, n: int, seed: int) -> tuple[Validation, str | None]:
         report = validity_of(self.ev, self.root, rec.state, seed, self.validate_seconds,
                              progress=lambda line: self.phases.enter("validation", f"candidate {n}: {line}"))
-        if report["ok"]:
+        if report.ok:
             return report, None
-        self.runs.mark_invalid(self.run_id, rec.state, report.get("reason"))
-        return report, report.get("reason") or "outputs differ"
+        self.runs.mark_invalid(self.run_id, rec.state, report.reason)
+        return report, report.reason or "outputs differ"
 
-    def unchecked(self) -> dict:
-        from autotune.core.validation import not_checked
-
-        return not_checked().to_dict()
+    def unchecked(self) -> Validation:
+        return not_checked()
 
     def confirm(self, rec: TrialRecord, rest: list[TrialRecord], seen: set, tally: dict) -> tuple[Claim, bool]:
         obj = self.objective
@@ -366,7 +359,7 @@ class ModuleSearch(Search):
             run_id=self.run_id, module=self.root.name, fingerprint=self.root.fingerprint,
             strategy=self.strategy_name, objective=self.objective.name, seed=self.seed, budget=self.budget,
             evaluations=len(self.records), status=status, input=self.input_metrics,
-            default=self.default_result.metrics, default_cost=self.default_cost, best=best, validity=validity,
+            default=self.default_result.metrics, default_cost=self.default_cost, best=best, validation=validity,
             invalid=invalid, seconds=time.perf_counter() - self.t0, steps_compiled=compiled,
             steps_cached=cached, history=tuple(self.best_history), claim=claim,
             executor=self.ev.pipeline.executor.describe(), phases=self.phases.result(), surrogate=self.real_info,
