@@ -18,23 +18,15 @@ def list_runs(cache, limit: int | None = None, module: str | None = None) -> lis
 
     out = []
     for r in RunStore(cache).list(limit, module):
-        s = r.summary or {}
+        s, v = r.summary or {}, r.validation
         out.append({
             "run_id": r.id, "created": r.created, "updated": r.updated, "status": r.status, "module": r.module_name,
             "fingerprint": r.module, "strategy": r.strategy, "objective": r.objective, "budget": r.budget,
             "seed": r.seed, "evaluations": r.evaluations, "best_cost": r.best_cost,
             "default_cost": s.get("default_cost"), "beats_default": s.get("beats_default"),
-            "valid": (s.get("validity") or {}).get("ok"),
-            "validation": s.get("validation_level") or _level(s.get("validity")),
+            "valid": v.ok if v else None, "validation": v.level if v else None,
         })
     return out
-
-
-def _level(validity: dict | None) -> str | None:
-    from autotune.core.validation import Validation
-
-    v = Validation.from_dict(validity)
-    return v.level if v else None
 
 
 @cli.command()

@@ -64,6 +64,15 @@ class RunInfo:
     def finished(self) -> bool:
         return self.summary is not None
 
+    @property
+    def validation(self):
+        """The finished run's ``Validation`` of its best (None: unfinished, or nothing validated).
+
+        The one reader of the stored ``validity`` (single runs and fleets store the same shape)."""
+        from autotune.core.validation import Validation
+
+        return Validation.from_dict((self.summary or {}).get("validity"))
+
 
 _RUN_COLUMNS = {
     "id": str, "created": float, "updated": float, "status": str, "module": str, "module_name": str,

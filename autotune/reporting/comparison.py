@@ -332,8 +332,8 @@ def _row_from_summary(label: str, base: str, s: dict, budget: int, history: tupl
     from autotune.core.validation import UNVERIFIED, Validation
 
     best = s.get("best") or None
-    validity = s.get("validity")
-    level = s.get("validation_level") or (Validation.from_dict(validity).level if validity else None)
+    validation = Validation.from_dict(s.get("validity"))
+    level = validation.level if validation else None
     return RunRow(
         strategy=label, base_strategy=base, module=s["module"], family=family_of(s["module"]), seed=s["seed"],
         budget=budget, run_id=s["run_id"], status=s["status"], evaluations=s["evaluations"],
@@ -342,7 +342,7 @@ def _row_from_summary(label: str, base: str, s: dict, budget: int, history: tupl
         best_raw_ops=best["raw"]["instructions"] if best else None,
         best_final_ops=best["final"]["instructions"] if best and best.get("final") else None,
         best_sequence=tuple(best["sequence"]) if best else (),
-        valid=None if level in (None, UNVERIFIED) else bool(validity.get("ok")),
+        valid=None if level in (None, UNVERIFIED) else validation.ok,
         validation=level,
         rejected=tuple((tuple(x["sequence"]), str(x["reason"])) for x in s.get("invalid") or ()),
         seconds=seconds, steps_compiled=compiled, steps_cached=cached, history=history, claim=s.get("claim"),
