@@ -94,15 +94,21 @@ def _signal_on_start(pipeline, sig):
     return lambda: setattr(pool, "on_start", None)
 
 
-def test_worker_killed_mid_pass_and_evaluator_carries_on(engine, small_root):
-    restore = _signal_on_start(engine.pipeline, signal.SIGKILL)
-    try:
-        result = engine.evaluate(small_root, ["tuple-simplifier", "cse"])
-    finally:
-        restore()
-    assert result.status == "crash" and "SIGKILL" in result.message
-    # The crash is recorded for that step; the next sequence evaluates normally.
-    assert engine.evaluate(small_root, ["cse", "tuple-simplifier"]).ok
+def test_worker_killed_mid_pass_and_evaluator_carries_on(tmp_path, small_root):
+    """Its own cold cache: on the session's shared one, a step another test already compiled would be a
+    cache hit, no worker would start, nothing would be killed (the test depended on the test order)."""
+    from autotune.core.engine import open_engine
+
+    with open_engine(tmp_path / "k.db", workers=1) as ev:
+        root = ev.prepare(small_root)
+        restore = _signal_on_start(ev.pipeline, signal.SIGKILL)
+        try:
+            result = ev.evaluate(root, ["tuple-simplifier", "cse"])
+        finally:
+            restore()
+        assert result.status == "crash" and "SIGKILL" in result.message
+        # The crash is recorded for that step; the next sequence evaluates normally.
+        assert ev.evaluate(root, ["cse", "tuple-simplifier"]).ok
 
 
 def test_hung_worker_times_out_and_is_replaced(tmp_path, small_root):
