@@ -56,17 +56,20 @@ class Session:
 
     def tune(self, module, strategy: str = RunSpec.strategy, budget: int = RunSpec.budget,
              objective=RunSpec.objective, seed: int = 0, max_length: int = DEFAULT_MAX_LENGTH, time_limit: float | None = None, options: dict | None = None,
-             progress: bool = False, validate: bool = True):
+             progress: bool = False, validate: bool = True, validate_seconds: float | None = None):
         """Search the pass ordering of ``module``; returns ``autotune.core.tuner.TuneResult``.
 
         ``objective`` is a name or an ``Objective`` (e.g. ``objectives.get("runtime", min_effect=0.05)``);
-        a measured objective's verdict, with its interval, is ``result.claim``."""
+        a measured objective's verdict, with its interval, is ``result.claim``. ``validate_seconds``
+        bounds each execution of validation (``--validate-seconds``; default 30 s or
+        ``$AUTOTUNE_VALIDATE_SECONDS``)."""
         from autotune.core.tuner import tune as _tune
         from autotune.reporting.progress import RichObserver
 
         return _tune(self.evaluator, self.load(module), strategy=strategy, budget=budget, objective=objective,
                      seed=seed, max_length=max_length, time_limit=time_limit, options=options,
-                     observer=RichObserver() if progress else None, validate=validate)
+                     observer=RichObserver() if progress else None, validate=validate,
+                     validate_seconds=validate_seconds)
 
     def explore(self, module, depth: int = 2, progress: bool = False, validate: bool = True):
         """Every sequence of up to ``depth`` passes, walked over distinct module states; returns
@@ -80,7 +83,7 @@ class Session:
     def tune_fleet(self, modules, strategy: str = RunSpec.strategy, budget: int = RunSpec.budget,
                    objective: str = RunSpec.objective, seed: int = 0, max_length: int = DEFAULT_MAX_LENGTH,
                    time_limit: float | None = None, options: dict | None = None, progress: bool = False,
-                   validate: bool = True, allow_regressions: bool = False):
+                   validate: bool = True, allow_regressions: bool = False, validate_seconds: float | None = None):
         """ONE sequence for all ``modules`` (a fleet: a run whose cost aggregates over them, through the
         same loop as ``tune``); ``budget`` counts fleet evaluations. Returns
         ``autotune.core.fleet.FleetResult`` (the sequence, the mean ratio to XLA's default, every member)."""
@@ -89,7 +92,7 @@ class Session:
 
         spec = RunSpec(strategy=strategy, budget=budget, objective=objective, seed=seed, max_length=max_length,
                        time_limit=time_limit, options=options or {}, validate=validate,
-                       allow_regressions=allow_regressions)
+                       allow_regressions=allow_regressions, validate_seconds=validate_seconds)
         return _tune(self.evaluator, [self.load(m) for m in modules], spec=spec,
                      observer=RichObserver() if progress else None)
 
@@ -145,14 +148,15 @@ class Session:
 
         return _validate(self.evaluator.pipeline, self.normalize(original), self.load(tuned), seed=seed)
 
-    def validation(self, original, tuned, seed: int = 0):
+    def validation(self, original, tuned, seed: int = 0, validate_seconds: float | None = None):
         """The strongest validation level this machine can establish for ``tuned`` against ``original``
         (``autotune.core.validation.Validation``: identical, executed, executed-with-stand-ins, executed-region, compiled,
-        unverified, or invalid, with its reason). Never raises because a module cannot be executed here."""
+        unverified, or invalid, with its reason). Never raises because a module cannot be executed here;
+        each execution is bounded by ``validate_seconds`` (default 30 s or ``$AUTOTUNE_VALIDATE_SECONDS``)."""
         from autotune.core.tuner import validity_of
 
         root, tuned = self.normalize(original), self.normalize(tuned)
-        return validity_of(self.evaluator, root, tuned.fingerprint, seed)
+        return validity_of(self.evaluator, root, tuned.fingerprint, seed, validate_seconds)
 
 
 def tune(module, strategy: str = RunSpec.strategy, budget: int = RunSpec.budget, objective: str = RunSpec.objective, seed: int = 0,

@@ -15,20 +15,30 @@ from autotune.cli.common import console, db_option, json_option, load_model, pri
 @click.argument("tuned", type=click.Path())
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the random inputs.")
 @click.option("--all-outputs", is_flag=True, help="List every output, not only the ones that differ.")
+@click.option("--validate-seconds", type=float, default=None,
+              help="Longest one execution may take; a longer one is declined (estimated first) or stopped "
+                   "(default 30, or $AUTOTUNE_VALIDATE_SECONDS).")
 @db_option
 @json_option
-def validate(original, tuned, seed, all_outputs, db, as_json) -> None:
-    """Compile both modules with XLA's full CPU pipeline, run them on the same seeded random inputs
-    (dtype-aware: valid integer indices, finite floats) and compare every output with dtype-aware
-    tolerances. Exit 0 when they match, 1 when they differ or TUNED does not compile."""
+def validate(original, tuned, seed, all_outputs, validate_seconds, db, as_json) -> None:
+    """Establish the strongest check this machine can make that TUNED computes what ORIGINAL computes:
+    compile both with XLA's full CPU pipeline and run them on the same seeded random inputs (dtype-aware:
+    valid integer indices, finite floats), comparing every output with dtype-aware tolerances; where
+    the whole modules cannot run here (memory, or longer than --validate-seconds), only the regions
+    that differ, or compile only. Prints the level (identical, executed, executed-region, compiled,
+    ...). Exit 0 when nothing was found wrong, 1 when outputs differ or TUNED does not compile."""
     from autotune.api import Session
+    from autotune.core.limits import validate_seconds as bound
 
     original_module, tuned_module = load_model(original), load_model(tuned)
+    seconds = bound(validate_seconds)  # a bad value is one line and exit 2, before anything runs
     with Session(db, workers=1) as session:
-        report = session.validate(original_module, tuned_module, seed=seed)
+        result = session.validation(original_module, tuned_module, seed=seed, validate_seconds=seconds)
     if as_json:
-        print_json(report.to_dict())
-    else:
+        print_json(result.to_dict())
+        sys.exit(0 if result.ok else 1)
+    report = result.report
+    if report is not None:
         from rich.table import Table
 
         rows = [o for o in report.outputs if all_outputs or not o.ok]
@@ -40,11 +50,8 @@ def validate(original, tuned, seed, all_outputs, db, as_json) -> None:
                 table.add_row(str(o.index), "x".join(map(str, o.shape)) or "scalar", o.dtype, f"{o.max_abs_diff:.3g}",
                               f"{o.max_rel_diff:.3g}", str(o.mismatches), "yes" if o.ok else "NO")
             console().print(table)
-        worst = max(report.outputs, key=lambda o: (o.max_abs_diff if o.max_abs_diff == o.max_abs_diff else -1.0),
-                    default=None)
-        if report.ok:
-            click.echo(f"OK: all {len(report.outputs)} outputs match"
-                       + (f" (largest difference {worst.max_abs_diff:.3g} in output {worst.index})" if worst else ""))
-        else:
-            click.echo(f"MISMATCH: {report.reason}")
-    sys.exit(0 if report.ok else 1)
+    if result.ok:
+        click.echo(f"OK: {result.describe()}")
+    else:
+        click.echo(f"MISMATCH: {result.reason or 'outputs differ'}")
+    sys.exit(0 if result.ok else 1)
