@@ -133,13 +133,13 @@ class Session:
                         min_effect: float | None = None, seed: int = 0):
         """Is ``candidate`` faster than ``baseline``? Both fully compiled and timed interleaved in one
         worker, then the ratio of medians candidate/baseline with a bootstrap confidence interval:
-        ``autotune.core.stats.Comparison`` (``.faster`` only when the whole interval lies below
+        ``autotune.core.stats.TimeRatio`` (``.faster`` only when the whole interval lies below
         ``1 - min_effect``). The protocol of the ``runtime`` objective's claims (docs/runtime.md)."""
         from autotune.core import stats
 
         timing = self.evaluator.pipeline.time_ab(self.load(baseline), self.load(candidate), seed=seed,
                                                  rounds=rounds or stats.ROUNDS)
-        return stats.compare(timing["a"], timing["b"], confidence or stats.CONFIDENCE,
+        return stats.time_ratio(timing["a"], timing["b"], confidence or stats.CONFIDENCE,
                              stats.MIN_EFFECT if min_effect is None else min_effect, seed=seed)
 
     def validate(self, original, tuned, seed: int = 0):

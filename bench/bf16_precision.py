@@ -27,7 +27,7 @@ sys.path.insert(0, str(ROOT))
 
 from autotune.core.module import load  # noqa: E402
 from autotune.core.precision import reference_errors  # noqa: E402
-from autotune.core.validation import compare, validate  # noqa: E402
+from autotune.core.validation import compare_outputs, validate  # noqa: E402
 from autotune.pipelines.xla import XlaPipeline  # noqa: E402
 from autotune.zoo import LLMConfig, lower  # noqa: E402
 
@@ -71,7 +71,7 @@ def main() -> None:
             ref = pipeline.execute_reference(root, seed=seed)
             for name, module in candidates.items():
                 out = pipeline.execute(module, seed=seed)
-                strict = compare(default, out)
+                strict = compare_outputs(default, out)
                 report = validate(pipeline, root, module, seed=seed)
                 rows.append({"seed": seed, "candidate": name, "strict_ok": strict.ok,
                              "strict_mismatches": sum(o.mismatches for o in strict.outputs),

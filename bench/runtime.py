@@ -79,7 +79,7 @@ def confirm(ev, a, b, seed: int, rounds: int, options_a=None) -> dict:
     t0 = time.perf_counter()
     timing = ev.pipeline.time_ab(a, b, seed=seed, rounds=rounds, min_seconds=obj.confirm_min_seconds,
                                  options_a=options_a)
-    cmp = stats.compare(timing["a"], timing["b"], obj.confidence, obj.min_effect, seed=seed)
+    cmp = stats.time_ratio(timing["a"], timing["b"], obj.confidence, obj.min_effect, seed=seed)
     claim = obj.claim_from(cmp)
     return {"ratio": cmp.ratio, "low": cmp.low, "high": cmp.high, "win": claim.win, "verdict": cmp.verdict,
             "p_value": cmp.p_value, "rounds": rounds, "inner": timing["inner"],

@@ -17,7 +17,7 @@ import pytest
 
 from autotune.core import precision
 from autotune.core.module import load
-from autotune.core.validation import EXECUTED, INVALID, compare, establish, validate
+from autotune.core.validation import EXECUTED, INVALID, compare_outputs, establish, validate
 from autotune.pipelines.xla import hlo, reference, runner
 from autotune.pipelines.xla.loader import module_from_proto
 from autotune.zoo import LLMConfig, lower
@@ -83,7 +83,7 @@ def test_judge_accepts_errors_up_to_the_margin_and_no_further():
     default = (ref + noise).astype(np.float32)
     for factor, ok in ((0.5, True), (1.5, True), (2.5, False)):
         tuned = (ref + np.roll(noise, 1) * factor).astype(np.float32)  # errors elsewhere, `factor` x larger
-        report = compare([default], [tuned])
+        report = compare_outputs([default], [tuned])
         assert not report.ok  # the strict comparison fails either way
         judged = precision.judge(report, [default], [tuned], [ref])
         assert judged.ok is ok, factor
@@ -96,15 +96,15 @@ def test_integer_outputs_may_only_move_towards_the_reference():
     ref = np.array([130, 195], np.int32)
     default = np.array([225, 195], np.int32)
     towards, away = np.array([130, 195], np.int32), np.array([225, 7], np.int32)
-    assert precision.judge(compare([default], [towards]), [default], [towards], [ref]).ok
-    assert not precision.judge(compare([default], [away]), [default], [away], [ref]).ok
-    assert not precision.judge(compare([ref], [default]), [ref], [default], [ref]).ok
+    assert precision.judge(compare_outputs([default], [towards]), [default], [towards], [ref]).ok
+    assert not precision.judge(compare_outputs([default], [away]), [default], [away], [ref]).ok
+    assert not precision.judge(compare_outputs([ref], [default]), [ref], [default], [ref]).ok
 
 
 # ---- the llm decode step ------------------------------------------------------------------------------
 def test_excess_precision_win_validates_against_the_reference(pipeline, decode):
     root, tuned = decode
-    strict = compare(pipeline.execute(root, seed=SEED), pipeline.execute(tuned, seed=SEED))
+    strict = compare_outputs(pipeline.execute(root, seed=SEED), pipeline.execute(tuned, seed=SEED))
     assert not strict.ok and "bfloat16" in strict.reason  # what used to reject the win
     report = validate(pipeline, root, tuned, seed=SEED)
     assert report.ok, report.reason

@@ -48,10 +48,10 @@ def test_statistics_detect_a_known_difference_and_not_identical_distributions():
     drift = 1 + 0.3 * rng.random(30)  # the machine slows down and speeds up: both arms alike
     a = 1e-3 * drift * (1 + 0.01 * rng.standard_normal(30))
     b = 0.9e-3 * drift * (1 + 0.01 * rng.standard_normal(30))
-    faster = stats.compare(a, b)
+    faster = stats.time_ratio(a, b)
     assert faster.faster and faster.verdict == "faster"
     assert faster.low <= 0.9 <= faster.high < 0.98 and faster.p_value < 0.05
-    slower = stats.compare(b, a)
+    slower = stats.time_ratio(b, a)
     assert slower.slower and not slower.faster
 
     wins = excluded_one = 0
@@ -59,7 +59,7 @@ def test_statistics_detect_a_known_difference_and_not_identical_distributions():
         drift = 1 + 0.3 * rng.random(30)
         a = 1e-3 * drift * (1 + 0.05 * rng.standard_normal(30))
         b = 1e-3 * drift * (1 + 0.05 * rng.standard_normal(30))
-        c = stats.compare(a, b, seed=trial)
+        c = stats.time_ratio(a, b, seed=trial)
         wins += c.faster
         excluded_one += c.high < 1 or c.low > 1
     assert wins == 0  # 2% minimum effect on top of 95% confidence
@@ -68,9 +68,9 @@ def test_statistics_detect_a_known_difference_and_not_identical_distributions():
 
 def test_statistics_refuse_unpaired_or_tiny_samples():
     with pytest.raises(ValueError):
-        stats.compare([1.0, 2.0, 3.0], [1.0, 2.0])
+        stats.time_ratio([1.0, 2.0, 3.0], [1.0, 2.0])
     with pytest.raises(ValueError):
-        stats.compare([1.0], [1.0])
+        stats.time_ratio([1.0], [1.0])
 
 
 # ---- identity sharing --------------------------------------------------------------------------------------
@@ -135,7 +135,7 @@ def test_a_claimed_win_carries_its_interval(engine, mlp):
     obj = Runtime()
     timing = engine.pipeline.time_ab(root, root, seed=0, rounds=obj.rounds, options_a=NO_FUSION)
     assert len(timing["a"]) == len(timing["b"]) == obj.rounds and timing["inner"] >= 1
-    claim = obj.claim_from(stats.compare(timing["a"], timing["b"]))
+    claim = obj.claim_from(stats.time_ratio(timing["a"], timing["b"]))
     assert claim.win, claim.message
     assert claim.measured and claim.low <= claim.ratio <= claim.high < 1 - obj.min_effect
     assert claim.confidence == 0.95 and claim.rounds == 30 and claim.min_effect == 0.02
@@ -144,7 +144,7 @@ def test_a_claimed_win_carries_its_interval(engine, mlp):
     rng = np.random.default_rng(5)
     for scale in (0.5, 0.9, 0.97, 1.0, 1.2):
         a = 1e-3 * (1 + 0.03 * rng.standard_normal(12))
-        c = obj.claim_from(stats.compare(a, scale * a * (1 + 0.03 * rng.standard_normal(12))))
+        c = obj.claim_from(stats.time_ratio(a, scale * a * (1 + 0.03 * rng.standard_normal(12))))
         assert c.win == (c.high is not None and c.high < 0.98)
         if c.win:
             assert None not in (c.ratio, c.low, c.high, c.confidence, c.rounds)

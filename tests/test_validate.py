@@ -13,7 +13,7 @@ from autotune.errors import BadInput
 from autotune.pipelines.xla import runner
 from autotune.core.module import Module
 from autotune.pipelines.xla.loader import module_from_proto
-from autotune.core.validation import compare, tolerance, validate
+from autotune.core.validation import compare_outputs, tolerance, validate
 from conftest import SMALL
 
 
@@ -208,41 +208,41 @@ ENTRY main {
     assert len(timing["seconds"]) == 3
 
 
-# ---- compare() alone ----------------------------------------------------------------------------------
+# ---- compare_outputs() alone ----------------------------------------------------------------------------------
 def test_compare_catches_count_shape_and_dtype_mismatches():
     a = [np.zeros((2, 3), np.float32), np.arange(4, dtype=np.int32)]
-    count = compare(a, a[:1])
+    count = compare_outputs(a, a[:1])
     assert not count.ok and "1 outputs, the original 2" in count.reason
-    shape = compare(a, [np.zeros((3, 2), np.float32), a[1]])
+    shape = compare_outputs(a, [np.zeros((3, 2), np.float32), a[1]])
     assert not shape.ok and shape.outputs[0].ok is False and "shape" in shape.reason
-    dtype = compare(a, [a[0], a[1].astype(np.int64)])
+    dtype = compare_outputs(a, [a[0], a[1].astype(np.int64)])
     assert not dtype.ok and dtype.reason.startswith("output 1 has dtype int64")
-    assert compare(a, [x.copy() for x in a]).ok
+    assert compare_outputs(a, [x.copy() for x in a]).ok
 
 
 def test_compare_nan_inf_and_dtype_aware_tolerances():
     nan, inf = float("nan"), float("inf")
     f = np.array([1.0, nan, inf, -inf, 0.0], np.float32)
-    assert compare([f], [f.copy()]).ok  # NaN == NaN, equal infinities
+    assert compare_outputs([f], [f.copy()]).ok  # NaN == NaN, equal infinities
     flipped = f.copy()
     flipped[2] = -inf
-    bad = compare([f], [flipped])
+    bad = compare_outputs([f], [flipped])
     assert not bad.ok and bad.outputs[0].mismatches == 1 and bad.outputs[0].max_abs_diff == inf
     json.loads(json.dumps(bad.to_dict(), allow_nan=False))
-    assert not compare([f], [np.where(np.isnan(f), 0, f).astype(np.float32)]).ok  # NaN vs number
+    assert not compare_outputs([f], [np.where(np.isnan(f), 0, f).astype(np.float32)]).ok  # NaN vs number
 
     # f32: reassociation-sized noise passes, a 1% change does not
     x = np.linspace(-3, 3, 50, dtype=np.float32)
-    assert compare([x], [x * np.float32(1 + 1e-5)]).ok
-    assert not compare([x], [x * np.float32(1.01)]).ok
+    assert compare_outputs([x], [x * np.float32(1 + 1e-5)]).ok
+    assert not compare_outputs([x], [x * np.float32(1.01)]).ok
     # bf16 is much looser: a couple of ulps pass
     b = np.linspace(-3, 3, 50).astype(ml_dtypes.bfloat16)
     b2 = (b.astype(np.float32) * 1.015).astype(ml_dtypes.bfloat16)
-    assert compare([b], [b2]).ok and not compare([b], [(b.astype(np.float32) * 1.2).astype(ml_dtypes.bfloat16)]).ok
+    assert compare_outputs([b], [b2]).ok and not compare_outputs([b], [(b.astype(np.float32) * 1.2).astype(ml_dtypes.bfloat16)]).ok
     # integers and bools are exact
     i = np.arange(10, dtype=np.int32)
-    assert not compare([i], [i + np.eye(1, 10, 3, dtype=np.int32)[0]]).ok
-    assert not compare([np.array([True, False])], [np.array([True, True])]).ok
+    assert not compare_outputs([i], [i + np.eye(1, 10, 3, dtype=np.int32)[0]]).ok
+    assert not compare_outputs([np.array([True, False])], [np.array([True, True])]).ok
     assert tolerance(np.int32) == (0.0, 0.0) and tolerance(np.bool_) == (0.0, 0.0)
     assert tolerance(np.float32) == (1e-3, 1e-4)
     assert tolerance(ml_dtypes.bfloat16)[0] > tolerance(np.float16)[0] > tolerance(np.float32)[0] > tolerance(np.float64)[0]

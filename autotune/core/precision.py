@@ -7,7 +7,7 @@ step, ``algsimp,reshape-mover,cse`` moves the reshape that sat between each Q/K 
 the rotary embedding's ``astype(float32)``, so the tuned module feeds RoPE the f32 dot result where
 XLA's default feeds it the dot rounded to bf16. That is a legal (here: more precise) rounding of the
 same math, yet four layers of a random bf16 network grow the one-ulp change to 0.1 in a few cache
-entries, past any fixed bf16 tolerance. The elementwise comparison (``validation.compare``) cannot
+entries, past any fixed bf16 tolerance. The elementwise comparison (``validation.compare_outputs``) cannot
 tell that from a miscompile, because it compares two roundings with each other and not with the
 math.
 
@@ -166,7 +166,7 @@ def second_opinion(pipeline, original, tuned, report, default_outputs, tuned_out
     either strictly equal or passes ``judge``. One draw can hide a wrong value behind the default's
     own rounding error (or not reach it at all); a wrong value rarely hides on three.
     """
-    from autotune.core.validation import compare  # validation imports this module
+    from autotune.core.validation import compare_outputs  # validation imports this module
 
     if report.ok or original is None or tuned is None or not report.outputs:
         return report
@@ -184,7 +184,7 @@ def second_opinion(pipeline, original, tuned, report, default_outputs, tuned_out
             t = pipeline.execute(tuned, seed=other, floats=floats, int_high=int_high)
         except (PassFailed, BadInput):
             return report
-        again = compare(d, t, seed=other, n_inputs=report.n_inputs, inputs=report.inputs)
+        again = compare_outputs(d, t, seed=other, n_inputs=report.n_inputs, inputs=report.inputs)
         if again.ok:
             continue
         ref = _reference(pipeline, original, other, floats, int_high)

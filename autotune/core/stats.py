@@ -59,7 +59,7 @@ class Summary:
 
 
 @dataclass(frozen=True)
-class Comparison:
+class TimeRatio:
     """B against A: ``ratio`` = median(B) / median(A) with its confidence interval, and the verdict."""
 
     ratio: float
@@ -104,8 +104,8 @@ def _ratio_of_medians(b, a, axis=-1):
     return np.median(b, axis=axis) / np.median(a, axis=axis)
 
 
-def compare(a: Sequence[float], b: Sequence[float], confidence: float = CONFIDENCE,
-            min_effect: float = MIN_EFFECT, seed: int = 0, resamples: int = RESAMPLES) -> Comparison:
+def time_ratio(a: Sequence[float], b: Sequence[float], confidence: float = CONFIDENCE,
+            min_effect: float = MIN_EFFECT, seed: int = 0, resamples: int = RESAMPLES) -> TimeRatio:
     """Compare per-run times ``b`` (the candidate) with ``a`` (the baseline), paired by round.
 
     ``a[i]`` and ``b[i]`` must come from the same round of an interleaved measurement. The interval
@@ -120,7 +120,7 @@ def compare(a: Sequence[float], b: Sequence[float], confidence: float = CONFIDEN
         raise ValueError(f"min_effect must be in [0, 1), not {min_effect}")
     a_arr, b_arr = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
     if a_arr.shape != b_arr.shape or a_arr.ndim != 1 or a_arr.size < 2:
-        raise ValueError("compare needs two equally long lists of at least 2 paired samples")
+        raise ValueError("time_ratio needs two equally long lists of at least 2 paired samples")
     ratio = float(_ratio_of_medians(b_arr, a_arr))
     if np.all(a_arr == a_arr[0]) and np.all(b_arr == b_arr[0]):  # no spread at all: nothing to resample
         low = high = ratio
@@ -130,5 +130,5 @@ def compare(a: Sequence[float], b: Sequence[float], confidence: float = CONFIDEN
                             rng=np.random.default_rng(seed))
         low, high = float(res.confidence_interval.low), float(res.confidence_interval.high)
     p_value = float(sps.mannwhitneyu(b_arr, a_arr, alternative="two-sided").pvalue)
-    return Comparison(ratio, low, high, float(confidence), float(min_effect), int(a_arr.size), p_value,
+    return TimeRatio(ratio, low, high, float(confidence), float(min_effect), int(a_arr.size), p_value,
                       Summary.of(a_arr), Summary.of(b_arr))

@@ -245,7 +245,7 @@ def _diff_one(index: int, orig: np.ndarray, tuned: np.ndarray) -> tuple[OutputDi
     return OutputDiff(index, shape, dtype.name, max_abs, max_rel, bad, ok), reason
 
 
-def compare(original_outputs, tuned_outputs, seed: int = 0, n_inputs: int = 0,
+def compare_outputs(original_outputs, tuned_outputs, seed: int = 0, n_inputs: int = 0,
             inputs: str = "floats=normal,ints=[0,4)") -> ValidationReport:
     """Compare two lists of output arrays elementwise with ``tolerance(dtype)``.
 
@@ -695,7 +695,7 @@ def _compare_tuned(pipeline, tuned, specs, orig_outs, seed, floats, int_high, bo
                                                                            "fails to compile or run")
         return ValidationReport(False, f"the tuned module {kind} with XLA's full pipeline: {exc}", (), seed,
                                 n_inputs, described)
-    report = compare(orig_outs, tuned_outs, seed=seed, n_inputs=n_inputs, inputs=described)
+    report = compare_outputs(orig_outs, tuned_outs, seed=seed, n_inputs=n_inputs, inputs=described)
     return second_opinion(pipeline, original, tuned, report, orig_outs, tuned_outs, seed, floats, int_high)
 
 
@@ -776,7 +776,7 @@ def _run_region(pipeline, r, seed: int):
         return f"; no region check: {r.describe()} could not be run: {exc}"
     half = len(outs) // 2
     orig_outs = outs[:half]
-    report = compare(orig_outs, outs[half:], seed=seed, n_inputs=len(specs), inputs=_describe(floats, int_high))
+    report = compare_outputs(orig_outs, outs[half:], seed=seed, n_inputs=len(specs), inputs=_describe(floats, int_high))
     if empty:  # NaN == NaN would pass whatever the tuned side computes: no evidence
         return (f"; no region check: {r.describe()}: on random inputs at its boundary, output(s) "
                 f"{', '.join(map(str, empty))} of XLA's default side are not finite anywhere")

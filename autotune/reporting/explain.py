@@ -12,7 +12,7 @@ module and a sequence this report gives, comparing XLA's default module with the
 * which step made the difference: the final-ops after each prefix of the sequence, walked through
   the cache's transitions (nothing is recompiled when the run already evaluated the sequence; the
   final of a prefix is one default-pipeline step, which the cache answers when known);
-* a ddmin-minimal sequence (``autotune.core.minimize``) and a self-contained "missed optimization"
+* a ddmin-minimal sequence (``autotune.core.ddmin``) and a self-contained "missed optimization"
   report: the minimal sequence, its effect, and the exact commands that reproduce it with the pinned
   jaxlib, through autotune and through XLA's own flags (``xla_disable_hlo_passes`` as the worker
   builds them for each step).
@@ -330,7 +330,7 @@ def _reproduce(evaluator, module_name: str, model_path: str | None, minimal: tup
 def explain(evaluator, root, sequence, run_id: str | None = None, model_path: str | None = None,
             minimize: bool = True, cap: int = LIST_CAP) -> Explanation:
     """Explain ``sequence`` on ``root`` (a prepared ``Module``): see the module docstring."""
-    from autotune.core.minimize import minimize as ddmin_minimize
+    from autotune.core.ddmin import ddmin_result
     from autotune.errors import AutotuneError
 
     compiled0 = evaluator.stats.steps_compiled
@@ -347,11 +347,11 @@ def explain(evaluator, root, sequence, run_id: str | None = None, model_path: st
     notes = []
     minimal, same = seq, "not minimised"
     if minimize and seq:
-        m = ddmin_minimize(evaluator, root, seq, same="final")
+        m = ddmin_result(evaluator, root, seq, same="final")
         minimal, same = m.sequence, m.same
         if final.state != default.state:
             # Failing a shorter sequence with the same final module, one with the same final-ops.
-            by_cost = ddmin_minimize(evaluator, root, minimal, same="cost")
+            by_cost = ddmin_result(evaluator, root, minimal, same="cost")
             if len(by_cost.sequence) < len(minimal):
                 notes.append(f"a shorter sequence reaches the same final-ops with a different module: "
                              f"{','.join(by_cost.sequence)}")

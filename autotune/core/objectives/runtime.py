@@ -105,13 +105,13 @@ class Runtime(Objective):
         return self._time(ctx, ctx.default.state, ctx.root)
 
     # ---- claim ---------------------------------------------------------------------------------------
-    def compare(self, ctx: ObjectiveContext, state: str) -> stats.Comparison:
+    def measure_ratio(self, ctx: ObjectiveContext, state: str) -> stats.TimeRatio:
         """Interleaved A/B of XLA's default executable (A) against ``state``'s (B), in one worker."""
         timing = ctx.backend.time_ab(ctx.root, ctx.module(state), seed=ctx.seed, rounds=self.rounds,
                                      min_seconds=self.confirm_min_seconds)
-        return stats.compare(timing["a"], timing["b"], self.confidence, self.min_effect, seed=ctx.seed)
+        return stats.time_ratio(timing["a"], timing["b"], self.confidence, self.min_effect, seed=ctx.seed)
 
-    def claim_from(self, cmp: stats.Comparison) -> Claim:
+    def claim_from(self, cmp: stats.TimeRatio) -> Claim:
         """The claim a comparison supports (A: XLA's default, B: the candidate)."""
         threshold = 1.0 - self.min_effect
         evidence = f"runtime ratio {cmp.describe()}"
@@ -147,5 +147,5 @@ class Runtime(Objective):
                          "XLA's default", ratio=cost / default if default else None, rounds=0, **common)
         key = (ctx.version, final.state, ctx.seed)
         if key not in self._claims:
-            self._claims[key] = self.claim_from(self.compare(ctx, state))
+            self._claims[key] = self.claim_from(self.measure_ratio(ctx, state))
         return self._claims[key]

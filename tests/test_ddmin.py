@@ -17,7 +17,7 @@ def _is_subsequence(small, big) -> bool:
 
 def test_ddmin_core_finds_a_one_minimal_subsequence():
     """The algorithm alone, on a known predicate: keeps 'a' before 'c' and one 'x'."""
-    from autotune.core.minimize import ddmin_core
+    from autotune.core.ddmin import ddmin_core
 
     def holds(c):
         return "x" in c and "a" in c and "c" in c and c.index("a") < c.index("c")
@@ -42,7 +42,7 @@ def _final(engine, root, seq):
 
 
 def test_ddmin_same_final_module_and_one_minimal(engine, maml):
-    from autotune.core.minimize import ddmin
+    from autotune.core.ddmin import ddmin
 
     out = ddmin(engine, maml, PADDED)
     assert 0 < len(out) < len(PADDED) and _is_subsequence(out, PADDED)
@@ -54,7 +54,7 @@ def test_ddmin_same_final_module_and_one_minimal(engine, maml):
 
 
 def test_ddmin_same_state(engine, maml):
-    from autotune.core.minimize import ddmin
+    from autotune.core.ddmin import ddmin
 
     out = ddmin(engine, maml, PADDED, same="state")
     state = engine.evaluate(maml, list(PADDED)).state
@@ -64,14 +64,14 @@ def test_ddmin_same_state(engine, maml):
 
 
 def test_ddmin_of_a_sequence_that_changes_nothing_is_empty(engine, maml):
-    from autotune.core.minimize import minimize
+    from autotune.core.ddmin import ddmin_result
 
-    m = minimize(engine, maml, ("dce", "tuple-simplifier"))
+    m = ddmin_result(engine, maml, ("dce", "tuple-simplifier"))
     assert m.sequence == () and m.tests >= 1
 
 
 def test_ddmin_same_cost_never_longer_than_same_module(engine, maml):
-    from autotune.core.minimize import ddmin
+    from autotune.core.ddmin import ddmin
 
     by_module = ddmin(engine, maml, PADDED)
     by_cost = ddmin(engine, maml, PADDED, same="cost")

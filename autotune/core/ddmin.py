@@ -30,7 +30,7 @@ from autotune.core.module import Module
 
 
 @dataclass(frozen=True)
-class Minimized:
+class DdminResult:
     """ddmin's answer: the 1-minimal subsequence, and what it took to find it."""
 
     sequence: tuple[str, ...]
@@ -47,11 +47,11 @@ Same = str | Callable[[Result, Result | None], bool]
 def ddmin(evaluator: Evaluator, root: Module, sequence: Sequence[str], same: Same = "final",
           cost: Callable[[Result, Result | None], float] | None = None) -> tuple[str, ...]:
     """The smallest subsequence of ``sequence`` (1-minimal) that gives the same result on ``root``."""
-    return minimize(evaluator, root, sequence, same, cost).sequence
+    return ddmin_result(evaluator, root, sequence, same, cost).sequence
 
 
-def minimize(evaluator: Evaluator, root: Module, sequence: Sequence[str], same: Same = "final",
-             cost: Callable[[Result, Result | None], float] | None = None) -> Minimized:
+def ddmin_result(evaluator: Evaluator, root: Module, sequence: Sequence[str], same: Same = "final",
+                 cost: Callable[[Result, Result | None], float] | None = None) -> DdminResult:
     """``ddmin`` with its bookkeeping (tests run, the reference states)."""
     original = tuple(sequence)
     ref = evaluator.evaluate(root, original)
@@ -100,10 +100,10 @@ def minimize(evaluator: Evaluator, root: Module, sequence: Sequence[str], same: 
         return [memo[c] for c in cands]
 
     if test_many([()])[0]:  # nothing is needed (the sequence does not change the result at all)
-        return Minimized((), original, same if isinstance(same, str) else "custom", tests, ref.state,
+        return DdminResult((), original, same if isinstance(same, str) else "custom", tests, ref.state,
                          ref_final.state if ref_final else None)
     current = ddmin_core(original, test_many)
-    return Minimized(current, original, same if isinstance(same, str) else "custom", tests, ref.state,
+    return DdminResult(current, original, same if isinstance(same, str) else "custom", tests, ref.state,
                      ref_final.state if ref_final else None)
 
 
