@@ -84,16 +84,16 @@ def run_one(path: Path, args, db: Path) -> dict:
     if proc.returncode != 0:
         row["error"] = (proc.stderr.strip().splitlines() or ["?"])[-1]
         return row
-    data = json.loads(proc.stdout)
-    best = data.get("best") or {}
-    validation = data.get("validity") or {}
+    from autotune.core.tuner import TuneResult
+
+    r = TuneResult.from_dict(json.loads(proc.stdout))  # `run --json` is the run's result, typed back
     row.update(
-        input_ops=data["input"]["instructions"], default_final_ops=data["default"]["instructions"],
-        best_final_ops=(best.get("final") or {}).get("instructions"), beats_default=data["beats_default"],
-        sequence=best.get("sequence") if data["beats_default"] else [],
-        level=data.get("validation_level"), level_reason=validation.get("reason"),
-        steps_compiled=data["steps_compiled"], evaluations=data["evaluations"],
-        phases={k: round(v, 1) for k, v in (data.get("phases") or {}).items()},
+        input_ops=r.input.instructions, default_final_ops=r.default.instructions,
+        best_final_ops=r.best.final.instructions if r.best and r.best.final else None, beats_default=r.beats_default,
+        sequence=list(r.best_sequence) if r.beats_default else [],
+        level=r.validation_level, level_reason=r.validation.reason if r.validation else None,
+        steps_compiled=r.steps_compiled, evaluations=r.evaluations,
+        phases={k: round(v, 1) for k, v in r.phases},
     )
     return row
 

@@ -14,6 +14,9 @@ and, so that a checker that can never fail is caught too, over a snippet that br
   ``minimize`` or raises ``BudgetExhausted`` (single modules, fleets and the exhaustive walk all go
   through it), and no function is longer than ``MAX_FUNCTION_LINES`` (a few older ones, listed in
   ``LONG_YET`` with their length, may not grow and leave the list when they are split).
+* **Results are read typed.** The stored result's ``validity`` key is read only where results are
+  (de)serialised (``SERIALISERS``: ``TuneResult``/``FleetResult``/``MemberResult``, ``RunInfo``, the
+  comparison's row reader); every other reader uses ``Validation`` attributes (``.level``, ``.ok``).
 * **No objective is special-cased by name.** Outside ``core/objectives/``, core never compares a
   value with an objective's name (``== "runtime"``, ``in ("ops", "final-ops")``) nor looks one up
   in a table keyed by objective names: the objective object answers for itself.
@@ -32,6 +35,9 @@ CORE = ROOT / "autotune" / "core"
 OBJECTIVE_NAMES = frozenset({"final-ops", "ops", "cost", "runtime"})
 COMPILER_PACKAGES = ("jax", "jaxlib", "autotune.pipelines")
 MAX_FUNCTION_LINES = 60
+#: The files that (de)serialise results, the only ones that may name the stored ``validity`` key.
+SERIALISERS = frozenset({"autotune/core/tuner.py", "autotune/core/fleet.py", "autotune/core/runs.py",
+                         "autotune/core/validation.py", "autotune/reporting/comparison.py"})
 #: Functions of core over the limit that other work owns today: (file, function) -> lines now.
 #: They may not grow; split one and remove it here (a listed function that no longer exists or
 #: got shorter than the limit fails the test too, so the list only shrinks).
@@ -161,6 +167,21 @@ def run_loops(source: str) -> list[str]:
     return found
 
 
+def result_key_reads(source: str) -> list[str]:
+    """Reads of a result dict's ``validity`` key (``x["validity"]``, ``x.get("validity")``)."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        key = None
+        if isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant):
+            key = node.slice.value
+        elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "get"
+              and node.args and isinstance(node.args[0], ast.Constant)):
+            key = node.args[0].value
+        if key == "validity":
+            found.append(f"line {node.lineno}: {ast.unparse(node)}")
+    return found
+
+
 def _offenders(check, files: list[Path]) -> list[str]:
     return [f"{p.relative_to(ROOT)} {hit}" for p in files for hit in check(p.read_text())]
 
@@ -181,6 +202,16 @@ def test_nothing_probes_the_backend_for_a_declared_member():
 def test_core_never_special_cases_an_objective_by_name():
     files = [p for p in _files(CORE) if "objectives" not in p.relative_to(CORE).parts]
     assert not _offenders(objective_special_cases, files)
+
+
+def test_results_are_read_typed_outside_their_serialisers():
+    files = [p for p in _files(*CODE) if str(p.relative_to(ROOT)) not in SERIALISERS]
+    assert not _offenders(result_key_reads, files)
+
+
+def test_the_typed_read_checker_catches_subscripts_and_gets():
+    assert len(result_key_reads('ok = summary["validity"]["ok"]\nlevel = (s.get("validity") or {}).get("level")\n')) == 2
+    assert result_key_reads('v = result.validation.level\nd = {"validity": None}\n') == []
 
 
 def test_core_has_one_run_loop():

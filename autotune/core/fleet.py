@@ -116,6 +116,19 @@ class MemberResult:
         data["relative_change"] = None if self.ratio is None else self.ratio - 1.0
         return data
 
+    @classmethod
+    def from_dict(cls, data: dict) -> "MemberResult":
+        """The inverse of ``to_dict`` (``relative_change`` is derived, not read)."""
+        def metrics(key):
+            return Metrics.from_dict(data[key]) if data.get(key) else None
+
+        return cls(
+            name=data["name"], fingerprint=data["fingerprint"], input=metrics("input"), default=metrics("default"),
+            default_cost=float(data["default_cost"]), state=data.get("state"), tuned=metrics("tuned"),
+            tuned_raw=metrics("tuned_raw"), cost=None if data.get("cost") is None else float(data["cost"]),
+            ratio=None if data.get("ratio") is None else float(data["ratio"]), regressed=bool(data.get("regressed")),
+            validation=Validation.from_dict(data.get("validity")))
+
 
 @dataclass(frozen=True)
 class FleetResult:
@@ -184,6 +197,24 @@ class FleetResult:
             "seconds": self.seconds, "steps_compiled": self.steps_compiled, "steps_cached": self.steps_cached,
             "disqualified_evaluations": self.disqualified, "failed_evaluations": self.failed,
         }
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "FleetResult":
+        """The inverse of ``to_dict`` (the summed and derived keys are recomputed, not read; the
+        best-so-far history is not stored with the summary: the runs table's trials hold it)."""
+        best = data.get("best") or {}
+        return cls(
+            run_id=data["run_id"], modules=tuple(data["modules"]), fingerprint=data["fingerprint"],
+            strategy=data["strategy"], objective=data["objective"], seed=int(data["seed"]),
+            budget=int(data["budget"]), evaluations=int(data["evaluations"]), status=data["status"],
+            best_sequence=tuple(best.get("sequence") or ()), found_sequence=tuple(best.get("found_sequence") or ()),
+            best_cost=float(data["best_cost"]), members=tuple(MemberResult.from_dict(m) for m in data["members"]),
+            allow_regressions=bool(data.get("allow_regressions")),
+            invalid=tuple((tuple(i["sequence"]), i["reason"]) for i in data.get("invalid") or ()),
+            seconds=float(data["seconds"]), steps_compiled=int(data["steps_compiled"]),
+            steps_cached=int(data["steps_cached"]), history=(), default_cost=float(data.get("default_cost", 1.0)),
+            disqualified=int(data.get("disqualified_evaluations") or 0),
+            failed=int(data.get("failed_evaluations") or 0))
 
 
 def summed(metrics: Sequence[Metrics | None]) -> Metrics | None:

@@ -116,31 +116,32 @@ def from_run(evaluator, run_id: str) -> TuningRecord:
     summary = run.summary
     if summary.get("fleet"):
         return _from_fleet_run(evaluator, run, summary, run_id)
-    best = summary.get("best")
-    if not best:
+    from autotune.core.tuner import TuneResult
+    from autotune.core.validation import verified
+
+    result = TuneResult.from_dict(summary)
+    best = result.best
+    if best is None:
         raise BadInput(f"run '{run_id}' found no valid sequence; nothing to export")
-    if summary.get("beats_default") is False:  # its "best" only ties: a record would pin passes that do nothing
+    if not result.beats_default:  # its "best" only ties: a record would pin passes that do nothing
         raise BadInput(f"run '{run_id}' found nothing better than XLA's default ordering; nothing to export "
                        "(keep the default)")
     metrics = {
-        "input_ops": summary["input"]["instructions"],
-        "default_ops": summary["default"]["instructions"],
-        "tuned_ops": best["raw"]["instructions"],
-        "tuned_final_ops": best["final"]["instructions"] if best.get("final") else None,
-        "cost": best["cost"],
-        "default_cost": summary["default_cost"],
+        "input_ops": result.input.instructions,
+        "default_ops": result.default.instructions,
+        "tuned_ops": best.raw.instructions,
+        "tuned_final_ops": best.final.instructions if best.final else None,
+        "cost": best.cost,
+        "default_cost": result.default_cost,
     }
-    claim = summary.get("claim")
-    if claim and claim.get("measured"):  # a measured objective: the confirmed ratio and its interval
-        metrics.update(ratio=claim.get("ratio"), ratio_low=claim.get("low"), ratio_high=claim.get("high"),
-                       confidence=claim.get("confidence"), min_effect=claim.get("min_effect"),
-                       rounds=claim.get("rounds"))
-    from autotune.core.validation import Validation, verified
-
-    validation = Validation.from_dict(summary.get("validity"))
-    level = validation.level if validation else None
+    claim = result.claim
+    if claim is not None and claim.measured:  # a measured objective: the confirmed ratio and its interval
+        metrics.update(ratio=claim.ratio, ratio_low=claim.low, ratio_high=claim.high, confidence=claim.confidence,
+                       min_effect=claim.min_effect, rounds=claim.rounds)
+    validation = result.validation
+    level = result.validation_level
     return TuningRecord(
-        module=run.module_name, fingerprint=run.module, sequence=tuple(best["sequence"]),
+        module=run.module_name, fingerprint=run.module, sequence=best.sequence,
         objective=run.objective, pipeline_version=run.version, xla_version=evaluator.pipeline.compiler_version,
         autotune_version=autotune.__version__, metrics=metrics, valid=verified(level),
         run_id=run_id, validation=level, validation_reason=validation.reason if validation else None,
@@ -151,29 +152,30 @@ def _from_fleet_run(evaluator, run, summary: dict, run_id: str) -> TuningRecord:
     """A record for every member of a fleet run: one sequence, per-module figures."""
     import autotune
 
-    if not summary.get("best") or not summary.get("beats_default"):
+    from autotune.core.fleet import FleetResult
+    from autotune.core.validation import verified
+
+    fleet = FleetResult.from_dict(summary)
+    if not fleet.beats_default:
         raise BadInput(f"fleet run '{run_id}' found nothing better than XLA's default ordering; nothing to export "
                        "(keep the default)")
     modules = {}
-    for m in summary["members"]:
-        modules[m["fingerprint"]] = {
-            "module": m["name"], "input_ops": m["input"]["instructions"], "default_ops": m["default"]["instructions"],
-            "tuned_ops": (m.get("tuned_raw") or {}).get("instructions"),
-            "tuned_final_ops": (m.get("tuned") or {}).get("instructions"),
-            "cost": m["cost"], "default_cost": m["default_cost"],
-            "validation": (m.get("validity") or {}).get("level"),
+    for m in fleet.members:
+        modules[m.fingerprint] = {
+            "module": m.name, "input_ops": m.input.instructions, "default_ops": m.default.instructions,
+            "tuned_ops": m.tuned_raw.instructions if m.tuned_raw else None,
+            "tuned_final_ops": m.tuned.instructions if m.tuned else None,
+            "cost": m.cost, "default_cost": m.default_cost,
+            "validation": m.validation.level if m.validation else None,
         }
-    from autotune.core.validation import verified
-
-    levels = [(m.get("validity") or {}).get("level") for m in summary["members"]]
-    weakest = (summary.get("validity") or {}).get("level")
-    fps = tuple(m["fingerprint"] for m in summary["members"])
+    levels = [m.validation.level if m.validation else None for m in fleet.members]
+    fps = tuple(m.fingerprint for m in fleet.members)
     return TuningRecord(
-        module=f"fleet of {len(fps)}: " + ", ".join(m["name"] for m in summary["members"]), fingerprint=fps[0],
-        sequence=tuple(summary["best"]["sequence"]), objective=run.objective, pipeline_version=run.version,
+        module=f"fleet of {len(fps)}: " + ", ".join(m.name for m in fleet.members), fingerprint=fps[0],
+        sequence=fleet.best_sequence, objective=run.objective, pipeline_version=run.version,
         xla_version=evaluator.pipeline.compiler_version, autotune_version=autotune.__version__,
-        metrics={"cost": summary["best_cost"], "default_cost": summary["default_cost"], "modules": modules},
-        valid=all(verified(lv) for lv in levels), run_id=run_id, fingerprints=fps, validation=weakest,
+        metrics={"cost": fleet.best_cost, "default_cost": fleet.default_cost, "modules": modules},
+        valid=all(verified(lv) for lv in levels), run_id=run_id, fingerprints=fps, validation=fleet.validation_level,
     )
 
 
