@@ -85,6 +85,18 @@ def test_region_check_agrees_with_the_whole_module_check(pipeline, maml):
     assert v.report.ok and "1 region(s)" in v.reason and "executed on" in v.reason and "the whole module needs" in v.reason
 
 
+def test_a_region_run_past_the_bound_is_stopped_and_said(pipeline, maml):
+    """The region check is bounded like whole execution (--validate-seconds): a run past the bound is
+    stopped (its worker replaced), the note says so, and the next check runs normally."""
+    root, tuned, default_final, tuned_final = maml
+    crashes = pipeline.pool.crashes + pipeline.pool.timeouts
+    note = establish_region(pipeline, root, tuned, 0, "test", (default_final, tuned_final), bound_seconds=1e-4)
+    assert isinstance(note, str) and "was stopped at the" in note and "--validate-seconds" in note, note
+    assert pipeline.pool.crashes + pipeline.pool.timeouts > crashes  # the worker running it was replaced
+    again = establish_region(pipeline, root, tuned, 0, "test", (default_final, tuned_final), bound_seconds=60)
+    assert isinstance(again, Validation) and again.level == EXECUTED_REGION, again
+
+
 def _mutate(text: str, name: str, how: str) -> str:
     """``text`` with instruction ``name`` changed: its operands swapped, or its constant scaled."""
     lines = text.splitlines()

@@ -652,7 +652,7 @@ def _when_declined(pipeline, original, tuned, runs: _Runs, plan: ExecutionPlan, 
         tuned_error = str(exc)
     else:
         say("executing only the changed regions")
-        region = establish_region(pipeline, original, tuned, seed, plan.why, finals)
+        region = establish_region(pipeline, original, tuned, seed, plan.why, finals, plan.bound_seconds)
         if isinstance(region, Validation):
             return region, None
         return Validation(COMPILED, f"{plan.reason}{runs.note()}{region}", runs.n_tuned), None
@@ -700,7 +700,8 @@ def _compare_tuned(pipeline, tuned, specs, orig_outs, seed, floats, int_high, bo
 
 
 # ---- executing only what changed -------------------------------------------------------------------------
-def establish_region(pipeline, original, tuned, seed: int, why_not: str, finals=None) -> "Validation | str":
+def establish_region(pipeline, original, tuned, seed: int, why_not: str, finals=None,
+                     bound_seconds: float | None = None) -> "Validation | str":
     """Execute only the region(s) where the tuned final module differs from XLA's default one.
 
     Used when whole execution was declined (``why_not``). The backend cuts the regions
@@ -712,7 +713,9 @@ def establish_region(pipeline, original, tuned, seed: int, why_not: str, finals=
     Returns ``executed-region`` (reason: regions, instructions, bytes executed vs the whole
     module's), ``invalid`` for a region whose outputs differ (the reason names the region and lists
     its instructions), or a note (``"; no region check: ..."``) saying why it could not be done,
-    for the ``compiled`` reason.
+    for the ``compiled`` reason. Each region's run is bounded like a whole execution
+    (``bound_seconds``, ``--validate-seconds``; compiling it is not counted): a region past it is
+    stopped (its worker replaced) and said in the note.
     """
     from autotune.core.limits import execution_limit, gib
 
@@ -737,7 +740,7 @@ def establish_region(pipeline, original, tuned, seed: int, why_not: str, finals=
         whole = None
     outputs, stand_ins, n_inputs, described, nonfinite, elements = [], 0, 0, None, 0, 0
     for r in cut.regions:
-        ran = _run_region(pipeline, r, seed)
+        ran = _run_region(pipeline, r, seed, bound_seconds)
         if not isinstance(ran, tuple):
             return ran  # an ``invalid`` Validation, or the note saying why no region check was done
         report, orig_outs, n_t = ran
@@ -762,7 +765,7 @@ def establish_region(pipeline, original, tuned, seed: int, why_not: str, finals=
                       ValidationReport(True, None, tuple(outputs), int(seed), n_inputs, described or _describe("normal", 4)))
 
 
-def _run_region(pipeline, r, seed: int):
+def _run_region(pipeline, r, seed: int, bound: float | None = None):
     """One region, both sides in one module (``r.modules()``: the inputs are drawn once, compiled and
     run once): ``(report, default side's outputs, stand-ins)``, or an ``invalid`` Validation naming
     the region, or a note (``"; no region check: ..."``) when it could not be run or proves nothing."""
@@ -771,7 +774,12 @@ def _run_region(pipeline, r, seed: int):
     _, n_t, _ = _stand_in_or_same(pipeline, tuned_module)
     try:
         specs = pipeline.parameter_specs(both)
-        outs, floats, int_high, empty = _region_outputs(pipeline, both, seed, specs)
+        outs, floats, int_high, empty = _region_outputs(pipeline, both, seed, specs, bound)
+    except _Overran:
+        from autotune.core.limits import duration
+
+        return (f"; no region check: {r.describe()} was stopped at the {duration(bound)} bound "
+                "(--validate-seconds; its worker was replaced)")
     except (BadInput, PassFailed) as exc:
         return f"; no region check: {r.describe()} could not be run: {exc}"
     half = len(outs) // 2
@@ -795,15 +803,16 @@ def _rungs(specs):
             if (floats == "normal" or has_float) and (int_high == INPUT_LADDER[0][1] or has_int)]
 
 
-def _region_outputs(pipeline, module, seed: int, specs):
+def _region_outputs(pipeline, module, seed: int, specs, bound: float | None = None):
     """Both sides of a region (``module`` returns the default's outputs, then the tuned one's) on
     the input ladder, stopping at the first distribution where every output of the default side
     has finite values (whole execution wants *no* non-finite value, but a region's random weights
     rarely allow that, and each rung draws its inputs again: gigabytes for an LLM layer).
-    Returns ``(outputs, floats, int_high, default-side outputs with no finite value)``."""
+    Each run is stopped at ``bound`` seconds (``_Overran``). Returns ``(outputs, floats, int_high,
+    default-side outputs with no finite value)``."""
     best = None
     for floats, int_high in _rungs(specs):
-        outs = pipeline.execute(module, seed=seed, floats=floats, int_high=int_high)
+        outs = _execute(pipeline, module, seed, floats, int_high, bound)
         empty = [i for i, x in enumerate(outs[:len(outs) // 2]) if x.size and _nonfinite([x]) == x.size]
         if best is None or len(empty) < len(best[3]):
             best = (outs, floats, int_high, empty)
