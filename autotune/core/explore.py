@@ -16,12 +16,16 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from autotune.core.loop import Search, choose, validity_of
 from autotune.core.module import Module
 from autotune.core.observer import Observer
 from autotune.core.runs import TrialRecord
 from autotune.errors import AutotuneError
+
+if TYPE_CHECKING:
+    from autotune.core.validation import Validation
 
 CHUNK = 128  # (state, action) pairs per batch: big enough to keep every worker busy, small for progress
 
@@ -159,7 +163,7 @@ class WalkSearch(Search):
     def key(self, rec: TrialRecord):
         return rec.state
 
-    def check(self, rec: TrialRecord, n: int, seed: int) -> tuple["Validation", str | None]:
+    def check(self, rec: TrialRecord, n: int, seed: int) -> tuple[Validation, str | None]:
         report = validity_of(self.ev, self.root, rec.state, seed)
         return report, None if report.ok else (report.reason or "outputs differ")
 

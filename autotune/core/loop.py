@@ -23,6 +23,7 @@ import random
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 from autotune.core.evaluator import Evaluator
 from autotune.core.executors import ExecutorLost
@@ -32,6 +33,9 @@ from autotune.core.observer import Observer
 from autotune.core.runs import RunStore, TrialRecord
 from autotune.errors import AutotuneError
 from autotune.strategy import BudgetExhausted, Evaluate, SearchSpace, Trial
+
+if TYPE_CHECKING:
+    from autotune.core.validation import Validation
 
 #: Distinct candidates the validity check may reject before the run reports nothing.
 MAX_REJECTED = 8
@@ -358,7 +362,7 @@ def finish(search: Search, status: str, reason: str | None, validate: bool, vali
 
 
 def validity_of(evaluator: Evaluator, root: Module, state: str, seed: int = 0,
-                bound_seconds: float | None = None, progress=None) -> "Validation":
+                bound_seconds: float | None = None, progress=None) -> Validation:
     """The validation (level, reason, output comparison) of ``state`` against ``root``.
 
     ``identical`` when the state ends, after XLA's default pipeline, as the same module as the

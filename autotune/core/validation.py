@@ -710,12 +710,10 @@ def establish_region(pipeline, original, tuned, seed: int, why_not: str, finals=
     identically at the region's boundary). Both run on the same seeded random inputs, through the
     same path and comparison as whole execution (input ladder, stand-ins, dtype-aware tolerances).
 
-    Returns ``executed-region`` (reason: regions, instructions, bytes executed vs the whole
-    module's), ``invalid`` for a region whose outputs differ (the reason names the region and lists
-    its instructions), or a note (``"; no region check: ..."``) saying why it could not be done,
-    for the ``compiled`` reason. Each region's run is bounded like a whole execution
-    (``bound_seconds``, ``--validate-seconds``; compiling it is not counted): a region past it is
-    stopped (its worker replaced) and said in the note.
+    Each region's run is bounded like a whole execution (``bound_seconds``; compiling not counted).
+    Returns ``executed-region`` (reason: regions, instructions, bytes executed vs the whole module's),
+    ``invalid`` for a region whose outputs differ (naming the region, listing its instructions), or a
+    note (``"; no region check: ..."``: why it could not be done, or was stopped) for ``compiled``.
     """
     from autotune.core.limits import execution_limit, gib
 

@@ -20,12 +20,12 @@ module and a sequence this report gives, comparing XLA's default module with the
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 from collections import Counter, defaultdict
 from dataclasses import asdict, dataclass, field, replace
 
+from autotune.core.graph import bottom_up, digest
 from autotune.core.metrics import Metrics
 
 #: How many unmatched instructions a report lists per side (a big module can differ in thousands).
@@ -110,8 +110,6 @@ def structural_index(instructions) -> list[Node]:
     for comp, key in last.items():
         roots.setdefault(comp, key)
 
-    hashes: dict[tuple[str, str], str] = {}
-
     def operand_keys(inst) -> list[tuple[str, str]]:
         return [(inst.computation, o) for o in inst.operands]
 
@@ -119,39 +117,20 @@ def structural_index(instructions) -> list[Node]:
         inst = info[key]
         return [o for o in operand_keys(inst) if o in info] + [roots[c] for c in inst.called if c in roots]
 
-    for start in order:
-        if start in hashes:
-            continue
-        stack = [(start, False)]
-        on_path: set = set()
-        while stack:
-            key, expanded = stack.pop()
-            if key in hashes:
-                continue
-            if expanded:
-                inst = info[key]
-                parts = ([inst.signature] + [hashes.get(o, "?") for o in operand_keys(inst)]
-                         + ["C" + hashes.get(roots.get(c), "?") for c in inst.called])
-                hashes[key] = _h(parts)
-                on_path.discard(key)
-                continue
-            if key in on_path:  # a cycle cannot happen in a valid module; do not loop on a malformed one
-                continue
-            on_path.add(key)
-            stack.append((key, True))
-            stack.extend((d, False) for d in deps(key) if d not in hashes)
+    def combine(key, hashes):
+        inst = info[key]
+        return digest([inst.signature] + [hashes.get(o, "?") for o in operand_keys(inst)]
+                      + ["C" + hashes.get(roots.get(c), "?") for c in inst.called])
+
+    hashes = bottom_up(order, deps, combine)
     out = []
     for key in order:
         inst = info[key]
         text = inst.text if len(inst.text) <= TEXT_CAP else inst.text[:TEXT_CAP] + " ..."
-        local = _h([inst.loose] + ["C" + hashes.get(roots.get(c), "?") for c in inst.called])
+        local = digest([inst.loose] + ["C" + hashes.get(roots.get(c), "?") for c in inst.called])
         out.append(Node(hashes[key], local, tuple(hashes.get(o, "?") for o in operand_keys(inst)),
                         Instr(key[0], key[1], inst.opcode, text)))
     return out
-
-
-def _h(parts: list[str]) -> str:
-    return hashlib.sha1("\x1f".join(parts).encode()).hexdigest()[:20]
 
 
 def diff_modules(before, after, cap: int = LIST_CAP) -> ModuleDiff:

@@ -39,6 +39,7 @@ import re
 from dataclasses import dataclass
 
 from autotune.pipelines.xla import hlo
+from autotune.core.graph import bottom_up, digest
 from autotune.pipelines.xla import matching, standins
 
 #: Instructions of each side a region's description lists (a region can hold hundreds).
@@ -312,23 +313,23 @@ class _Side:
                 loop = self.loops[wkey]
                 label = loop.labels.get(i, "?")
                 # inside the loop: the element's current value; after it: its final value
-                return label if key[0] in (loop.body, loop.cond) else matching.digest(["after-loop", label])
+                return label if key[0] in (loop.body, loop.cond) else digest(["after-loop", label])
             if key in self.loops:
                 loop = self.loops[key]
                 init_ops = e[loop.init].operands
                 number = self.loop_keys.index(key) if key in self.loop_keys else -1
                 for i, o in enumerate(init_ops):
                     if i not in loop.invariant:
-                        loop.labels[i] = matching.digest(["loop-carried", _element_type(e[key].sig, i), hashes.get(o, "?"),
+                        loop.labels[i] = digest(["loop-carried", _element_type(e[key].sig, i), hashes.get(o, "?"),
                                                           self.splits.get((number, i), "")])
                 for i in loop.labels:
                     loop.labels[i] = self.overrides.get((number, i), loop.labels[i])
-                return matching.digest(["loop"] + sorted(loop.labels.values()))
+                return digest(["loop"] + sorted(loop.labels.values()))
             ent = e[key]
-            return matching.digest([ent.sig] + [hashes.get(o, "?") for o in ent.operands]
+            return digest([ent.sig] + [hashes.get(o, "?") for o in ent.operands]
                                    + ["C" + hashes.get(roots.get(c), "?") for c in ent.called])
 
-        return matching.bottom_up(self.table.order, deps, combine)
+        return bottom_up(self.table.order, deps, combine)
 
     # -- what a region is made of --
     def changed(self, other_values) -> set:
@@ -351,7 +352,7 @@ class _Side:
             for i, label in loop.labels.items():
                 out[f"loop-carried {label[:8]} (next)"] = self.resolve(e[body_root].operands[i])
                 out[f"loop-carried {label[:8]} (initial)"] = self.resolve(e[loop.init].operands[i])
-            out["loop condition " + matching.digest(sorted(loop.labels.values()))[:8]] = self.table.roots[loop.cond]
+            out["loop condition " + digest(sorted(loop.labels.values()))[:8]] = self.table.roots[loop.cond]
         return out
 
     def operands(self, key) -> list:
