@@ -708,10 +708,8 @@ def establish_region(pipeline, original, tuned, seed: int, why_not: str, finals=
     (``pipeline.regions(default_final, tuned_final)``; XLA: ``pipelines/xla/region.py``): each is
     a pair of standalone modules taking the same parameters (the values both final modules compute
     identically at the region's boundary). Both run on the same seeded random inputs, through the
-    same path and comparison as whole execution (input ladder, stand-ins, dtype-aware tolerances).
-
-    Each region's run is bounded like a whole execution (``bound_seconds``; compiling not counted).
-    Returns ``executed-region`` (reason: regions, instructions, bytes executed vs the whole module's),
+    same path and comparison as whole execution (input ladder, stand-ins, dtype-aware tolerances),
+    each run bounded like a whole execution (``bound_seconds``; compiling not counted). Returns ``executed-region`` (reason: regions, instructions, bytes executed vs the whole module's),
     ``invalid`` for a region whose outputs differ (naming the region, listing its instructions), or a
     note (``"; no region check: ..."``: why it could not be done, or was stopped) for ``compiled``.
     """
