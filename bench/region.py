@@ -115,7 +115,7 @@ def verdict(v) -> str:
 
 def mutate(module_text: str, members, table) -> tuple[str, str] | None:
     """The tuned final module with one wrong rewrite inside the region, and what it was."""
-    from autotune.pipelines.xla import standins
+    from autotune.pipelines.xla.mutate import mutate as mutate_instruction
 
     pick = None
     for comp, name in members:
@@ -131,27 +131,15 @@ def mutate(module_text: str, members, table) -> tuple[str, str] | None:
     if pick is None:
         return None
     name, how = pick
-    lines = module_text.splitlines()
-    for i, line in enumerate(lines):
-        m = standins.INSTRUCTION.match(line)
-        if not m or m.group(3).lstrip("%") != name:
-            continue
-        indent, root, nm, type_str, opcode, rest = m.groups()
-        if how == "swap":
-            ops, tail = standins.split_operands(rest)
-            lines[i] = f"{indent}{root or ''}{nm} = {type_str} {opcode}({ops[1]}, {ops[0]}{', ' + ', '.join(ops[2:]) if ops[2:] else ''}){tail}"
-        else:
-            value = float(re.match(r"\s*([-0-9.einf]+)\)", rest).group(1))
-            lines[i] = f"{indent}{root or ''}{nm} = {type_str} {opcode}({value * 1.5 + 1.0!r})"
-        return "\n".join(lines) + "\n", f"{how} in `{name}`"
-    return None
+    text = mutate_instruction(module_text, name, how)
+    return (text, f"{how} in `{name}`") if text is not None else None
 
 
 def agreement_row(ev, path: Path) -> dict:
     from autotune.pipelines.xla import hlo
     from autotune.pipelines.xla.loader import hlo_module, module_from_proto
     from autotune.core.limits import execution_limit
-    from autotune.core.module import Module, load
+    from autotune.core.module import load
     from autotune.core.validation import establish, establish_region
     from autotune.errors import AutotuneError
     from autotune.pipelines.xla import region

@@ -18,6 +18,7 @@ from autotune.core.module import Module, load
 from autotune.core.validation import (COMPILED, EXECUTED, EXECUTED_REGION, EXECUTED_WITH_STAND_INS, INVALID, LEVELS,
                                       Validation, establish, establish_region, meets)
 from autotune.pipelines.xla import region, standins
+from autotune.pipelines.xla.mutate import mutate
 from conftest import DATA, run_cli
 
 MAML = DATA / "real" / "hloenv_maml_train_step.hlo"
@@ -98,21 +99,9 @@ def test_a_region_run_past_the_bound_is_stopped_and_said(pipeline, maml):
 
 
 def _mutate(text: str, name: str, how: str) -> str:
-    """``text`` with instruction ``name`` changed: its operands swapped, or its constant scaled."""
-    lines = text.splitlines()
-    for i, line in enumerate(lines):
-        m = standins.INSTRUCTION.match(line)
-        if not m or m.group(3).lstrip("%") != name:
-            continue
-        indent, root, nm, type_str, opcode, rest = m.groups()
-        if how == "swap":
-            operands, tail = standins.split_operands(rest)
-            lines[i] = f"{indent}{root or ''}{nm} = {type_str} {opcode}({operands[1]}, {operands[0]}){tail}"
-        else:
-            value = float(re.match(r"\s*([-0-9.e]+)\)", rest).group(1))
-            lines[i] = f"{indent}{root or ''}{nm} = {type_str} {opcode}({value * 1.5 + 1.0!r})"
-        return "\n".join(lines) + "\n"
-    raise AssertionError(f"no instruction {name}")
+    out = mutate(text, name, how)
+    assert out is not None, f"no instruction {name}"
+    return out
 
 
 @pytest.mark.parametrize("how", ["swap", "constant"])
