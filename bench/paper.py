@@ -387,7 +387,10 @@ def standing(main, ops_comp) -> list[str]:
     if search:
         out.append(f"**Search, final-ops** (what the backend compiles; {search[0].budget} evaluations per module): "
                    + ", ".join(f"`{x.strategy}` {pct(x.final.improvement)} ({x.wins}/{x.ties}/{x.losses} win/tie/loss)"
-                               for x in search) + ".")
+                               for x in search) + "."
+                   + (" (`ppo` is the strategy as a user gets it: it starts from the shipped `llm` policy's roll-out, "
+                      "trained on the llm train split, then fine-tunes; the zero-shot policies below are the "
+                      "paper's, trained here from scratch.)" if any(x.strategy == "ppo" for x in search) else ""))
     if zs:
         out.append("**Zero-shot policies, final-ops** (one roll-out per test module, no search): " + ", ".join(
             f"`{x.strategy}` {pct(x.final.improvement)} ({x.wins}/{x.ties}/{x.losses}"
