@@ -336,8 +336,10 @@ def llm_section(results: Path) -> list:
         return f"{m['mean_fraction']:.0%} ({m['pooled_fraction']:.0%}), {m['mean_steps']:.1f} steps"
 
     labels = {"test": "test split", "shared": "shared LLM steps", "all": "all"}
-    rows = tuple((f"{labels.get(k, k)} ({g['modules']})", cell(g, "policy"), cell(g, "fixed"),
-                  cell(g, "random@steps"), cell(g, "search")) for k, g in groups.items())
+    extra = [m for m in ("ppo",) if all(m in g for g in groups.values())]  # the PPO-fine-tuned variant
+    rows = tuple((f"{labels.get(k, k)} ({g['modules']})", cell(g, "policy"), *(cell(g, m) for m in extra),
+                  cell(g, "fixed"), cell(g, "random@steps"), cell(g, "search")) for k, g in groups.items())
+    chosen = (learn.get("select") or {}).get("chosen")
     return [
         Heading("The LLM family: where ordering pays, and a policy that learned it", 2),
         Para("The GPT-2/BERT/ResNet families have no headroom (every sequence of up to three passes ends at the "
@@ -359,8 +361,9 @@ def llm_section(results: Path) -> list:
             f"budget {p['search_budget']} in this {scale}), mean over modules (pooled in brackets), and compiled "
             "steps per module:",
         )),
-        Table(("modules", "policy (one roll-out)", f"fixed sequence `{fixed}` (fleet, train split)",
-               "random, same steps", "search (ceiling)"), rows),
+        Table(("modules", f"shipped policy `llm`{f' ({chosen})' if chosen else ''}, one roll-out",
+               *(["PPO-fine-tuned `llm-ppo`, one roll-out"] if extra else []),
+               f"fixed sequence `{fixed}` (fleet, train split)", "random, same steps", "search (ceiling)"), rows),
         Para(f"**Verdict** ({learn['command']}): {learn['verdict']}"),
     ]
 
