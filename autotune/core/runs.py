@@ -65,6 +65,19 @@ class RunInfo:
         return self.summary is not None
 
     @property
+    def result(self):
+        """The finished run's typed result: ``FleetResult`` for a fleet, else ``TuneResult`` (None: unfinished)."""
+        if self.summary is None:
+            return None
+        if self.summary.get("fleet"):
+            from autotune.core.fleet import FleetResult
+
+            return FleetResult.from_dict(self.summary)
+        from autotune.core.tuner import TuneResult
+
+        return TuneResult.from_dict(self.summary)
+
+    @property
     def validation(self):
         """The finished run's ``Validation`` of its best (None: unfinished, or nothing validated).
 

@@ -364,32 +364,34 @@ def explain_run(evaluator, run_id: str, model_path: str | None = None, minimize:
     run = RunStore(evaluator.cache).get(run_id)
     if run.version != evaluator.version:
         raise BadInput(f"run '{run_id}' was made with {run.version}, not {evaluator.version}")
-    summary = run.summary
-    if not summary:
+    result = run.result
+    if result is None:
         raise BadInput(f"run '{run_id}' has not finished (status {run.status}); nothing to explain")
-    best = summary.get("best")
-    if not best or not best.get("sequence"):
+    sequence = result.best_sequence
+    if not sequence:
         raise BadInput(f"run '{run_id}' found no sequence to explain (XLA's default ordering is the answer)")
     fingerprint, name = run.module, run.module_name
-    if summary.get("fleet"):
-        members = summary["members"]
+    from autotune.core.fleet import FleetResult
+
+    if isinstance(result, FleetResult):  # explain one of its modules
+        members = result.members
         if member is None:  # the biggest relative win
-            ranked = sorted((m for m in members if m.get("ratio") is not None), key=lambda m: m["ratio"])
+            ranked = sorted((m for m in members if m.ratio is not None), key=lambda m: m.ratio)
             pick = ranked[0] if ranked else members[0]
         else:
-            found = [m for m in members if member in (m["name"], m["fingerprint"])]
+            found = [m for m in members if member in (m.name, m.fingerprint)]
             if not found:
                 raise BadInput(f"fleet run '{run_id}' has no module '{member}' "
-                               f"(members: {', '.join(m['name'] for m in members)})")
+                               f"(members: {', '.join(m.name for m in members)})")
             pick = found[0]
-        fingerprint, name = pick["fingerprint"], pick["name"]
+        fingerprint, name = pick.fingerprint, pick.name
     elif member is not None:
         raise BadInput(f"run '{run_id}' tuned one module; --module applies to fleet runs")
     proto = evaluator.cache.state_proto(evaluator.version, fingerprint)
     if proto is None:
         raise BadInput(f"run '{run_id}': its module is no longer in the cache")
     root = Module(name, proto, fingerprint)
-    return explain(evaluator, root, best["sequence"], run_id=run_id, model_path=model_path, minimize=minimize, cap=cap)
+    return explain(evaluator, root, sequence, run_id=run_id, model_path=model_path, minimize=minimize, cap=cap)
 
 
 # ---- rendering ----------------------------------------------------------------------------------------
