@@ -453,17 +453,13 @@ def _bounded(pipeline) -> bool:
 
 
 def _execute(pipeline, module, seed, floats, int_high, bound):
-    """One run of ``module``; with ``bound``, the full compile first (not counted) and then the run
-    within ``bound`` seconds, else ``_Overran``. The run may land on another worker than the compile
-    (the pool has no affinity) and compile again there, so the compile's measured time is added to
-    the bound rather than counted against the run."""
+    """One run of ``module``; with ``bound``, the full compile first (not counted: the worker keeps
+    the executable) and then the run alone within ``bound`` seconds, else ``_Overran``."""
     if bound is None or not _bounded(pipeline):
         return pipeline.execute(module, seed=seed, floats=floats, int_high=int_high)
-    started = time.perf_counter()
     pipeline.compiles(module)
-    compile_seconds = time.perf_counter() - started
     try:
-        return pipeline.execute(module, seed=seed, floats=floats, int_high=int_high, timeout=bound + compile_seconds)
+        return pipeline.execute(module, seed=seed, floats=floats, int_high=int_high, timeout=bound)
     except PassFailed as exc:
         if getattr(exc, "status", None) == "timeout":
             raise _Overran(str(exc)) from None
