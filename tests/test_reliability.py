@@ -20,10 +20,20 @@ GPT2_SMALLER = ROOT / "tests" / "data" / "real" / "hloenv_maml_train_step.hlo"
 INTERRUPTED = ROOT / "examples" / "gpt2_train_step.hlo"
 
 
+def _default_signals() -> None:
+    """In the child before exec: SIGINT unblocked and at its default, whatever this process (pytest,
+    after a whole suite of in-process engines, Ray and torch) left in the mask and dispositions it
+    passes on; the tests below are about the CLI's Ctrl-C handling, not about that inheritance."""
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, [signal.SIGINT])
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _start(*args: str, db: Path) -> subprocess.Popen:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AUTOTUNE_", "RAY_"))}
     return subprocess.Popen(
         [sys.executable, "-m", "autotune.cli", *args, "--db", str(db)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT, env=env,
+        preexec_fn=_default_signals,
     )
 
 
