@@ -65,7 +65,6 @@ MAX_LENGTH = 4
 BEAM = 3  # width of the demonstrations' beam search
 #: PPO fine-tuning lengths tried by model selection (``stage_select``), besides imitation alone.
 SELECT_TIMESTEPS = (512, 1536)
-SELECT_ORDER = ("imitation", "ppo-512", "ppo-1536")
 RANDOM_SEEDS = 5
 SEARCH_MAX_LENGTH = 8
 
@@ -316,30 +315,29 @@ def stage_select(work: Work, policy: Path) -> dict:
         log(f"select: expert (beam {BEAM}) on {len(val)} held-out train-split modules")
         rows = {}
         for x in val:
-            session = evaluation_session(ev, load(x))
+            module = load(x)
+            session = evaluation_session(ev, module)
             expert, seq = beam_search(session, candidates_t)
             row = {"default": session.empty_cost, "expert": expert, "expert_sequence": list(seq)}
             for name, path in variants.items():
-                r = tune(ev, load(x), strategy="ppo", budget=MAX_LENGTH, max_length=MAX_LENGTH, validate=False,
+                r = tune(ev, module, strategy="ppo", budget=MAX_LENGTH, max_length=MAX_LENGTH, validate=False,
                          prune=False, options={"policy": str(path), "finetune": False})
                 row[name] = min(r.best_cost, session.empty_cost)
             rows[x.stem] = row
     headroom = [r for r in rows.values() if r["expert"] < r["default"]]
     scores = {name: statistics.mean((r["default"] - r[name]) / (r["default"] - r["expert"]) for r in headroom)
               if headroom else 0.0 for name in variants}
-    chosen = max(variants, key=lambda n: (round(scores[n], 6), -SELECT_ORDER.index(n) if n in SELECT_ORDER else 0))
+    chosen = max(variants, key=lambda n: round(scores[n], 6))  # ties: the first, i.e. fewer training steps
     log("select: mean fraction of the expert's gain on held-out train modules: "
         + ", ".join(f"{n} {v:.0%}" for n, v in scores.items()) + f" -> shipping {chosen}")
+    data = {"modules": len(val), "with_headroom": len(headroom), "scores": scores, "chosen": chosen, "rows": rows}
+    side = json.loads(sidecar_path(policy).read_text())
     if variants[chosen] != policy:
         shutil.copyfile(variants[chosen], policy)
         meta = json.loads(sidecar_path(variants[chosen]).read_text()) if sidecar_path(variants[chosen]).exists() else {}
-        side = json.loads(sidecar_path(policy).read_text())
         side.update({k: meta[k] for k in ("timesteps",) if k in meta})
         side["note"] = (f"{chosen}, the variant selected on held-out train-split modules (bench/learning.py "
                         "--stage select); python bench/learning.py retrains it")
-        sidecar_path(policy).write_text(json.dumps(side, indent=2))
-    data = {"modules": len(val), "with_headroom": len(headroom), "scores": scores, "chosen": chosen, "rows": rows}
-    side = json.loads(sidecar_path(policy).read_text())
     side["selection"] = {k: v for k, v in data.items() if k != "rows"}
     sidecar_path(policy).write_text(json.dumps(side, indent=2))
     work.save("select", data)
