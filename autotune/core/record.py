@@ -113,13 +113,12 @@ def from_run(evaluator, run_id: str) -> TuningRecord:
     run = RunStore(evaluator.cache).get(run_id)
     if not run.finished:
         raise BadInput(f"run '{run_id}' has not finished (status {run.status}); nothing to export")
-    summary = run.summary
-    if summary.get("fleet"):
-        return _from_fleet_run(evaluator, run, summary, run_id)
-    from autotune.core.tuner import TuneResult
+    from autotune.core.fleet import FleetResult
     from autotune.core.validation import verified
 
-    result = TuneResult.from_dict(summary)
+    result = run.result  # typed: a TuneResult, or a FleetResult for a fleet run
+    if isinstance(result, FleetResult):
+        return _from_fleet_run(evaluator, run, result, run_id)
     best = result.best
     if best is None:
         raise BadInput(f"run '{run_id}' found no valid sequence; nothing to export")
@@ -148,14 +147,12 @@ def from_run(evaluator, run_id: str) -> TuningRecord:
     )
 
 
-def _from_fleet_run(evaluator, run, summary: dict, run_id: str) -> TuningRecord:
-    """A record for every member of a fleet run: one sequence, per-module figures."""
+def _from_fleet_run(evaluator, run, fleet, run_id: str) -> TuningRecord:
+    """A record for every member of a fleet run (its ``FleetResult``): one sequence, per-module figures."""
     import autotune
 
-    from autotune.core.fleet import FleetResult
     from autotune.core.validation import verified
 
-    fleet = FleetResult.from_dict(summary)
     if not fleet.beats_default:
         raise BadInput(f"fleet run '{run_id}' found nothing better than XLA's default ordering; nothing to export "
                        "(keep the default)")
