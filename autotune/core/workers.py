@@ -29,6 +29,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
 
@@ -520,22 +521,71 @@ def _limit_memory() -> None:
             pass
 
 
-def _serve(fd: int, factory: str) -> None:
-    _limit_memory()
-    cpu = os.environ.get("AUTOTUNE_WORKER_CPU")
-    if cpu is not None and hasattr(os, "sched_setaffinity"):
+#: Inside a worker: the cores the process was started with and the one it is pinned to (``_serve``).
+_ALL_CPUS: frozenset[int] | None = None
+_PINNED_CPU: int | None = None
+
+
+def _set_process_affinity(cpus) -> None:
+    """Every thread of this process on ``cpus`` (``sched_setaffinity(0, ...)`` moves the calling
+    thread only; the compiler's thread pools exist already)."""
+    try:
+        tids = os.listdir("/proc/self/task")
+    except OSError:
+        tids = ["0"]
+    for tid in tids:
         try:
-            os.sched_setaffinity(0, {int(cpu)})
+            os.sched_setaffinity(int(tid), cpus)
         except OSError:
             pass
+
+
+@contextmanager
+def all_cores():
+    """Inside a worker, for a request that executes a whole program (validation, timing): every
+    thread may use all the cores the worker was started with, then it is pinned again.
+
+    Workers are pinned one per core for the search's many small compiles (``Pool._free_cpu``), but
+    an execution runs alone and is bounded in time: pinned, XLA's intra-op pool and the input
+    drawing shared one core (gpt-oss's MoE region: 45 s pinned, 21 s on both cores of a 2-core
+    machine). A no-op in a worker that was never pinned."""
+    if _PINNED_CPU is None or not _ALL_CPUS:
+        yield
+        return
+    _set_process_affinity(_ALL_CPUS)
+    try:
+        yield
+    finally:
+        _set_process_affinity({_PINNED_CPU})
+
+
+def _pin(cpu: int) -> None:
+    """Pin this worker to ``cpu``, remembering the cores it had for ``all_cores``. Set on the
+    importable module: a worker runs this file as ``__main__``, while handlers import it by name."""
+    this = importlib.import_module("autotune.core.workers")
+    try:
+        this._ALL_CPUS = frozenset(os.sched_getaffinity(0))
+        _set_process_affinity({cpu})
+        this._PINNED_CPU = cpu
+    except OSError:
+        this._ALL_CPUS = this._PINNED_CPU = None
+
+
+def _serve(fd: int, factory: str) -> None:
+    _limit_memory()
     conn = Connection(fd)
     init_args = conn.recv()
     try:
+        # The handler (XLA's client and its thread pools) is made before pinning, so its pools are
+        # sized for every core, which ``all_cores`` lends back to an execution.
         module_name, _, attr = factory.partition(":")
         handler = getattr(importlib.import_module(module_name), attr)(*init_args)
     except BaseException as exc:  # report start-up failures to the parent instead of dying silently
         conn.send(("error", f"{type(exc).__name__}: {exc}"))
         return
+    cpu = os.environ.get("AUTOTUNE_WORKER_CPU")
+    if cpu is not None and hasattr(os, "sched_setaffinity"):
+        _pin(int(cpu))
     conn.send(("ready", os.getpid()))
     while True:
         try:

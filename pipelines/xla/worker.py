@@ -19,6 +19,7 @@ import time
 from collections import OrderedDict
 
 from autotune.core.backend import StepOut
+from autotune.core.workers import all_cores
 from autotune.errors import BadInput, PassFailed
 from autotune.pipelines.xla import hlo
 from autotune.pipelines.xla.structure import structure_counts
@@ -220,13 +221,15 @@ class XlaWorker:
         """Full default compile, one run on seeded random inputs; all outputs as numpy arrays."""
         from autotune.pipelines.xla import runner
 
-        return runner.execute(self, proto, seed, floats, int_high)
+        with all_cores():
+            return runner.execute(self, proto, seed, floats, int_high)
 
     def execute_reference(self, proto: bytes, seed: int = 0, floats: str = "normal", int_high: int = 4):
         """The module with bf16/f16 widened to f32, run on ``execute``'s inputs (see reference.py)."""
         from autotune.pipelines.xla import reference
 
-        return reference.execute_reference(self, proto, seed, floats, int_high)
+        with all_cores():
+            return reference.execute_reference(self, proto, seed, floats, int_high)
 
     def time(self, proto: bytes, seed: int = 0, repeats: int = 5, warmup: int = 1, floats: str = "normal",
              int_high: int = 4, min_seconds: float = 0.0) -> dict:
@@ -234,7 +237,8 @@ class XlaWorker:
         run; each sample a calibrated loop of at least ``min_seconds``)."""
         from autotune.pipelines.xla import runner
 
-        return runner.time_execution(self, proto, seed, repeats, warmup, floats, int_high, min_seconds)
+        with all_cores():
+            return runner.time_execution(self, proto, seed, repeats, warmup, floats, int_high, min_seconds)
 
     def time_ab(self, proto_a: bytes, proto_b: bytes, seed: int = 0, rounds: int = 30, warmup: int = 2,
                 floats: str = "normal", int_high: int = 4, min_seconds: float = 0.01, options_a=None,
@@ -242,14 +246,16 @@ class XlaWorker:
         """Both modules compiled once in this process, then timed interleaved (see runner.time_ab)."""
         from autotune.pipelines.xla import runner
 
-        return runner.time_ab(self, proto_a, proto_b, seed, rounds, warmup, floats, int_high, min_seconds,
-                              options_a, options_b)
+        with all_cores():
+            return runner.time_ab(self, proto_a, proto_b, seed, rounds, warmup, floats, int_high, min_seconds,
+                                  options_a, options_b)
 
     def calibrate(self) -> dict:
         """This machine's execution rates for validation's time estimate (see runner.calibrate_rates)."""
         from autotune.pipelines.xla import runner
 
-        return runner.calibrate_rates(self)
+        with all_cores():
+            return runner.calibrate_rates(self)
 
     def cost(self, proto: bytes) -> dict:
         """XLA's cost analysis of the module as given (flops, transcendentals, bytes accessed)."""
@@ -267,7 +273,8 @@ class XlaWorker:
         """True if the full default pipeline (codegen included) accepts the module; else PassFailed."""
         from autotune.pipelines.xla import runner
 
-        runner.cached_compile(self, proto)  # a later execute/time of the same module reuses it
+        with all_cores():
+            runner.cached_compile(self, proto)  # a later execute/time of the same module reuses it
         return True
 
 
