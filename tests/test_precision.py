@@ -71,6 +71,36 @@ def test_reference_is_the_f32_math_on_the_same_rounded_inputs(pipeline):
     assert not np.array_equal(own, ref[0])  # the bf16 module itself rounds
 
 
+#: The total-order comparator jax emits for sorting bf16 keys (MoE top-k routing): it reads the keys'
+#: bits, so widening the keys to f32 must not change the bits it reads.
+SORT_BF16 = """HloModule sortbf16
+cmp {
+  lhs = bf16[] parameter(0)
+  rhs = bf16[] parameter(1)
+  li = s32[] parameter(2)
+  ri = s32[] parameter(3)
+  lb = s16[] bitcast-convert(lhs)
+  rb = s16[] bitcast-convert(rhs)
+  ROOT lt = pred[] compare(rb, lb), direction=LT
+}
+ENTRY main {
+  x = bf16[8] parameter(0)
+  y = bf16[8] multiply(x, x)
+  i = s32[8] iota(), iota_dimension=0
+  s = (bf16[8], s32[8]) sort(y, i), dimensions={0}, to_apply=cmp
+  ROOT idx = s32[8] get-tuple-element(s), index=1
+}
+"""
+
+
+def test_widening_keeps_the_bits_a_bf16_bitcast_reads(pipeline):
+    wide = reference.widened_text(SORT_BF16)
+    assert "s16[] bitcast-convert(%lb.narrow)" in wide and "lb.narrow = bf16[] convert(%lhs)" in wide
+    module = text_module(SORT_BF16)
+    ref = pipeline.execute_reference(module, seed=1)  # parses and runs (it did not before)
+    np.testing.assert_array_equal(ref[0], pipeline.execute(module, seed=1)[0])  # the same order of keys
+
+
 def test_no_reference_without_narrow_floats(pipeline):
     f32 = text_module(BF16.replace("bf16", "f32"))
     assert pipeline.execute_reference(f32) is None

@@ -159,8 +159,44 @@ def _reference(pipeline, original, seed: int, floats: str, int_high: int):
 
 def second_opinion(pipeline, original, tuned, report, default_outputs, tuned_outputs, seed: int, floats: str,
                    int_high: int, extra_seeds: int = EXTRA_SEEDS):
-    """The hook ``validation`` calls on a failed comparison: ``judge`` against the original's f32
-    reference run when the backend can make one and the module computes in bf16/f16, else ``report``.
+    """The hook ``validation`` calls on a failed comparison of two whole modules: ``reconsider``
+    against the original's f32 reference run when the backend can make one and the module computes
+    in bf16/f16, else ``report``."""
+    if original is None or tuned is None:
+        return report
+
+    def run(other: int):
+        return (pipeline.execute(original, seed=other, floats=floats, int_high=int_high),
+                pipeline.execute(tuned, seed=other, floats=floats, int_high=int_high))
+
+    return reconsider(report, default_outputs, tuned_outputs, seed, run,
+                      lambda s: _reference(pipeline, original, s, floats, int_high), extra_seeds)
+
+
+def second_opinion_paired(pipeline, both, report, default_outputs, tuned_outputs, seed: int, floats: str,
+                          int_high: int, timeout: float | None = None, extra_seeds: int = EXTRA_SEEDS):
+    """``second_opinion`` for a module that computes both sides at once (a region: its outputs are
+    XLA's default side's, then the tuned side's). Its reference is the same module widened to f32,
+    whose default side is the f32 math both sides approximate. Each run is bounded by ``timeout``."""
+    def halves(outs):
+        return outs[:len(outs) // 2], outs[len(outs) // 2:]
+
+    def reference(s: int):
+        try:
+            outs = pipeline.execute_reference(both, seed=s, floats=floats, int_high=int_high)
+        except (PassFailed, BadInput):
+            return None
+        return None if outs is None else halves(outs)[0]
+
+    bounded = {} if timeout is None else {"timeout": timeout}
+    return reconsider(report, default_outputs, tuned_outputs, seed,
+                      lambda s: halves(pipeline.execute(both, seed=s, floats=floats, int_high=int_high, **bounded)),
+                      reference, extra_seeds)
+
+
+def reconsider(report, default_outputs, tuned_outputs, seed: int, run, reference, extra_seeds: int = EXTRA_SEEDS):
+    """``judge`` a failed ``report`` against ``reference(seed)`` (f32 outputs, or None where there is
+    no reference); ``run(seed)`` gives ``(default outputs, tuned outputs)`` for another draw.
 
     An acceptance must also hold on ``extra_seeds`` further input draws (seed + 1, ...): each is
     either strictly equal or passes ``judge``. One draw can hide a wrong value behind the default's
@@ -168,26 +204,25 @@ def second_opinion(pipeline, original, tuned, report, default_outputs, tuned_out
     """
     from autotune.core.validation import compare_outputs  # validation imports this module
 
-    if report.ok or original is None or tuned is None or not report.outputs:
+    if report.ok or not report.outputs:
         return report
     if not any(not d.ok and _judgeable(d.dtype) for d in report.outputs):
         return report
-    reference = _reference(pipeline, original, seed, floats, int_high)
-    if reference is None:  # no bf16/f16 in the module, or no reference here: the strict verdict stands
+    ref = reference(seed)
+    if ref is None:  # no bf16/f16 in the module, or no reference here: the strict verdict stands
         return report
-    judged = judge(report, default_outputs, tuned_outputs, reference)
+    judged = judge(report, default_outputs, tuned_outputs, ref)
     if not judged.ok:
         return judged
     for other in range(seed + 1, seed + 1 + extra_seeds):
         try:
-            d = pipeline.execute(original, seed=other, floats=floats, int_high=int_high)
-            t = pipeline.execute(tuned, seed=other, floats=floats, int_high=int_high)
+            d, t = run(other)
         except (PassFailed, BadInput):
             return report
         again = compare_outputs(d, t, seed=other, n_inputs=report.n_inputs, inputs=report.inputs)
         if again.ok:
             continue
-        ref = _reference(pipeline, original, other, floats, int_high)
+        ref = reference(other)
         if ref is None:
             return report
         again = judge(again, d, t, ref)

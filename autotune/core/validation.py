@@ -34,7 +34,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from autotune.core.precision import second_opinion
+from autotune.core.precision import second_opinion, second_opinion_paired
 from autotune.errors import BadInput, PassFailed
 
 # ---- levels --------------------------------------------------------------------------------------
@@ -734,12 +734,14 @@ def establish_region(pipeline, original, tuned, seed: int, why_not: str, finals=
         whole = sum(s.nbytes for s in pipeline.parameter_specs(original))
     except BadInput:
         whole = None
-    outputs, stand_ins, n_inputs, described, nonfinite, elements = [], 0, 0, None, 0, 0
+    outputs, stand_ins, n_inputs, described, nonfinite, elements, rounding = [], 0, 0, None, 0, 0, []
     for r in cut.regions:
         ran = _run_region(pipeline, r, seed, bound_seconds)
         if not isinstance(ran, tuple):
             return ran  # an ``invalid`` Validation, or the note saying why no region check was done
         report, orig_outs, n_t = ran
+        if report.reason:  # accepted by the f32 reference (``precision``): say so
+            rounding.append(f"region {r.index}: {report.reason}")
         stand_ins += n_t
         nonfinite += _nonfinite(orig_outs)
         elements += sum(int(x.size) for x in orig_outs)
@@ -748,17 +750,24 @@ def establish_region(pipeline, original, tuned, seed: int, why_not: str, finals=
                     for o in report.outputs]
         n_inputs += report.n_inputs
         described = described or report.inputs
-    executed = sum(r.input_bytes for r in cut.regions)
-    reason = (f"{len(cut.regions)} region(s), {sum(r.instructions for r in cut.regions)} instructions "
-              f"({sum(r.default_instructions for r in cut.regions)} of XLA's default, "
-              f"{sum(r.tuned_instructions for r in cut.regions)} tuned) executed on {gib(executed)} of inputs"
-              + (f"; the whole module needs {gib(whole)}" if whole is not None else "")
-              + f" (whole module not executed: {why_not})"
-              + (f"; {stand_ins} custom call(s) replaced by host stand-ins" if stand_ins else "")
-              + (f"; {nonfinite} of {elements} output elements are not finite on these inputs in both modules"
-                 if nonfinite else ""))
+    reason = _region_reason(cut, whole, why_not) + "".join(
+        [f"; {stand_ins} custom call(s) replaced by host stand-ins" if stand_ins else "",
+         f"; {nonfinite} of {elements} output elements are not finite on these inputs in both modules"
+         if nonfinite else ""] + [f"; {note}" for note in rounding])
     return Validation(EXECUTED_REGION, reason, stand_ins,
                       ValidationReport(True, None, tuple(outputs), int(seed), n_inputs, described or _describe("normal", 4)))
+
+
+def _region_reason(cut, whole: int | None, why_not: str) -> str:
+    """What ``executed-region`` executed: regions, instructions, bytes against the whole module's."""
+    from autotune.core.limits import gib
+
+    return (f"{len(cut.regions)} region(s), {sum(r.instructions for r in cut.regions)} instructions "
+            f"({sum(r.default_instructions for r in cut.regions)} of XLA's default, "
+            f"{sum(r.tuned_instructions for r in cut.regions)} tuned) executed on "
+            f"{gib(sum(r.input_bytes for r in cut.regions))} of inputs"
+            + (f"; the whole module needs {gib(whole)}" if whole is not None else "")
+            + f" (whole module not executed: {why_not})")
 
 
 def _run_region(pipeline, r, seed: int, bound: float | None = None):
@@ -781,6 +790,9 @@ def _run_region(pipeline, r, seed: int, bound: float | None = None):
     half = len(outs) // 2
     orig_outs = outs[:half]
     report = compare_outputs(orig_outs, outs[half:], seed=seed, n_inputs=len(specs), inputs=_describe(floats, int_high))
+    # bf16/f16 rounding differences no worse than XLA's default's are no mismatch, as for whole modules
+    report = second_opinion_paired(pipeline, both, report, orig_outs, outs[half:], seed, floats, int_high,
+                                   bound if _bounded(pipeline) else None)
     if empty:  # NaN == NaN would pass whatever the tuned side computes: no evidence
         return (f"; no region check: {r.describe()}: on random inputs at its boundary, output(s) "
                 f"{', '.join(map(str, empty))} of XLA's default side are not finite anywhere")

@@ -14,9 +14,11 @@ tuned module against it.
 The widening is textual (HLO printed without metadata, ``bf16[``/``f16[`` -> ``f32[``, parsed
 back): a convert to bf16 becomes a convert f32 -> f32 (a no-op) and constants keep their printed
 values (XLA prints a bf16 constant as its shortest round trip, e.g. 0.1001 for 0.10009765625: within
-1e-4 relative, far below a bf16 ulp of 4e-3). Ops whose meaning depends on the bit width
-(``bitcast-convert`` from/to a narrow float) make the widened module fail to parse or compile; then
-there is no reference (``PassFailed``) and the strict comparison stands.
+1e-4 relative, far below a bf16 ulp of 4e-3). A ``bitcast-convert`` from/to a narrow float
+(the total-order comparator of a bf16 sort: MoE top-k) keeps reading the narrow bits: the widened
+value is rounded back first. Other ops whose meaning depends on the bit width make the widened
+module fail to parse or compile; then there is no reference (``PassFailed``) and the strict
+comparison stands.
 
 Runs inside a worker process (``worker.XlaWorker.execute_reference``), like everything that compiles.
 """
@@ -40,9 +42,38 @@ def has_narrow_floats(text: str) -> bool:
     return _NARROW_TYPE.search(text) is not None
 
 
+_DEFINES = re.compile(r"^\s*(?:ROOT\s+)?%?([\w.\-]+) = (\w+)\[")
+_BITCAST = re.compile(r"^(\s*(?:ROOT\s+)?)%?([\w.\-]+) = (\w+)(\[[^\]]*\](?:\{[^}]*\})?) "
+                      r"bitcast-convert\(%?([\w.\-]+)\)(.*)$")
+_KEEP = "__narrow_kept__"  # a narrow type the widening must leave alone (restored after it)
+
+
+def _bitcast_fix(line: str, types: dict) -> str:
+    """A ``bitcast-convert`` between a narrow float and a 16-bit integer reads the float's bits,
+    which widening would change (and the widened line does not parse): round the widened value back
+    to the narrow type first (float -> int), or convert the narrow result to f32 (int -> float). Sort
+    comparators of bf16 keys (MoE top-k routing) are made of these."""
+    m = _BITCAST.match(line)
+    if not m:
+        return line
+    lead, name, res_t, shape, operand, rest = m.groups()
+    op_t = types.get(operand)
+    if op_t in NARROW and res_t not in NARROW:
+        return (f"{lead.replace('ROOT', '    ')}%{name}.narrow = {_KEEP}{op_t}{shape} convert(%{operand})\n"
+                f"{lead}%{name} = {res_t}{shape} bitcast-convert(%{name}.narrow){rest}")
+    if res_t in NARROW and op_t not in NARROW:
+        return (f"{lead.replace('ROOT', '    ')}%{name}.raw = {_KEEP}{res_t}{shape} bitcast-convert(%{operand})\n"
+                f"{lead}%{name} = f32{shape} convert(%{name}.raw){rest}")
+    return line
+
+
 def widened_text(text: str) -> str:
-    """HLO text with every bf16/f16 array type made f32 (the same program in higher precision)."""
-    return _NARROW_TYPE.sub("f32[", text)
+    """HLO text with every bf16/f16 array type made f32 (the same program in higher precision);
+    bit casts of narrow floats keep reading narrow bits (``_bitcast_fix``)."""
+    lines = text.splitlines()
+    types = {m.group(1): m.group(2) for m in map(_DEFINES.match, lines) if m}
+    fixed = "\n".join(_bitcast_fix(ln, types) if "bitcast-convert(" in ln else ln for ln in lines)
+    return _NARROW_TYPE.sub("f32[", fixed).replace(_KEEP, "")
 
 
 def widened_proto(proto: bytes) -> bytes | None:
