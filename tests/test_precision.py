@@ -154,3 +154,45 @@ def test_a_wrong_constant_is_still_rejected(pipeline, decode):
     assert not report.ok
     assert "worse than XLA's default" in report.reason
     assert establish(pipeline, root, wrong, seed=SEED).level == INVALID
+
+
+
+#: A region as the region check runs it: XLA's default side, then the tuned side, on the same inputs.
+#: The default side rounds a*b + 64 to bf16 (ulp 0.5 there) before subtracting 64 again; the tuned
+#: side computes a*b in f32 and rounds once. Same math, different rounding, beyond bf16 tolerance.
+BOTH_SIDES = """HloModule both
+ENTRY main {
+  a = bf16[256] parameter(0)
+  b = bf16[256] parameter(1)
+  c = bf16[] constant(64)
+  cb = bf16[256] broadcast(c), dimensions={}
+  m = bf16[256] multiply(a, b)
+  s = bf16[256] add(m, cb)
+  d = bf16[256] subtract(s, cb)
+  af = f32[256] convert(a)
+  bf = f32[256] convert(b)
+  mf = f32[256] multiply(af, bf)
+  k = f32[] constant(SCALE)
+  kb = f32[256] broadcast(k), dimensions={}
+  ms = f32[256] multiply(mf, kb)
+  t = bf16[256] convert(ms)
+  ROOT r = (bf16[256], bf16[256]) tuple(d, t)
+}
+"""
+
+
+def test_region_check_gets_the_same_second_opinion(pipeline):
+    """The region check (issue 20) judges a region's bf16 differences as the whole check does: against
+    the region widened to f32, whose default side is the math; a wrong scale on the tuned side is not
+    rounding and stays rejected."""
+    def opinion(scale: str):
+        both = text_module(BOTH_SIDES.replace("SCALE", scale))
+        d, t = pipeline.execute(both, seed=0)
+        strict = compare_outputs([d], [t], seed=0)
+        return strict, precision.second_opinion_paired(pipeline, both, strict, [d], [t], 0, "normal", 4)
+
+    strict, judged = opinion("1")
+    assert not strict.ok  # the two roundings differ beyond bf16 tolerance
+    assert judged.ok and "narrow-float rounding" in judged.reason and "also holds with seeds 1-2" in judged.reason
+    strict, judged = opinion("1.5")
+    assert not strict.ok and not judged.ok and "worse than XLA's default" in judged.reason
