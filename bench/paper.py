@@ -336,10 +336,11 @@ def llm_section(results: Path) -> list:
         return f"{m['mean_fraction']:.0%} ({m['pooled_fraction']:.0%}), {m['mean_steps']:.1f} steps"
 
     labels = {"test": "test split", "shared": "shared LLM steps", "all": "all"}
-    extra = [m for m in ("ppo",) if all(m in g for g in groups.values())]  # the PPO-fine-tuned variant
+    chosen = (learn.get("select") or {}).get("chosen")
+    # the PPO-fine-tuned variant, shipped as llm-ppo when it is not the chosen policy itself
+    extra = [m for m in ("ppo",) if all(m in g for g in groups.values()) and chosen != f"ppo-{tr.get('timesteps')}"]
     rows = tuple((f"{labels.get(k, k)} ({g['modules']})", cell(g, "policy"), *(cell(g, m) for m in extra),
                   cell(g, "fixed"), cell(g, "random@steps"), cell(g, "search")) for k, g in groups.items())
-    chosen = (learn.get("select") or {}).get("chosen")
     return [
         Heading("The LLM family: where ordering pays, and a policy that learned it", 2),
         Para("The GPT-2/BERT/ResNet families have no headroom (every sequence of up to three passes ends at the "
