@@ -70,6 +70,18 @@ def test_the_real_win_is_one_small_region(maml):
     assert [(s.shape, s.dtype) for s in region_specs(r.default)] == [(s.shape, s.dtype) for s in region_specs(r.tuned)]
 
 
+def test_cutting_is_bounded_in_time_and_by_the_inputs_it_could_run(maml):
+    """A change spread over a big module stops the cut with a reason instead of minutes of building
+    regions that could never run: at its time budget, or at the first region whose inputs exceed
+    what could be executed."""
+    _, _, default_final, tuned_final = maml
+    with pytest.raises(region.CannotCut, match=r"cutting stopped after 0 s at region 1 of 1"):
+        region.cut(default_final.proto, tuned_final.proto, max_seconds=0.0)
+    with pytest.raises(region.CannotCut, match=r"region 1 .* needs .* of inputs, 1 bytes available"):
+        region.cut(default_final.proto, tuned_final.proto, max_input_bytes=1)
+    assert len(region.cut(default_final.proto, tuned_final.proto, max_input_bytes=1 << 30).regions) == 1
+
+
 def region_specs(proto):
     from autotune.pipelines.xla.runner import parameter_specs
 
@@ -91,7 +103,10 @@ def test_a_region_run_past_the_bound_is_stopped_and_said(pipeline, maml):
     stopped (its worker replaced), the note says so, and the next check runs normally."""
     root, tuned, default_final, tuned_final = maml
     crashes = pipeline.pool.crashes + pipeline.pool.timeouts
-    note = establish_region(pipeline, root, tuned, 0, "test", (default_final, tuned_final), bound_seconds=1e-4)
+    for _ in range(3):  # this region runs in ~1 ms: a busy parent can find its answer ready at the deadline
+        note = establish_region(pipeline, root, tuned, 0, "test", (default_final, tuned_final), bound_seconds=1e-4)
+        if isinstance(note, str):
+            break
     assert isinstance(note, str) and "was stopped at the" in note and "--validate-seconds" in note, note
     assert pipeline.pool.crashes + pipeline.pool.timeouts > crashes  # the worker running it was replaced
     again = establish_region(pipeline, root, tuned, 0, "test", (default_final, tuned_final), bound_seconds=60)

@@ -193,11 +193,12 @@ class Backend(Protocol):
         """``module``'s outputs computed at a higher precision on the inputs ``execute`` uses (what
         narrow-float results are judged against, ``core/precision.py``); None when there is none."""
 
-    def regions(self, default_final, tuned_final):
+    def regions(self, default_final, tuned_final, max_input_bytes: int | None = None):
         """The region(s) where two final modules differ, as an object with ``regions`` (each with
         ``modules() -> (both sides in one module, the tuned side)``, ``describe()``, ``listing``,
         ``input_bytes``, ``instructions``, ``default_instructions``, ``tuned_instructions``);
-        ``BadInput`` with the reason when no sound cut exists."""
+        ``BadInput`` with the reason when no sound cut exists, when cutting takes too long, or (may)
+        at the first region whose inputs exceed ``max_input_bytes``."""
 
     def stand_ins(self, module, extra: Sequence[str] = ()) -> tuple:
         """``(module, replaced, targets)``: the module with host stand-ins for what the host cannot
@@ -293,7 +294,7 @@ class BackendBase:
         """No higher-precision reference: a failed comparison stands as it is."""
         return None
 
-    def regions(self, default_final, tuned_final):
+    def regions(self, default_final, tuned_final, max_input_bytes: int | None = None):
         """No region cutting (``cuts_regions`` is False): a declined execution stays ``compiled``."""
         from autotune.errors import BadInput
 

@@ -717,15 +717,15 @@ def establish_region(pipeline, original, tuned, seed: int, why_not: str, finals=
 
     if not pipeline.cuts_regions:
         return ""
+    limit, _ = execution_limit()
     try:
         default_final, tuned_final = finals if finals is not None else (pipeline.default(original),
                                                                         pipeline.default(tuned))
-        cut = pipeline.regions(default_final, tuned_final)
+        cut = pipeline.regions(default_final, tuned_final, max_input_bytes=limit)
     except (BadInput, PassFailed) as exc:
         return f"; no region check: {exc}"
     if not cut.regions:
         return "; no region check: the final modules compute the same values everywhere"
-    limit, _ = execution_limit()
     for r in cut.regions:
         if r.input_bytes > limit:
             return (f"; no region check: {r.describe()} needs {gib(r.input_bytes)} of inputs, {gib(limit)} available "

@@ -235,14 +235,16 @@ class XlaPipeline(BackendBase):
         proto, fp, n, targets = self.pool.call("stand_ins", module.proto, tuple(extra), timeout=self.run_timeout)
         return (module if n == 0 else Module(module.name, proto, fp)), n, tuple(targets)
 
-    def regions(self, default_final: Module, tuned_final: Module):
+    def regions(self, default_final: Module, tuned_final: Module, max_input_bytes: int | None = None):
         """The changed region(s) of two final modules as standalone module pairs (``region.cut``);
-        ``BadInput`` with the reason when no sound cut exists. Parses and prints only (this process)."""
+        ``BadInput`` with the reason when no sound cut exists, when cutting runs past
+        ``region.CUT_SECONDS``, or at the first region whose inputs exceed ``max_input_bytes``.
+        Parses and prints only (this process)."""
         from autotune.errors import BadInput
         from autotune.pipelines.xla import region
 
         try:
-            return region.cut(default_final.proto, tuned_final.proto)
+            return region.cut(default_final.proto, tuned_final.proto, max_input_bytes=max_input_bytes)
         except region.CannotCut as exc:
             raise BadInput(str(exc)) from None
 

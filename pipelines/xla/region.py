@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import math
 import re
+import time
 from dataclasses import dataclass
 
 from autotune.pipelines.xla import hlo
@@ -374,11 +375,21 @@ def _element_type(while_sig: str, i: int) -> str:
 
 
 # ---- cutting -------------------------------------------------------------------------------------------
-def cut(default_proto: bytes, tuned_proto: bytes) -> Cut:
+#: Seconds cutting may take before it gives up with a reason. A change spread over every layer of
+#: a 10k-instruction train step (``algsimp`` on a 37-layer LLaMA step) makes ~150 regions of ~2,000
+#: instructions each, whose inputs (every layer's weights) exceed any execution limit anyway.
+CUT_SECONDS = 20.0
+
+
+def cut(default_proto: bytes, tuned_proto: bytes, max_seconds: float = CUT_SECONDS,
+        max_input_bytes: int | None = None) -> Cut:
     """The regions where ``tuned`` differs from ``default`` (serialized final modules).
 
     Raises ``CannotCut`` with the reason when no sound cut exists (a changed value consumed in a
-    role the other module has no counterpart for, or an input only one module computes)."""
+    role the other module has no counterpart for, or an input only one module computes), or when
+    building the regions takes longer than ``max_seconds``, or at the first region whose inputs
+    exceed ``max_input_bytes`` (it could not run here, so the rest need not be built)."""
+    deadline = time.monotonic() + max_seconds
     d = _Side(hlo.parse_proto(default_proto))
     t = _Side(hlo.parse_proto(tuned_proto))
     overrides = _pair_loops(d, t)
@@ -422,12 +433,24 @@ def cut(default_proto: bytes, tuned_proto: bytes) -> Cut:
         for x in ends[1:]:
             union(ends[0], x)
         groups.setdefault(find(ends[0]), []).append((role, kd, kt))
-    regions = []
-    for n, (rep, outs) in enumerate(sorted(groups.items(), key=lambda g: sorted(r for r, _, _ in g[1])), 1):
-        rep = find(rep)
-        members = {"d": _topological(d, [k for k in d.table.order if k in cd and find(("d", k)) == rep]),
-                   "t": _topological(t, [k for k in t.table.order if k in ct and find(("t", k)) == rep])}
+    by_rep: dict = {}  # component -> its changed instructions per side, in module order
+    for tag, side, changed in (("d", d, cd), ("t", t, ct)):
+        for k in side.table.order:
+            if k in changed:
+                by_rep.setdefault(find((tag, k)), {"d": [], "t": []})[tag].append(k)
+    regions, ordered = [], sorted(groups.items(), key=lambda g: sorted(r for r, _, _ in g[1]))
+    for n, (rep, outs) in enumerate(ordered, 1):
+        if time.monotonic() > deadline:
+            raise CannotCut(f"cutting stopped after {max_seconds:.0f} s at region {n} of {len(ordered)} "
+                            f"({len(cd)} of {len(d.table.order)} instructions of XLA's default changed)")
+        parts = by_rep.get(find(rep), {"d": [], "t": []})
+        members = {"d": _topological(d, parts["d"]), "t": _topological(t, parts["t"])}
         regions.append(_region(n, d, t, members, outs))
+        if max_input_bytes is not None and regions[-1].input_bytes > max_input_bytes:
+            from autotune.core.limits import gib
+
+            raise CannotCut(f"{regions[-1].describe()} needs {gib(regions[-1].input_bytes)} of inputs, "
+                            f"{gib(max_input_bytes)} available (its outputs depend on all of them)")
     return Cut(tuple(regions), len(d.table.order) - len(cd), len(d.table.order), len(t.table.order))
 
 
@@ -491,22 +514,66 @@ def _reads(side: _Side, keys: list, outs: list, tag: str) -> dict:
     return out
 
 
-def _cone(side: _Side, key) -> tuple[set, bool]:
-    """Hashes of the computed (non-leaf) values ``key`` depends on, itself excluded, and whether it
-    depends on anything free (a parameter or a loop-carried element) rather than constants only."""
-    seen, stack, out, free = set(), [key], set(), False
+def _is_free_leaf(side: _Side, key) -> bool:
+    return key in side.label_of or side.table.entries[key].opcode == "parameter"
+
+
+def _reaches_free(side: _Side, key, memo: dict) -> bool:
+    """Does ``key`` depend on anything free (a parameter or a loop-carried element)? Memoised per
+    side: the graph does not change while the inputs are closed."""
+    stack = [key]
     while stack:
-        k = stack.pop()
-        if k in seen:
+        k = stack[-1]
+        if k in memo:
+            stack.pop()
             continue
-        seen.add(k)
-        ops = side.operands(k) if k not in side.label_of else []
-        if k in side.label_of or side.table.entries[k].opcode == "parameter":
-            free = True
-        elif ops and k != key:
-            out.add(side.hashes[k])
-        stack.extend(ops)
-    return out, free
+        if _is_free_leaf(side, k):
+            memo[k] = True
+            stack.pop()
+            continue
+        ops = side.operands(k)
+        todo = [o for o in ops if o not in memo]
+        if todo:
+            stack.extend(todo)
+            continue
+        memo[k] = any(memo[o] for o in ops)
+        stack.pop()
+    return memo[key]
+
+
+def _conflicts(where: dict, free_memo: dict) -> set:
+    """The inputs (value hashes) the region must compute itself: those computed from constants
+    only, those that depend on another input, and those that share a computed ancestor with
+    another input. One walk over the graph: each input walks its cone until it meets a value an
+    earlier input's walk owns (a shared ancestor: both are pulled, and everything below was walked
+    already). Before, every input walked its whole cone in every round: minutes on a 10k-instruction
+    train step whose region is most of the module."""
+    pull, owner = set(), {}
+    for h, (side, key) in where.items():
+        memo = free_memo.setdefault(id(side), {})
+        seen, stack, free = set(), [key], False
+        while stack:
+            k = stack.pop()
+            if k in seen:
+                continue
+            seen.add(k)
+            if _is_free_leaf(side, k):
+                free = True
+                continue
+            ops = side.operands(k)
+            if k != key and ops:
+                hk = side.hashes[k]
+                if hk in where:
+                    pull.add(h)
+                first = owner.setdefault(hk, h)
+                if first != h:
+                    pull.update({h, first})
+                    free = free or _reaches_free(side, k, memo)
+                    continue
+            stack.extend(ops)
+        if not free:  # a constant, or computed from constants only: the region computes it
+            pull.add(h)
+    return pull
 
 
 def _close_inputs(d: _Side, t: _Side, members: dict, outs: list, rounds: int = 64) -> int:
@@ -519,36 +586,25 @@ def _close_inputs(d: _Side, t: _Side, members: dict, outs: list, rounds: int = 6
     computed inside the region instead (on both sides), until the inputs depend only on leaves
     (parameters, loop-carried elements). Constants are never drawn at random: a reduction's
     zero, a mask's bound are computed in the region."""
-    added = 0
+    added, free_memo = 0, {}
+    known = {tag: {side.hashes[k] for k in side.table.order} for tag, side in (("d", d), ("t", t))}
     for _ in range(rounds):
         reads = {"d": _reads(d, members["d"], outs, "d"), "t": _reads(t, members["t"], outs, "t")}
         where = {}
         for tag, side in (("d", d), ("t", t)):
             for h, k in reads[tag].items():
                 where.setdefault(h, (side, k))
-        cones, pull = {}, set()
-        for h, (side, k) in where.items():
-            cones[h], free = _cone(side, k)
-            if not free:  # a constant, or computed from constants only: the region computes it
-                pull.add(h)
-        pull.update(h for h, cone in cones.items() if cone & where.keys())
-        owner: dict = {}
-        for h, cone in cones.items():
-            for a in cone:
-                if a in owner and owner[a] != h:
-                    pull.update({h, owner[a]})
-                owner.setdefault(a, h)
+        pull = _conflicts(where, free_memo)
         if not pull:
             return added
         for tag, side in (("d", d), ("t", t)):
-            by_hash = {}
-            for k in side.table.order:
-                by_hash.setdefault(side.hashes[k], k)
+            present = set(members[tag])
             for h in pull:
-                if h in reads[tag] and h in by_hash:
+                if h in reads[tag] and h in known[tag]:
                     k = reads[tag][h]
-                    if k not in members[tag] and k not in side.plumbing:
+                    if k not in present and k not in side.plumbing:
                         members[tag].append(k)
+                        present.add(k)
                         added += 1
         members["d"], members["t"] = _topological(d, members["d"]), _topological(t, members["t"])
     return added
