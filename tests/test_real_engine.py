@@ -191,3 +191,27 @@ def test_an_unlimited_pool_has_no_limit(monkeypatch):
     pool = WorkerPool("autotune.pipelines.xla.worker:XlaWorker", (None,), size=1)
     assert pool.memory_limit == 0
     pool.close()
+
+
+def test_an_exclusive_worker_holds_every_workers_memory_share():
+    """Validation's fallback for an execution its worker's share refused (``WorkerPool.exclusive``):
+    the idle workers stop, one worker runs with the memory all of them shared, and afterwards the
+    pool has its size and share again."""
+    pool = WorkerPool("autotune.pipelines.xla.worker:XlaWorker", (None,), size=2)
+    try:
+        pool.warm(2)
+        share, before = pool.memory_limit, set(pool.pids())
+        with pool.exclusive() as lifted:
+            assert lifted and pool.size == 1 and pool.memory_limit > share
+            assert not set(pool.pids()) & before  # the idle workers were stopped
+            pid = pool.call("compiles", load(DATA / "mlp_train_step.hlo").proto, timeout=120) and pool.pids()
+            assert len(pid) == 1
+            limit = int(open(f"/proc/{pid[0]}/environ", "rb").read().split(b"AUTOTUNE_WORKER_MEMORY_BYTES=")[1]
+                        .split(b"\0")[0])
+            assert limit == pool.memory_limit  # the one worker runs under the whole share
+        assert pool.size == 2 and pool.memory_limit == share and not pool.pids()
+        with WorkerPool("autotune.pipelines.xla.worker:XlaWorker", (None,), size=1) as single:
+            with single.exclusive() as lifted:
+                assert not lifted  # one worker has every share already
+    finally:
+        pool.close()

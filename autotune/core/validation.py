@@ -453,6 +453,22 @@ def _bounded(pipeline) -> bool:
 
 
 def _execute(pipeline, module, seed, floats, int_high, bound):
+    """One run of ``module`` (``_execute_once``); when its worker's memory share refuses it
+    (``BadInput``), once more with one worker holding every worker's share (``pipeline.exclusive``,
+    where the backend has it), then the refusal stands."""
+    try:
+        return _execute_once(pipeline, module, seed, floats, int_high, bound)
+    except BadInput as refused:
+        solo = getattr(pipeline, "exclusive", None)
+        if solo is None:
+            raise
+        with solo() as lifted:
+            if not lifted:
+                raise refused from None
+            return _execute_once(pipeline, module, seed, floats, int_high, bound)
+
+
+def _execute_once(pipeline, module, seed, floats, int_high, bound):
     """One run of ``module``; with ``bound``, the full compile first (not counted: the worker keeps
     the executable) and then the run alone within ``bound`` seconds, else ``_Overran``."""
     if bound is None or not _bounded(pipeline):

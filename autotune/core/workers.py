@@ -322,6 +322,32 @@ class WorkerPool(PoolRequests):
         free = [c for c in cpus if c not in taken]
         return free[0] if free else None
 
+    @contextmanager
+    def exclusive(self):
+        """One worker holding the memory all of them share, for a request too big for one share.
+
+        The limits guarantee that every worker at its limit at once still fits the machine
+        (``worker_memory_limit``); with the idle workers stopped and only one allowed, that one may
+        have it all. Used by validation for an execution that its worker's share refused (a 9.3 GiB
+        MoE region next to an 8.2 GiB share on a 23 GB machine with two workers). Yields whether
+        the limit grew; the pool is as before afterwards (fresh workers start on demand)."""
+        if self.size == 1 or not self.memory_limit or len(self._idle) < len([w for w in self._all if w.alive()]):
+            yield False  # a single worker already, no limit, or a worker busy elsewhere
+            return
+        saved = (self.size, self.memory_limit)
+        self._drop_idle()
+        self.size, self.memory_limit = 1, worker_memory_limit(1)
+        try:
+            yield self.memory_limit > saved[1]
+        finally:
+            self._drop_idle()
+            self.size, self.memory_limit = saved
+
+    def _drop_idle(self) -> None:
+        for worker in self._idle:
+            self._discard(worker)
+        self._idle.clear()
+
     def pids(self) -> list[int]:
         return [w.pid for w in self._all if w.alive()]
 
