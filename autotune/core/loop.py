@@ -361,6 +361,12 @@ def finish(search: Search, status: str, reason: str | None, validate: bool, vali
     return result
 
 
+#: Part of a cached verdict's key: raised when validation's judgement changes, so that a verdict
+#: an older judgement cached (an ``invalid`` from a region's bf16 rounding before the region check had
+#: its f32 second opinion) is established again. 2: regions judged against their f32 reference.
+VALIDATION_VERSION = "validation-2"
+
+
 def validity_of(evaluator: Evaluator, root: Module, state: str, seed: int = 0,
                 bound_seconds: float | None = None, progress=None) -> Validation:
     """The validation (level, reason, output comparison) of ``state`` against ``root``.
@@ -376,7 +382,7 @@ def validity_of(evaluator: Evaluator, root: Module, state: str, seed: int = 0,
     """
     from autotune.core.validation import COMPILED, EXECUTED_REGION, UNVERIFIED, Validation, establish
 
-    key = f"{evaluator.version}|{root.fingerprint}|{state}|{seed}"
+    key = f"{evaluator.version}|{VALIDATION_VERSION}|{root.fingerprint}|{state}|{seed}"
     stored = evaluator.cache.get_report("validation", key)
     if stored is not None:
         return Validation.from_dict(stored)

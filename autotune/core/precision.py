@@ -150,9 +150,26 @@ def judge(report, default_outputs, tuned_outputs, reference_outputs, margin: flo
                           + "; ".join(e.describe() for e in notes))
 
 
+def with_memory(pipeline, call):
+    """``call()``; when its worker's memory share refuses it (``BadInput``), once more on one worker
+    holding every worker's share (``pipeline.exclusive``, where the backend has it), then the refusal
+    stands. An execution is refused by its worker's share before it allocates anything."""
+    try:
+        return call()
+    except BadInput as refused:
+        solo = getattr(pipeline, "exclusive", None)
+        if solo is None:
+            raise
+        with solo() as lifted:
+            if not lifted:
+                raise refused from None
+            return call()
+
+
 def _reference(pipeline, original, seed: int, floats: str, int_high: int):
     try:
-        return pipeline.execute_reference(original, seed=seed, floats=floats, int_high=int_high)
+        return with_memory(pipeline, lambda: pipeline.execute_reference(original, seed=seed, floats=floats,
+                                                                         int_high=int_high))
     except (PassFailed, BadInput):  # no reference here (width-dependent ops, memory)
         return None
 
@@ -182,15 +199,13 @@ def second_opinion_paired(pipeline, both, report, default_outputs, tuned_outputs
         return outs[:len(outs) // 2], outs[len(outs) // 2:]
 
     def reference(s: int):
-        try:
-            outs = pipeline.execute_reference(both, seed=s, floats=floats, int_high=int_high)
-        except (PassFailed, BadInput):
-            return None
+        outs = _reference(pipeline, both, s, floats, int_high)
         return None if outs is None else halves(outs)[0]
 
     bounded = {} if timeout is None else {"timeout": timeout}
     return reconsider(report, default_outputs, tuned_outputs, seed,
-                      lambda s: halves(pipeline.execute(both, seed=s, floats=floats, int_high=int_high, **bounded)),
+                      lambda s: halves(with_memory(pipeline, lambda: pipeline.execute(
+                          both, seed=s, floats=floats, int_high=int_high, **bounded))),
                       reference, extra_seeds)
 
 

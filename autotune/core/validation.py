@@ -34,7 +34,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from autotune.core.precision import second_opinion, second_opinion_paired
+from autotune.core.precision import second_opinion, second_opinion_paired, with_memory
 from autotune.errors import BadInput, PassFailed
 
 # ---- levels --------------------------------------------------------------------------------------
@@ -453,19 +453,9 @@ def _bounded(pipeline) -> bool:
 
 
 def _execute(pipeline, module, seed, floats, int_high, bound):
-    """One run of ``module`` (``_execute_once``); when its worker's memory share refuses it
-    (``BadInput``), once more with one worker holding every worker's share (``pipeline.exclusive``,
-    where the backend has it), then the refusal stands."""
-    try:
-        return _execute_once(pipeline, module, seed, floats, int_high, bound)
-    except BadInput as refused:
-        solo = getattr(pipeline, "exclusive", None)
-        if solo is None:
-            raise
-        with solo() as lifted:
-            if not lifted:
-                raise refused from None
-            return _execute_once(pipeline, module, seed, floats, int_high, bound)
+    """One run of ``module`` (``_execute_once``), on one worker holding every worker's memory share
+    when its own share refuses it (``precision.with_memory``)."""
+    return with_memory(pipeline, lambda: _execute_once(pipeline, module, seed, floats, int_high, bound))
 
 
 def _execute_once(pipeline, module, seed, floats, int_high, bound):
