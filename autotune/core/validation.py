@@ -796,12 +796,12 @@ def _run_region(pipeline, r, seed: int, bound: float | None = None):
     half = len(outs) // 2
     orig_outs = outs[:half]
     report = compare_outputs(orig_outs, outs[half:], seed=seed, n_inputs=len(specs), inputs=_describe(floats, int_high))
-    # bf16/f16 rounding differences no worse than XLA's default's are no mismatch, as for whole modules
-    report = second_opinion_paired(pipeline, both, report, orig_outs, outs[half:], seed, floats, int_high,
-                                   bound if _bounded(pipeline) else None)
     if empty:  # NaN == NaN would pass whatever the tuned side computes: no evidence
         return (f"; no region check: {r.describe()}: on random inputs at its boundary, output(s) "
                 f"{', '.join(map(str, empty))} of XLA's default side are not finite anywhere")
+    # bf16/f16 rounding differences no worse than XLA's default's are no mismatch, as for whole modules
+    report = second_opinion_paired(pipeline, both, report, orig_outs, outs[half:], seed, floats, int_high,
+                                   bound if _bounded(pipeline) else None)
     if not report.ok:
         return Validation(INVALID, f"{r.describe()} computes other values: {report.reason}\n{r.listing}",
                           n_t, report)
