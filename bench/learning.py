@@ -354,18 +354,17 @@ def stage_select(work: Work, policy: Path) -> dict:
     # the chosen one (-O policy=llm-ppo).
     longest = f"ppo-{max(SELECT_TIMESTEPS)}"
     alt = policy.with_name(policy.stem + "-ppo.zip")
-    if chosen == longest:
+    if chosen == longest:  # the same policy as llm: no second copy
         for stale in (alt, sidecar_path(alt)):
             stale.unlink(missing_ok=True)
-        work.save("select", data)
-        return data
-    shutil.copyfile(variants[longest], alt)
-    alt_side = dict(side, timesteps=max(SELECT_TIMESTEPS),
-                    note=f"PPO fine-tuned ({max(SELECT_TIMESTEPS)} steps) from the imitation policy; selection "
-                         f"score {scores[longest]:.0%} pooled ({means[longest]:.0%} mean) against the shipped "
-                         f"{chosen}'s {scores[chosen]:.0%}. Use with -O policy={alt.stem}; python bench/learning.py "
-                         "retrains it.")
-    sidecar_path(alt).write_text(json.dumps(alt_side, indent=2))
+    else:
+        shutil.copyfile(variants[longest], alt)
+        alt_side = dict(side, timesteps=max(SELECT_TIMESTEPS),
+                        note=f"PPO fine-tuned ({max(SELECT_TIMESTEPS)} steps) from the imitation policy; selection "
+                             f"score {scores[longest]:.0%} pooled ({means[longest]:.0%} mean) against the shipped "
+                             f"{chosen}'s {scores[chosen]:.0%}. Use with -O policy={alt.stem}; python "
+                             "bench/learning.py retrains it.")
+        sidecar_path(alt).write_text(json.dumps(alt_side, indent=2))
     work.save("select", data)
     return data
 
