@@ -40,7 +40,8 @@ Options: ``policy`` (a path, a shipped policy's name, or ``none``), ``finetune``
 true), ``shaping`` (bool; default false, or the policy's own setting), ``n_steps`` (32),
 ``batch_size`` (16), ``n_epochs`` (10), ``learning_rate`` (1e-3), ``gamma`` (0.99, also the shaping discount), ``gae_lambda`` (0.95),
 ``ent_coef`` (0.01), ``clip_range`` (0.2), ``net_arch`` (hidden width, 64), ``w_flops`` and
-``w_transcendentals`` (shaping weights, 0.5 each).
+``w_transcendentals`` (shaping weights, 0.5 each), ``reward`` (``step`` or ``best``: the reward
+mode of ``autotune.rl.env``; default ``step``, or the policy's own setting when fine-tuning one).
 """
 
 from __future__ import annotations

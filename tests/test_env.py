@@ -130,7 +130,7 @@ def test_parallel_training_uses_every_env_and_writes_a_loadable_policy(tmp_path,
 
     policy = tmp_path / "par.zip"
     proc = run_cli("train", "--modules", str(SMALL), "--modules", str(MAML), "--envs", "2", "--timesteps", "64",
-                   "--max-length", "3", "-o", str(policy), "--json", db=db_path)
+                   "--max-length", "3", "-O", "reward=best", "-o", str(policy), "--json", db=db_path)
     assert proc.returncode == 0, proc.stderr
     stats = json.loads(proc.stdout)
     assert stats["envs"] == 2 and stats["timesteps"] >= 64
@@ -139,6 +139,7 @@ def test_parallel_training_uses_every_env_and_writes_a_loadable_policy(tmp_path,
     assert sum(m["episodes"] for m in stats["modules"]) == sum(e["episodes"] for e in stats["per_env"])
     meta = json.loads((tmp_path / "par.zip.json").read_text())
     assert meta["envs"] == 2 and meta["observation_size"] == len(meta["observation_names"])
+    assert meta["reward"] == "best"  # the reward mode reached the subprocess envs and is recorded
     assert meta["training_set"]["files"] == [SMALL.name, MAML.name]
     model = PPO.load(policy, device="cpu")  # the same kind of file as with one env
     assert model.observation_space.shape == (meta["observation_size"],)

@@ -90,6 +90,56 @@ def test_reward_is_relative_cost_reduction(engine):
     assert terminated  # max_length reached
 
 
+@pytest.fixture(scope="module")
+def small_decode(tmp_path_factory):
+    """A small generated LLM decode step (2 GQA layers under ``lax.scan``, bf16): 282 final-ops by
+    default, ``gemv-rewriter`` makes it worse (283), ``cse`` then ``algsimp`` better (276), jaxlib 0.10.2."""
+    from autotune.zoo import LLMConfig, lower
+
+    path = tmp_path_factory.mktemp("llm") / "decode.hlo"
+    cfg = LLMConfig(layers=2, d_model=32, heads=4, kv_heads=2, ffn=64, vocab=64, seq=16, batch=2)
+    path.write_text(lower("llm", "decode", cfg))
+    return path
+
+
+def test_best_reward_pays_the_fraction_of_the_known_gain_and_nothing_for_a_detour(engine, small_decode):
+    from autotune.rl.env import EpisodeSource, PassOrderingEnv
+    from autotune.core.tuner import evaluation_session
+
+    session = evaluation_session(engine, autotune.load(small_decode), budget=50)
+    c0 = session.empty_cost
+    reference = session(("cse", "algsimp"))  # the "expert's" best cost for this module
+    assert reference < c0
+    source = EpisodeSource(session, "decode", reference=reference)
+    env = PassOrderingEnv([source], engine.pipeline.passes(), max_length=4, reward="best")
+    names = env.observation_names
+    obs, _ = env.reset(seed=0)
+    assert obs[names.index("progress:gain_percent")] == 0 and obs[names.index("progress:above_best_percent")] == 0
+    rewards = []
+    obs, reward, _, _, info = env.step(env.actions.index("gemv-rewriter"))
+    assert info["cost"] > c0  # a detour: the module got worse
+    assert reward == 0.0 and info["best_cost"] == c0  # ...which costs nothing but the step under reward=best
+    assert obs[names.index("progress:above_best_percent")] == pytest.approx(100 * (info["cost"] - c0) / c0)
+    rewards.append(reward)
+    for action in ("cse", "algsimp", "dce"):
+        best_before = env.best
+        obs, reward, terminated, _, info = env.step(env.actions.index(action))
+        assert reward == pytest.approx(max(0.0, best_before - info["cost"]) / (c0 - reference))
+        rewards.append(reward)
+    assert terminated
+    # The return is the fraction of the known gain the episode's best state recovers.
+    assert sum(rewards) == pytest.approx((c0 - info["best_cost"]) / (c0 - reference))
+    assert sum(rewards) > 0
+    assert obs[names.index("progress:gain_percent")] == pytest.approx(100 * (c0 - info["best_cost"]) / c0)
+    # The same detour under the default step reward is paid its (negative) relative change.
+    step_env = PassOrderingEnv([EpisodeSource(session, "decode")], engine.pipeline.passes(), max_length=4)
+    step_env.reset(seed=0)
+    _, reward, _, _, info = step_env.step(step_env.actions.index("gemv-rewriter"))
+    assert reward == pytest.approx((c0 - info["cost"]) / c0) and reward < 0
+    with pytest.raises(BadInput, match="reward must be one of"):
+        PassOrderingEnv([source], engine.pipeline.passes(), reward="final")
+
+
 def test_failed_step_ends_the_episode_with_a_penalty_and_keeps_the_state(engine):
     from autotune.rl.env import MIN_FAILURE_PENALTY
 
@@ -147,6 +197,8 @@ def test_ppo_rejects_unknown_and_bad_options():
         strategy.create("ppo", gamma=1.5)
     with pytest.raises(BadInput, match="no such policy"):
         strategy.create("ppo", policy="/nonexistent/p.zip")
+    with pytest.raises(BadInput, match="reward must be one of"):
+        strategy.create("ppo", reward="bogus")
 
 
 @pytest.mark.parametrize("algo", ["a2c", "dqn"])

@@ -30,7 +30,8 @@ from autotune.cli.common import check_writable, console, db_option, json_option,
 @click.option("--max-length", type=int, default=DEFAULT_MAX_LENGTH, show_default=True, help="Longest pass sequence (episode length).")
 @click.option("--objective", default="final-ops", show_default=True,
               help="final-ops | ops | cost | runtime (see `autotune run`).")
-@click.option("--option", "-O", "extra", multiple=True, help="Hyperparameter key=value (repeatable), e.g. n_steps=64.")
+@click.option("--option", "-O", "extra", multiple=True, help="Hyperparameter key=value (repeatable), e.g. n_steps=64; reward=best pays each step "
+                   "what it lowers the episode's best cost (see autotune.rl.env).")
 @click.option("--envs", type=click.IntRange(1, 64), default=1, show_default=True,
               help="Environments stepped in parallel (subprocesses, one compiler worker each, one shared cache); "
                    "PPO/A2C collect n_steps per env per rollout.")

@@ -16,9 +16,21 @@ One episode builds one pass sequence for one module:
   ``Evaluate.empty_cost`` (the tuner measures it anyway as its baseline) and is shared by every
   environment holding the same ``EpisodeSource``. When the budget is spent, ``evaluate`` raises
   ``BudgetExhausted`` out of ``step``/``reset``; that is how a tuner run ends a training loop.
-* **Reward.** ``(previous cost - new cost) / scale`` with ``scale`` the episode's starting cost,
-  so the undiscounted return of an episode is the relative cost reduction of its final sequence
-  (``(c0 - c_T) / c0``) whatever the module's size. A failed sequence (cost ==
+* **Reward** (``reward="step"``, the default). ``(previous cost - new cost) / scale`` with ``scale``
+  the episode's starting cost, so the undiscounted return of an episode is the relative cost
+  reduction of its final sequence (``(c0 - c_T) / c0``) whatever the module's size.
+* **Best-so-far reward** (``reward="best"``). What a roll-out returns is the best state it visited
+  (the tuner keeps every evaluation's best, and XLA's default when none beat it), not its last one;
+  so a step is paid what it lowers the episode's best cost: ``(best - min(best, new cost)) / scale``.
+  A pass that makes the module worse costs nothing but the step (the next passes start from the
+  worse state, and the observation's ``progress:above_best_percent`` says so), and the return is the
+  best state's reduction. ``scale`` is the module's *known gain* when its ``EpisodeSource`` has a
+  ``reference`` cost below its start (``c0 - reference``, e.g. the best an expert search found), so
+  the return is the fraction of that gain recovered: a module whose best ordering saves one
+  instruction weighs as much as one that saves a hundred, which is how a policy is judged
+  (``bench/learning.py``); without a reference, the starting cost as above. Why: under the step
+  reward with the starting cost as scale, a one-instruction win on a 500-instruction module pays
+  0.002, below PPO's entropy bonus, and the trained policies never learned those. A failed sequence (cost ==
   ``failure_cost``: a pass errored or crashed, or XLA's pipeline fails after it) ends the episode
   with reward ``-failure_penalty`` and leaves the module state at the previous one, so failing is
   always strictly worse than having chosen STOP one step earlier. The default penalty is the relative
@@ -51,7 +63,7 @@ One episode builds one pass sequence for one module:
   learning. ``gamma`` must equal the learner's discount factor (PPO's ``gamma``) for the telescoping
   to hold under discounting.
 
-``info`` of every step holds ``cost``, ``start_cost``, ``sequence``, ``failed``, ``base_reward``,
+``info`` of every step holds ``cost``, ``best_cost``, ``start_cost``, ``sequence``, ``failed``, ``base_reward``,
 ``shaping`` and ``source``. ``observation_names`` and ``action_names`` say which index is which.
 
 **Making one** (what a researcher does)::
@@ -93,6 +105,8 @@ from autotune.strategy import Evaluate
 MIN_FAILURE_PENALTY = 0.1
 #: Name of the last action.
 STOP_NAME = "STOP"
+#: Reward modes (see the module docstring).
+REWARDS = ("step", "best")
 
 
 @dataclass
@@ -102,6 +116,7 @@ class EpisodeSource:
     evaluate: Evaluate
     name: str = "module"
     start_cost: float | None = None  # cost of the empty sequence (free: ``Evaluate.empty_cost``)
+    reference: float | None = None  # best known cost (scales the best-so-far reward; see the module docstring)
     episodes: int = 0
     best_cost: float = math.inf
     best_sequence: tuple[str, ...] = field(default=())
@@ -146,8 +161,11 @@ class PassOrderingEnv(gymnasium.Env):
         cost_features: bool = True,
         failure_penalty: float | None = None,
         names: Sequence[str] | None = None,
+        reward: str = "step",
     ):
         super().__init__()
+        if reward not in REWARDS:
+            raise BadInput(f"reward must be one of {', '.join(REWARDS)}, not {reward!r}")
         if not sources:
             raise BadInput("PassOrderingEnv needs at least one episode source")
         if not actions:
@@ -170,6 +188,7 @@ class PassOrderingEnv(gymnasium.Env):
         self.w_transcendentals = float(w_transcendentals)
         self.cost_features = bool(cost_features)
         self.failure_penalty = failure_penalty
+        self.reward = reward
         self.opcodes = opcode_vocabulary()
         self.observation = Observation(tuple(self.opcodes), self.actions, self.cost_features)
         self.obs_size = self.observation.size
@@ -205,7 +224,8 @@ class PassOrderingEnv(gymnasium.Env):
     # ---- features -------------------------------------------------------------------------------
     def observe(self, metrics: Metrics, steps: int) -> np.ndarray:
         """The observation of a module state ``steps`` passes into the episode (``self.sequence[:steps]``)."""
-        return self.observation.vector(metrics, self._m0, self.sequence[:steps], self.max_length)
+        return self.observation.vector(metrics, self._m0, self.sequence[:steps], self.max_length,
+                                       (self._c0, self.cost, self.best))
 
     def potential(self, metrics: Metrics) -> float:
         """``Phi(s)`` of a (non-terminal) state: the weighted relative flop/transcendental reduction."""
@@ -226,11 +246,14 @@ class PassOrderingEnv(gymnasium.Env):
         self._m0 = evaluate.input_metrics
         self._c0 = self.source.initial_cost()  # may raise BudgetExhausted (first episode only)
         self._scale = self._c0 if self._c0 > 0 else 1.0
+        ref = self.source.reference
+        if self.reward == "best" and ref is not None and math.isfinite(ref) and ref < self._c0:
+            self._scale = self._c0 - ref
         fail = (evaluate.failure_cost - self._c0) / self._scale
         self._failure_penalty = (float(self.failure_penalty) if self.failure_penalty is not None
                                  else max(MIN_FAILURE_PENALTY, fail))
         self.sequence: tuple[str, ...] = ()
-        self.cost = self._c0
+        self.cost = self.best = self._c0
         self.metrics = self._m0
         self._done = False
         self.source.episodes += 1
@@ -257,8 +280,12 @@ class PassOrderingEnv(gymnasium.Env):
                 base = -self._failure_penalty
                 terminated = True
             else:
-                base = (self.cost - cost) / self._scale
+                if self.reward == "best":
+                    base = max(0.0, self.best - cost) / self._scale
+                else:
+                    base = (self.cost - cost) / self._scale
                 self.sequence, self.cost, self.metrics = seq, cost, metrics
+                self.best = min(self.best, cost)
                 self.source._offer(seq, cost)
                 terminated = len(seq) >= self.max_length
         shaping = 0.0
@@ -266,7 +293,8 @@ class PassOrderingEnv(gymnasium.Env):
             phi_next = 0.0 if terminated else self.potential(self.metrics)
             shaping = self.gamma * phi_next - phi
         self._done = terminated
-        info = {"source": self.source.name, "cost": self.cost, "start_cost": self._c0, "sequence": self.sequence,
+        info = {"source": self.source.name, "cost": self.cost, "best_cost": self.best, "start_cost": self._c0,
+                "sequence": self.sequence,
                 "failed": failed, "base_reward": base, "shaping": shaping}
         obs = self.observe(self.metrics, len(self.sequence))
         return obs, float(base + shaping), terminated, False, info
@@ -306,14 +334,15 @@ def module_list(module=None, modules=None, suite=None, split: str | None = "trai
 def make_env(module=None, modules=None, suite=None, split: str | None = "train", *,
              sources: Sequence[Evaluate | EpisodeSource] | None = None, actions: Sequence[str] | None = None,
              db=None, workers: int = 1, objective: str | None = None, max_length: int | None = None,
-             budget: int | None = None, **options) -> PassOrderingEnv:
+             budget: int | None = None, references: dict[str, float] | None = None,
+             **options) -> PassOrderingEnv:
     """The environment ``gymnasium.make("autotune/PassOrdering-v0", ...)`` builds.
 
     From ``module`` (a path or ``autotune.Module``), ``modules`` (a list of them) or ``suite`` (a
     directory written by ``autotune suite generate``) and ``split``: opens an engine (cache ``db``,
     ``workers`` compiler processes) and one evaluation session per module (``objective``, default
     final-ops; ``budget`` evaluations per module, default unbounded), owned by the env and released
-    by ``close()``. ``options`` go to ``PassOrderingEnv`` (``shaping``, ``gamma``, ...).
+    by ``close()``. ``references`` (module name -> best known cost) scale the ``reward="best"`` reward. ``options`` go to ``PassOrderingEnv`` (``shaping``, ``gamma``, ...).
     With ``sources`` and ``actions`` instead: the lower-level constructor, nothing opened.
     """
     from autotune.core.spec import DEFAULT_MAX_LENGTH, DEFAULT_OBJECTIVE
@@ -339,7 +368,8 @@ def make_env(module=None, modules=None, suite=None, split: str | None = "train",
             root = evaluator.prepare(m)
             sessions.append(EpisodeSource(
                 evaluation_session(evaluator, m, objective=objective or DEFAULT_OBJECTIVE,
-                                   budget=budget if budget is not None else 10**12), root.name))
+                                   budget=budget if budget is not None else 10**12), root.name,
+                reference=(references or {}).get(root.name)))
         env = PassOrderingEnv(sessions, evaluator.pipeline.passes(), max_length=max_length, **options)
     except BaseException:
         stack.close()

@@ -20,6 +20,12 @@ same opcode histogram. The coordinates, in order (``Observation.names``):
   step map to the same range (see ``autotune.rl.env``);
 * ``relative:<name>`` (with ``cost_features``): instructions, flops, transcendentals and bytes accessed
   relative to the initial module, ``(x + 1) / (x0 + 1)``;
+* ``progress:gain_percent`` and ``progress:above_best_percent``: how far the best state of the episode so
+  far is below its start (``100 * (c0 - best) / c0``) and how far the current state is above that
+  best (``100 * (cost - best) / c0``), both clipped into ``[0, OBS_HIGH]``. The module's composition
+  says what a pass could still do; these say what the episode has already won, and whether the
+  current state is a detour (a pass that made the module worse), which is what a policy under the
+  best-so-far reward (``reward="best"``, ``autotune.rl.env``) must know to act well;
 * ``applied:<action>``: how many times each action is already in the sequence, over
   ``max_length``. The module state alone does not say which passes were tried: a pass that changed
   nothing leaves every other coordinate where it was, and a deterministic policy that sees the same
@@ -48,6 +54,8 @@ from autotune.pipelines.xla.structure import LOOP_PREFIX, STRUCTURE_COUNTS
 OBS_HIGH = 16.0
 #: Cost coordinates, relative to the episode's initial module.
 COST_FEATURES = ("instructions", "flops", "transcendentals", "bytes_accessed")
+#: The episode's progress in the objective (percent of the starting cost; see the module docstring).
+PROGRESS_FEATURES = ("gain_percent", "above_best_percent")
 
 
 def _ratio(x: float, x0: float) -> float:
@@ -71,6 +79,7 @@ class Observation:
         names += [f"struct:{c}" for c in STRUCTURE_COUNTS]
         if self.cost_features:
             names += [f"relative:{c}" for c in COST_FEATURES]
+        names += [f"progress:{c}" for c in PROGRESS_FEATURES]
         names += [f"applied:{a}" for a in self.actions] + ["step_fraction"]
         object.__setattr__(self, "names", tuple(names))
 
@@ -82,8 +91,12 @@ class Observation:
         """Position of a named feature (ValueError if there is none of that name)."""
         return self.names.index(name)
 
-    def vector(self, metrics: Metrics, initial: Metrics, sequence: Sequence[str], max_length: int) -> np.ndarray:
-        """The observation of ``metrics`` reached by ``sequence`` from ``initial`` (float32, clipped)."""
+    def vector(self, metrics: Metrics, initial: Metrics, sequence: Sequence[str], max_length: int,
+               costs: tuple[float, float, float] | None = None) -> np.ndarray:
+        """The observation of ``metrics`` reached by ``sequence`` from ``initial`` (float32, clipped).
+
+        ``costs`` is ``(start, current, best so far)`` of the episode in the objective (None: no
+        progress yet, both progress coordinates zero)."""
         n_ops = len(self.opcodes)
         op_index = {op: i for i, op in enumerate(self.opcodes)}
         obs = np.zeros(self.size, dtype=np.float64)
@@ -103,6 +116,12 @@ class Observation:
             for name in COST_FEATURES:
                 obs[k] = _ratio(float(getattr(metrics, name)), float(getattr(initial, name)))
                 k += 1
+        if costs is not None:
+            c0, cost, best = costs
+            scale = 100.0 / c0 if c0 and math.isfinite(c0) and c0 > 0 else 0.0
+            obs[k] = (c0 - best) * scale if math.isfinite(best) else 0.0
+            obs[k + 1] = (cost - best) * scale if math.isfinite(cost) and math.isfinite(best) else 0.0
+        k += len(PROGRESS_FEATURES)
         action_index = {a: i for i, a in enumerate(self.actions)}
         for a in sequence:
             if a in action_index:

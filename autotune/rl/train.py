@@ -52,8 +52,9 @@ DEFAULT_HYPERPARAMS: dict[str, dict] = {
             "train_freq": 4, "target_update_interval": 128, "exploration_fraction": 0.3,
             "exploration_final_eps": 0.05, "net_arch": 64},
 }
-#: Settings of the environment (not the algorithm) accepted alongside the hyperparameters.
-ENV_OPTIONS = {"w_flops": 0.5, "w_transcendentals": 0.5}
+#: Settings of the environment (not the algorithm) accepted alongside the hyperparameters:
+#: the shaping weights, and the reward mode (``step`` or ``best``, ``autotune.rl.env``).
+ENV_OPTIONS = {"w_flops": 0.5, "w_transcendentals": 0.5, "reward": "step"}
 
 
 def sidecar_path(zip_path: Path) -> Path:
@@ -76,6 +77,12 @@ def check_hyperparams(algo: str, options: dict) -> tuple[dict, dict]:
         if key in hp:
             default = hp[key]
             hp[key] = _typed(algo, key, value, default)
+        elif key == "reward":
+            from autotune.rl.env import REWARDS
+
+            if value not in REWARDS:
+                raise BadInput(f"{algo}: reward must be one of {', '.join(REWARDS)}, not {value!r}")
+            env[key] = value
         elif key in env:
             env[key] = _typed(algo, key, value, env[key])
         else:
@@ -257,6 +264,7 @@ def train_policy(
     envs: int = 1,
     training_set: dict | None = None,
     init: Path | None = None,
+    references: dict[str, float] | None = None,
 ) -> dict:
     """Train one ``algo`` policy over ``modules``; write ``out`` (.zip) and its sidecar; return stats.
 
@@ -267,6 +275,9 @@ def train_policy(
     ``training_set`` (e.g. the suite directory and split) is recorded in the sidecar.
     ``init`` (a policy ``.zip`` of the same algorithm and observation layout) gives the starting
     weights instead of a fresh network: continue training a policy, or fine-tune a pre-trained one.
+    ``references`` (module name -> best known cost, e.g. an expert search's) scale the best-so-far
+    reward (``options={"reward": "best"}``) per module, so each episode's return is the fraction of
+    that module's known gain it recovers (``autotune.rl.env``).
     """
     from autotune.rl.env import EpisodeSource, PassOrderingEnv, make_env
     from autotune.core.tuner import evaluation_session
@@ -287,7 +298,8 @@ def train_policy(
         roots = [evaluator.prepare(m) for m in modules]
         actions = evaluator.pipeline.passes()
         if envs == 1:
-            sources = [EpisodeSource(evaluation_session(evaluator, m, objective=objective), r.name)
+            sources = [EpisodeSource(evaluation_session(evaluator, m, objective=objective), r.name,
+                                     reference=(references or {}).get(r.name))
                        for m, r in zip(modules, roots)]
             env = PassOrderingEnv(sources, actions, max_length=max_length, shaping=shaping, gamma=hp["gamma"],
                                   **env_opts)
@@ -300,7 +312,7 @@ def train_policy(
 
             build = functools.partial(make_env, modules=roots, db=str(evaluator.cache.path), workers=1,
                                       objective=objective, max_length=max_length, shaping=shaping,
-                                      gamma=hp["gamma"], **env_opts)
+                                      gamma=hp["gamma"], references=references, **env_opts)
             env = vec = SubprocVecEnv([build] * envs)
             observation_names = tuple(vec.get_attr("observation_names", [0])[0])
             obs_size = int(vec.get_attr("obs_size", [0])[0])
@@ -335,6 +347,7 @@ def train_policy(
     meta = {
         "format": SIDECAR_FORMAT, "algo": algo, "shaping": bool(shaping), "gamma": hp["gamma"],
         "w_flops": env_opts["w_flops"], "w_transcendentals": env_opts["w_transcendentals"],
+        "reward": env_opts["reward"], "references": len(references or {}),
         "max_length": max_length, "objective": objective, "cost_features": cost_features,
         "observation_size": obs_size, "observation_names": list(observation_names), "actions": list(actions),
         "opcodes": list(opcode_vocabulary()), "pipeline_version": evaluator.version,
