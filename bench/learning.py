@@ -745,6 +745,13 @@ def verdict(s: dict) -> str:
     parts.append("Goal of issue 18 (>= 90% of the ceiling on average, on the test split and on the shared "
                  "modules): " + ("met." if min(s["groups"][k]["policy"]["mean_fraction"] or 0 for k in ("test", "shared"))
                                  >= 0.9 else "not met."))
+    spread = s.get("seeds") or {}
+    if len(spread) > 1:
+        parts.append("Retrained with PPO seeds " + ", ".join(str(k) for k in spread) + " (0 shipped), the same variant "
+                     "recovers " + " / ".join(_f((g.get("test") or {}).get("mean_fraction")) for g in spread.values())
+                     + " on the test split and "
+                     + " / ".join(_f((g.get("shared") or {}).get("mean_fraction")) for g in spread.values())
+                     + " on the shared modules (mean of fractions).")
     tr = s.get("train") or {}
     if tr:
         parts.append(f"Training cost, paid once: {tr['demo_steps']} compiled steps for the demonstrations, then "
@@ -789,8 +796,8 @@ def report(work: Work, out: Path, command: str, quick: bool) -> dict:
     data = {"command": command, "quick": quick, "version": version, "params": work.params,
             "train": work.load("train"), "fleet": work.load("fleet"), "summary": s,
             "select": {k: v for k, v in (work.load("select") or {}).items() if k != "rows"}}
-    data["verdict"] = verdict({**s, "train": data["train"], "select": data["select"]})
     data["seeds"] = seed_spread(work, s)
+    data["verdict"] = verdict({**s, "train": data["train"], "select": data["select"], "seeds": data["seeds"]})
     if quick:
         first = {x.stem for x in work.test_set()[:EARLIER_TEST_MODULES]}
         entries = [e for e in s["per_module"] if e["module"] in first and e["ceiling_gain"] > 0]

@@ -355,7 +355,8 @@ def llm_section(results: Path) -> list:
             f"wins: {firsts} ([`llm_headroom.md`](llm_headroom.md); `{head['command']}`).",
             f"**Zero-shot policy** ([`learning.md`](learning.md); `{learn['command']}`, which also retrains the "
             f"shipped `autotune/policies/llm.zip`): trained on {p['train_modules']} modules of the train split "
-            f"({tr.get('timesteps', '?')} PPO steps after an imitation start; {tr['wall_seconds'] / 60:.1f} min), "
+            f"(imitation of beam-search winners, then PPO with the reward `{tr.get('reward', 'step')}`; the shipped "
+            f"variant chosen on held-out train-split modules; {tr['wall_seconds'] / 60:.1f} min), "
             f"rolled out ONCE, deterministically, with no search, on {groups['test']['modules']} test-split modules "
             "(model configurations never seen in training) and on the three LLM steps of `../shared/real-hlo` "
             "(never trained on). Fraction of the ceiling's gain recovered (ceiling: per-module random search at "
