@@ -340,7 +340,10 @@ def llm_section(results: Path) -> list:
     # the PPO-fine-tuned variant, shipped as llm-ppo when it is not the chosen policy itself
     extra = [m for m in ("ppo",) if all(m in g for g in groups.values()) and chosen != f"ppo-{tr.get('timesteps')}"]
     rows = tuple((f"{labels.get(k, k)} ({g['modules']})", cell(g, "policy"), *(cell(g, m) for m in extra),
-                  cell(g, "fixed"), cell(g, "random@steps"), cell(g, "search")) for k, g in groups.items())
+                  cell(g, "fixed"), cell(g, "random@steps"),
+                  *([cell(g, "random@4xsteps")] if "random@4xsteps" in g else []), cell(g, "search"))
+                 for k, g in groups.items())
+    four = all("random@4xsteps" in g for g in groups.values())
     return [
         Heading("The LLM family: where ordering pays, and a policy that learned it", 2),
         Para("The GPT-2/BERT/ResNet families have no headroom (every sequence of up to three passes ends at the "
@@ -365,7 +368,8 @@ def llm_section(results: Path) -> list:
         )),
         Table(("modules", f"shipped policy `llm`{f' ({chosen})' if chosen else ''}, one roll-out",
                *(["PPO-fine-tuned `llm-ppo`, one roll-out"] if extra else []),
-               f"fixed sequence `{fixed}` (fleet, train split)", "random, same steps", "search (ceiling)"), rows),
+               f"fixed sequence `{fixed}` (fleet, train split)", "random, same steps",
+               *(["random, 4x the steps"] if four else []), "search (ceiling)"), rows),
         Para(f"**Verdict** ({learn['command']}): {learn['verdict']}"),
     ]
 

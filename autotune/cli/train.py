@@ -55,7 +55,10 @@ def train(more, algo, modules, output, split, timesteps, seed, shaping, max_leng
       python bench/learning.py
     or by hand, on the LLM family's train split:
       autotune suite generate --family llm suite/
-      autotune train --modules suite/ --split train --envs 2 -o autotune/policies/llm.zip
+      autotune train --modules suite/ --split train --envs 2 -O reward=best -o autotune/policies/llm.zip
+    (the benchmark also starts PPO from an imitation of beam-search winners and scales the
+    best-so-far reward by each module's beam-search gain; by hand, reward=best pays the relative
+    reduction of the episode's best state.)
     """
     from autotune.core.engine import open_engine
     from autotune.rl.train import check_training, train_policy, zip_path_of
