@@ -48,6 +48,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from autotune.core.memory import with_memory
 from autotune.errors import BadInput, PassFailed
 
 #: The tuned module's error against the f32 reference may be at most this many times XLA's default's.
@@ -148,22 +149,6 @@ def judge(report, default_outputs, tuned_outputs, reference_outputs, margin: flo
     return replace(report, ok=True, outputs=outputs,
                    reason="differs from XLA's default only by narrow-float rounding: "
                           + "; ".join(e.describe() for e in notes))
-
-
-def with_memory(pipeline, call):
-    """``call()``; when its worker's memory share refuses it (``BadInput``), once more on one worker
-    holding every worker's share (``pipeline.exclusive``, where the backend has it), then the refusal
-    stands. An execution is refused by its worker's share before it allocates anything."""
-    try:
-        return call()
-    except BadInput as refused:
-        solo = getattr(pipeline, "exclusive", None)
-        if solo is None:
-            raise
-        with solo() as lifted:
-            if not lifted:
-                raise refused from None
-            return call()
 
 
 def _reference(pipeline, original, seed: int, floats: str, int_high: int):

@@ -34,7 +34,8 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from autotune.core.precision import second_opinion, second_opinion_paired, with_memory
+from autotune.core.memory import with_memory
+from autotune.core.precision import second_opinion, second_opinion_paired
 from autotune.errors import BadInput, PassFailed
 
 # ---- levels --------------------------------------------------------------------------------------
@@ -454,7 +455,7 @@ def _bounded(pipeline) -> bool:
 
 def _execute(pipeline, module, seed, floats, int_high, bound):
     """One run of ``module`` (``_execute_once``), on one worker holding every worker's memory share
-    when its own share refuses it (``precision.with_memory``)."""
+    when its own share refuses it (``memory.with_memory``)."""
     return with_memory(pipeline, lambda: _execute_once(pipeline, module, seed, floats, int_high, bound))
 
 
