@@ -298,8 +298,9 @@ def stage_train(work: Work, policy: Path) -> dict:
 def stage_select(work: Work, policy: Path) -> dict:
     """Model selection on held-out TRAIN-split modules (never the test split or the shared modules).
 
-    Candidates: the imitation policy (behaviour cloning only) and PPO fine-tuned from it for
-    ``SELECT_TIMESTEPS`` steps each. Each is rolled out once on ``val_modules`` train-split modules
+    Candidates: the imitation policy (behaviour cloning only), PPO fine-tuned from it for
+    ``SELECT_TIMESTEPS`` steps each and for the training stage's length (``timesteps``), all with
+    the reward ``REWARD``, and the same PPO at ``timesteps`` with the reward ``ABLATION_REWARD``. Each is rolled out once on ``val_modules`` train-split modules
     the policy did not train on; the expert there is the same beam search that labelled the
     demonstrations. The candidate with the highest POOLED fraction of the expert's gain (the
     instructions it removes over all modules, divided by the expert's) is shipped at ``policy``
@@ -327,8 +328,10 @@ def stage_select(work: Work, policy: Path) -> dict:
     imitation = work.root / "imitation.zip"
     variants = {"imitation": imitation}
     with open_engine(work.db("train"), workers=2) as ev:
-        runs = [(f"ppo-{steps}", steps, REWARD) for steps in SELECT_TIMESTEPS]
-        runs.append((f"ppo-{max(SELECT_TIMESTEPS)}-{ABLATION_REWARD}", max(SELECT_TIMESTEPS), ABLATION_REWARD))
+        # The training stage's own length (the report's `ppo` column) is always a candidate.
+        lengths = sorted({*SELECT_TIMESTEPS, p["timesteps"]})
+        runs = [(f"ppo-{steps}", steps, REWARD) for steps in lengths]
+        runs.append((f"ppo-{p['timesteps']}-{ABLATION_REWARD}", p["timesteps"], ABLATION_REWARD))
         for name, steps, reward in runs:
             out = work.root / f"{name}.zip"
             if steps == p["timesteps"] and reward == REWARD and not out.exists():  # the one stage_train wrote
@@ -373,15 +376,15 @@ def stage_select(work: Work, policy: Path) -> dict:
     sidecar_path(policy).write_text(json.dumps(side, indent=2))
     # The longest PPO fine-tuning (the report's `ppo` column) ships too, as ``llm-ppo``, when it is not
     # the chosen one (-O policy=llm-ppo).
-    longest = f"ppo-{max(SELECT_TIMESTEPS)}"
+    longest = f"ppo-{p['timesteps']}"
     alt = policy.with_name(policy.stem + "-ppo.zip")
     if chosen == longest:  # the same policy as llm: no second copy
         for stale in (alt, sidecar_path(alt)):
             stale.unlink(missing_ok=True)
     else:
         shutil.copyfile(variants[longest], alt)
-        alt_side = dict(side, timesteps=max(SELECT_TIMESTEPS),
-                        note=f"PPO fine-tuned ({max(SELECT_TIMESTEPS)} steps) from the imitation policy; selection "
+        alt_side = dict(side, timesteps=p["timesteps"],
+                        note=f"PPO fine-tuned ({p['timesteps']} steps) from the imitation policy; selection "
                              f"score {scores[longest]:.0%} pooled ({means[longest]:.0%} mean) against the shipped "
                              f"{chosen}'s {scores[chosen]:.0%}. Use with -O policy={alt.stem}; python "
                              "bench/learning.py retrains it.")
