@@ -30,7 +30,11 @@ One episode builds one pass sequence for one module:
   instruction weighs as much as one that saves a hundred, which is how a policy is judged
   (``bench/learning.py``); without a reference, the starting cost as above. Why: under the step
   reward with the starting cost as scale, a one-instruction win on a 500-instruction module pays
-  0.002, below PPO's entropy bonus, and the trained policies never learned those. A failed sequence (cost ==
+  0.002, below PPO's entropy bonus, and the trained policies never learned those. The failure
+  penalty below is in the same units: with a reference it is the tuner's failure surcharge over the
+  module's known gain (``0.25 * c0 / (c0 - reference)``, tens to hundreds on LLM steps whose best
+  ordering saves a few instructions), so such a policy learns to avoid failing passes hard; the
+  shipped policy was trained that way. A failed sequence (cost ==
   ``failure_cost``: a pass errored or crashed, or XLA's pipeline fails after it) ends the episode
   with reward ``-failure_penalty`` and leaves the module state at the previous one, so failing is
   always strictly worse than having chosen STOP one step earlier. The default penalty is the relative
