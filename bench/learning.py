@@ -629,10 +629,12 @@ def markdown(data: dict) -> str:
         f"Made by `{data['command']}` on {os.cpu_count()} shared CPUs with `{data['version']}`"
         + (" (**--quick**: fewer modules, fewer training steps, and a per-module search at budget "
            f"{p['search_budget']} instead of 200 as the ceiling)" if data["quick"] else "") + ". "
-        "The same command retrains the shipped policy (`autotune/policies/llm.zip` + sidecar): the shipped one is "
-        "the policy of this run" + (" (--quick); `python bench/learning.py` trains at the full scale (120 modules, "
-                                    "4096 PPO steps, search budget 200), not run on this 2-core machine"
-                                    if data["quick"] else "") + ". Stages (`--stage train|select|fleet|eval|seeds|report`) can "
+        + ("The same command retrains the shipped policy (`autotune/policies/llm.zip` + sidecar): the shipped one is "
+           "the policy of this run" + (" (--quick); `python bench/learning.py` trains at the full scale (120 modules, "
+                                       "4096 PPO steps, search budget 200)" if data["quick"] else "")
+           if data.get("shipped", True) else
+           f"The policy of this run was written to `{data.get('policy')}`, NOT shipped (`autotune/policies/llm.zip` "
+           "is another run's, see results/learning.md)") + ". Stages (`--stage train|select|fleet|eval|seeds|report`) can "
         "run as separate commands; results are kept under `.autotune/learning/`.", "",
         "## Setup", "",
         f"* **Policy** (trained once, on {len(tr['train_modules'])} modules of the `llm` family's train split, "
@@ -815,13 +817,14 @@ def plot(data: dict, path: Path) -> None:
     fig.savefig(path, dpi=110)
 
 
-def report(work: Work, out: Path, command: str, quick: bool) -> dict:
+def report(work: Work, out: Path, command: str, quick: bool, policy: Path = POLICY) -> dict:
     from autotune.core.engine import open_engine as _open
 
     with _open(work.db("policy"), workers=1) as ev:
         version = ev.version
     s = summarise(work)
-    data = {"command": command, "quick": quick, "version": version, "params": work.params,
+    data = {"command": command, "quick": quick, "version": version, "params": work.params, "policy": rel(policy),
+            "shipped": Path(policy).resolve() == POLICY.resolve(),
             "train": work.load("train"), "fleet": work.load("fleet"), "summary": s,
             "select": {k: v for k, v in (work.load("select") or {}).items() if k != "rows"}}
     data["seeds"] = seed_spread(work, s)
@@ -862,7 +865,8 @@ def main(argv=None) -> int:
     policy = Path(args.policy)
     command = "python bench/learning.py" + (" --quick" if args.quick else "") + "".join(
         f" --{k.replace('_', '-')} {v}" for k, v in (("timesteps", args.timesteps), ("train_modules", args.train_modules))
-        if v)
+        if v) + (f" --policy {args.policy}" if Path(args.policy).resolve() != POLICY.resolve() else "") + (
+        f" --out {args.out}" if Path(args.out).resolve() != (ROOT / "results").resolve() else "")
     stale = ["policy", "imitation", "ppo", "random@evals", "random@steps", "random@4xsteps"]  # the old policies'
     stale += [f"random@{k}-s{seed}" for k in ("evals", "steps", "4xsteps") for seed in range(RANDOM_SEEDS)]
     stale += [f"seed{seed}" for seed in TRAINING_SEEDS]
@@ -882,7 +886,7 @@ def main(argv=None) -> int:
     if args.stage in ("all", "seeds"):
         stage_seeds(work)
     if args.stage in ("all", "report"):
-        report(work, Path(args.out), command, args.quick)
+        report(work, Path(args.out), command, args.quick, policy)
     return 0
 
 
