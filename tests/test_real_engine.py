@@ -210,8 +210,10 @@ def test_an_exclusive_worker_holds_every_workers_memory_share():
                         .split(b"\0")[0])
             assert limit == pool.memory_limit  # the one worker runs under the whole share
         assert pool.size == 2 and pool.memory_limit == share and not pool.pids()
+        assert pool.exclusive_runs == 1  # counted: validation names it in the region's reason
         with WorkerPool("autotune.pipelines.xla.worker:XlaWorker", (None,), size=1) as single:
             with single.exclusive() as lifted:
                 assert not lifted  # one worker has every share already
+            assert single.exclusive_runs == 0
     finally:
         pool.close()

@@ -742,6 +742,7 @@ def establish_region(pipeline, original, tuned, seed: int, why_not: str, finals=
     except BadInput:
         whole = None
     outputs, stand_ins, n_inputs, described, nonfinite, elements, rounding = [], 0, 0, None, 0, 0, []
+    lifted = getattr(pipeline, "exclusive_runs", 0)
     for r in cut.regions:
         ran = _run_region(pipeline, r, seed, bound_seconds)
         if not isinstance(ran, tuple):
@@ -760,7 +761,9 @@ def establish_region(pipeline, original, tuned, seed: int, why_not: str, finals=
     reason = _region_reason(cut, whole, why_not) + "".join(
         [f"; {stand_ins} custom call(s) replaced by host stand-ins" if stand_ins else "",
          f"; {nonfinite} of {elements} output elements are not finite on these inputs in both modules"
-         if nonfinite else ""] + [f"; {note}" for note in rounding])
+         if nonfinite else "",
+         "; run on one worker holding every worker's memory share (more than one share needed)"
+         if getattr(pipeline, "exclusive_runs", 0) > lifted else ""] + [f"; {note}" for note in rounding])
     return Validation(EXECUTED_REGION, reason, stand_ins,
                       ValidationReport(True, None, tuple(outputs), int(seed), n_inputs, described or _describe("normal", 4)))
 

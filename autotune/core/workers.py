@@ -274,6 +274,7 @@ class WorkerPool(PoolRequests):
         self.factory, self.init_args, self.size = factory, init_args, max(1, int(size))
         #: Bytes per worker (0: unlimited); by default derived from the machine (``worker_memory_limit``).
         self.memory_limit = worker_memory_limit(self.size) if memory_limit is None else int(memory_limit)
+        self.exclusive_runs = 0  # times ``exclusive`` lifted the limit (validation says so in its reason)
         self.memory_failures = 0
         self.env, self.start_timeout = env, start_timeout
         self.pin = pin
@@ -337,8 +338,10 @@ class WorkerPool(PoolRequests):
         saved = (self.size, self.memory_limit)
         self._drop_idle()
         self.size, self.memory_limit = 1, worker_memory_limit(1)
+        lifted = self.memory_limit > saved[1]
+        self.exclusive_runs += int(lifted)
         try:
-            yield self.memory_limit > saved[1]
+            yield lifted
         finally:
             self._drop_idle()
             self.size, self.memory_limit = saved

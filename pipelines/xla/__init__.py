@@ -225,6 +225,11 @@ class XlaPipeline(BackendBase):
         solo = getattr(self.pool, "exclusive", None)
         return solo() if solo is not None else nullcontext(False)
 
+    @property
+    def exclusive_runs(self) -> int:
+        """How many times ``exclusive`` lifted the memory limit (0 on an executor without it)."""
+        return int(getattr(self.pool, "exclusive_runs", 0))
+
     def execute_reference(self, module: Module, seed: int = 0, floats: str = "normal",
                           int_high: int = 4) -> list | None:
         """Outputs of ``module`` with its bf16/f16 arithmetic widened to f32, on the inputs ``execute``
