@@ -204,12 +204,15 @@ def beam_search(session, candidates: tuple[str, ...]) -> tuple[float, tuple[str,
     return top
 
 
-def imitate(ev, demos: dict, out: Path, seed: int = 0) -> dict:
+def imitate(ev, demos: dict, out: Path, seed: int = 0, stop_labels: bool = True) -> dict:
     """Behaviour cloning: fit a fresh PPO network's policy to the demonstrations (then PPO fine-tunes it).
 
     Each demonstration is rolled through the environment (same observation as training and use):
     (observation, next pass) for every pass of the module's best sequence, then (observation, STOP).
-    Cross-entropy on the action distribution, full batch, Adam.
+    Cross-entropy on the action distribution, full batch, Adam. ``stop_labels=False``
+    (``--no-stop-labels``) leaves the STOP pairs out: under the best-so-far reward stopping only
+    saves compiles, and the STOP labels teach the policy to stop right after the demonstration's
+    winner (an experiment; the shipped policy keeps them).
     """
     import numpy as np
     import torch
@@ -228,7 +231,7 @@ def imitate(ev, demos: dict, out: Path, seed: int = 0) -> dict:
             obs.append(o)
             acts.append(env.actions.index(a))
             o, _, done, _, _ = env.step(env.actions.index(a))
-        if len(demos["best"][name]) < MAX_LENGTH:
+        if stop_labels and len(demos["best"][name]) < MAX_LENGTH:
             obs.append(o)
             acts.append(env.stop)
     hp = {k: v for k, v in HYPERPARAMS.items()}
@@ -264,7 +267,7 @@ def stage_train(work: Work, policy: Path) -> dict:
         demos = demonstrations(ev, work, paths)
         demo_seconds, demo_steps = time.perf_counter() - t0, ev.stats.steps_compiled
         bc_zip = work.root / "imitation.zip"
-        bc = imitate(ev, demos, bc_zip)
+        bc = imitate(ev, demos, bc_zip, stop_labels=p.get("stop_labels", True))
         log(f"train: imitation fit {bc['train_accuracy']:.0%} of {bc['samples']} (observation, action) pairs "
             f"({bc['stop_samples']} STOP)")
     log(f"train: PPO from the imitation weights, {p['timesteps']} timesteps, {p['envs']} envs")
@@ -855,17 +858,20 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default=str(ROOT / "results"))
     ap.add_argument("--timesteps", type=int, default=None, help="override the training steps")
     ap.add_argument("--train-modules", type=int, default=None, help="override the number of training modules")
+    ap.add_argument("--no-stop-labels", action="store_true",
+                    help="imitation without the (observation, STOP) pairs (an experiment; see imitate)")
     args = ap.parse_args(argv)
     params = dict(QUICK if args.quick else FULL)
     if args.timesteps:
         params["timesteps"] = args.timesteps
     if args.train_modules:
         params["train_modules"] = args.train_modules
+    params["stop_labels"] = not args.no_stop_labels
     work = Work(Path(args.work) / ("quick" if args.quick else "full"), params)
     policy = Path(args.policy)
     command = "python bench/learning.py" + (" --quick" if args.quick else "") + "".join(
         f" --{k.replace('_', '-')} {v}" for k, v in (("timesteps", args.timesteps), ("train_modules", args.train_modules))
-        if v) + (f" --policy {args.policy}" if Path(args.policy).resolve() != POLICY.resolve() else "") + (
+        if v) + (" --no-stop-labels" if args.no_stop_labels else "") + (f" --policy {args.policy}" if Path(args.policy).resolve() != POLICY.resolve() else "") + (
         f" --out {args.out}" if Path(args.out).resolve() != (ROOT / "results").resolve() else "")
     stale = ["policy", "imitation", "ppo", "random@evals", "random@steps", "random@4xsteps"]  # the old policies'
     stale += [f"random@{k}-s{seed}" for k in ("evals", "steps", "4xsteps") for seed in range(RANDOM_SEEDS)]
