@@ -256,8 +256,31 @@ def imitate(ev, demos: dict, out: Path, seed: int = 0, stop_labels: bool = True)
             "loss_last": losses[-1], "train_accuracy": fit}
 
 
+def fine_tune(ev, work: Work, out: Path, steps: int, reward: str = REWARD, seed: int = 0,
+              references: dict | None = None, **extra) -> dict:
+    """PPO from the imitation weights on the training modules, as every PPO variant here is trained
+    (``references``: the demonstrations' best costs, by default the training stage's)."""
+    from autotune.rl.train import train_policy
+
+    if references is None:
+        references = (work.load("train") or {}).get("references") or {}
+    return train_policy(ev, [load(x) for x in work.train_set()], out, timesteps=steps, seed=seed,
+                        max_length=MAX_LENGTH, options={**HYPERPARAMS, "reward": reward}, envs=work.params["envs"],
+                        init=work.root / "imitation.zip", references=references, **extra)
+
+
+def fractions(pairs) -> tuple[float | None, float | None]:
+    """(mean of per-module fractions, pooled fraction) of ``(gain, ceiling gain)`` pairs, over those
+    whose ceiling gain is positive; ``(None, None)`` when there are none. The two averages every
+    table of this benchmark reports."""
+    pairs = [(g, c) for g, c in pairs if c > 0]
+    if not pairs:
+        return None, None
+    return statistics.mean(g / c for g, c in pairs), sum(g for g, _ in pairs) / sum(c for _, c in pairs)
+
+
 def stage_train(work: Work, policy: Path) -> dict:
-    from autotune.rl.train import sidecar_path, train_policy
+    from autotune.rl.train import sidecar_path
 
     p = work.params
     paths = work.train_set()
@@ -274,9 +297,8 @@ def stage_train(work: Work, policy: Path) -> dict:
     with open_engine(work.db("train"), workers=1) as ev:
         training_set = {"suite": "autotune suite generate --family llm", "split": "train", "modules": len(paths),
                         "command": "python bench/learning.py"}
-        stats = train_policy(ev, [load(x) for x in paths], policy, timesteps=p["timesteps"], seed=0,
-                             max_length=MAX_LENGTH, options={**HYPERPARAMS, "reward": REWARD}, envs=p["envs"],
-                             training_set=training_set, init=bc_zip, references=demos["references"])
+        stats = fine_tune(ev, work, policy, p["timesteps"], references=demos["references"],
+                          training_set=training_set)
         # The imitation-only policy gets a sidecar too (the ablation the report shows next to PPO's).
         meta = json.loads(sidecar_path(policy).read_text())
         meta.update(timesteps=0, note="behaviour cloning only (no PPO): the ablation of bench/learning.py")
@@ -318,16 +340,14 @@ def stage_select(work: Work, policy: Path) -> dict:
     """
     import shutil
 
-    from autotune.rl.train import sidecar_path, train_policy
+    from autotune.rl.train import sidecar_path
 
     p = work.params
-    train = work.train_set()
     val = [work.suite / e.file for e in stratified(
         [e for e in work.manifest().entries if e.split == "train"], p["train_modules"] + p["val_modules"])
         [p["train_modules"]:]]
     trained = work.load("train") or {}
     candidates_t = tuple(trained.get("candidates") or ())
-    references = trained.get("references") or {}
     imitation = work.root / "imitation.zip"
     variants = {"imitation": imitation}
     with open_engine(work.db("train"), workers=2) as ev:
@@ -341,9 +361,7 @@ def stage_select(work: Work, policy: Path) -> dict:
                 shutil.copyfile(policy, out)
                 shutil.copyfile(sidecar_path(policy), sidecar_path(out))
             if not out.exists():
-                train_policy(ev, [load(x) for x in train], out, timesteps=steps, seed=0, max_length=MAX_LENGTH,
-                             options={**HYPERPARAMS, "reward": reward}, envs=p["envs"], init=imitation,
-                             references=references)
+                fine_tune(ev, work, out, steps, reward)
             variants[name] = out
         log(f"select: expert (beam {BEAM}) on {len(val)} held-out train-split modules")
         rows = {}
@@ -358,11 +376,10 @@ def stage_select(work: Work, policy: Path) -> dict:
                 row[name] = min(r.best_cost, session.empty_cost)
             rows[x.stem] = row
     headroom = [r for r in rows.values() if r["expert"] < r["default"]]
-    means = {name: statistics.mean((r["default"] - r[name]) / (r["default"] - r["expert"]) for r in headroom)
-             if headroom else 0.0 for name in variants}
-    expert_gain = sum(r["default"] - r["expert"] for r in headroom)
-    scores = {name: sum(r["default"] - r[name] for r in headroom) / expert_gain if expert_gain else 0.0
-              for name in variants}
+    both = {name: fractions((r["default"] - r[name], r["default"] - r["expert"]) for r in headroom)
+            for name in variants}
+    means = {name: mean or 0.0 for name, (mean, _) in both.items()}
+    scores = {name: pooled or 0.0 for name, (_, pooled) in both.items()}
     chosen = max(variants, key=lambda n: round(scores[n], 6))  # ties: the first, i.e. fewer training steps
     log("select: pooled fraction of the expert's gain on held-out train modules (mean of fractions): "
         + ", ".join(f"{n} {v:.0%} ({means[n]:.0%})" for n, v in scores.items()) + f" -> shipping {chosen}")
@@ -532,15 +549,12 @@ def stage_seeds(work: Work) -> dict:
     modules, actions and minibatches. The imitation start is seed 0's for every seed; only PPO's
     own randomness changes. Each seed's roll-outs run on their own cold cache (``seed<N>.db``).
     """
-    from autotune.rl.train import train_policy
-
     chosen = (work.load("select") or {}).get("chosen", "")
     if not chosen.startswith("ppo-"):
         log(f"seeds: the shipped variant is {chosen or 'unknown'}, not a PPO fine-tuning: nothing to reseed")
         return {}
     steps = int(chosen.split("-")[1])
     reward = ABLATION_REWARD if chosen.endswith(f"-{ABLATION_REWARD}") else REWARD
-    references = (work.load("train") or {}).get("references") or {}
     modules = [(x, "test") for x in work.test_set()] + [(SHARED / f, "shared") for f in SHARED_LLM]
     out = {}
     for seed in TRAINING_SEEDS:
@@ -548,9 +562,7 @@ def stage_seeds(work: Work) -> dict:
         if not zip_path.exists():
             log(f"seeds: {chosen} with PPO seed {seed}")
             with open_engine(work.db("train"), workers=2) as ev:
-                train_policy(ev, [load(x) for x in work.train_set()], zip_path, timesteps=steps, seed=seed,
-                             max_length=MAX_LENGTH, options={**HYPERPARAMS, "reward": reward}, envs=work.params["envs"],
-                             init=work.root / "imitation.zip", references=references)
+                fine_tune(ev, work, zip_path, steps, reward, seed=seed)
         rows = work.load(f"eval-seed{seed}") or {}
         evaluate_modules(work, "seed", modules, zip_path, None, rows, {}, tag=f"seed{seed}")
         out[seed] = rows
@@ -571,10 +583,9 @@ def seed_spread(work: Work, summary: dict) -> dict:
                        and e["module"] in rows]
             if not entries:
                 continue
-            gains = [e["default"] - rows[e["module"]]["cost"] for e in entries]
+            mean, pooled = fractions((e["default"] - rows[e["module"]]["cost"], e["ceiling_gain"]) for e in entries)
             per_group[label] = {
-                "mean_fraction": statistics.mean(g / e["ceiling_gain"] for g, e in zip(gains, entries)),
-                "pooled_fraction": sum(gains) / sum(e["ceiling_gain"] for e in entries),
+                "mean_fraction": mean, "pooled_fraction": pooled,
                 "mean_steps": statistics.mean(rows[e["module"]]["steps"] for e in entries)}
         out[seed] = per_group
     return out
@@ -603,10 +614,8 @@ def summarise(work: Work) -> dict:
         with_headroom = [e for e in rows if e["ceiling_gain"] > 0]
         g = {"modules": len(rows), "with_headroom": len(with_headroom)}
         for m in METHODS:
-            fr = [e[m]["fraction"] for e in with_headroom]
-            g[m] = {"mean_fraction": statistics.mean(fr) if fr else None,
-                    "pooled_fraction": (sum(e[m]["gain"] for e in with_headroom)
-                                        / sum(e["ceiling_gain"] for e in with_headroom)) if with_headroom else None,
+            mean, pooled = fractions((e[m]["gain"], e["ceiling_gain"]) for e in rows)
+            g[m] = {"mean_fraction": mean, "pooled_fraction": pooled,
                     "mean_gain": statistics.mean(e[m]["gain"] for e in rows) if rows else None,
                     "mean_relative_gain": statistics.mean(e[m]["gain"] / e["default"] for e in rows) if rows else None,
                     "beats_default": sum(e[m]["gain"] > 0 for e in rows),
@@ -836,10 +845,8 @@ def report(work: Work, out: Path, command: str, quick: bool, policy: Path = POLI
         first = {x.stem for x in work.test_set()[:EARLIER_TEST_MODULES]}
         entries = [e for e in s["per_module"] if e["module"] in first and e["ceiling_gain"] > 0]
         if entries and len(work.test_set()) > EARLIER_TEST_MODULES:
-            data["earlier_test"] = {
-                "modules": EARLIER_TEST_MODULES,
-                "mean_fraction": statistics.mean(e["policy"]["fraction"] for e in entries),
-                "pooled_fraction": sum(e["policy"]["gain"] for e in entries) / sum(e["ceiling_gain"] for e in entries)}
+            mean, pooled = fractions((e["policy"]["gain"], e["ceiling_gain"]) for e in entries)
+            data["earlier_test"] = {"modules": EARLIER_TEST_MODULES, "mean_fraction": mean, "pooled_fraction": pooled}
     out.mkdir(parents=True, exist_ok=True)
     (out / "learning.json").write_text(json.dumps(data, indent=2))
     (out / "learning.md").write_text(markdown(data))
