@@ -579,12 +579,11 @@ def seed_spread(work: Work, summary: dict) -> dict:
             continue
         per_group = {}
         for label in ("test", "shared"):
-            entries = [e for e in summary["per_module"] if e["split"] == label and e["ceiling_gain"] > 0
-                       and e["module"] in rows]
+            entries = [e for e in summary["per_module"] if e["split"] == label and e["module"] in rows]
             if not entries:
                 continue
             mean, pooled = fractions((e["default"] - rows[e["module"]]["cost"], e["ceiling_gain"]) for e in entries)
-            per_group[label] = {
+            per_group[label] = {  # steps over every module of the group, as in the cost table
                 "mean_fraction": mean, "pooled_fraction": pooled,
                 "mean_steps": statistics.mean(rows[e["module"]]["steps"] for e in entries)}
         out[seed] = per_group
