@@ -30,6 +30,7 @@ VARIANTS = [
                              mlp="gelu", dtype="f32")),
     LLMConfig(**SMALL | dict(kv_heads=4, scan=False, experts=4, top_k=1, remat=True, optimizer="sgd")),
     LLMConfig(**SMALL | dict(kv_repeat=True, cache="scatter", scan=False, remat=True)),
+    LLMConfig(**SMALL | dict(attn_layout="transpose", experts=4, top_k=1)),
 ]
 
 
@@ -83,7 +84,7 @@ def test_family_is_in_the_default_suite_and_split_by_model():
     n_test = sum(e.name in test for e in entries)
     assert 0.2 <= n_test / len(entries) <= 0.3
     # Every structural option reaches both sides.
-    for field in ("scan", "cache", "experts", "positions", "norm", "dtype"):
+    for field in ("scan", "cache", "experts", "positions", "norm", "dtype", "attn_layout"):
         by_side = {s: {getattr(e.config, field) for e in entries if (e.name in test) == (s == "test")}
                    for s in ("train", "test")}
         assert by_side["train"] == by_side["test"], field
@@ -97,6 +98,27 @@ def test_generate_writes_llm_modules(tmp_path):
     for path in suite.modules(tmp_path):  # through the tuner's own loading (XLA parse, fingerprint)
         module = load(path)
         assert module.name == path.stem and module.fingerprint
+
+
+@pytest.mark.parametrize("kv_heads,kv_repeat", [(4, False), (2, False), (1, False), (2, True)])
+def test_transposed_attention_computes_the_einsum_attention(kv_heads, kv_repeat):
+    """``attn_layout="transpose"`` is another spelling of the same attention (MHA, GQA, MQA, repeated
+    K/V): only the layout of the HLO differs, which is what the variant exists for."""
+    import jax
+    import numpy as np
+
+    cfg = LLMConfig(**SMALL | dict(kv_heads=kv_heads, kv_repeat=kv_repeat, dtype="f32"))
+    hd = cfg.head_dim
+    kq, kk, kv, km = jax.random.split(jax.random.PRNGKey(0), 4)
+    q = jax.random.normal(kq, (2, 3, cfg.heads, hd))
+    k = jax.random.normal(kk, (2, 5, kv_heads, hd))
+    v = jax.random.normal(kv, (2, 5, kv_heads, hd))
+    mask = jax.random.bernoulli(km, 0.7, (2, 3, 5))
+    einsum = llm.attend(q, k, v, mask, cfg)
+    transposed = llm.attend(q, k, v, mask, dataclasses.replace(cfg, attn_layout="transpose"))
+    np.testing.assert_allclose(np.asarray(transposed), np.asarray(einsum), rtol=1e-5, atol=1e-5)
+    text = lower("llm", "decode", dataclasses.replace(cfg, attn_layout="transpose"))
+    assert "transpose(" in text and text != lower("llm", "decode", cfg)
 
 
 def test_a_small_decode_step_beats_the_default(engine):

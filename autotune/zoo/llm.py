@@ -15,6 +15,14 @@ those in plain ``jax.numpy``/``jax.lax`` with the knobs real models vary:
 
 * ``kv_heads``: ``heads`` (MHA), fewer (GQA) or 1 (MQA); ``kv_repeat`` expands K/V to every head
   with ``jnp.repeat`` (the Llama reference code) instead of grouping the queries.
+* ``attn_layout``: ``einsum`` (``jnp.einsum`` over ``[b, s, heads, hd]``: the dots carry the head
+  axes as batch dimensions wherever they are) or ``transpose`` (heads moved to the front by
+  reshapes and transposes, scores and values by batched ``jnp.matmul``: the PyTorch/HF reference
+  form). Why both: the real LLM steps of ``../shared/real-hlo`` feed their attention dots through
+  reshape/transpose chains, and their ``algsimp``-first wins (LLaMA-3: ``algsimp`` 561 -> 549, where
+  ``cse`` gives 557) fold exactly those chains into the dots before ``dot_decomposer`` canonicalises
+  them; einsum-only modules have no layout op on any dot operand, so a policy trained on them never
+  sees the construct.
 * ``positions``: ``rope`` (rotary, computed from iotas) or ``learned`` (a position table gather).
 * ``norm``: ``rms`` or ``layer``; ``mlp``: ``swiglu`` or ``gelu``.
 * ``experts``: 0 (dense feed-forward) or the number of experts of a top-``top_k`` MoE layer, routed
@@ -59,6 +67,7 @@ POSITIONS = ("rope", "learned")
 NORMS = ("rms", "layer")
 MLPS = ("swiglu", "gelu")
 CACHES = ("dus", "scatter")
+ATTN_LAYOUTS = ("einsum", "transpose")
 
 
 @dataclass(frozen=True)
@@ -81,6 +90,7 @@ class LLMConfig:
     scan: bool = True
     cache: str = "dus"
     kv_repeat: bool = False
+    attn_layout: str = "einsum"
     remat: bool = False
     optimizer: str = "adam"
     dtype: str = "bf16"
@@ -89,7 +99,7 @@ class LLMConfig:
         common.check_config(self, ("layers", "d_model", "heads", "kv_heads", "ffn", "vocab", "seq", "batch"))
         for value, allowed, what in (
             (self.positions, POSITIONS, "positions"), (self.norm, NORMS, "norm"), (self.mlp, MLPS, "mlp"),
-            (self.cache, CACHES, "cache"),
+            (self.cache, CACHES, "cache"), (self.attn_layout, ATTN_LAYOUTS, "attn_layout"),
         ):
             if value not in allowed:
                 raise ValueError(f"unknown {what} {value!r}; expected one of {allowed}")
@@ -113,7 +123,7 @@ _DEFAULT = LLMConfig()
 _SLUG = {
     "layers": "l", "d_model": "d", "heads": "h", "kv_heads": "kv", "ffn": "f", "experts": "e?", "top_k": "k?",
     "vocab": "v", "seq": "s", "batch": "b", "positions": "", "norm": "", "mlp": "", "scan": "scan", "cache": "?",
-    "kv_repeat": "rep?", "remat": "remat?", "optimizer": "?", "dtype": "",
+    "kv_repeat": "rep?", "attn_layout": "?", "remat": "remat?", "optimizer": "?", "dtype": "",
 }
 
 
@@ -259,6 +269,8 @@ def attend(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array, cfg: LLMCo
     b, sq, heads, hd = q.shape
     kv = k.shape[2]
     scale = jnp.float32(1.0 / math.sqrt(hd))
+    if cfg.attn_layout == "transpose":
+        return _attend_transposed(q, k, v, mask, cfg, scale)
     if kv == heads or cfg.kv_repeat:
         if kv != heads:
             k = jnp.repeat(k, heads // kv, axis=2)
@@ -272,6 +284,26 @@ def attend(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array, cfg: LLMCo
     scores = jnp.where(mask[:, None, None], scores, jnp.float32(-1e30))
     probs = jax.nn.softmax(scores, axis=-1).astype(v.dtype)
     return jnp.einsum("bkgqt,btkd->bqkgd", probs, v).reshape(b, sq, heads * hd)
+
+
+def _attend_transposed(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array, cfg: LLMConfig,
+                       scale: jax.Array) -> jax.Array:
+    """``attend`` as the PyTorch/HF reference code writes it: heads to the front by reshape and
+    transpose (queries grouped per KV head, ``[b, KV, groups * sq, hd]``), scores and values by
+    batched ``jnp.matmul``, the output transposed back."""
+    b, sq, heads, hd = q.shape
+    kv, sk = k.shape[2], k.shape[1]
+    if kv != heads and cfg.kv_repeat:
+        k = jnp.repeat(k, heads // kv, axis=2)
+        v = jnp.repeat(v, heads // kv, axis=2)
+        kv = heads
+    g = heads // kv
+    qh = q.reshape(b, sq, kv, g, hd).transpose(0, 2, 3, 1, 4).reshape(b, kv, g * sq, hd)
+    scores = jnp.matmul(qh, k.transpose(0, 2, 3, 1)).astype(jnp.float32) * scale  # [b, KV, g*sq, sk]
+    scores = jnp.where(mask[:, None, None], scores.reshape(b, kv, g, sq, sk), jnp.float32(-1e30))
+    probs = jax.nn.softmax(scores, axis=-1).astype(v.dtype).reshape(b, kv, g * sq, sk)
+    out = jnp.matmul(probs, v.transpose(0, 2, 1, 3))  # [b, KV, g*sq, hd]
+    return out.reshape(b, kv, g, sq, hd).transpose(0, 3, 1, 2, 4).reshape(b, sq, heads * hd)
 
 
 def _dense_ffn(p: dict[str, jax.Array], x: jax.Array, cfg: LLMConfig) -> jax.Array:
