@@ -350,6 +350,7 @@ def stage_select(work: Work, policy: Path) -> dict:
     candidates_t = tuple(trained.get("candidates") or ())
     imitation = work.root / "imitation.zip"
     variants = {"imitation": imitation}
+    recipes = {"imitation": {"timesteps": 0, "reward": None}}  # how each candidate was trained
     with open_engine(work.db("train"), workers=2) as ev:
         # The training stage's own length (the report's `ppo` column) is always a candidate.
         lengths = sorted({*SELECT_TIMESTEPS, p["timesteps"]})
@@ -363,6 +364,7 @@ def stage_select(work: Work, policy: Path) -> dict:
             if not out.exists():
                 fine_tune(ev, work, out, steps, reward)
             variants[name] = out
+            recipes[name] = {"timesteps": steps, "reward": reward}
         log(f"select: expert (beam {BEAM}) on {len(val)} held-out train-split modules")
         rows = {}
         for x in val:
@@ -384,7 +386,7 @@ def stage_select(work: Work, policy: Path) -> dict:
     log("select: pooled fraction of the expert's gain on held-out train modules (mean of fractions): "
         + ", ".join(f"{n} {v:.0%} ({means[n]:.0%})" for n, v in scores.items()) + f" -> shipping {chosen}")
     data = {"modules": len(val), "with_headroom": len(headroom), "criterion": "pooled", "scores": scores,
-            "mean_fractions": means, "chosen": chosen, "rows": rows}
+            "mean_fractions": means, "chosen": chosen, "recipes": recipes, "rows": rows}
     side = json.loads(sidecar_path(policy).read_text())
     if variants[chosen] != policy:
         shutil.copyfile(variants[chosen], policy)
@@ -549,12 +551,16 @@ def stage_seeds(work: Work) -> dict:
     modules, actions and minibatches. The imitation start is seed 0's for every seed; only PPO's
     own randomness changes. Each seed's roll-outs run on their own cold cache (``seed<N>.db``).
     """
-    chosen = (work.load("select") or {}).get("chosen", "")
-    if not chosen.startswith("ppo-"):
+    selected = work.load("select") or {}
+    chosen = selected.get("chosen", "")
+    recipe = (selected.get("recipes") or {}).get(chosen)
+    if recipe is None and chosen.startswith("ppo-"):  # a select.json from before the recipes were recorded
+        recipe = {"timesteps": int(chosen.split("-")[1]),
+                  "reward": ABLATION_REWARD if chosen.endswith(f"-{ABLATION_REWARD}") else REWARD}
+    if not recipe or not recipe["timesteps"]:
         log(f"seeds: the shipped variant is {chosen or 'unknown'}, not a PPO fine-tuning: nothing to reseed")
         return {}
-    steps = int(chosen.split("-")[1])
-    reward = ABLATION_REWARD if chosen.endswith(f"-{ABLATION_REWARD}") else REWARD
+    steps, reward = recipe["timesteps"], recipe["reward"]
     modules = [(x, "test") for x in work.test_set()] + [(SHARED / f, "shared") for f in SHARED_LLM]
     out = {}
     for seed in TRAINING_SEEDS:
