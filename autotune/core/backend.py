@@ -200,6 +200,15 @@ class Backend(Protocol):
         ``BadInput`` with the reason when no sound cut exists, when cutting takes too long, or (may)
         at the first region whose inputs exceed ``max_input_bytes``."""
 
+    def exclusive(self):
+        """A context manager in which one worker may use the memory every worker shares; it yields
+        whether that lifted the limit (False where the executor has no per-worker limit). What an
+        execution its own share refuses is retried in (``autotune.core.memory.with_memory``)."""
+
+    @property
+    def exclusive_runs(self) -> int:
+        """How many times ``exclusive`` lifted the limit (a check's reason says when it needed that)."""
+
     def stand_ins(self, module, extra: Sequence[str] = ()) -> tuple:
         """``(module, replaced, targets)``: the module with host stand-ins for what the host cannot
         run (accelerator kernels), how many were replaced and their names; ``PassFailed`` if none
@@ -293,6 +302,19 @@ class BackendBase:
     def execute_reference(self, module, seed: int = 0, floats: str = "normal", int_high: int = 4) -> list | None:
         """No higher-precision reference: a failed comparison stands as it is."""
         return None
+
+    def exclusive(self):
+        """The pool's ``exclusive`` (``WorkerPool.exclusive``: one worker holding every worker's memory
+        share); an executor without it yields False (nothing lifted)."""
+        from contextlib import nullcontext
+
+        solo = getattr(self.pool, "exclusive", None)
+        return solo() if solo is not None else nullcontext(False)
+
+    @property
+    def exclusive_runs(self) -> int:
+        """How many times ``exclusive`` lifted the memory limit (0 on an executor without it)."""
+        return int(getattr(self.pool, "exclusive_runs", 0))
 
     def regions(self, default_final, tuned_final, max_input_bytes: int | None = None):
         """No region cutting (``cuts_regions`` is False): a declined execution stays ``compiled``."""

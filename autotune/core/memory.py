@@ -14,15 +14,12 @@ from autotune.errors import BadInput
 
 def with_memory(pipeline, call):
     """``call()``; when its worker's memory share refuses it (``BadInput``), once more on one worker
-    holding every worker's share (``pipeline.exclusive``, where the backend has it), then the refusal
-    stands. An execution is refused by its worker's share before it allocates anything."""
+    holding every worker's share (``pipeline.exclusive``; where that lifts nothing, the refusal
+    stands). An execution is refused by its worker's share before it allocates anything."""
     try:
         return call()
     except BadInput as refused:
-        solo = getattr(pipeline, "exclusive", None)
-        if solo is None:
-            raise
-        with solo() as lifted:
+        with pipeline.exclusive() as lifted:
             if not lifted:
                 raise refused from None
             return call()

@@ -742,7 +742,7 @@ def establish_region(pipeline, original, tuned, seed: int, why_not: str, finals=
     except BadInput:
         whole = None
     outputs, stand_ins, n_inputs, described, nonfinite, elements, rounding = [], 0, 0, None, 0, 0, []
-    lifted = getattr(pipeline, "exclusive_runs", 0)
+    lifted = pipeline.exclusive_runs
     for r in cut.regions:
         ran = _run_region(pipeline, r, seed, bound_seconds)
         if not isinstance(ran, tuple):
@@ -763,7 +763,7 @@ def establish_region(pipeline, original, tuned, seed: int, why_not: str, finals=
          f"; {nonfinite} of {elements} output elements are not finite on these inputs in both modules"
          if nonfinite else "",
          "; run on one worker holding every worker's memory share (more than one share needed)"
-         if getattr(pipeline, "exclusive_runs", 0) > lifted else ""] + [f"; {note}" for note in rounding])
+         if pipeline.exclusive_runs > lifted else ""] + [f"; {note}" for note in rounding])
     return Validation(EXECUTED_REGION, reason, stand_ins,
                       ValidationReport(True, None, tuple(outputs), int(seed), n_inputs, described or _describe("normal", 4)))
 

@@ -217,19 +217,6 @@ class XlaPipeline(BackendBase):
         return self.pool.call("execute", module.proto, int(seed), floats, int(int_high),
                               timeout=self.run_timeout if timeout is None else float(timeout))
 
-    def exclusive(self):
-        """A context in which one worker may use the memory all workers share (``WorkerPool.exclusive``);
-        it yields whether that lifted the limit (False on an executor without it)."""
-        from contextlib import nullcontext
-
-        solo = getattr(self.pool, "exclusive", None)
-        return solo() if solo is not None else nullcontext(False)
-
-    @property
-    def exclusive_runs(self) -> int:
-        """How many times ``exclusive`` lifted the memory limit (0 on an executor without it)."""
-        return int(getattr(self.pool, "exclusive_runs", 0))
-
     def execute_reference(self, module: Module, seed: int = 0, floats: str = "normal",
                           int_high: int = 4) -> list | None:
         """Outputs of ``module`` with its bf16/f16 arithmetic widened to f32, on the inputs ``execute``
