@@ -84,7 +84,7 @@ def test_family_is_in_the_default_suite_and_split_by_model():
     n_test = sum(e.name in test for e in entries)
     assert 0.2 <= n_test / len(entries) <= 0.3
     # Every structural option reaches both sides.
-    for field in ("scan", "cache", "experts", "positions", "norm", "dtype", "attn_layout"):
+    for field in ("scan", "cache", "experts", "positions", "norm", "dtype"):
         by_side = {s: {getattr(e.config, field) for e in entries if (e.name in test) == (s == "test")}
                    for s in ("train", "test")}
         assert by_side["train"] == by_side["test"], field

@@ -20,9 +20,12 @@ those in plain ``jax.numpy``/``jax.lax`` with the knobs real models vary:
   reshapes and transposes, scores and values by batched ``jnp.matmul``: the PyTorch/HF reference
   form). Why both: the real LLM steps of ``../shared/real-hlo`` feed their attention dots through
   reshape/transpose chains, and their ``algsimp``-first wins (LLaMA-3: ``algsimp`` 561 -> 549, where
-  ``cse`` gives 557) fold exactly those chains into the dots before ``dot_decomposer`` canonicalises
-  them; einsum-only modules have no layout op on any dot operand, so a policy trained on them never
-  sees the construct.
+  ``cse`` gives 557) fold such chains into the dots before ``dot_decomposer`` canonicalises
+  them. Not in the suite's grid: crossed into half of it (``python bench/learning.py --quick`` on
+  that family), the policy trained on it picked ``cse`` first on all three real steps (LLaMA-3 557,
+  gpt-oss 987, DeepSeek-V2 1103, against 557 / 971 / 1092 for the shipped policy trained on the
+  einsum family) and recovered 77% of the search's gain on its test split; the variant stays
+  available to build modules with (``LLMConfig(attn_layout="transpose")``).
 * ``positions``: ``rope`` (rotary, computed from iotas) or ``learned`` (a position table gather).
 * ``norm``: ``rms`` or ``layer``; ``mlp``: ``swiglu`` or ``gelu``.
 * ``experts``: 0 (dense feed-forward) or the number of experts of a top-``top_k`` MoE layer, routed
