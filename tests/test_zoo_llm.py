@@ -18,6 +18,7 @@ import pytest
 
 from autotune.core.module import load
 from autotune.zoo import LLMConfig, count_instructions, llm, lower, module_name
+from autotune.pipelines.xla.structure import structure_counts
 from autotune.zoo import suite
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -31,6 +32,7 @@ VARIANTS = [
     LLMConfig(**SMALL | dict(kv_heads=4, scan=False, experts=4, top_k=1, remat=True, optimizer="sgd")),
     LLMConfig(**SMALL | dict(kv_repeat=True, cache="scatter", scan=False, remat=True)),
     LLMConfig(**SMALL | dict(attn_layout="transpose", experts=4, top_k=1)),
+    LLMConfig(**SMALL | dict(dtype="mixed", cache="scatter", positions="learned", norm="layer", mlp="gelu")),
 ]
 
 
@@ -119,6 +121,25 @@ def test_transposed_attention_computes_the_einsum_attention(kv_heads, kv_repeat)
     np.testing.assert_allclose(np.asarray(transposed), np.asarray(einsum), rtol=1e-5, atol=1e-5)
     text = lower("llm", "decode", dataclasses.replace(cfg, attn_layout="transpose"))
     assert "transpose(" in text and text != lower("llm", "decode", cfg)
+
+
+def test_mixed_precision_stores_f32_weights_and_computes_in_bf16():
+    """``dtype="mixed"`` (Flax's param_dtype=f32, dtype=bf16; how the real MaxText steps are written):
+    every weight is an f32 parameter, the caches are bf16, and the layer loop's body converts the
+    weights it uses (the converts inside a scan body the real steps have)."""
+    import jax
+    import jax.numpy as jnp
+
+    cfg = LLMConfig(**SMALL | dict(dtype="mixed"))
+    params = llm.param_specs(cfg)
+    assert {leaf.dtype for leaf in jax.tree.leaves(params)} == {jnp.dtype(jnp.float32)}
+    assert {leaf.dtype for leaf in jax.tree.leaves(llm.cache_specs(cfg))} == {jnp.dtype(jnp.bfloat16)}
+    text = lower("llm", "decode", cfg)
+    bf16 = lower("llm", "decode", dataclasses.replace(cfg, dtype="bf16"))
+    converts = [structure_counts(t).get("loop:convert", 0) for t in (text, bf16)]
+    assert converts[0] > converts[1]
+    with pytest.raises(ValueError, match="unknown dtype"):
+        LLMConfig(**SMALL | dict(dtype="f16"))
 
 
 def test_a_small_decode_step_beats_the_default(engine):

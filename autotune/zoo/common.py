@@ -43,12 +43,16 @@ OPTIMIZERS: tuple[str, ...] = ("adam", "sgd", "adam_flat", "sgd_flat")
 SEED = 0
 
 
-def check_config(cfg: Any, positive: tuple[str, ...]) -> None:
-    """The checks every family's config shares: ``positive`` fields >= 1, a known dtype and optimizer."""
+def check_config(cfg: Any, positive: tuple[str, ...], dtypes: tuple[str, ...] | None = None) -> None:
+    """The checks every family's config shares: ``positive`` fields >= 1, a known dtype (one of
+    ``dtypes``, by default those of :data:`DTYPES`) and optimizer."""
     for field in positive:
         if getattr(cfg, field) < 1:
             raise ValueError(f"{field} must be >= 1, got {getattr(cfg, field)}")
-    dtype_of(cfg.dtype)
+    if dtypes is None:
+        dtype_of(cfg.dtype)
+    elif cfg.dtype not in dtypes:
+        raise ValueError(f"unknown dtype {cfg.dtype!r}; expected one of {sorted(dtypes)}")
     if cfg.optimizer not in OPTIMIZERS:
         raise ValueError(f"unknown optimizer {cfg.optimizer!r}; expected one of {OPTIMIZERS}")
 

@@ -28,6 +28,11 @@ those in plain ``jax.numpy``/``jax.lax`` with the knobs real models vary:
   available to build modules with (``LLMConfig(attn_layout="transpose")``).
 * ``positions``: ``rope`` (rotary, computed from iotas) or ``learned`` (a position table gather).
 * ``norm``: ``rms`` or ``layer``; ``mlp``: ``swiglu`` or ``gelu``.
+* ``dtype``: ``f32``, ``bf16`` or ``mixed``: weights (and optimizer state) stored in f32 and cast
+  to bf16 where each layer uses them, activations and KV caches in bf16 (Flax's
+  ``param_dtype=float32, dtype=bfloat16``, MaxText's default). Why: the three real LLM steps of
+  ``../shared/real-hlo`` (MaxText dumps) are written that way, f32 parameters converted to bf16
+  inside the layer loop, and a family without it never shows a policy those converts.
 * ``experts``: 0 (dense feed-forward) or the number of experts of a top-``top_k`` MoE layer, routed
   GShard style (capacity buffers filled by scatter, read back by gather).
 * ``scan``: layers stacked and run under ``lax.scan`` or unrolled in Python.
@@ -71,6 +76,8 @@ NORMS = ("rms", "layer")
 MLPS = ("swiglu", "gelu")
 CACHES = ("dus", "scatter")
 ATTN_LAYOUTS = ("einsum", "transpose")
+#: ``mixed``: f32 weights cast to bf16 at use, bf16 activations and caches (see the module docstring).
+LLM_DTYPES = ("f32", "bf16", "mixed")
 
 
 @dataclass(frozen=True)
@@ -99,7 +106,8 @@ class LLMConfig:
     dtype: str = "bf16"
 
     def __post_init__(self) -> None:
-        common.check_config(self, ("layers", "d_model", "heads", "kv_heads", "ffn", "vocab", "seq", "batch"))
+        common.check_config(self, ("layers", "d_model", "heads", "kv_heads", "ffn", "vocab", "seq", "batch"),
+                            dtypes=LLM_DTYPES)
         for value, allowed, what in (
             (self.positions, POSITIONS, "positions"), (self.norm, NORMS, "norm"), (self.mlp, MLPS, "mlp"),
             (self.cache, CACHES, "cache"), (self.attn_layout, ATTN_LAYOUTS, "attn_layout"),
@@ -120,6 +128,16 @@ class LLMConfig:
     @property
     def head_dim(self) -> int:
         return self.d_model // self.heads
+
+    @property
+    def param_dtype(self) -> Any:
+        """What weights are stored in (f32 for ``mixed``)."""
+        return jnp.float32 if self.dtype == "mixed" else common.dtype_of(self.dtype)
+
+    @property
+    def compute_dtype(self) -> Any:
+        """What activations, caches and the weights at their use are in (bf16 for ``mixed``)."""
+        return jnp.bfloat16 if self.dtype == "mixed" else common.dtype_of(self.dtype)
 
 
 _DEFAULT = LLMConfig()
@@ -170,7 +188,7 @@ def group_key(cfg: LLMConfig) -> dict[str, Any]:
 
 
 def _norm_specs(cfg: LLMConfig, prefix: str) -> dict[str, jax.ShapeDtypeStruct]:
-    dt = common.dtype_of(cfg.dtype)
+    dt = cfg.param_dtype
     out = {f"{prefix}_g": common.spec((cfg.d_model,), dt)}
     if cfg.norm == "layer":
         out[f"{prefix}_b"] = common.spec((cfg.d_model,), dt)
@@ -179,7 +197,7 @@ def _norm_specs(cfg: LLMConfig, prefix: str) -> dict[str, jax.ShapeDtypeStruct]:
 
 def _layer_specs(cfg: LLMConfig) -> dict[str, jax.ShapeDtypeStruct]:
     """One layer's weights (Llama naming): attention projections, norms, and the feed-forward."""
-    dt = common.dtype_of(cfg.dtype)
+    dt = cfg.param_dtype
     d, hd, f = cfg.d_model, cfg.head_dim, cfg.ffn
     out = _norm_specs(cfg, "attn_norm") | _norm_specs(cfg, "mlp_norm") | {
         "wq": common.spec((d, cfg.heads * hd), dt),
@@ -204,7 +222,7 @@ def _stack(spec: jax.ShapeDtypeStruct, n: int) -> jax.ShapeDtypeStruct:
 def param_specs(cfg: LLMConfig) -> dict[str, Any]:
     """Abstract parameters: embedding, optional position table, layers (stacked on a leading axis
     when ``scan``, a list otherwise), final norm and an untied output head."""
-    dt = common.dtype_of(cfg.dtype)
+    dt = cfg.param_dtype
     layer = _layer_specs(cfg)
     layers: Any = (
         {k: _stack(v, cfg.layers) for k, v in layer.items()} if cfg.scan else [dict(layer) for _ in range(cfg.layers)]
@@ -223,7 +241,7 @@ def param_specs(cfg: LLMConfig) -> dict[str, Any]:
 def cache_specs(cfg: LLMConfig) -> tuple[Any, Any]:
     """K and V caches [layers, batch, seq, kv_heads, head_dim] (stacked) or one per layer."""
     shape = (cfg.batch, cfg.seq, cfg.kv_heads, cfg.head_dim)
-    dt = common.dtype_of(cfg.dtype)
+    dt = cfg.compute_dtype
     if cfg.scan:
         one = common.spec((cfg.layers, *shape), dt)
         return one, one
@@ -383,6 +401,7 @@ def cached_layer(
 ) -> tuple[jax.Array, jax.Array, jax.Array]:
     """One pre-norm decoder layer for inference: new K/V written into the caches, the queries
     attend to every cached position up to their own."""
+    p = _at_use(p, cfg)
     b, s, _ = x.shape
     starts = start if start.ndim else jnp.broadcast_to(start, (b,))
     positions = starts[:, None] + jnp.arange(s, dtype=jnp.int32)[None]  # [b, s]
@@ -398,6 +417,7 @@ def cached_layer(
 
 def train_layer(p: dict[str, jax.Array], x: jax.Array, cfg: LLMConfig) -> jax.Array:
     """One pre-norm decoder layer over a whole sequence with a causal mask (no cache)."""
+    p = _at_use(p, cfg)
     b, s, _ = x.shape
     positions = jnp.broadcast_to(jnp.arange(s, dtype=jnp.int32)[None], (b, s))
     q, k, v = _qkv(p, _norm(p, "attn_norm", x, cfg), positions, cfg)
@@ -406,15 +426,23 @@ def train_layer(p: dict[str, jax.Array], x: jax.Array, cfg: LLMConfig) -> jax.Ar
     return x + ffn(p, _norm(p, "mlp_norm", x, cfg), cfg)
 
 
+def _at_use(p: dict[str, Any], cfg: LLMConfig) -> dict[str, Any]:
+    """Weights as a layer computes with them: cast to the compute dtype (``mixed``), else as stored."""
+    if cfg.param_dtype == cfg.compute_dtype:
+        return p
+    return {k: v.astype(cfg.compute_dtype) for k, v in p.items()}
+
+
 def _embed(params: dict[str, Any], tokens: jax.Array, positions: jax.Array, cfg: LLMConfig) -> jax.Array:
-    x = params["embed"][tokens]
+    x = _at_use({"embed": params["embed"]}, cfg)["embed"][tokens]
     if cfg.positions == "learned":
-        x = x + params["wpe"][positions]
+        x = x + _at_use({"wpe": params["wpe"]}, cfg)["wpe"][positions]
     return x
 
 
 def _logits(params: dict[str, Any], x: jax.Array, cfg: LLMConfig) -> jax.Array:
-    return _norm(params, "final_norm", x, cfg) @ params["head"]
+    p = _at_use({k: params[k] for k in params if k.startswith("final_norm") or k == "head"}, cfg)
+    return _norm(p, "final_norm", x, cfg) @ p["head"]
 
 
 # --------------------------------------------------------------------------------------------

@@ -190,7 +190,7 @@ _LLM_STYLE = (
     {"norm": "layer", "mlp": "gelu", "positions": "rope"},
     {"norm": "rms", "mlp": "gelu", "positions": "rope"},
 )
-_LLM_DTYPES = ("bf16", "bf16", "f32")
+_LLM_DTYPES = ("mixed", "bf16", "f32")
 
 
 def _llm_kv_heads(attention: str, heads: int, j: int) -> int:
