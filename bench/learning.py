@@ -204,7 +204,7 @@ def beam_search(session, candidates: tuple[str, ...]) -> tuple[float, tuple[str,
     return top
 
 
-def imitate(ev, demos: dict, out: Path, seed: int = 0, stop_labels: bool = True) -> dict:
+def imitate(ev, demos: dict, out: Path, seed: int = 0, stop_labels: bool = True, noise: float = 0.0) -> dict:
     """Behaviour cloning: fit a fresh PPO network's policy to the demonstrations (then PPO fine-tunes it).
 
     Each demonstration is rolled through the environment (same observation as training and use):
@@ -212,7 +212,12 @@ def imitate(ev, demos: dict, out: Path, seed: int = 0, stop_labels: bool = True)
     Cross-entropy on the action distribution, full batch, Adam. ``stop_labels=False``
     (``--no-stop-labels``) leaves the STOP pairs out: under the best-so-far reward stopping only
     saves compiles, and the STOP labels teach the policy to stop right after the demonstration's
-    winner (an experiment; the shipped policy keeps them).
+    winner (an experiment; the shipped policy keeps them). ``noise`` > 0 (``--obs-noise``) fits
+    every epoch on the module-composition coordinates (opcode, loop and structural fractions)
+    multiplied by ``exp(noise * N(0, 1))``, a fresh draw per coordinate and sample: a network
+    fitted to exact fractions can key on one incidental coordinate (the share of ``convert`` in
+    loop bodies) that an unseen model has at another value; the noise makes no single fraction
+    decisive (an experiment, chosen or not on held-out train-split modules).
     """
     import numpy as np
     import torch
@@ -239,10 +244,16 @@ def imitate(ev, demos: dict, out: Path, seed: int = 0, stop_labels: bool = True)
     model = make_model("ppo", env, seed, hp)
     x = torch.as_tensor(np.array(obs), dtype=torch.float32)
     y = torch.as_tensor(np.array(acts), dtype=torch.long)
+    composition = torch.tensor([n.split(":")[0] in ("opcode_fraction", "loop", "struct") for n in env.observation.names])
+    gen = torch.Generator().manual_seed(seed)
     opt = torch.optim.Adam(model.policy.parameters(), lr=3e-3)
     losses = []
     for _ in range(300):
-        dist = model.policy.get_distribution(x)
+        xe = x
+        if noise > 0:
+            jitter = torch.exp(noise * torch.randn(x.shape, generator=gen))
+            xe = torch.where(composition, x * jitter, x)
+        dist = model.policy.get_distribution(xe)
         loss = -dist.log_prob(y).mean()
         opt.zero_grad()
         loss.backward()
@@ -290,7 +301,7 @@ def stage_train(work: Work, policy: Path) -> dict:
         demos = demonstrations(ev, work, paths)
         demo_seconds, demo_steps = time.perf_counter() - t0, ev.stats.steps_compiled
         bc_zip = work.root / "imitation.zip"
-        bc = imitate(ev, demos, bc_zip, stop_labels=p.get("stop_labels", True))
+        bc = imitate(ev, demos, bc_zip, stop_labels=p.get("stop_labels", True), noise=p.get("obs_noise", 0.0))
         log(f"train: imitation fit {bc['train_accuracy']:.0%} of {bc['samples']} (observation, action) pairs "
             f"({bc['stop_samples']} STOP)")
     log(f"train: PPO from the imitation weights, {p['timesteps']} timesteps, {p['envs']} envs")
@@ -652,7 +663,7 @@ def markdown(data: dict) -> str:
            if data.get("shipped", True) else
            f"The policy of this run was written to `{data.get('policy')}`, NOT shipped (`autotune/policies/llm.zip` "
            "is another run's, see results/learning.md)") + ". Stages (`--stage train|select|fleet|eval|seeds|report`) can "
-        "run as separate commands; results are kept under `.autotune/learning/`.", "",
+        f"run as separate commands; results are kept under `{data.get('work', '.autotune/learning/')}`.", "",
         "## Setup", "",
         f"* **Policy** (trained once, on {len(tr['train_modules'])} modules of the `llm` family's train split, "
         "stratified over kind x scan/unrolled x dense/MoE), in three steps: (1) *demonstrations*: the passes whose "
@@ -744,9 +755,9 @@ def markdown(data: dict) -> str:
         lines.append("")
     earlier = data.get("earlier_test")
     if earlier:
-        lines += [f"Disclosure: until this round the --quick test sample was the first {earlier['modules']} of these "
-                  f"test modules (and the selection set 24 modules); both were doubled after seeing the shipped policy's "
-                  f"result on those {earlier['modules']} (below), to cut the noise of a 12-module mean. On them the "
+        lines += [f"Disclosure: in earlier rounds the --quick test sample was the first {earlier['modules']} of the "
+                  f"test sample (and the selection set 24 modules); both were doubled after seeing a shipped policy's "
+                  f"result on those {earlier['modules']}, to cut the noise of a 12-module mean. On them this run's "
                   f"shipped policy recovers {_f(earlier['mean_fraction'])} ({_f(earlier['pooled_fraction'])} pooled).", ""]
     lines += ["## Per module (final-ops; the sequence each method returned)", "",
               "| module | split | default | " + " | ".join(METHODS) + " |", "|---|---|---:|" + "---|" * len(METHODS)]
@@ -846,6 +857,7 @@ def report(work: Work, out: Path, command: str, quick: bool, policy: Path = POLI
         version = ev.version
     s = summarise(work)
     data = {"command": command, "quick": quick, "version": version, "params": work.params, "policy": rel(policy),
+            "work": rel(work.root),
             "shipped": Path(policy).resolve() == POLICY.resolve(),
             "train": work.load("train"), "fleet": work.load("fleet"), "summary": s,
             "select": {k: v for k, v in (work.load("select") or {}).items() if k != "rows"}}
@@ -877,6 +889,8 @@ def main(argv=None) -> int:
     ap.add_argument("--train-modules", type=int, default=None, help="override the number of training modules")
     ap.add_argument("--no-stop-labels", action="store_true",
                     help="imitation without the (observation, STOP) pairs (an experiment; see imitate)")
+    ap.add_argument("--obs-noise", type=float, default=0.0,
+                    help="imitation on jittered composition coordinates (an experiment; see imitate)")
     args = ap.parse_args(argv)
     params = dict(QUICK if args.quick else FULL)
     if args.timesteps:
@@ -884,11 +898,14 @@ def main(argv=None) -> int:
     if args.train_modules:
         params["train_modules"] = args.train_modules
     params["stop_labels"] = not args.no_stop_labels
+    if args.obs_noise:
+        params["obs_noise"] = args.obs_noise
     work = Work(Path(args.work) / ("quick" if args.quick else "full"), params)
     policy = Path(args.policy)
     command = "python bench/learning.py" + (" --quick" if args.quick else "") + "".join(
         f" --{k.replace('_', '-')} {v}" for k, v in (("timesteps", args.timesteps), ("train_modules", args.train_modules))
-        if v) + (" --no-stop-labels" if args.no_stop_labels else "") + (f" --policy {args.policy}" if Path(args.policy).resolve() != POLICY.resolve() else "") + (
+        if v) + (" --no-stop-labels" if args.no_stop_labels else "") + (
+        f" --obs-noise {args.obs_noise}" if args.obs_noise else "") + (f" --policy {args.policy}" if Path(args.policy).resolve() != POLICY.resolve() else "") + (
         f" --out {args.out}" if Path(args.out).resolve() != (ROOT / "results").resolve() else "")
     stale = ["policy", "imitation", "ppo", "random@evals", "random@steps", "random@4xsteps"]  # the old policies'
     stale += [f"random@{k}-s{seed}" for k in ("evals", "steps", "4xsteps") for seed in range(RANDOM_SEEDS)]
