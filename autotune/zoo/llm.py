@@ -23,8 +23,9 @@ those in plain ``jax.numpy``/``jax.lax`` with the knobs real models vary:
   ``cse`` gives 557) fold such chains into the dots before ``dot_decomposer`` canonicalises
   them. Not in the suite's grid: crossed into half of it (``python bench/learning.py --quick`` on
   that family), the policy trained on it picked ``cse`` first on all three real steps (LLaMA-3 557,
-  gpt-oss 987, DeepSeek-V2 1103, against 557 / 971 / 1092 for the shipped policy trained on the
-  einsum family) and recovered 77% of the search's gain on its test split; the variant stays
+  gpt-oss 987, DeepSeek-V2 1103, against 557 / 971 / 1092 for the policy then shipped, trained
+  on the einsum-only family) and recovered 77% of the search's gain on its test split (the
+  ``--quick`` run, before ``dtype="mixed"`` joined the grid); the variant stays
   available to build modules with (``LLMConfig(attn_layout="transpose")``).
 * ``positions``: ``rope`` (rotary, computed from iotas) or ``learned`` (a position table gather).
 * ``norm``: ``rms`` or ``layer``; ``mlp``: ``swiglu`` or ``gelu``.
