@@ -249,6 +249,7 @@ def write(main, ops_comp, data: dict, results: Path, log=print) -> None:
              "potential-based reward shaping best)."),
         *llm_section(results),
         Heading("Where we stand (the whole suite, this protocol)", 2),
+        *stale_modules(data),
         Bullets(tuple(standing(main, ops_comp))),
         Heading("Other reports in this directory", 2),
         Bullets((
@@ -379,6 +380,24 @@ def _families(entries) -> str:
     for e in entries:
         counts[e["family"]] = counts.get(e["family"], 0) + 1
     return ", ".join(f"{n} {f}" for f, n in sorted(counts.items()))
+
+
+def stale_modules(data: dict) -> list:
+    """A line when the run's test modules are no longer all in today's suite grid (a family changed
+    after the run): the figures below then describe the grid of the run, not today's. Checked by
+    name against ``suite.configs()``, so a re-render says so without recompiling anything."""
+    from autotune.reporting.report import Para
+    from autotune.zoo import suite
+
+    names = {e.name for e in suite.configs()}
+    gone = [m["name"] for m in data.get("test_modules", []) if m["name"] not in names]
+    if not gone:
+        return []
+    families = sorted({m["family"] for m in data["test_modules"] if m["name"] in gone})
+    return [Para(f"**Stale**: {len(gone)} of this run's {len(data['test_modules'])} test modules "
+                 f"({', '.join(families)}) are no longer in the suite's grid (the family changed after the run); "
+                 "the figures below are the run's, and the `ppo` row used the policy shipped then. "
+                 f"Regenerate: `{data.get('command')}`.")]
 
 
 def standing(main, ops_comp) -> list[str]:
