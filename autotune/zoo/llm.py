@@ -427,17 +427,20 @@ def train_layer(p: dict[str, jax.Array], x: jax.Array, cfg: LLMConfig) -> jax.Ar
     return x + ffn(p, _norm(p, "mlp_norm", x, cfg), cfg)
 
 
-def _at_use(p: dict[str, Any], cfg: LLMConfig) -> dict[str, Any]:
-    """Weights as a layer computes with them: cast to the compute dtype (``mixed``), else as stored."""
+def _at_use(p: Any, cfg: LLMConfig) -> Any:
+    """Weights (one array or a dict of them) as a layer computes with them: cast to the compute
+    dtype (``mixed``), else as stored."""
     if cfg.param_dtype == cfg.compute_dtype:
         return p
-    return {k: v.astype(cfg.compute_dtype) for k, v in p.items()}
+    if isinstance(p, dict):
+        return {k: v.astype(cfg.compute_dtype) for k, v in p.items()}
+    return p.astype(cfg.compute_dtype)
 
 
 def _embed(params: dict[str, Any], tokens: jax.Array, positions: jax.Array, cfg: LLMConfig) -> jax.Array:
-    x = _at_use({"embed": params["embed"]}, cfg)["embed"][tokens]
+    x = _at_use(params["embed"], cfg)[tokens]
     if cfg.positions == "learned":
-        x = x + _at_use({"wpe": params["wpe"]}, cfg)["wpe"][positions]
+        x = x + _at_use(params["wpe"], cfg)[positions]
     return x
 
 
