@@ -340,11 +340,11 @@ def llm_section(results: Path) -> list:
     chosen = (learn.get("select") or {}).get("chosen")
     # the PPO-fine-tuned variant, shipped as llm-ppo when it is not the chosen policy itself
     extra = [m for m in ("ppo",) if all(m in g for g in groups.values()) and chosen != f"ppo-{tr.get('timesteps')}"]
+    # random search at 4x the policy's steps, where every group has it (reports from before it have not)
+    four = [m for m in ("random@4xsteps",) if all(m in g for g in groups.values())]
     rows = tuple((f"{labels.get(k, k)} ({g['modules']})", cell(g, "policy"), *(cell(g, m) for m in extra),
-                  cell(g, "fixed"), cell(g, "random@steps"),
-                  *([cell(g, "random@4xsteps")] if "random@4xsteps" in g else []), cell(g, "search"))
+                  cell(g, "fixed"), cell(g, "random@steps"), *(cell(g, m) for m in four), cell(g, "search"))
                  for k, g in groups.items())
-    four = all("random@4xsteps" in g for g in groups.values())
     return [
         Heading("The LLM family: where ordering pays, and a policy that learned it", 2),
         Para("The GPT-2/BERT/ResNet families have no headroom (every sequence of up to three passes ends at the "
