@@ -33,6 +33,8 @@ VARIANTS = [
     LLMConfig(**SMALL | dict(kv_repeat=True, cache="scatter", scan=False, remat=True)),
     LLMConfig(**SMALL | dict(attn_layout="transpose", experts=4, top_k=1)),
     LLMConfig(**SMALL | dict(dtype="mixed", cache="scatter", positions="learned", norm="layer", mlp="gelu")),
+    LLMConfig(**SMALL | dict(latent=16, dtype="mixed")),
+    LLMConfig(**SMALL | dict(latent=8, scan=False, cache="scatter", experts=4, top_k=2, remat=True)),
 ]
 
 
@@ -67,7 +69,8 @@ def test_kinds_share_no_irrelevant_field():
     assert module_name("llm", "decode", c) != module_name("llm", "decode", b)
 
 
-@pytest.mark.parametrize("bad", [dict(kv_heads=3), dict(experts=2, top_k=3), dict(cache="paged"), dict(seq=1)])
+@pytest.mark.parametrize("bad", [dict(kv_heads=3), dict(experts=2, top_k=3), dict(cache="paged"), dict(seq=1),
+                                 dict(latent=8, positions="learned"), dict(latent=-1)])
 def test_bad_configs_are_refused(bad):
     with pytest.raises(ValueError):
         LLMConfig(**SMALL | bad)
@@ -90,6 +93,41 @@ def test_family_is_in_the_default_suite_and_split_by_model():
         by_side = {s: {getattr(e.config, field) for e in entries if (e.name in test) == (s == "test")}
                    for s in ("train", "test")}
         assert by_side["train"] == by_side["test"], field
+    latent = {s: {bool(e.config.latent) for e in entries if (e.name in test) == (s == "test")} for s in ("train", "test")}
+    assert latent["train"] == latent["test"] == {False, True}
+
+
+def test_latent_attention_leaves_the_other_models_split_as_it_was():
+    """Adding latent attention (a field, and a fourth of the grid) changed no other model's split
+    unit: a model without it has no ``latent`` in its key, and every test-split module of the grid
+    without latent attention is still in the test split."""
+    assert "latent" not in llm.group_key(LLMConfig(**SMALL))
+    assert llm.group_key(LLMConfig(**SMALL | dict(latent=8)))["latent"] == 8
+    entries = suite.configs()
+    without = [e for e in entries if not (e.family == "llm" and e.config.latent)]
+    assert len(without) < len(entries)
+    before = {n for n in suite.split(without)["test"] if n.startswith("llm_")}
+    assert before <= set(suite.split(entries)["test"])
+
+
+@pytest.mark.parametrize("latent", [0, 8])
+def test_cached_layer_with_a_full_cache_is_the_causal_layer(latent):
+    """The inference layer, given a whole sequence from position 0 and empty caches, computes what
+    the training layer computes with a causal mask: what it writes into the caches (K/V, or the
+    latent and the rotary key) is what it attends over, for plain and latent attention alike."""
+    import jax
+    import numpy as np
+
+    cfg = LLMConfig(**SMALL | dict(latent=latent, kv_heads=4 if latent else 2, dtype="f32", layers=1))
+    layer = jax.tree.map(lambda s: 0.2 * jax.random.normal(jax.random.PRNGKey(s.size), s.shape),
+                         llm._layer_specs(cfg))
+    x = jax.random.normal(jax.random.PRNGKey(1), (cfg.batch, cfg.seq, cfg.d_model))
+    k_cache, v_cache = (jax.numpy.zeros(c[0].shape) for c in llm.cache_specs(dataclasses.replace(cfg, scan=False)))
+    cached, k_cache, v_cache = llm.cached_layer(layer, x, k_cache, v_cache, jax.numpy.int32(0), cfg)
+    np.testing.assert_allclose(np.asarray(cached), np.asarray(llm.train_layer(layer, x, cfg)), rtol=2e-4, atol=2e-4)
+    for cache in (k_cache, v_cache):  # every position of both caches was written
+        assert (np.abs(np.asarray(cache)).sum(axis=(0, 2, 3)) > 0).all()
+    assert k_cache.shape[-1] == (latent or cfg.head_dim) and v_cache.shape[-1] == (cfg.rope_dim if latent else cfg.head_dim)
 
 
 def test_generate_writes_llm_modules(tmp_path):
@@ -163,3 +201,21 @@ def test_lowering_is_deterministic_across_processes():
                          env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", "TF_CPP_MIN_LOG_LEVEL": "2"})
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == [hashlib.sha256(lower("llm", "prefill", cfg).encode()).hexdigest()]
+
+
+def test_a_suite_from_another_grid_is_not_current():
+    """Benchmarks regenerate (or refuse) a suite directory written from another grid, e.g. before
+    latent attention joined it: the manifest must list exactly today's modules on today's sides."""
+    entries = [e for e in suite.configs() if e.family == "llm"]
+    side = {n: s for s, names in suite.split(suite.configs()).items() for n in names}
+
+    def manifest(chosen, flip: str = "") -> suite.Manifest:
+        return suite.Manifest(jax_version="x", entries=[
+            suite.ManifestEntry(name=e.name, family="llm", kind=e.kind, config=e.config_dict(), instructions=1,
+                                sha256="", split=("train" if side[e.name] == "test" else "test") if e.name == flip
+                                else side[e.name], file=f"{e.name}.hlo", jax_version="x")
+            for e in chosen])
+
+    assert suite.is_current(manifest(entries), ["llm"])
+    assert not suite.is_current(manifest([e for e in entries if not e.config.latent]), ["llm"])
+    assert not suite.is_current(manifest(entries, flip=entries[0].name), ["llm"])

@@ -27,6 +27,17 @@ those in plain ``jax.numpy``/``jax.lax`` with the knobs real models vary:
   on the einsum-only family) and recovered 77% of the search's gain on its test split (the
   ``--quick`` run, before ``dtype="mixed"`` joined the grid); the variant stays
   available to build modules with (``LLMConfig(attn_layout="transpose")``).
+* ``latent``: 0, or the width of the compressed KV latent of multi-head latent attention (MLA,
+  DeepSeek-V2/V3): one down-projection to the latent (RMS-normed) and a shared rotary key, both
+  cached (``[.., seq, 1, latent]`` and ``[.., seq, 1, rope_dim]``), every head's keys and values
+  re-expanded from the cached latent at each step, queries split into a plain and a rotary part
+  (MaxText's non-absorbed form). Why: the real DeepSeek-V2 step of ``../shared/real-hlo`` is MLA,
+  and its win is ``cse`` then ``dot_decomposer`` (1104 -> 1087) where every other model wants
+  ``algsimp`` first; no GQA/MHA/MQA module of the family had that shape. Measured before it joined
+  the grid: ``autotune explore --depth 2`` on a 4-layer scanned MLA decode step gives exactly
+  ``cse,dot_decomposer`` (-1.6%). That was found by looking at a module the policy is tested on,
+  and is disclosed as such. Latent attention needs rotary positions; it ignores ``kv_heads``,
+  ``kv_repeat`` and ``attn_layout``.
 * ``positions``: ``rope`` (rotary, computed from iotas) or ``learned`` (a position table gather).
 * ``norm``: ``rms`` or ``layer``; ``mlp``: ``swiglu`` or ``gelu``.
 * ``dtype``: ``f32``, ``bf16`` or ``mixed``: weights (and optimizer state) stored in f32 and cast
@@ -102,6 +113,7 @@ class LLMConfig:
     cache: str = "dus"
     kv_repeat: bool = False
     attn_layout: str = "einsum"
+    latent: int = 0
     remat: bool = False
     optimizer: str = "adam"
     dtype: str = "bf16"
@@ -125,10 +137,19 @@ class LLMConfig:
             raise ValueError(f"need experts >= 0 and 1 <= top_k <= experts, got {self.experts}/{self.top_k}")
         if self.seq < 2:
             raise ValueError("seq must be >= 2 (prefill writes seq // 2 tokens)")
+        if self.latent < 0 or (self.latent and (self.positions != "rope" or self.head_dim % 4)):
+            raise ValueError("latent attention needs latent >= 0, rotary positions and a head dimension "
+                             f"divisible by 4, got latent={self.latent}, positions={self.positions!r}, "
+                             f"head_dim={self.head_dim}")
 
     @property
     def head_dim(self) -> int:
         return self.d_model // self.heads
+
+    @property
+    def rope_dim(self) -> int:
+        """Latent attention: the per-head width of the decoupled rotary part of queries and keys."""
+        return self.head_dim // 2
 
     @property
     def param_dtype(self) -> Any:
@@ -145,7 +166,7 @@ _DEFAULT = LLMConfig()
 _SLUG = {
     "layers": "l", "d_model": "d", "heads": "h", "kv_heads": "kv", "ffn": "f", "experts": "e?", "top_k": "k?",
     "vocab": "v", "seq": "s", "batch": "b", "positions": "", "norm": "", "mlp": "", "scan": "scan", "cache": "?",
-    "kv_repeat": "rep?", "attn_layout": "?", "remat": "remat?", "optimizer": "?", "dtype": "",
+    "kv_repeat": "rep?", "attn_layout": "?", "latent": "mla?", "remat": "remat?", "optimizer": "?", "dtype": "",
 }
 
 
@@ -162,10 +183,13 @@ def supports(cfg: LLMConfig, kind: str) -> bool:
 
 def canonical(cfg: LLMConfig, kind: str) -> LLMConfig:
     """The config with the fields ``kind`` ignores reset (inference has no optimizer or remat;
-    training has no cache), so that no program is generated twice under two names."""
+    training has no cache; latent attention has no KV-head grouping), so that no program is
+    generated twice under two names."""
     if kind not in KINDS:
         raise ValueError(f"unknown kind {kind!r} for {FAMILY}; expected one of {KINDS}")
     d = _DEFAULT
+    if cfg.latent:  # every head has its own keys and values, re-expanded from the latent
+        cfg = dataclasses.replace(cfg, kv_heads=cfg.heads, kv_repeat=False, attn_layout=d.attn_layout)
     if kind == "train":
         return dataclasses.replace(cfg, cache=d.cache)
     out = dataclasses.replace(cfg, optimizer=d.optimizer, remat=d.remat)
@@ -180,6 +204,8 @@ def group_key(cfg: LLMConfig) -> dict[str, Any]:
         out.pop(name)
     if not cfg.experts:
         out.pop("top_k")
+    if not cfg.latent:  # absent, not 0: the key (and the split) of models without latent attention
+        out.pop("latent")  # is what it was before latent attention existed
     return out
 
 
@@ -206,6 +232,15 @@ def _layer_specs(cfg: LLMConfig) -> dict[str, jax.ShapeDtypeStruct]:
         "wv": common.spec((d, cfg.kv_heads * hd), dt),
         "wo": common.spec((cfg.heads * hd, d), dt),
     }
+    if cfg.latent:
+        r, rd = cfg.latent, cfg.rope_dim
+        del out["wk"], out["wv"]
+        out |= {
+            "wq": common.spec((d, cfg.heads * (hd + rd)), dt),  # per head: [no-rope | rope]
+            "w_dkv": common.spec((d, r + rd), dt),  # down: the latent and the shared rotary key
+            "kv_norm_g": common.spec((r,), dt),
+            "w_ukv": common.spec((r, cfg.heads * 2 * hd), dt),  # up: per head [key no-rope | value]
+        }
     e = (cfg.experts,) if cfg.experts else ()
     out["w_up"] = common.spec((*e, d, f), dt)
     out["w_down"] = common.spec((*e, f, d), dt)
@@ -240,14 +275,20 @@ def param_specs(cfg: LLMConfig) -> dict[str, Any]:
 
 
 def cache_specs(cfg: LLMConfig) -> tuple[Any, Any]:
-    """K and V caches [layers, batch, seq, kv_heads, head_dim] (stacked) or one per layer."""
-    shape = (cfg.batch, cfg.seq, cfg.kv_heads, cfg.head_dim)
+    """K and V caches [layers, batch, seq, kv_heads, head_dim] (stacked) or one per layer.
+
+    Latent attention caches the compressed latent [.., seq, 1, latent] in the first and the shared
+    rotary key [.., seq, 1, rope_dim] in the second (MaxText's and DeepSeek-V2's MLA cache).
+    """
+    if cfg.latent:
+        shapes = (cfg.batch, cfg.seq, 1, cfg.latent), (cfg.batch, cfg.seq, 1, cfg.rope_dim)
+    else:
+        shapes = ((cfg.batch, cfg.seq, cfg.kv_heads, cfg.head_dim),) * 2
     dt = cfg.compute_dtype
     if cfg.scan:
-        one = common.spec((cfg.layers, *shape), dt)
-        return one, one
-    per = [common.spec(shape, dt) for _ in range(cfg.layers)]
-    return per, list(per)
+        k, v = (common.spec((cfg.layers, *shape), dt) for shape in shapes)
+        return k, v
+    return tuple([common.spec(shape, dt) for _ in range(cfg.layers)] for shape in shapes)  # type: ignore[return-value]
 
 
 # --------------------------------------------------------------------------------------------
@@ -397,21 +438,61 @@ def _write_cache(cache: jax.Array, new: jax.Array, start: jax.Array, cfg: LLMCon
     return cache.at[rows, cols].set(new, mode="drop")
 
 
+def _latent_q(p: dict[str, jax.Array], h: jax.Array, positions: jax.Array, cfg: LLMConfig) -> jax.Array:
+    """Latent attention's queries [b, s, H, hd + rope_dim]: the rotary part rotated in place."""
+    b, s, _ = h.shape
+    q = (h @ p["wq"]).reshape(b, s, cfg.heads, cfg.head_dim + cfg.rope_dim)
+    return jnp.concatenate([q[..., :cfg.head_dim], rope(q[..., cfg.head_dim:], positions)], axis=-1)
+
+
+def _latent_kv(p: dict[str, jax.Array], h: jax.Array, positions: jax.Array, cfg: LLMConfig):
+    """The compressed latent [b, s, 1, latent] (normed) and the shared rotary key [b, s, 1, rope_dim]."""
+    kv = h @ p["w_dkv"]
+    c = rms_norm(kv[..., :cfg.latent], p["kv_norm_g"])[:, :, None, :]
+    return c, rope(kv[..., None, cfg.latent:], positions)
+
+
+def _latent_attend(p: dict[str, jax.Array], q: jax.Array, c: jax.Array, k_rope: jax.Array, mask: jax.Array,
+                   cfg: LLMConfig) -> jax.Array:
+    """Multi-head latent attention (DeepSeek-V2) in the non-absorbed form MaxText writes: keys and
+    values of every head re-expanded from the latent [b, S, 1, latent], the shared rotary key
+    broadcast to every head and concatenated to the keys."""
+    b, sk = c.shape[:2]
+    hd = cfg.head_dim
+    kv = (c[:, :, 0] @ p["w_ukv"]).reshape(b, sk, cfg.heads, 2 * hd)
+    k_rope = jnp.broadcast_to(k_rope, (b, sk, cfg.heads, cfg.rope_dim))
+    k = jnp.concatenate([kv[..., :hd], k_rope], axis=-1)
+    scale = jnp.float32(1.0 / math.sqrt(hd + cfg.rope_dim))
+    scores = jnp.einsum("bqhd,bkhd->bhqk", q, k).astype(jnp.float32) * scale
+    scores = jnp.where(mask[:, None], scores, jnp.float32(-1e30))
+    probs = jax.nn.softmax(scores, axis=-1).astype(kv.dtype)
+    return jnp.einsum("bhqk,bkhd->bqhd", probs, kv[..., hd:]).reshape(q.shape[0], q.shape[1], cfg.heads * hd)
+
+
 def cached_layer(
     p: dict[str, jax.Array], x: jax.Array, k_cache: jax.Array, v_cache: jax.Array, start: jax.Array, cfg: LLMConfig
 ) -> tuple[jax.Array, jax.Array, jax.Array]:
-    """One pre-norm decoder layer for inference: new K/V written into the caches, the queries
-    attend to every cached position up to their own."""
+    """One pre-norm decoder layer for inference: new K/V (latent attention: the latent and the
+    rotary key) written into the caches, the queries attend to every cached position up to their
+    own."""
     p = _at_use(p, cfg)
     b, s, _ = x.shape
     starts = start if start.ndim else jnp.broadcast_to(start, (b,))
     positions = starts[:, None] + jnp.arange(s, dtype=jnp.int32)[None]  # [b, s]
-    q, k, v = _qkv(p, _norm(p, "attn_norm", x, cfg), positions, cfg)
-    k_cache = _write_cache(k_cache, k, start, cfg)
-    v_cache = _write_cache(v_cache, v, start, cfg)
     key_pos = jnp.arange(cfg.seq, dtype=jnp.int32)
     mask = key_pos[None, None, :] <= positions[:, :, None]  # [b, s, S]
-    x = x + attend(q, k_cache, v_cache, mask, cfg) @ p["wo"]
+    h = _norm(p, "attn_norm", x, cfg)
+    if cfg.latent:
+        c, k_rope = _latent_kv(p, h, positions, cfg)
+        k_cache = _write_cache(k_cache, c, start, cfg)
+        v_cache = _write_cache(v_cache, k_rope, start, cfg)
+        attn = _latent_attend(p, _latent_q(p, h, positions, cfg), k_cache, v_cache, mask, cfg)
+    else:
+        q, k, v = _qkv(p, h, positions, cfg)
+        k_cache = _write_cache(k_cache, k, start, cfg)
+        v_cache = _write_cache(v_cache, v, start, cfg)
+        attn = attend(q, k_cache, v_cache, mask, cfg)
+    x = x + attn @ p["wo"]
     x = x + ffn(p, _norm(p, "mlp_norm", x, cfg), cfg)
     return x, k_cache, v_cache
 
@@ -421,9 +502,14 @@ def train_layer(p: dict[str, jax.Array], x: jax.Array, cfg: LLMConfig) -> jax.Ar
     p = _at_use(p, cfg)
     b, s, _ = x.shape
     positions = jnp.broadcast_to(jnp.arange(s, dtype=jnp.int32)[None], (b, s))
-    q, k, v = _qkv(p, _norm(p, "attn_norm", x, cfg), positions, cfg)
     mask = jnp.broadcast_to(common.causal_mask(s)[None], (b, s, s))
-    x = x + attend(q, k, v, mask, cfg) @ p["wo"]
+    h = _norm(p, "attn_norm", x, cfg)
+    if cfg.latent:
+        c, k_rope = _latent_kv(p, h, positions, cfg)
+        attn = _latent_attend(p, _latent_q(p, h, positions, cfg), c, k_rope, mask, cfg)
+    else:
+        attn = attend(*_qkv(p, h, positions, cfg), mask, cfg)
+    x = x + attn @ p["wo"]
     return x + ffn(p, _norm(p, "mlp_norm", x, cfg), cfg)
 
 

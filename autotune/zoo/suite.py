@@ -167,7 +167,7 @@ _PER_DEPTH = 5
 # The attention is written with einsum throughout: ``attn_layout="transpose"`` (see autotune.zoo.llm)
 # is not in the grid; crossed into half of it, it made the policy trained on the family worse on
 # the real LLM steps (measured, see the module's docstring).
-_LLM_ATTENTION = ("mha", "gqa", "mqa")
+_LLM_ATTENTION = ("mha", "gqa", "mqa")  # and latent attention (MLA), see _llm_configs
 _LLM_EXPERTS = ((0, 2), (4, 1), (0, 2), (8, 2))  # (experts, top_k); dense half the time
 _LLM_SCAN = (True, False)
 _LLM_CACHE = ("dus", "scatter")
@@ -224,6 +224,24 @@ def _llm_configs() -> list[Any]:
                             dtype=_LLM_DTYPES[(j // 5) % len(_LLM_DTYPES)],
                         ))
                         j += 1
+    # Latent attention (DeepSeek-V2's MLA), appended after the rest so that the configs above keep
+    # their sizes and styles: every feed-forward x scan x cache combination _LLM_REPEATS times,
+    # the latent a quarter or half of d_model, rotary positions always (MLA's decoupled rope).
+    for rep in range(_LLM_REPEATS):
+        for experts, top_k in _LLM_EXPERTS:
+            for scan in _LLM_SCAN:
+                for cache in _LLM_CACHE:
+                    shape = _LLM_SHAPES[j % len(_LLM_SHAPES)]
+                    layers = (_LLM_LAYERS_SCAN if scan else _LLM_LAYERS_UNROLLED)
+                    style = {**_LLM_STYLE[(j // 3) % len(_LLM_STYLE)], "positions": "rope"}
+                    out.append(LLMConfig(
+                        layers=layers[(j // 4) % len(layers)], **shape, kv_heads=shape["heads"],
+                        latent=shape["d_model"] // (4 if (j // 2) % 2 else 2), experts=experts, top_k=top_k,
+                        scan=scan, cache=cache, **style, remat=(j + rep) % 3 == 2,
+                        optimizer=OPTIMIZERS[(j // 3) % len(OPTIMIZERS)],
+                        dtype=_LLM_DTYPES[(j // 5) % len(_LLM_DTYPES)],
+                    ))
+                    j += 1
     return out
 
 
@@ -437,6 +455,19 @@ def generate(
     text = json.dumps(manifest.to_json(), indent=1) + "\n"
     (out / "manifest.json").write_text(text, encoding="utf-8")
     return manifest
+
+
+def is_current(manifest: Manifest, families: Iterable[str]) -> bool:
+    """Whether ``manifest`` holds exactly today's grid of ``families`` (names and split sides, the
+    skipped entries counted as present). Why: a suite generated before the grid changed (a family
+    gained a variant) silently benchmarks yesterday's modules; benchmark scripts regenerate instead."""
+    wanted = set(families)
+    entries = [e for e in configs() if e.family in wanted]
+    sides = split(configs())
+    side_of = {n: side for side, names in sides.items() for n in names}
+    have = {e.name: e.split for e in manifest.entries if e.family in wanted}
+    skipped = {s["name"] for s in manifest.skipped}
+    return {e.name for e in entries} == set(have) | skipped and all(side_of[n] == s for n, s in have.items())
 
 
 def main(argv: Sequence[str] | None = None) -> int:
