@@ -145,7 +145,13 @@ class Work:
         self.stage(name).write_text(json.dumps(data, indent=2))
 
     def manifest(self):
-        if not (self.suite / "manifest.json").exists():
+        """The llm family, generated when missing or generated from another grid (stages already
+        run on the old one are then stale: the caller starts a fresh ``--work``)."""
+        path = self.suite / "manifest.json"
+        if path.exists() and not suite.is_current(suite.load_manifest(self.suite), ["llm"]):
+            raise SystemExit(f"error: {self.suite} holds another grid of the llm family than this code's; "
+                             "start a fresh --work directory (its stages were computed on the old modules)")
+        if not path.exists():
             log(f"generating the llm family into {self.suite}")
             suite.generate(self.suite, families=["llm"], jobs=2)
         return suite.load_manifest(self.suite)

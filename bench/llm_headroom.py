@@ -63,10 +63,12 @@ def sample(manifest: suite.Manifest, per_stratum: int) -> list[suite.ManifestEnt
 
 
 def ensure_suite(directory: Path) -> suite.Manifest:
-    if not (directory / "manifest.json").exists():
+    """The llm family in ``directory``, generated when missing or generated from another grid."""
+    manifest = suite.load_manifest(directory) if (directory / "manifest.json").exists() else None
+    if manifest is None or not suite.is_current(manifest, ["llm"]):
         print(f"generating the llm family into {directory} ...", file=sys.stderr, flush=True)
         suite.generate(directory, families=["llm"])
-    manifest = suite.load_manifest(directory)
+        manifest = suite.load_manifest(directory)
     if not any(e.family == "llm" for e in manifest.entries):
         raise SystemExit(f"error: {directory} holds no llm modules")
     return manifest
