@@ -763,8 +763,10 @@ def markdown(data: dict) -> str:
     if earlier:
         lines += [f"Disclosure: in earlier rounds the --quick test sample was the first {earlier['modules']} of the "
                   f"test sample (and the selection set 24 modules); both were doubled after seeing a shipped policy's "
-                  f"result on those {earlier['modules']}, to cut the noise of a 12-module mean. On them this run's "
-                  f"shipped policy recovers {_f(earlier['mean_fraction'])} ({_f(earlier['pooled_fraction'])} pooled).", ""]
+                  f"result on those {earlier['modules']}, to cut the noise of a 12-module mean. On the first "
+                  f"{earlier['modules']} of this run's sample (other modules since the family gained latent "
+                  f"attention) this run's shipped policy recovers {_f(earlier['mean_fraction'])} "
+                  f"({_f(earlier['pooled_fraction'])} pooled).", ""]
     lines += ["## Per module (final-ops; the sequence each method returned)", "",
               "| module | split | default | " + " | ".join(METHODS) + " |", "|---|---|---:|" + "---|" * len(METHODS)]
     for e in s["per_module"]:
