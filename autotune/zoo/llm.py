@@ -479,19 +479,22 @@ def cached_layer(
     b, s, _ = x.shape
     starts = start if start.ndim else jnp.broadcast_to(start, (b,))
     positions = starts[:, None] + jnp.arange(s, dtype=jnp.int32)[None]  # [b, s]
-    key_pos = jnp.arange(cfg.seq, dtype=jnp.int32)
-    mask = key_pos[None, None, :] <= positions[:, :, None]  # [b, s, S]
+    # (Traced in the order the layer had before latent attention existed, so that the other
+    # modules lower to the same bytes.)
     h = _norm(p, "attn_norm", x, cfg)
     if cfg.latent:
-        c, k_rope = _latent_kv(p, h, positions, cfg)
+        c, k = _latent_kv(p, h, positions, cfg)  # the latent, and the shared rotary key
+        q = _latent_q(p, h, positions, cfg)
         k_cache = _write_cache(k_cache, c, start, cfg)
-        v_cache = _write_cache(v_cache, k_rope, start, cfg)
-        attn = _latent_attend(p, _latent_q(p, h, positions, cfg), k_cache, v_cache, mask, cfg)
+        v_cache = _write_cache(v_cache, k, start, cfg)
     else:
         q, k, v = _qkv(p, h, positions, cfg)
         k_cache = _write_cache(k_cache, k, start, cfg)
         v_cache = _write_cache(v_cache, v, start, cfg)
-        attn = attend(q, k_cache, v_cache, mask, cfg)
+    key_pos = jnp.arange(cfg.seq, dtype=jnp.int32)
+    mask = key_pos[None, None, :] <= positions[:, :, None]  # [b, s, S]
+    attn = (_latent_attend(p, q, k_cache, v_cache, mask, cfg) if cfg.latent
+            else attend(q, k_cache, v_cache, mask, cfg))
     x = x + attn @ p["wo"]
     x = x + ffn(p, _norm(p, "mlp_norm", x, cfg), cfg)
     return x, k_cache, v_cache
@@ -502,13 +505,14 @@ def train_layer(p: dict[str, jax.Array], x: jax.Array, cfg: LLMConfig) -> jax.Ar
     p = _at_use(p, cfg)
     b, s, _ = x.shape
     positions = jnp.broadcast_to(jnp.arange(s, dtype=jnp.int32)[None], (b, s))
-    mask = jnp.broadcast_to(common.causal_mask(s)[None], (b, s, s))
     h = _norm(p, "attn_norm", x, cfg)
     if cfg.latent:
         c, k_rope = _latent_kv(p, h, positions, cfg)
-        attn = _latent_attend(p, _latent_q(p, h, positions, cfg), c, k_rope, mask, cfg)
+        q = _latent_q(p, h, positions, cfg)
     else:
-        attn = attend(*_qkv(p, h, positions, cfg), mask, cfg)
+        q, k, v = _qkv(p, h, positions, cfg)
+    mask = jnp.broadcast_to(common.causal_mask(s)[None], (b, s, s))
+    attn = _latent_attend(p, q, c, k_rope, mask, cfg) if cfg.latent else attend(q, k, v, mask, cfg)
     x = x + attn @ p["wo"]
     return x + ffn(p, _norm(p, "mlp_norm", x, cfg), cfg)
 
