@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import hashlib
+import itertools
 import json
 import os
 import sys
@@ -203,45 +204,36 @@ def _llm_kv_heads(attention: str, heads: int, j: int) -> int:
 
 
 def _llm_configs() -> list[Any]:
-    """The LLM grid: each structural combination, _LLM_REPEATS times with varied sizes/styles."""
+    """The LLM grid: each structural combination, _LLM_REPEATS times with varied sizes/styles.
+
+    Latent attention (DeepSeek-V2's MLA) comes after the rest, so that the configs before it kept
+    their sizes and styles when it joined: every feed-forward x scan x cache combination
+    _LLM_REPEATS times, the latent half or a quarter of d_model, rotary positions always (MLA's
+    decoupled rope).
+    """
     from autotune.zoo import LLMConfig
 
+    def combinations(attentions):
+        return itertools.product(range(_LLM_REPEATS), attentions, _LLM_EXPERTS, _LLM_SCAN, _LLM_CACHE)
+
     out = []
-    j = 0
-    for rep in range(_LLM_REPEATS):
-        for attention in _LLM_ATTENTION:
-            for experts, top_k in _LLM_EXPERTS:
-                for scan in _LLM_SCAN:
-                    for cache in _LLM_CACHE:
-                        shape = _LLM_SHAPES[j % len(_LLM_SHAPES)]
-                        layers = (_LLM_LAYERS_SCAN if scan else _LLM_LAYERS_UNROLLED)
-                        kv = _llm_kv_heads(attention, shape["heads"], j // len(_LLM_SHAPES))
-                        out.append(LLMConfig(
-                            layers=layers[(j // 4) % len(layers)], **shape, kv_heads=kv, experts=experts,
-                            top_k=top_k, scan=scan, cache=cache, **_LLM_STYLE[(j // 3) % len(_LLM_STYLE)],
-                            kv_repeat=kv != shape["heads"] and (j // 5) % 2 == 1, remat=(j + rep) % 3 == 2,
-                            optimizer=OPTIMIZERS[(j // 3) % len(OPTIMIZERS)],
-                            dtype=_LLM_DTYPES[(j // 5) % len(_LLM_DTYPES)],
-                        ))
-                        j += 1
-    # Latent attention (DeepSeek-V2's MLA), appended after the rest so that the configs above keep
-    # their sizes and styles: every feed-forward x scan x cache combination _LLM_REPEATS times,
-    # the latent a quarter or half of d_model, rotary positions always (MLA's decoupled rope).
-    for rep in range(_LLM_REPEATS):
-        for experts, top_k in _LLM_EXPERTS:
-            for scan in _LLM_SCAN:
-                for cache in _LLM_CACHE:
-                    shape = _LLM_SHAPES[j % len(_LLM_SHAPES)]
-                    layers = (_LLM_LAYERS_SCAN if scan else _LLM_LAYERS_UNROLLED)
-                    style = {**_LLM_STYLE[(j // 3) % len(_LLM_STYLE)], "positions": "rope"}
-                    out.append(LLMConfig(
-                        layers=layers[(j // 4) % len(layers)], **shape, kv_heads=shape["heads"],
-                        latent=shape["d_model"] // (4 if (j // 2) % 2 else 2), experts=experts, top_k=top_k,
-                        scan=scan, cache=cache, **style, remat=(j + rep) % 3 == 2,
-                        optimizer=OPTIMIZERS[(j // 3) % len(OPTIMIZERS)],
-                        dtype=_LLM_DTYPES[(j // 5) % len(_LLM_DTYPES)],
-                    ))
-                    j += 1
+    grid = [*combinations(_LLM_ATTENTION), *combinations(("mla",))]
+    for j, (rep, attention, (experts, top_k), scan, cache) in enumerate(grid):
+        structure = dict(experts=experts, top_k=top_k, scan=scan, cache=cache)
+        shape = _LLM_SHAPES[j % len(_LLM_SHAPES)]
+        layers = _LLM_LAYERS_SCAN if scan else _LLM_LAYERS_UNROLLED
+        style = dict(_LLM_STYLE[(j // 3) % len(_LLM_STYLE)])
+        if attention == "mla":
+            heads = dict(kv_heads=shape["heads"], latent=shape["d_model"] // (4 if (j // 2) % 2 else 2))
+            style["positions"] = "rope"
+        else:
+            kv = _llm_kv_heads(attention, shape["heads"], j // len(_LLM_SHAPES))
+            heads = dict(kv_heads=kv, kv_repeat=kv != shape["heads"] and (j // 5) % 2 == 1)
+        out.append(LLMConfig(
+            layers=layers[(j // 4) % len(layers)], **shape, **heads, **structure, **style,
+            remat=(j + rep) % 3 == 2, optimizer=OPTIMIZERS[(j // 3) % len(OPTIMIZERS)],
+            dtype=_LLM_DTYPES[(j // 5) % len(_LLM_DTYPES)],
+        ))
     return out
 
 
@@ -462,9 +454,9 @@ def is_current(manifest: Manifest, families: Iterable[str]) -> bool:
     skipped entries counted as present). Why: a suite generated before the grid changed (a family
     gained a variant) silently benchmarks yesterday's modules; benchmark scripts regenerate instead."""
     wanted = set(families)
-    entries = [e for e in configs() if e.family in wanted]
-    sides = split(configs())
-    side_of = {n: side for side, names in sides.items() for n in names}
+    everything = configs()
+    entries = [e for e in everything if e.family in wanted]
+    side_of = {n: side for side, names in split(everything).items() for n in names}
     have = {e.name: e.split for e in manifest.entries if e.family in wanted}
     skipped = {s["name"] for s in manifest.skipped}
     return {e.name for e in entries} == set(have) | skipped and all(side_of[n] == s for n, s in have.items())
