@@ -147,14 +147,14 @@ class Work:
     def manifest(self):
         """The llm family, generated when missing or generated from another grid (stages already
         run on the old one are then stale: the caller starts a fresh ``--work``)."""
-        path = self.suite / "manifest.json"
-        if path.exists() and not suite.is_current(suite.load_manifest(self.suite), ["llm"]):
+        if not (self.suite / "manifest.json").exists():
+            log(f"generating the llm family into {self.suite}")
+            return suite.generate(self.suite, families=["llm"], jobs=2)
+        manifest = suite.load_manifest(self.suite)
+        if not suite.is_current(manifest, ["llm"]):
             raise SystemExit(f"error: {self.suite} holds another grid of the llm family than this code's; "
                              "start a fresh --work directory (its stages were computed on the old modules)")
-        if not path.exists():
-            log(f"generating the llm family into {self.suite}")
-            suite.generate(self.suite, families=["llm"], jobs=2)
-        return suite.load_manifest(self.suite)
+        return manifest
 
     def train_set(self) -> list[Path]:
         m = self.manifest()
@@ -286,6 +286,13 @@ def fine_tune(ev, work: Work, out: Path, steps: int, reward: str = REWARD, seed:
                         init=work.root / "imitation.zip", references=references, **extra)
 
 
+def rollout(ev, module, policy: Path):
+    """ONE deterministic episode of ``policy`` on ``module``, no fine-tuning (the report's roll-out:
+    ``autotune run --strategy ppo --budget 4 --max-length 4 -O finetune=false``)."""
+    return tune(ev, module, strategy="ppo", budget=MAX_LENGTH, max_length=MAX_LENGTH, validate=False,
+                prune=False, options={"policy": str(policy), "finetune": False})
+
+
 def fractions(pairs) -> tuple[float | None, float | None]:
     """(mean of per-module fractions, pooled fraction) of ``(gain, ceiling gain)`` pairs, over those
     whose ceiling gain is positive; ``(None, None)`` when there are none. The two averages every
@@ -390,9 +397,7 @@ def stage_select(work: Work, policy: Path) -> dict:
             expert, seq = beam_search(session, candidates_t)
             row = {"default": session.empty_cost, "expert": expert, "expert_sequence": list(seq)}
             for name, path in variants.items():
-                r = tune(ev, module, strategy="ppo", budget=MAX_LENGTH, max_length=MAX_LENGTH, validate=False,
-                         prune=False, options={"policy": str(path), "finetune": False})
-                row[name] = min(r.best_cost, session.empty_cost)
+                row[name] = min(rollout(ev, module, path).best_cost, session.empty_cost)
             rows[x.stem] = row
     headroom = [r for r in rows.values() if r["expert"] < r["default"]]
     both = {name: fractions((r["default"] - r[name], r["default"] - r["expert"]) for r in headroom)
@@ -483,9 +488,7 @@ def evaluate_modules(work: Work, method: str, modules: list[tuple[Path, str]], p
             if method in ("policy", "imitation", "ppo", "seed"):
                 use = {"policy": policy, "seed": policy, "imitation": work.root / "imitation.zip",
                        "ppo": work.root / f"ppo-{p['timesteps']}.zip"}[method]
-                r = tune(ev, module, strategy="ppo", budget=MAX_LENGTH, max_length=MAX_LENGTH, validate=False,
-                         prune=False, options={"policy": str(use), "finetune": False})
-                row = _tuned(r, path.stem, split)
+                row = _tuned(rollout(ev, module, use), path.stem, split)
             elif method == "random@evals" and done_policy[path.stem]["evaluations"] > 0:
                 n = done_policy[path.stem]["evaluations"]
                 r = tune(ev, module, strategy="random", budget=n, max_length=MAX_LENGTH, validate=False, prune=False,

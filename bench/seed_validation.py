@@ -28,7 +28,6 @@ import learning as L  # noqa: E402
 
 from autotune.core.engine import open_engine  # noqa: E402
 from autotune.core.module import load  # noqa: E402
-from autotune.core.tuner import tune  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -54,9 +53,7 @@ def main(argv: list[str] | None = None) -> int:
         for seed, path in zips.items():
             pairs = []
             for name, r in selected["rows"].items():
-                res = tune(ev, load(work.suite / f"{name}.hlo"), strategy="ppo", budget=L.MAX_LENGTH,
-                           max_length=L.MAX_LENGTH, validate=False, prune=False,
-                           options={"policy": str(path), "finetune": False})
+                res = L.rollout(ev, load(work.suite / f"{name}.hlo"), path)
                 pairs.append((r["default"] - min(res.best_cost, r["default"]), r["default"] - r["expert"]))
             mean, pooled = L.fractions(pairs)
             rows.append({"seed": seed, "validation_mean": mean, "validation_pooled": pooled})
@@ -76,8 +73,8 @@ def main(argv: list[str] | None = None) -> int:
              "| PPO seed | validation | test | shared |", "|---:|---:|---:|---:|"]
     pct = lambda v: "-" if v is None else f"{v:.0%}"  # noqa: E731
     for r in rows:
-        lines.append(f"| {r['seed']} | {pct(r['validation_mean'])} ({pct(r['validation_pooled'])}) | "
-                     f"{pct(r['test_mean'])} ({pct(r['test_pooled'])}) | {pct(r['shared_mean'])} ({pct(r['shared_pooled'])}) |")
+        cells = [f"{pct(r[f'{g}_mean'])} ({pct(r[f'{g}_pooled'])})" for g in ("validation", "test", "shared")]
+        lines.append(f"| {r['seed']} | " + " | ".join(cells) + " |")
     text = "\n".join(lines) + "\n"
     print(text)
     if args.out:
