@@ -93,7 +93,8 @@ def test_family_is_in_the_default_suite_and_split_by_model():
         by_side = {s: {getattr(e.config, field) for e in entries if (e.name in test) == (s == "test")}
                    for s in ("train", "test")}
         assert by_side["train"] == by_side["test"], field
-    latent = {s: {bool(e.config.latent) for e in entries if (e.name in test) == (s == "test")} for s in ("train", "test")}
+    latent = {s: {bool(e.config.latent) for e in entries if (e.name in test) == (s == "test")}
+              for s in ("train", "test")}
     assert latent["train"] == latent["test"] == {False, True}
 
 
@@ -127,7 +128,8 @@ def test_cached_layer_with_a_full_cache_is_the_causal_layer(latent):
     np.testing.assert_allclose(np.asarray(cached), np.asarray(llm.train_layer(layer, x, cfg)), rtol=2e-4, atol=2e-4)
     for cache in (k_cache, v_cache):  # every position of both caches was written
         assert (np.abs(np.asarray(cache)).sum(axis=(0, 2, 3)) > 0).all()
-    assert k_cache.shape[-1] == (latent or cfg.head_dim) and v_cache.shape[-1] == (cfg.rope_dim if latent else cfg.head_dim)
+    assert k_cache.shape[-1] == (latent or cfg.head_dim)
+    assert v_cache.shape[-1] == (cfg.rope_dim if latent else cfg.head_dim)
 
 
 def test_generate_writes_llm_modules(tmp_path):
