@@ -342,7 +342,10 @@ def llm_section(results: Path) -> list:
     extra = [m for m in ("ppo",) if all(m in g for g in groups.values()) and chosen != f"ppo-{tr.get('timesteps')}"]
     # random search at 4x the policy's steps, where every group has it (reports from before it have not)
     four = [m for m in ("random@4xsteps",) if all(m in g for g in groups.values())]
-    rows = tuple((f"{labels.get(k, k)} ({g['modules']})", cell(g, "policy"), *(cell(g, m) for m in extra),
+    # the bare roll-out (the policy column is pruned as every run's answer is), where the report has it
+    bare = [m for m in ("roll-out",) if all(m in g for g in groups.values())]
+    rows = tuple((f"{labels.get(k, k)} ({g['modules']})", cell(g, "policy"), *(cell(g, m) for m in bare),
+                  *(cell(g, m) for m in extra),
                   cell(g, "fixed"), cell(g, "random@steps"), *(cell(g, m) for m in four), cell(g, "search"))
                  for k, g in groups.items())
     return [
@@ -367,7 +370,9 @@ def llm_section(results: Path) -> list:
             f"budget {p['search_budget']} in this {scale}), mean over modules (pooled in brackets), and compiled "
             "steps per module:",
         )),
-        Table(("modules", f"shipped policy `llm`{f' ({chosen})' if chosen else ''}, one roll-out",
+        Table(("modules", f"shipped policy `llm`{f' ({chosen})' if chosen else ''}, one roll-out"
+               + (", pruned as `autotune run` prunes" if bare else ""),
+               *(["the roll-out alone (`--no-prune`)"] if bare else []),
                *(["PPO-fine-tuned `llm-ppo`, one roll-out"] if extra else []),
                f"fixed sequence `{fixed}` (fleet, train split)", "random, same steps",
                *(["random, 4x the steps"] if four else []), "search (ceiling)"), rows),
