@@ -436,9 +436,9 @@ def stage_select(work: Work, policy: Path) -> dict:
     seeds = {SEEDS[0]: variants[chosen]}
     if recipes[chosen]["timesteps"]:
         # The PPO seed is chosen the same way: its draws of modules, actions and minibatches move the
-        # result on a handful of real steps by tens of points, and the validation set ranks seeds as the
-        # test split does (measured the round before, when a separate script checked it), so the run ships the seed the
-        # validation set prefers instead of whichever seed came first.
+        # result on a handful of real steps by tens of points, and the validation set ranks seeds as
+        # the test split does (measured the round before by a separate script), so the run ships the
+        # seed the validation set prefers instead of whichever seed came first.
         with open_engine(work.db("train"), workers=2) as ev:
             for seed in TRAINING_SEEDS:
                 seeds[seed] = work.root / f"{chosen}-seed{seed}.zip"
