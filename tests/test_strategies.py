@@ -333,6 +333,24 @@ def test_cli_run_with_strategy_options(tmp_path):
     assert data["best"] is not None and data["default_cost"] > 0
 
 
+def test_pruning_that_lowers_the_cost_is_reported_with_the_found_cost(engine):
+    """On the bundled LLM decode step, ``dot_decomposer`` in front of ``algsimp,reshape-mover,cse``
+    costs final-ops: a run whose best carries it reports the pruned, cheaper sequence and keeps the
+    sequence as found with ITS cost (the shipped policy's DeepSeek-V2 roll-out is such a case), and
+    the found cost survives the result's JSON."""
+    from autotune.core.loop import summarise
+    from autotune.core.tuner import TuneResult, evaluation_session
+
+    session = evaluation_session(engine, load(ROOT / "examples" / "llm_decode_step.hlo"))
+    found = ("dot_decomposer", "algsimp", "reshape-mover", "cse")
+    found_cost = session(found)  # the run's only trial
+    result = summarise(session.t, "finished", validate=False, validation_seed=0)
+    assert result.best.found == found and result.best.found_cost == found_cost
+    assert result.best.cost < found_cost and "dot_decomposer" not in result.best_sequence
+    assert result.best.cost == session(result.best_sequence) < result.default_cost
+    assert TuneResult.from_dict(result.to_dict()).best.found_cost == found_cost
+
+
 def test_best_sequence_is_pruned_to_the_passes_that_matter(engine):
     """On MAML one pass (tree_reduction_rewriter) beats XLA's default; random search finds it inside a
     longer sequence of passes that change nothing, and the reported sequence keeps only what counts."""

@@ -211,7 +211,12 @@ def _report(result, as_json: bool, out_dir) -> None:
         n = len(result.best_sequence)
         out.print(f"best sequence ({n} pass{'es' if n != 1 else ''}): {','.join(result.best_sequence)}")
         if result.best.found and result.best.found != result.best.sequence:
-            out.print(f"  (pruned from the {len(result.best.found)} passes found: the others changed nothing)")
+            found_cost = result.best.found_cost
+            if found_cost is not None and found_cost > result.best.cost:
+                out.print(f"  (pruned from the {len(result.best.found)} passes found, "
+                          f"{','.join(result.best.found)} at {found_cost:g}: dropping the others lowered it)")
+            else:
+                out.print(f"  (pruned from the {len(result.best.found)} passes found: the others changed nothing)")
         imp_final, imp_raw = result.improvement(True), result.improvement(False)
 
         def pct(x):

@@ -97,13 +97,15 @@ class PhaseClock:
 
 @dataclass(frozen=True)
 class Choice:
-    """The candidate a run reports: its (pruned) trial, the sequence as found, its validation
-    ``Validation``(s) and the objective's verdict."""
+    """The candidate a run reports: its (pruned) trial, the sequence as found and its cost, its
+    validation ``Validation``(s) and the objective's verdict. The found cost is kept because pruning
+    can lower the cost as well as shorten the sequence (a pass that hurts in that context dropped)."""
 
     rec: TrialRecord
     found: tuple[str, ...]
     report: object  # a ``Validation`` (one module) or a tuple of them (a fleet: one per member)
     verdict: object
+    found_cost: float | None = None
 
 
 class Search:
@@ -292,7 +294,7 @@ def choose(search: Search, ranked: list[TrialRecord], validate: bool, validation
         seen.add(key)
         if len(seen) > MAX_REJECTED:
             break
-        found = rec.sequence
+        found, found_cost = rec.sequence, rec.cost
         if prune and search.objective.deterministic and rec.cost < search.default_cost:
             clock.enter("prune", f"candidate {len(seen)}: dropping passes that change nothing")
             rec = search.prune_candidate(rec)
@@ -306,7 +308,7 @@ def choose(search: Search, ranked: list[TrialRecord], validate: bool, validation
         verdict, try_next = search.confirm(rec, ranked[i + 1:], seen, tally)
         if try_next:
             continue
-        return Choice(rec, found, report, verdict), tuple(invalid)
+        return Choice(rec, found, report, verdict, found_cost), tuple(invalid)
     return None, tuple(invalid)
 
 

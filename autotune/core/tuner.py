@@ -61,6 +61,7 @@ class Candidate:
     final: Metrics | None
     cost: float
     found: tuple[str, ...] = ()  # the sequence as the strategy found it, before pruning
+    found_cost: float | None = None  # its cost: above ``cost`` when pruning dropped a pass that hurt
 
 
 @dataclass(frozen=True)
@@ -141,6 +142,7 @@ class TuneResult:
             best = {
                 "sequence": list(self.best.sequence),
                 "found_sequence": list(self.best.found or self.best.sequence),
+                "found_cost": self.best.found_cost,
                 "cost": self.best.cost,
                 "state": self.best.state,
                 "raw": self.best.raw.to_dict(),
@@ -170,7 +172,8 @@ class TuneResult:
         if best is not None:
             best = Candidate(tuple(best["sequence"]), best["state"], Metrics.from_dict(best["raw"]),
                              Metrics.from_dict(best["final"]) if best.get("final") else None, float(best["cost"]),
-                             tuple(best.get("found_sequence") or ()))
+                             tuple(best.get("found_sequence") or ()),
+                             None if best.get("found_cost") is None else float(best["found_cost"]))
         return cls(
             run_id=data["run_id"], module=data["module"], fingerprint=data["fingerprint"], strategy=data["strategy"],
             objective=data["objective"], seed=int(data["seed"]), budget=int(data["budget"]),
@@ -351,7 +354,7 @@ class ModuleSearch(Search):
             rec, validity, claim = choice.rec, choice.report, choice.verdict
             final = self.ctx.final(rec.state)
             best = Candidate(rec.sequence, rec.state, self.ev.metrics(rec.state),
-                             final.metrics if final.ok else None, rec.cost, choice.found)
+                             final.metrics if final.ok else None, rec.cost, choice.found, choice.found_cost)
             if not (claim.win if claim is not None else best.cost < self.default_cost):
                 best = replace(best, sequence=())  # nothing beats the default: apply nothing (``found`` keeps it)
         compiled, cached = self.steps()
