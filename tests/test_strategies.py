@@ -349,6 +349,10 @@ def test_pruning_that_lowers_the_cost_is_reported_with_the_found_cost(engine):
     assert result.best.cost < found_cost and "dot_decomposer" not in result.best_sequence
     assert result.best.cost == session(result.best_sequence) < result.default_cost
     assert TuneResult.from_dict(result.to_dict()).best.found_cost == found_cost
+    from autotune.cli.run import _dropped  # what `run` names as dropped when it prints the lower cost
+
+    assert "dot_decomposer" in _dropped(found, result.best_sequence)
+    assert sorted(_dropped(found, result.best_sequence) + list(result.best_sequence)) == sorted(found)
 
 
 def test_best_sequence_is_pruned_to_the_passes_that_matter(engine):

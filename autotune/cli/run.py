@@ -213,8 +213,9 @@ def _report(result, as_json: bool, out_dir) -> None:
         if result.best.found and result.best.found != result.best.sequence:
             found_cost = result.best.found_cost
             if found_cost is not None and found_cost > result.best.cost:
-                out.print(f"  (pruned from the {len(result.best.found)} passes found, "
-                          f"{','.join(result.best.found)} at {found_cost:g}: dropping the others lowered it)")
+                out.print(f"  (pruned from the {len(result.best.found)} passes found, {','.join(result.best.found)} "
+                          f"at {found_cost:g}: dropping {','.join(_dropped(result.best.found, result.best.sequence))} "
+                          f"lowered it to {result.best.cost:g})")
             else:
                 out.print(f"  (pruned from the {len(result.best.found)} passes found: the others changed nothing)")
         imp_final, imp_raw = result.improvement(True), result.improvement(False)
@@ -249,3 +250,12 @@ def _report(result, as_json: bool, out_dir) -> None:
         out.print("time per phase: " + ", ".join(f"{name} {sec:.1f}s" for name, sec in result.phases))
 
 
+def _dropped(found: tuple[str, ...], kept: tuple[str, ...]) -> list[str]:
+    """The passes of ``found`` that pruning left out (``kept`` is a subsequence of it)."""
+    out, j = [], 0
+    for name in found:
+        if j < len(kept) and kept[j] == name:
+            j += 1
+        else:
+            out.append(name)
+    return out
