@@ -774,12 +774,13 @@ def markdown(data: dict) -> str:
         f"on {len(fl['modules'])} of the policy's training modules: `{','.join(fl['sequence']) or '(none)'}` "
         f"(mean change on them {fl['cost'] - 1:+.2%}; {fl['seconds']:.0f} s).",
         f"* **Search (ceiling)**: `random` at budget {p['search_budget']}, max length {SEARCH_MAX_LENGTH}, per module.",
-        "* **random@evals / random@steps**: random search (max length 4) with as many evaluations as the roll-out, "
-        f"or until as many compiled steps as the roll-out; mean over {RANDOM_SEEDS} seeds, each on its own cold "
-        "cache. At 3-5 steps both get one or two evaluations and, drawing from the same seeded generator, mostly "
-        "the same sequences, so the two columns nearly coincide. **random@4xsteps**: the same with four times the "
-        "roll-out's compiled steps (what random search gets with the budget the goal allows it: the policy should "
-        "need at most a quarter of random search's steps for the same result).",
+        "* **random@evals / random@steps**: random search (max length 4) with as many evaluations as the policy's "
+        f"roll-out, or until as many compiled steps as the `policy` column (its prune included); mean over "
+        f"{RANDOM_SEEDS} seeds, each on its own cold cache. At a handful of steps both get one to three evaluations "
+        "and, drawing from the same seeded generator, mostly the same sequences, so the two columns nearly "
+        "coincide. **random@4xsteps**: the same with four times the policy's compiled steps (what random search "
+        "gets with the budget the goal allows it: the policy should need at most a quarter of random search's "
+        "steps for the same result).",
         f"* **Modules**: {s['groups']['test']['modules']} of the test split (stratified; model configurations never "
         "seen in training) and the three LLM steps of `../shared/real-hlo` (zero-shot, never trained on).",
         "* Every method keeps XLA's default when nothing it evaluated beat it, and its best sequence is pruned as "
