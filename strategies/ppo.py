@@ -37,8 +37,7 @@ seed, one torch thread and a deterministic cache make two runs with the same see
 sequences.
 
 Options: ``policy`` (a path, a shipped policy's name, or ``none``), ``finetune`` (bool, default
-true), ``rollouts`` (zero-shot: how many deterministic roll-outs before fine-tuning, default 1; the
-second and later start with the policy's next most probable first passes, ``_first_passes``), ``shaping`` (bool; default false, or the policy's own setting), ``n_steps`` (32),
+true), ``shaping`` (bool; default false, or the policy's own setting), ``n_steps`` (32),
 ``batch_size`` (16), ``n_epochs`` (10), ``learning_rate`` (1e-3), ``gamma`` (0.99, also the shaping discount), ``gae_lambda`` (0.95),
 ``ent_coef`` (0.01), ``clip_range`` (0.2), ``net_arch`` (hidden width, 64), ``w_flops`` and
 ``w_transcendentals`` (shaping weights, 0.5 each), ``reward`` (``step`` or ``best``: the reward
@@ -55,7 +54,7 @@ from stable_baselines3.common.utils import set_random_seed
 
 from autotune.rl.env import EpisodeSource, PassOrderingEnv
 from autotune.errors import BadInput
-from autotune.strategy import Evaluate, SearchSpace, Strategy, positive_int
+from autotune.strategy import Evaluate, SearchSpace, Strategy
 from autotune import policies
 from autotune.rl.train import (check_hyperparams, check_vocabulary, load_model, make_model, other_pipeline_version,
                                read_sidecar, vocabulary_mismatch)
@@ -68,15 +67,13 @@ class PPOStrategy(Strategy):
     name = "ppo"
     description = "PPO over the pass-ordering MDP; --policy for a trained policy (zero-shot + fine-tune)"
 
-    def __init__(self, policy: str | None = None, finetune: bool = True, shaping: bool | None = None,
-                 rollouts: int = 1, **rest):
+    def __init__(self, policy: str | None = None, finetune: bool = True, shaping: bool | None = None, **rest):
         if policy is not None and not isinstance(policy, (str, Path)):
             raise BadInput(f"ppo: policy must be a path, not {policy!r}")
         if not isinstance(finetune, bool):
             raise BadInput(f"ppo: finetune must be true or false, not {finetune!r}")
         if shaping is not None and not isinstance(shaping, bool):
             raise BadInput(f"ppo: shaping must be true or false, not {shaping!r}")
-        self.rollouts = positive_int("ppo", "rollouts", rollouts)
         self.hyperparams, self.env_options = check_hyperparams("ppo", rest)  # BadInput on unknown options
         self.given = set(rest)
         self.finetune = finetune
@@ -161,8 +158,7 @@ class PPOStrategy(Strategy):
             self._note(f"{self._label()} was {other}: using it (same action vocabulary)")
         rollout_env = self._env(source, policy_space, shaping, gamma, env_options)
         rollout_env.reset(seed=seed)
-        for first in _first_passes(model, rollout_env, self.rollouts):
-            _rollout(model, rollout_env, first)
+        _rollout(model, rollout_env)
         if not self.finetune:
             return
         chunk = 2 * int(getattr(model, "n_steps", 0) or self.hyperparams["n_steps"])
@@ -190,34 +186,14 @@ def _overrides(algo: str, hp: dict, given: set[str]) -> dict:
     return out
 
 
-def _rollout(model, env: PassOrderingEnv, first: int | None = None) -> None:
-    """One deterministic episode of the current policy (each appended pass is one evaluation),
-    its first action ``first`` when given."""
+def _rollout(model, env: PassOrderingEnv) -> None:
+    """One deterministic episode of the current policy (each appended pass is one evaluation)."""
     obs, _ = env.reset()
     done = False
     while not done:
-        action = first if first is not None else int(model.predict(obs, deterministic=True)[0])
-        first = None
-        obs, _, terminated, truncated, _ = env.step(action)
+        action, _ = model.predict(obs, deterministic=True)
+        obs, _, terminated, truncated, _ = env.step(int(action))
         done = terminated or truncated
-
-
-def _first_passes(model, env: PassOrderingEnv, k: int) -> list[int | None]:
-    """The first actions of ``k`` hedged roll-outs: None (the deterministic episode) and then the
-    policy's next most probable first passes (STOP left out), most probable first. Why hedge the first
-    pass: on unseen models the policy's doubt is mostly there (``algsimp`` or ``cse`` first on LLM
-    steps), and later passes follow from the first one."""
-    if k <= 1:
-        return [None]
-    obs, _ = env.reset()
-    policy = model.policy
-    with torch.no_grad():
-        tensor = policy.obs_to_tensor(obs)[0]
-        scores = (policy.get_distribution(tensor).distribution.probs[0] if hasattr(policy, "get_distribution")
-                  else policy.q_net(tensor)[0])  # PPO/A2C: action probabilities; DQN: Q-values
-    order = [int(a) for a in torch.argsort(scores, descending=True) if int(a) != env.stop]
-    top = int(model.predict(obs, deterministic=True)[0])
-    return [None] + [a for a in order if a != top][: k - 1]
 
 
 def _learn_until_spent(model, evaluate: Evaluate, chunk: int | None, after=None) -> None:

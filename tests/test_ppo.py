@@ -199,8 +199,6 @@ def test_ppo_rejects_unknown_and_bad_options():
         strategy.create("ppo", policy="/nonexistent/p.zip")
     with pytest.raises(BadInput, match="reward must be one of"):
         strategy.create("ppo", reward="bogus")
-    with pytest.raises(BadInput, match="rollouts must be a positive integer"):
-        strategy.create("ppo", rollouts=0)
 
 
 @pytest.mark.parametrize("algo", ["a2c", "dqn"])
@@ -434,35 +432,3 @@ def test_notes_for_another_pipeline_version_and_an_unusable_default(tiny_policy_
     # The same foreign policy asked for by name is refused (one line, exit 2), as a path always was.
     proc = run_cli(*args, "--policy", "llm", db=db_path, env={"AUTOTUNE_POLICY_PATH": str(tmp_path / "foreign")})
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "vocabulary differs" in proc.stderr
-
-
-def test_hedged_rollouts_start_from_the_policys_next_most_probable_first_passes(engine):
-    """``rollouts=3`` with the shipped policy: the deterministic episode, then two more whose first
-    passes are the policy's next most probable ones (read here from the policy's own distribution,
-    STOP left out), each continued deterministically; the budget of three roll-outs is not exceeded."""
-    from stable_baselines3 import PPO
-
-    from autotune import policies
-    from autotune.core.runs import RunStore
-    from autotune.core.tuner import evaluation_session, tune
-    from autotune.rl.env import PassOrderingEnv
-
-    path = policies.resolve("llm")
-    module = autotune.load(DATA.parent.parent / "examples" / "llm_decode_step.hlo")
-    env = PassOrderingEnv([evaluation_session(engine, module, budget=1)], engine.pipeline.passes(), max_length=4)
-    model = PPO.load(path, device="cpu")
-    obs, _ = env.reset(seed=0)
-    with torch.no_grad():
-        probs = model.policy.get_distribution(model.policy.obs_to_tensor(obs)[0]).distribution.probs[0]
-    ranked = [env.actions[int(a)] for a in torch.argsort(probs, descending=True) if int(a) != env.stop]
-
-    result = tune(engine, module, strategy="ppo", budget=12, max_length=4, validate=False, prune=False,
-                  options={"policy": "llm", "finetune": False, "rollouts": 3})
-    trials = RunStore(engine.cache).trials(result.run_id)
-    firsts = [t.sequence[0] for t in trials if len(t.sequence) == 1]  # one per episode, in order
-    assert firsts == ranked[:3] and len(set(firsts)) == 3
-    assert result.evaluations <= 12 and len(trials) == result.evaluations
-    single = tune(engine, module, strategy="ppo", budget=4, max_length=4, validate=False, prune=False,
-                  options={"policy": "llm", "finetune": False})
-    single_trials = RunStore(engine.cache).trials(single.run_id)
-    assert [t.sequence for t in trials[:len(single_trials)]] == [t.sequence for t in single_trials]
