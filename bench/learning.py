@@ -115,7 +115,7 @@ def rel(path: Path) -> str:
             return prefix + str(path.relative_to(base))
         except ValueError:
             continue
-    return path.name
+    return str(path)  # outside the repository: the whole path, which says where it is
 
 
 def stratified(entries, n: int) -> list:
