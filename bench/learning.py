@@ -143,6 +143,10 @@ class Work:
         root.mkdir(parents=True, exist_ok=True)
         self.suite = root / "suite"
 
+    def seed_policy(self, variant: str, seed: int) -> Path:
+        """Where the selection stage keeps ``variant`` trained with PPO seed ``seed``."""
+        return self.root / (f"{variant}.zip" if seed == SEEDS[0] else f"{variant}-seed{seed}.zip")
+
     def db(self, name: str) -> str:
         return str(self.root / f"{name.replace('@', '-')}.db")
 
@@ -441,17 +445,14 @@ def stage_select(work: Work, policy: Path) -> dict:
         # seed the validation set prefers instead of whichever seed came first.
         with open_engine(work.db("train"), workers=2) as ev:
             for seed in TRAINING_SEEDS:
-                seeds[seed] = work.root / f"{chosen}-seed{seed}.zip"
+                seeds[seed] = work.seed_policy(chosen, seed)
                 if not seeds[seed].exists():
                     log(f"select: {chosen} with PPO seed {seed}")
                     fine_tune(ev, work, seeds[seed], recipes[chosen]["timesteps"], recipes[chosen]["reward"], seed=seed)
                 for x in val:
                     rows[x.stem][f"seed{seed}"] = min(rollout(ev, load(x), seeds[seed]).best_cost,
                                                       rows[x.stem]["default"])
-        for x in val:
-            rows[x.stem]["seed0"] = rows[x.stem][chosen]
-    seed_means, seed_scores = validation_scores(rows, {seed: f"seed{seed}" for seed in seeds} if len(seeds) > 1
-                                                else {SEEDS[0]: chosen})
+    seed_means, seed_scores = validation_scores(rows, {k: chosen if k == SEEDS[0] else f"seed{k}" for k in seeds})
     seed = max(seeds, key=lambda k: round(seed_scores[k], 6))  # ties: the lower seed
     if len(seeds) > 1:
         log("select: PPO seeds of " + chosen + ": " + ", ".join(
@@ -460,13 +461,13 @@ def stage_select(work: Work, policy: Path) -> dict:
             "criterion": "pooled", "scores": scores, "mean_fractions": means, "chosen": chosen, "recipes": recipes,
             "seed": seed, "seed_scores": seed_scores, "seed_mean_fractions": seed_means, "rows": rows}
     side = json.loads(sidecar_path(policy).read_text())
-    if seed != SEEDS[0]:  # another seed's own sidecar, with the training stage's records of how it was made
-        side = {**json.loads(sidecar_path(seeds[seed]).read_text()),
-                **{k: side[k] for k in ("imitation", "training_set") if k in side}}
     if seeds[seed] != policy:
         shutil.copyfile(seeds[seed], policy)
         meta = json.loads(sidecar_path(seeds[seed]).read_text()) if sidecar_path(seeds[seed]).exists() else {}
-        side.update({k: meta[k] for k in ("timesteps", "seed") if k in meta})
+        if seed == SEEDS[0]:
+            side.update({k: meta[k] for k in ("timesteps", "seed") if k in meta})
+        else:  # another seed's own sidecar, with the training stage's records of how its start was made
+            side = {**meta, **{k: side[k] for k in ("imitation", "training_set") if k in side}}
         side["note"] = (f"{chosen} (PPO seed {seed}), the variant and seed selected on held-out train-split modules "
                         "(bench/learning.py --stage select); python bench/learning.py retrains it")
     side["selection"] = {k: v for k, v in data.items() if k != "rows"}
@@ -643,7 +644,7 @@ def stage_seeds(work: Work) -> dict:
     for seed in SEEDS:
         if seed == shipped:  # its roll-outs are the report's policy column
             continue
-        zip_path = work.root / (f"{chosen}.zip" if seed == SEEDS[0] else f"{chosen}-seed{seed}.zip")
+        zip_path = work.seed_policy(chosen, seed)
         if not zip_path.exists():
             raise SystemExit(f"error: no {rel(zip_path)}; run --stage select first")
         rows = work.load(f"eval-seed{seed}") or {}
@@ -834,12 +835,11 @@ def markdown(data: dict) -> str:
                          f"{_f(sh.get('mean_fraction'))} ({_f(sh.get('pooled_fraction'))}) | "
                          f"{_f(t.get('mean_steps'), '{:.1f}')} |")
         lines.append("")
-    if "roll-out" in s["groups"]["all"]:
-        lines += ["Disclosure: every method's answer was brought under the prune (and the bare episode kept as the "
-                  "`roll-out` column) after a round in which the policy's DeepSeek-V2 roll-out "
-                  "(`algsimp,cse,dot_decomposer`, 1092) was seen to be one dropped pass from the search's answer "
-                  "(1087), which `autotune run` already returned; the prune is what every run and the JAX hook do, "
-                  "and every column here gets it, the ceiling included.", ""]
+    lines += ["Disclosure: every method's answer was brought under the prune (and the bare episode kept as the "
+              "`roll-out` column) after a round in which the policy's DeepSeek-V2 roll-out "
+              "(`algsimp,cse,dot_decomposer`, 1092) was seen to be one dropped pass from the search's answer "
+              "(1087), which `autotune run` already returned; the prune is what every run and the JAX hook do, "
+              "and every column here gets it, the ceiling included.", ""]
     earlier = data.get("earlier_test")
     if earlier:
         lines += [f"Disclosure: in earlier rounds the --quick test sample was the first {earlier['modules']} of the "
