@@ -23,14 +23,22 @@ class Session:
 
     def __init__(self, cache: str | Path | None = None, workers: int | None = None,
                  include_target_specific: bool = False, step_timeout: float = 120.0, backend: str | None = None,
-                 executor: str | None = None):
-        """``backend``/``executor``: registered names (default ``$AUTOTUNE_BACKEND`` or xla,
-        ``$AUTOTUNE_EXECUTOR`` or local)."""
+                 executor: str | None = None, target: str | None = None, executor_options: dict | None = None):
+        """``backend``/``executor``: registered names (default xla, local); ``target``: the machine the
+        module runs on (``cpu``, the default, ``h100``, ... or a GpuTargetConfig path; docs/gpu.md);
+        ``executor_options``: e.g. ``{"address": "auto"}`` for ray. All values: nothing is read from
+        the environment."""
         from autotune.core.engine import open_engine
 
         self._cm = open_engine(cache, workers=workers, include_target_specific=include_target_specific,
-                               step_timeout=step_timeout, backend=backend, executor=executor)
+                               step_timeout=step_timeout, backend=backend, executor=executor, target=target,
+                               executor_options=executor_options)
         self.evaluator = self._cm.__enter__()
+
+    @property
+    def target(self):
+        """The ``autotune.core.target.Target`` this session tunes for."""
+        return self.evaluator.pipeline.target
 
     def load(self, source) -> Module:
         """A ``Module`` as given, else ``source`` loaded by this session's backend (a path, program
@@ -160,33 +168,34 @@ class Session:
 
 
 def tune(module, strategy: str = RunSpec.strategy, budget: int = RunSpec.budget, objective: str = RunSpec.objective, seed: int = 0,
-         cache: str | Path | None = None, workers: int | None = None, **kwargs):
+         cache: str | Path | None = None, workers: int | None = None, target: str | None = None, **kwargs):
     """One-shot ``Session(...).tune(...)``."""
-    with Session(cache, workers) as s:
+    with Session(cache, workers, target=target) as s:
         return s.tune(module, strategy=strategy, budget=budget, objective=objective, seed=seed, **kwargs)
 
 
-def explain(target, sequence: Sequence[str] | None = None, cache: str | Path | None = None,
-            workers: int | None = None, **kwargs):
+def explain(run_or_module, sequence: Sequence[str] | None = None, cache: str | Path | None = None,
+            workers: int | None = None, target: str | None = None, **kwargs):
     """One-shot ``Session(...).explain(...)``."""
-    with Session(cache, workers) as s:
-        return s.explain(target, sequence, **kwargs)
+    with Session(cache, workers, target=target) as s:
+        return s.explain(run_or_module, sequence, **kwargs)
 
 
 def tune_fleet(modules, strategy: str = RunSpec.strategy, budget: int = RunSpec.budget, cache: str | Path | None = None,
-               workers: int | None = None, **kwargs):
+               workers: int | None = None, target: str | None = None, **kwargs):
     """One-shot ``Session(...).tune_fleet(...)``."""
-    with Session(cache, workers) as s:
+    with Session(cache, workers, target=target) as s:
         return s.tune_fleet(modules, strategy=strategy, budget=budget, **kwargs)
 
 
-def apply(module, sequence: Sequence[str], cache: str | Path | None = None, workers: int | None = 1) -> Module:
+def apply(module, sequence: Sequence[str], cache: str | Path | None = None, workers: int | None = 1,
+          target: str | None = None) -> Module:
     """One-shot ``Session(...).apply(...)``."""
-    with Session(cache, workers) as s:
+    with Session(cache, workers, target=target) as s:
         return s.apply(module, sequence)
 
 
-def validate(original, tuned, seed: int = 0, cache: str | Path | None = None):
+def validate(original, tuned, seed: int = 0, cache: str | Path | None = None, target: str | None = None):
     """One-shot ``Session(...).validate(...)``; returns ``autotune.core.validation.ValidationReport``."""
-    with Session(cache, 1) as s:
+    with Session(cache, 1, target=target) as s:
         return s.validate(original, tuned, seed=seed)

@@ -5,9 +5,11 @@ when a check it ran says no, and 2 for bad usage or bad input, which always gets
 on stderr and never a traceback. The group lives here; each command is one module of this package
 (shared options and helpers in ``common``) and registers itself on ``cli`` when imported.
 
-``--backend NAME`` (or ``$AUTOTUNE_BACKEND``) picks the compiler backend and is accepted by every
-command and by the group itself (``autotune --backend toy run ...`` = ``autotune run --backend toy ...``):
-it is added here to every registered command, so no command can forget it.
+``--backend NAME`` (or ``$AUTOTUNE_BACKEND``) picks the compiler backend and ``--target NAME`` (or
+``$AUTOTUNE_TARGET``) the machine the module runs on; both are accepted by every command and by the
+group itself (``autotune --target h100 run ...`` = ``autotune run --target h100 ...``): they are
+added here to every registered command, so no command can forget them. Their values travel in the
+click context (``common.engine_choices``), never through the environment.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import sys
 
 import click
 
-from autotune.cli.common import backend_option, die
+from autotune.cli.common import backend_option, die, gpu_target_option
 from autotune.errors import AutotuneError
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
@@ -25,6 +27,7 @@ CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 @click.group(context_settings=CONTEXT)
 @click.version_option(package_name="autotune")
 @backend_option
+@gpu_target_option
 def cli() -> None:
     """Autotune XLA's HLO pass ordering: search for the pass sequence that gives the best module."""
 
@@ -39,17 +42,19 @@ def _register_commands() -> None:
             importlib.import_module(f"{__name__}.{info.name}")
 
 
-def _add_backend_option(group: click.Group) -> None:
-    """``--backend`` on every command of ``group`` (and of its sub-groups)."""
+def _add_engine_options(group: click.Group) -> None:
+    """``--backend`` and ``--target`` on every command of ``group`` (and of its sub-groups)."""
     for command in group.commands.values():
         if not any(p.name == "backend" for p in command.params):
             backend_option(command)
+        if not any(p.name == "target" for p in command.params):
+            gpu_target_option(command)
         if isinstance(command, click.Group):
-            _add_backend_option(command)
+            _add_engine_options(command)
 
 
 _register_commands()
-_add_backend_option(cli)
+_add_engine_options(cli)
 
 
 def main(argv=None) -> None:

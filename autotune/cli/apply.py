@@ -8,7 +8,7 @@ import click
 
 from autotune.errors import BadInput
 from autotune.cli import cli
-from autotune.cli.common import check_writable, db_option, die, json_option, load_model, metrics_row, metrics_table, print_json, target_option, workers_option, executor_option, write_module
+from autotune.cli.common import check_writable, db_option, die, json_option, load_model, metrics_row, metrics_table, print_json, target_specific_option, workers_option, executor_option, write_module
 
 
 @cli.command()
@@ -19,11 +19,11 @@ from autotune.cli.common import check_writable, db_option, die, json_option, loa
 @db_option
 @workers_option
 @executor_option
-@target_option
+@target_specific_option
 @json_option
 def apply(model, pass_list, output, db, workers, include_target_specific, as_json) -> None:
     """Apply a pass sequence to MODEL and print the metrics before and after."""
-    from autotune.core.engine import open_engine
+    from autotune.cli.common import open_engine
 
     sequence = [p.strip() for p in pass_list.split(",") if p.strip()]
     if not sequence:

@@ -17,7 +17,7 @@ from autotune.cli.common import db_option, json_option, load_model, metrics_row,
 @json_option
 def baseline(model, db, workers, as_json) -> None:
     """Measure MODEL as loaded and after XLA's default ordering of the same action set."""
-    from autotune.core.engine import open_engine
+    from autotune.cli.common import open_engine
 
     module = load_model(model)
     with open_engine(db, workers=workers or 1) as ev:

@@ -44,7 +44,7 @@ def cache_stats(db, as_json) -> None:
 
 @cache.command("prune")
 @click.option("--failures", is_flag=True, help="Forget failed steps (crashes, timeouts, errors) so they are retried.")
-@click.option("--other-versions", is_flag=True, help="Delete results of other XLA/pipeline versions.")
+@click.option("--other-versions", is_flag=True, help="Delete results of other XLA/pipeline versions, other targets included (keep those of --target).")
 @db_option
 @json_option
 def cache_prune(failures, other_versions, db, as_json) -> None:
@@ -53,11 +53,13 @@ def cache_prune(failures, other_versions, db, as_json) -> None:
 
     version = None
     if other_versions:
+        from autotune.cli.common import backend_options
         from autotune.core import backend as backends
 
         c = Cache(db)
         try:
-            version = backends.get(None, cache=c).version
+            options = backend_options()
+            version = backends.get(options.pop("name"), cache=c, **options).version
         finally:
             c.close()
     c = Cache(db)

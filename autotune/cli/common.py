@@ -26,47 +26,67 @@ def workers_option(f):
                         help="Compiler worker processes (default: cores, at most 4).")(f)
 
 
-def _set_env(name: str):
+#: Where the engine choices of one command line live while it is parsed (``click.Context.meta`` is
+#: shared by a group and its command): ``backend``, ``target``, ``executor``, ``ray_address``.
+#: Options are values end to end: nothing here writes ``os.environ``; the environment variables
+#: named below are only the options' defaults, read once by click at this edge.
+ENGINE_META = "autotune.engine"
+ENGINE_ENV = {"backend": "AUTOTUNE_BACKEND", "target": "AUTOTUNE_TARGET", "executor": "AUTOTUNE_EXECUTOR",
+              "ray_address": "AUTOTUNE_RAY_ADDRESS"}
+
+
+def engine_choices(ctx: click.Context | None = None) -> dict:
+    """The engine choices given on this command line (or by their environment defaults)."""
+    ctx = ctx or click.get_current_context(silent=True)
+    return dict(ctx.meta.get(ENGINE_META, {})) if ctx is not None else {}
+
+
+def _remember(key: str, check=None):
     def callback(ctx, param, value):
-        if value:
-            os.environ[name] = str(value)  # read by autotune.core.executors when the engine opens
+        if value not in (None, ""):
+            ctx.meta.setdefault(ENGINE_META, {})[key] = check(value) if check else value
         return value
 
     return callback
 
 
-def _choose_executor(ctx, param, value):
-    if value:
-        from autotune.core import executors
-        from autotune.errors import UnknownName
+def _check_executor(value: str) -> str:
+    from autotune.core import executors
+    from autotune.errors import UnknownName
 
-        known = executors.available()
-        if value.strip().lower() not in known:
-            raise UnknownName("executor", value, list(known))
-        os.environ[executors.EXECUTOR_ENV] = value.strip().lower()  # read when the engine opens
-    return value
+    known = executors.available()
+    if value.strip().lower() not in known:
+        raise UnknownName("executor", value, list(known))
+    return value.strip().lower()
 
 
 def executor_option(f):
     """``--executor local|ray`` and ``--ray-address``: where the compiler workers run (docs/cluster.md)."""
-    f = click.option("--ray-address", default=None, expose_value=False, callback=_set_env("AUTOTUNE_RAY_ADDRESS"),
+    f = click.option("--ray-address", default=None, expose_value=False, envvar=ENGINE_ENV["ray_address"],
+                     callback=_remember("ray_address"),
                      help="Ray cluster for --executor ray: auto, HOST:PORT or ray://HOST:10001 "
                           "(default: start a local Ray instance; or $AUTOTUNE_RAY_ADDRESS).")(f)
-    return click.option("--executor", default=None, expose_value=False, callback=_choose_executor,
+    return click.option("--executor", default=None, expose_value=False, envvar=ENGINE_ENV["executor"],
+                        callback=_remember("executor", _check_executor),
                         help="Where compiler workers run: local processes (default), Ray actors (ray) or a "
                              "registered executor (or $AUTOTUNE_EXECUTOR).")(f)
 
 
-def _choose_backend(ctx, param, value):
-    if value:
-        from autotune.core import backend as backends
-        from autotune.errors import UnknownName
+def _check_backend(value: str) -> str:
+    from autotune.core import backend as backends
+    from autotune.errors import UnknownName
 
-        known = backends.available()
-        if value not in known:
-            raise UnknownName("backend", value, list(known))
-        os.environ[backends.BACKEND_ENV] = value  # read by load and open_engine (backends.default_name)
+    known = backends.available()
+    if value not in known:
+        raise UnknownName("backend", value, list(known))
     return value
+
+
+def _append_or_decorate(f, names: list[str], settings: dict):
+    if isinstance(f, click.Command):
+        f.params.append(click.Option(names, **settings))
+        return f
+    return click.option(*names, **settings)(f)
 
 
 def backend_option(f):
@@ -75,19 +95,49 @@ def backend_option(f):
     A click ``Command`` gets the option appended (the CLI adds it to every command this way); a
     function gets it as a decorator would.
     """
-    settings = dict(default=None, expose_value=False, is_eager=True, callback=_choose_backend,
+    settings = dict(default=None, expose_value=False, is_eager=True, envvar=ENGINE_ENV["backend"],
+                    callback=_remember("backend", _check_backend),
                     help="Compiler backend: xla (default), toy or a registered plugin (or $AUTOTUNE_BACKEND).")
-    if isinstance(f, click.Command):
-        f.params.append(click.Option(["--backend"], **settings))
-        return f
-    return click.option("--backend", **settings)(f)
+    return _append_or_decorate(f, ["--backend"], settings)
+
+
+def gpu_target_option(f):
+    """``--target cpu|a100|h100|h200|b200|CONFIG.txtpb``: the machine the module will run on, whose
+    pipeline applies and judges the passes (``cpu`` by default; or ``$AUTOTUNE_TARGET``). Added to
+    every command like ``--backend``."""
+    settings = dict(default=None, expose_value=False, is_eager=True, envvar=ENGINE_ENV["target"],
+                    callback=_remember("target"), metavar="TARGET",
+                    help="The machine the module runs on: cpu (default), a100, h100, h200, b200 or a "
+                         "GpuTargetConfig file; a GPU is compiled for without one (needs autotune[gpu]; "
+                         "or $AUTOTUNE_TARGET).")
+    return _append_or_decorate(f, ["--target"], settings)
+
+
+def backend_options(ctx: click.Context | None = None) -> dict:
+    """``name`` and ``target`` of the chosen backend, as ``core.backend.get`` takes them."""
+    choices = engine_choices(ctx)
+    out = {"name": choices.get("backend")}
+    if choices.get("target"):
+        out["target"] = choices["target"]
+    return out
+
+
+def open_engine(db=None, workers: int | None = None, **options):
+    """``core.engine.open_engine`` with this command line's backend, target, executor and Ray address."""
+    from autotune.core.engine import open_engine as _open_engine
+
+    choices = engine_choices()
+    if choices.get("ray_address"):
+        options.setdefault("executor_options", {"address": choices["ray_address"]})
+    return _open_engine(db, workers=workers, backend=choices.get("backend"), executor=choices.get("executor"),
+                        target=choices.get("target"), **options)
 
 
 def json_option(f):
     return click.option("--json", "as_json", is_flag=True, help="Machine-readable JSON output.")(f)
 
 
-def target_option(f):
+def target_specific_option(f):
     return click.option("--include-target-specific", is_flag=True,
                         help="Also offer target-specific passes (layout, fusion, ...) as actions.")(f)
 
@@ -105,16 +155,18 @@ def console():
 def load_model(path: str):
     from autotune.core.module import load_path
 
-    return load_path(Path(path))
+    return load_path(Path(path), backend=_backend())
 
 
 def _backend(backend=None):
-    """The backend given, else a fresh (unstarted) instance of the chosen one (``--backend``)."""
+    """The backend given, else a fresh (unstarted) instance of the chosen one (``--backend``,
+    ``--target``): constructing one starts nothing, and checks the target (one line, exit 2)."""
     if backend is not None:
         return backend
     from autotune.core import backend as backends
 
-    return backends.get()
+    options = backend_options()
+    return backends.get(options.pop("name"), **options)
 
 
 def module_paths(values, split: str | None = None) -> list[Path]:

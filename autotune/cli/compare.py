@@ -62,7 +62,7 @@ def compare_cmd(modules, strategy_list, budget, seeds, time_limit, objective, ma
     """Compare search strategies on MODULES (.hlo files or directories) at equal budgets; write a report."""
     from autotune.core import objectives
     from autotune.reporting.compare import compare, resolve
-    from autotune.core.engine import open_engine
+    from autotune.cli.common import open_engine
 
     strategies = [s.strip() for s in strategy_list.split(",") if s.strip()]
     if not strategies:

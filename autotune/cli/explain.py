@@ -17,7 +17,7 @@ from autotune.errors import BadInput
 
 
 @cli.command()
-@click.argument("target", metavar="RUN_ID|MODEL")
+@click.argument("run_or_model", metavar="RUN_ID|MODEL")
 @click.option("--passes", "pass_list", default=None, help="With a MODEL: the sequence to explain (comma-separated).")
 @click.option("--module", "member", default=None, help="A fleet run: explain this member (name or fingerprint).")
 @click.option("-o", "--output", type=click.Path(dir_okay=False), default=None,
@@ -29,18 +29,18 @@ from autotune.errors import BadInput
 @db_option
 @workers_option
 @json_option
-def explain(target, pass_list, member, output, missed, no_minimize, limit, db, workers, as_json) -> None:
+def explain(run_or_model, pass_list, member, output, missed, no_minimize, limit, db, workers, as_json) -> None:
     """Explain a win: XLA's default final module against the tuned one (opcode, flops and bytes
     deltas; the instructions that vanish or appear, matched structurally), which pass of the
     sequence made the difference, a minimal (ddmin) sequence, and the commands that reproduce it."""
-    from autotune.core.engine import open_engine
+    from autotune.cli.common import open_engine
     from autotune.reporting.explain import explain as explain_seq, explain_run
 
     if output:
         check_writable(Path(output))
-    is_model = pass_list is not None or Path(target).is_file()
+    is_model = pass_list is not None or Path(run_or_model).is_file()
     if is_model and pass_list is None:
-        raise BadInput(f"{target}: explaining a module needs --passes (or give a RUN_ID)")
+        raise BadInput(f"{run_or_model}: explaining a module needs --passes (or give a RUN_ID)")
     with open_engine(db, workers=workers) as ev:
         if is_model:
             from autotune.cli.common import load_model
@@ -49,10 +49,10 @@ def explain(target, pass_list, member, output, missed, no_minimize, limit, db, w
             if not sequence:
                 raise BadInput("--passes is empty")
             ev.pipeline.check_passes(sequence)
-            root = ev.prepare(load_model(target))
-            result = explain_seq(ev, root, sequence, model_path=target, minimize=not no_minimize, cap=limit)
+            root = ev.prepare(load_model(run_or_model))
+            result = explain_seq(ev, root, sequence, model_path=run_or_model, minimize=not no_minimize, cap=limit)
         else:
-            result = explain_run(ev, target, member=member, minimize=not no_minimize, cap=limit)
+            result = explain_run(ev, run_or_model, member=member, minimize=not no_minimize, cap=limit)
     text = result.missed_optimization() if missed else result.to_markdown()
     if output:
         try:

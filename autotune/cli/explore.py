@@ -22,7 +22,7 @@ def explore(model, depth, no_validate, db, workers, as_json) -> None:
     pipeline (objective final-ops). Sequences that reach the same module share all later work, so
     each distinct module is expanded once. Says whether anything within DEPTH passes beats XLA's
     default ordering, and the shortest sequence that does best."""
-    from autotune.core.engine import open_engine
+    from autotune.cli.common import open_engine
     from autotune.core.explore import explore as walk
     from autotune.core.observer import Observer
     from autotune.reporting.progress import RichObserver

@@ -52,6 +52,7 @@ def _write_outputs(ev, result, out: Path, paths: dict, explain: bool = True) -> 
             "objective": result.objective, "sequence": list(result.best_sequence), "cost": result.best_cost,
             "default_cost": result.default_cost, "pipeline_version": ev.version, "run_id": result.run_id,
             "beats_default": result.beats_default, "regressions": list(result.regressions),
+            "target": result.target.key,
         }, indent=2))
         win = biggest_win(result) if explain and result.beats_default else None
         if win is not None:
@@ -80,6 +81,7 @@ def _report(result, out_dir) -> None:
         tuned = m.tuned.instructions if m.tuned is not None else (m.cost if m.cost is not None else "-")
         table.add_row(m.name, str(m.input.instructions), str(m.default.instructions), str(tuned), change, valid)
     con.print(table)
+    con.print(f"target {result.target.key}: passes applied and judged by {result.target.judged_by()}")
     if result.beats_default:
         con.print(f"fleet sequence ({len(result.best_sequence)} passes): {','.join(result.best_sequence)}")
         con.print(f"mean relative change vs XLA's default: {result.best_cost - 1.0:+.3%}"

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from autotune.cli import cli
-from autotune.cli.common import console, db_option, json_option, print_json, target_option
+from autotune.cli.common import backend_options, console, db_option, json_option, print_json, target_specific_option
 
 
 @cli.command()
 @db_option
-@target_option
+@target_specific_option
 @json_option
 def passes(db, include_target_specific, as_json) -> None:
     """List the action vocabulary discovered from the installed compiler."""
@@ -18,16 +18,18 @@ def passes(db, include_target_specific, as_json) -> None:
     cache = Cache(db)
     try:
         options = {"include_target_specific": True} if include_target_specific else {}
-        backend = backends.get(None, cache=cache, **options)
+        options.update(backend_options())
+        backend = backends.get(options.pop("name"), cache=cache, **options)
         rows = [{"name": p.name, "order": i, "pipeline": p.runs_inside, "kind": p.kind}
                 for i, p in enumerate(backend.describe())]
         if as_json:
-            print_json({"backend": backend.name, "compiler_version": backend.compiler_version,
+            print_json({"backend": backend.name, "target": backend.target.key, "compiler_version": backend.compiler_version,
                         "pipeline_version": backend.version, "count": len(rows), "actions": rows})
             return
         from rich.table import Table
 
-        table = Table(title=f"{len(rows)} actions discovered from {backend.compiler_version}")
+        table = Table(title=f"{len(rows)} actions discovered from {backend.compiler_version}"
+                            + (f" ({backend.target.judged_by()})" if backend.target.is_gpu else ""))
         table.add_column("#", justify="right")
         table.add_column("action")
         table.add_column("runs inside")

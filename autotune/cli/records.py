@@ -18,7 +18,7 @@ from autotune.cli.common import check_writable, console, db_option, json_option,
 @json_option
 def export(run_id, output, db, as_json) -> None:
     """Write the tuning record (lockfile) of a finished run."""
-    from autotune.core.engine import open_engine
+    from autotune.cli.common import open_engine
     from autotune.core.record import from_run
 
     check_writable(Path(output))
@@ -45,7 +45,7 @@ def export(run_id, output, db, as_json) -> None:
 @json_option
 def check(model, record_path, max_regression, no_validate, db, workers, as_json) -> None:
     """Re-apply a recorded sequence to MODEL with the installed XLA; exit 1 if it no longer holds."""
-    from autotune.core.engine import open_engine
+    from autotune.cli.common import open_engine
     from autotune.core.record import TuningRecord, check as run_check
 
     record = TuningRecord.load(record_path)

@@ -64,7 +64,7 @@ def run(models, modules_dir, allow_regressions, strategy, budget, time_limit, se
     (several MODELs or --modules: ONE sequence for the fleet)."""
     from autotune import strategy as strategy_mod
     from autotune.cli.common import module_paths
-    from autotune.core.engine import open_engine
+    from autotune.cli.common import open_engine
     from autotune.core.fleet import FleetResult
     from autotune.core.tuner import Interrupted, tune
     from autotune.reporting.progress import RichObserver
@@ -176,7 +176,7 @@ def _write_outputs(ev, result, out: Path) -> None:
             "sequence": list(result.best_sequence), "cost": result.best_cost, "default_cost": result.default_cost,
             "pipeline_version": ev.version, "run_id": result.run_id, "valid": verified(result.validation_level),
             "validation_level": result.validation_level,
-            "beats_default": result.beats_default,
+            "beats_default": result.beats_default, "target": result.target.key,
         }, indent=2))
         if result.best is not None:  # nothing beats the default: the tuned module is the input as it is
             state = result.best.state if result.best_sequence else result.fingerprint
@@ -207,6 +207,8 @@ def _report(result, as_json: bool, out_dir) -> None:
     else:
         table.add_row("best found", "-", "-", "-", "= XLA default")
     out.print(table)
+    out.print(f"target {result.target.key}: passes applied and judged by {result.target.judged_by()}"
+              + ("; not timed on a GPU" if result.target.is_gpu and not (result.claim and result.claim.measured) else ""))
     if result.best and result.beats_default:
         n = len(result.best_sequence)
         out.print(f"best sequence ({n} pass{'es' if n != 1 else ''}): {','.join(result.best_sequence)}")

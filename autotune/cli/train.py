@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import click
@@ -60,10 +59,10 @@ def train(more, algo, modules, output, split, timesteps, seed, shaping, max_leng
     best-so-far reward by each module's beam-search gain; by hand, reward=best pays the relative
     reduction of the episode's best state.)
     """
-    from autotune.core.engine import open_engine
+    from autotune.cli.common import engine_choices, open_engine
     from autotune.rl.train import check_training, train_policy, zip_path_of
 
-    if envs > 1 and os.environ.get("AUTOTUNE_EXECUTOR", "local") != "local":
+    if envs > 1 and (engine_choices().get("executor") or "local") != "local":
         raise BadInput("--envs > 1 runs its envs as local subprocesses; it does not combine with --executor ray yet")
     paths = module_paths([*modules, *more], split)
     if not paths:

@@ -11,20 +11,24 @@ from autotune.core.evaluator import Evaluator
 @contextmanager
 def open_engine(db=None, workers: int | None = None, include_target_specific: bool = False,
                 step_timeout: float = 120.0, backend: str | None = None, executor: str | None = None,
-                executor_options: dict | None = None):
+                executor_options: dict | None = None, target: str | None = None):
     """Yield an ``Evaluator`` whose cache, worker pool and executor are closed on exit.
 
-    ``backend`` names a registered backend (default: ``$AUTOTUNE_BACKEND`` or ``xla``).
-    ``executor``: where its workers run, a registered executor (``local``, the default, or ``ray``;
-    or ``$AUTOTUNE_EXECUTOR``); ``executor_options`` go to it (for ray: ``address``, ``num_cpus``,
-    ``max_restarts``). Any backend runs on any executor. The executor is opened before the cache, so
-    a bad address costs nothing.
+    ``backend`` names a registered backend (default ``xla``); ``target`` the machine the module
+    runs on (default ``cpu``; a GPU name or config for the xla backend, ``core/target.py``).
+    ``executor``: where its workers run, a registered executor (``local``, the default, or ``ray``);
+    ``executor_options`` go to it (for ray: ``address``, ``num_cpus``, ``max_restarts``). Any
+    backend runs on any executor. Every choice is a value: nothing is read from the environment
+    here (the CLI reads its defaults there once). The executor is opened before the cache, so a bad
+    address costs nothing.
     """
     from autotune.core import backend as backends
     from autotune.core import executors
 
     ex = executors.get(executor, **(executor_options or {}))
     options = {"include_target_specific": include_target_specific} if include_target_specific else {}
+    if target is not None:
+        options["target"] = target
     if workers is None:
         workers = ex.default_workers()
     try:

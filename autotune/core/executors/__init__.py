@@ -19,7 +19,6 @@ hosts the handler its backend names.
 
 from __future__ import annotations
 
-import os
 from typing import Protocol
 
 from autotune.core import plugins
@@ -27,8 +26,6 @@ from autotune.errors import AutotuneError
 
 ENTRY_POINT_GROUP = "autotune.executors"
 BUILTIN = {"local": "autotune.core.executors.local:LocalExecutor", "ray": "autotune.core.executors.ray:RayExecutor"}
-#: Environment variable naming the executor (the CLI's ``--executor`` sets it).
-EXECUTOR_ENV = "AUTOTUNE_EXECUTOR"
 
 
 class ExecutorLost(AutotuneError):
@@ -64,10 +61,10 @@ def available() -> dict[str, str]:
 
 
 def get(name: str | None = None, **options) -> Executor:
-    """An executor by name (default ``$AUTOTUNE_EXECUTOR`` or ``local``); ``options`` go to its class.
+    """An executor by name (default ``local``); ``options`` go to its class.
 
     Bad names and unusable options (an unreachable Ray address, an incompatible Ray version) raise
     ``BadInput``/``UnknownName`` before any work is done.
     """
-    name = (name or os.environ.get(EXECUTOR_ENV) or "local").strip().lower()
+    name = (name or "local").strip().lower()
     return plugins.load("executor", name, available())(**options)

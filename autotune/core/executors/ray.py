@@ -115,7 +115,7 @@ class RayExecutor:
 
     def __init__(self, address: str | None = None, num_cpus: int | None = None, max_restarts: int = -1,
                  start_timeout: float = 180.0, **_ignored):
-        address = address or os.environ.get("AUTOTUNE_RAY_ADDRESS") or None
+        address = address or None
         self.address = address or "local"
         self.max_restarts = int(max_restarts)
         self.start_timeout = float(start_timeout)
