@@ -16,7 +16,7 @@ RECORD ?= examples/xla_dlrm_train_step.tuned.json
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[test]'
+	$(BIN)/python -m pip install --quiet -e '.[test,gpu]'
 	rm -f $(VENV)/.installed-* && touch $@
 
 install: $(STAMP)

@@ -23,6 +23,12 @@ that roll-out is used only when it beats XLA's default on the objective and pass
 in the cache db by module fingerprint (with the policy's digest and the pipeline version), so the
 next compile of the same program, in this process or another, costs one lookup.
 
+Targets: a compile is tuned for the machine that compiles it. A CPU compile uses records and
+policies judged for the CPU; a GPU compile (jax's CUDA backend) uses those judged for that GPU: the
+target is ``use(target=...)`` or, by default, the shipped target whose device name is the device's
+(``NVIDIA H100 80GB HBM3`` -> ``h100``). A record or policy judged for another target is never applied
+(``HookStats.other_target``); a GPU no shipped target describes is passed through.
+
 Limits: compiles already in JAX's caches are not redone (``use`` clears JAX's in-memory caches on
 entry unless ``clear_caches=False``); multi-device (sharded) compiles are passed through.
 """
@@ -49,6 +55,10 @@ class HookStats:
     errors: list[str] = field(default_factory=list)
     # With a policy: (fingerprint, sequence or () for XLA's default, "rollout" | "remembered").
     policy_decisions: list[tuple[str, tuple[str, ...], str]] = field(default_factory=list)
+    # Records matching a compile's module but judged for another target: (fingerprint, their target).
+    other_target: list[tuple[str, str]] = field(default_factory=list)
+    # The target each tuned or considered compile was judged for: fingerprint -> Target.key.
+    targets: dict[str, str] = field(default_factory=dict)
 
 
 #: ``Cache.put_report`` kind of the remembered policy decisions.
@@ -81,7 +91,7 @@ class _PolicyDecider:
         if not self.checked:
             from autotune.rl.train import check_vocabulary
 
-            check_vocabulary(self.meta, evaluator.pipeline.passes(), self.path)
+            check_vocabulary(self.meta, evaluator.pipeline.passes(), self.path, evaluator.pipeline.target.key)
             self.checked = True
         from autotune.core.tuner import tune
 
@@ -105,37 +115,54 @@ class _PolicyDecider:
         return sequence
 
 
+def target_of(backend, devices, explicit: str | None = None) -> str | None:
+    """The ``--target`` a compile on ``backend`` is tuned for: ``cpu`` for the CPU backend; for a GPU,
+    ``explicit`` or the shipped target named after the device (None: no target describes it)."""
+    platform = str(getattr(backend, "platform", "cpu")).lower()
+    if platform == "cpu":
+        return "cpu"
+    if platform not in ("gpu", "cuda"):
+        return None
+    if explicit:
+        return explicit
+    from autotune.pipelines.xla import targets
+
+    kind = str(getattr(devices[0], "device_kind", "")) if len(devices) else ""
+    return targets.for_device(kind)
+
+
 class _Hook:
     def __init__(self, records: Iterable[TuningRecord | str | Path], cache, workers: int, strict: bool,
-                 policy=None, objective: str = "final-ops"):
+                 policy=None, objective: str = "final-ops", target: str | None = None):
         recs = [r if isinstance(r, TuningRecord) else TuningRecord.load(r) for r in records]
         self.records = {fp: r for r in recs for fp in r.applies_to}  # a fleet record: every member
-        self.cache, self.workers, self.strict = cache, workers, strict
+        self.cache, self.workers, self.strict, self.target = cache, workers, strict, target
         self.decider = _PolicyDecider(policy, objective) if policy is not None else None
         self.stats = HookStats()
-        self._session = None
+        self._sessions: dict[str, object] = {}
         self._lock = threading.RLock()
 
-    @property
-    def session(self):
-        if self._session is None:
+    def session(self, target: str = "cpu"):
+        """One warm session per target the program compiles for (its pipeline judges that target)."""
+        if target not in self._sessions:
             from autotune.api import Session
 
-            self._session = Session(self.cache, self.workers)
-        return self._session
+            self._sessions[target] = Session(self.cache, self.workers, target=None if target == "cpu" else target)
+        return self._sessions[target]
 
     def close(self) -> None:
-        if self._session is not None:
-            self._session.close()
-            self._session = None
+        for session in self._sessions.values():
+            session.close()
+        self._sessions.clear()
 
     def compile(self, original, backend, module, executable_devices, options, host_callbacks):
-        if len(executable_devices) != 1 or getattr(backend, "platform", "cpu") != "cpu":
+        target = target_of(backend, executable_devices, self.target) if len(executable_devices) == 1 else None
+        if target is None:
             self.stats.passed_through += 1
             return original(backend, module, executable_devices, options, host_callbacks)
         with self._lock:
             try:
-                tuned_mlir = self._tuned(module)
+                tuned_mlir = self._tuned(module, target)
             except Exception as exc:  # never break the user's program over a tuning problem
                 if self.strict:
                     raise
@@ -149,25 +176,30 @@ class _Hook:
                                             compile_options=options, host_callbacks=host_callbacks)
         return backend.compile_and_load(tuned_mlir, executable_devices=executable_devices, compile_options=options)
 
-    def _tuned(self, module) -> bytes | None:
+    def _tuned(self, module, target: str) -> bytes | None:
         from jax._src.interpreters import mlir as jax_mlir
         from jax._src.lib import _jax
 
         from autotune.pipelines.xla import hlo, loader
 
+        session = self.session(target)
         proto = hlo.from_mlir(jax_mlir.module_to_bytecode(module))
-        root = self.session.normalize(loader.module_from_proto(proto))
+        root = session.normalize(loader.module_from_proto(proto))
         self.stats.seen.append(root.fingerprint)
+        self.stats.targets[root.fingerprint] = session.target.key
         record = self.records.get(root.fingerprint)
+        if record is not None and record.target != session.target.key:
+            self.stats.other_target.append((root.fingerprint, record.target))
+            record = None  # judged for another machine: never applied here
         if record is not None:
             sequence = tuple(record.sequence)
         elif self.decider is not None:
-            sequence = self.decider.decide(self.session.evaluator, root, self.stats)
+            sequence = self.decider.decide(session.evaluator, root, self.stats)
             if not sequence:
                 return None  # XLA's default: the policy's sequence did not beat it or failed its check
         else:
             return None
-        tuned = self.session.apply(root, sequence)
+        tuned = session.apply(root, sequence)
         self.stats.applied.append((root.fingerprint, sequence))
         return _jax.mlir.hlo_to_stablehlo(tuned.proto)
 
@@ -178,19 +210,20 @@ _active: list[_Hook] = []
 @contextlib.contextmanager
 def use(records: Iterable[TuningRecord | str | Path] = (), cache: str | Path | None = None, workers: int = 1,
         clear_caches: bool = True, strict: bool = False, policy: str | Path | None = None,
-        objective: str = "final-ops") -> Iterator[HookStats]:
+        objective: str = "final-ops", target: str | None = None) -> Iterator[HookStats]:
     """Apply ``records`` to matching ``jax.jit`` compiles inside the ``with`` block; with ``policy``
     (a shipped policy's name or a path), every other compile gets the policy's zero-shot decision
     (see the module docstring), remembered by fingerprint in the cache db.
 
     Yields ``HookStats`` (which compiles were seen, which were tuned, what the policy decided).
     ``strict=True`` raises instead of falling back to the untuned compile when tuning a matching
-    module fails.
+    module fails. ``target``: what a GPU compile is tuned for (default: the shipped target named
+    after the compiling device); CPU compiles are always tuned for the CPU.
     """
     import jax
     from jax._src import compiler
 
-    hook = _Hook(records, cache, workers, strict, policy, objective)
+    hook = _Hook(records, cache, workers, strict, policy, objective, target)
     original = compiler.backend_compile_and_load
 
     def patched(backend, module, executable_devices, options, host_callbacks):

@@ -43,6 +43,9 @@ class SearchSpace:
     actions: tuple[str, ...]
     max_length: int
     min_length: int = 1
+    #: The target whose pipeline judges the costs (``Target.key``): a learned policy trained for
+    #: another target is refused (its notion of a good ordering belongs to another compiler).
+    target: str = "cpu"
 
     def __post_init__(self):
         if not self.actions:

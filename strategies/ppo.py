@@ -127,18 +127,18 @@ class PPOStrategy(Strategy):
     def _zero_shot(self, source, evaluate: Evaluate, space: SearchSpace, seed: int) -> None:
         meta = self.meta
         if self.is_default:
-            why = vocabulary_mismatch(meta, space.actions)
+            why = vocabulary_mismatch(meta, space.actions, space.target)
             if why is not None:
                 self._note(f"{self._label()} not used: {why}; PPO from scratch")
                 return self._from_scratch(source, evaluate, space, seed)
-        check_vocabulary(meta, space.actions, self.policy)
+        check_vocabulary(meta, space.actions, self.policy, space.target)
         other = other_pipeline_version(meta)
         gamma = float(meta.get("gamma", self.hyperparams["gamma"]))
         shaping = bool(meta.get("shaping", False)) if self.shaping is None else self.shaping
         policy_space = space
         if int(meta.get("max_length") or space.max_length) < space.max_length:
             # The policy's step_fraction feature is steps / its own max_length: keep that meaning.
-            policy_space = SearchSpace(space.actions, int(meta["max_length"]), space.min_length)
+            policy_space = SearchSpace(space.actions, int(meta["max_length"]), space.min_length, space.target)
         env_options = {k: meta.get(k, v) for k, v in self.env_options.items()}
         env_options.update({k: self.env_options[k] for k in self.given if k in self.env_options})
         train_env = self._env(source, policy_space, shaping, gamma, env_options)

@@ -36,18 +36,17 @@ file with a fresh instance before any worker exists.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 from autotune.core import plugins
+from autotune.core.target import CPU, Target
+from autotune.errors import BadInput
 
 ENTRY_POINT_GROUP = "autotune.backends"
 DEFAULT_BACKEND = "xla"
 BUILTIN = {"xla": "autotune.pipelines.xla:XlaPipeline"}
-#: Environment variable naming the backend (the CLI's ``--backend`` sets it).
-BACKEND_ENV = "AUTOTUNE_BACKEND"
 
 #: Pseudo-action: the compiler's own import round trip, no pass (``normalize`` is built on it).
 IDENTITY = "<identity>"
@@ -123,6 +122,9 @@ class Backend(Protocol):
     bounded_execution: bool
     #: True when ``regions`` can cut the changed regions of two final modules (``executed-region``).
     cuts_regions: bool
+    #: The machine results are judged for: its pipeline applies and judges the passes, and it is
+    #: part of ``version`` (every cache key), runs, records and policies (``core/target.py``).
+    target: Target
 
     # -- identity and vocabulary --
     @property
@@ -249,7 +251,17 @@ class BackendBase:
     bounded_execution: bool = False
     cuts_regions: bool = False
 
-    def __init__(self, workers: int = 1, cache=None, step_timeout: float = 120.0, executor=None):
+    #: The machine results are judged for (``core/target.py``); a backend with targets sets its own.
+    target: Target = CPU
+    #: The ``target`` value it was built with (None: the default), to build the same backend in
+    #: another process (training env subprocesses).
+    target_option: str | None = None
+
+    def __init__(self, workers: int = 1, cache=None, step_timeout: float = 120.0, executor=None,
+                 target: str | None = None):
+        if target not in (None, "", CPU.name):
+            raise BadInput(f"the {self.name} backend compiles for the host CPU only; --target {target} needs the "
+                           f"xla backend")
         self.workers = max(1, int(workers))
         self.cache = cache
         self.step_timeout = float(step_timeout)
@@ -318,8 +330,6 @@ class BackendBase:
 
     def regions(self, default_final, tuned_final, max_input_bytes: int | None = None):
         """No region cutting (``cuts_regions`` is False): a declined execution stays ``compiled``."""
-        from autotune.errors import BadInput
-
         raise BadInput(f"the {self.name} backend cannot cut regions")
 
     def close(self) -> None:
@@ -339,12 +349,6 @@ def available() -> dict[str, str]:
     return plugins.names(BUILTIN, ENTRY_POINT_GROUP)
 
 
-def default_name() -> str:
-    """``$AUTOTUNE_BACKEND`` (the CLI's ``--backend``) or ``xla``."""
-    return os.environ.get(BACKEND_ENV) or DEFAULT_BACKEND
-
-
 def get(name: str | None = None, **options) -> Backend:
-    """Construct a backend by name (imported lazily, so listing names stays cheap)."""
-    name = name or default_name()
-    return plugins.load("backend", name, available())(**options)
+    """Construct a backend by name (default ``xla``; imported lazily, so listing names stays cheap)."""
+    return plugins.load("backend", name or DEFAULT_BACKEND, available())(**options)

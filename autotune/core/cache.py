@@ -135,6 +135,8 @@ class Cache:
             )
             if "structure" not in db["states"].columns_dict:  # added later: NULL (not measured) in older rows
                 db.execute("ALTER TABLE states ADD COLUMN structure TEXT")
+            if "compiled" not in db["states"].columns_dict:  # the target pipeline's figures (GPU targets)
+                db.execute("ALTER TABLE states ADD COLUMN compiled TEXT")
             db["transitions"].create(
                 {
                     "version": str, "src": str, "action": str, "dst": str, "status": str,
@@ -199,13 +201,14 @@ class Cache:
     def put_state(self, version: str, fp: str, proto: bytes, metrics: Metrics) -> None:
         opcodes = json.dumps(dict(metrics.opcodes), sort_keys=True)
         structure = None if metrics.structure is None else json.dumps(dict(metrics.structure), sort_keys=True)
+        compiled = None if metrics.compiled is None else json.dumps(dict(metrics.compiled), sort_keys=True)
         with self.write():
             blob = self.put_blob(proto)
             self.db.execute(
-                "INSERT OR REPLACE INTO states(version, fp, blob, instructions, flops, transcendentals, bytes_accessed, opcodes, \"check\", structure)"
-                " VALUES (?,?,?,?,?,?,?,?,?,?)",
+                "INSERT OR REPLACE INTO states(version, fp, blob, instructions, flops, transcendentals, bytes_accessed, opcodes, \"check\", structure, compiled)"
+                " VALUES (?,?,?,?,?,?,?,?,?,?,?)",
                 [version, fp, blob, metrics.instructions, metrics.flops, metrics.transcendentals, metrics.bytes_accessed,
-                 opcodes, _check(version, fp, blob, metrics.instructions, opcodes), structure],
+                 opcodes, _check(version, fp, blob, metrics.instructions, opcodes), structure, compiled],
             )
         self._states[(version, fp)] = metrics
 
@@ -214,19 +217,19 @@ class Cache:
         if key in self._states:
             return self._states[key]
         row = self.db.execute(
-            'SELECT blob, instructions, flops, transcendentals, bytes_accessed, opcodes, "check", structure FROM states'
-            ' WHERE version=? AND fp=?',
+            'SELECT blob, instructions, flops, transcendentals, bytes_accessed, opcodes, "check", structure, compiled'
+            ' FROM states WHERE version=? AND fp=?',
             [version, fp],
         ).fetchone()
         if row is None:
             return None
-        blob, n, flops, trans, nbytes, opcodes, check, structure = row
+        blob, n, flops, trans, nbytes, opcodes, check, structure, compiled = row
         if check != _check(version, fp, blob, n, opcodes):
             self._drop("states", "version=? AND fp=?", [version, fp])
             return None
         metrics = Metrics.from_dict(
             {"instructions": n, "flops": flops, "transcendentals": trans, "bytes_accessed": nbytes, "opcodes": opcodes,
-             "structure": structure}
+             "structure": structure, "compiled": compiled}
         )
         self._states[key] = metrics
         return metrics

@@ -30,6 +30,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, replace
 
 from autotune.core.evaluator import Evaluator
+from autotune.core.target import CPU, Target
 from autotune.core.loop import Choice, PhaseClock, Search, prune, validity_of
 from autotune.core.metrics import Metrics
 from autotune.core.module import Module
@@ -154,6 +155,7 @@ class FleetResult:
     default_cost: float = 1.0
     disqualified: int = 0  # evaluations rejected because some module got worse than its default
     failed: int = 0  # evaluations where a pass (or the default pipeline after it) failed on some module
+    target: Target = CPU  # the machine the fleet was judged for (``core/target.py``)
 
     @property
     def beats_default(self) -> bool:
@@ -196,6 +198,7 @@ class FleetResult:
             "invalid": [{"sequence": list(s), "reason": r} for s, r in self.invalid],
             "seconds": self.seconds, "steps_compiled": self.steps_compiled, "steps_cached": self.steps_cached,
             "disqualified_evaluations": self.disqualified, "failed_evaluations": self.failed,
+            "target": self.target.to_dict(), "judged_by": self.target.judged_by(),
         }
 
     @classmethod
@@ -214,7 +217,7 @@ class FleetResult:
             seconds=float(data["seconds"]), steps_compiled=int(data["steps_compiled"]),
             steps_cached=int(data["steps_cached"]), history=(), default_cost=float(data.get("default_cost", 1.0)),
             disqualified=int(data.get("disqualified_evaluations") or 0),
-            failed=int(data.get("failed_evaluations") or 0))
+            failed=int(data.get("failed_evaluations") or 0), target=Target.from_dict(data.get("target")))
 
 
 def summed(metrics: Sequence[Metrics | None]) -> Metrics | None:
@@ -417,7 +420,8 @@ class FleetSearch(Search):
             seconds=time.perf_counter() - self.t0, steps_compiled=compiled, steps_cached=cached,
             history=tuple(self.best_history),
             disqualified=sum(1 for r in self.records if (r.message or "").startswith("worse than")),
-            failed=sum(1 for r in self.records if (r.message or "").startswith("fails on")))
+            failed=sum(1 for r in self.records if (r.message or "").startswith("fails on")),
+            target=self.ev.pipeline.target)
 
     def _member(self, i: int, state: str | None, cost: float | None, report, chosen: bool) -> MemberResult:
         root, default_cost = self.roots[i], self.default_costs[i]

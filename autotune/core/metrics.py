@@ -22,6 +22,10 @@ class Metrics:
     learned policies observe (``autotune.rl.observation``). It is optional: ``None`` means "not
     measured" (a backend that does not count structure, or a record written before the field
     existed), which ``from_dict`` returns for dicts without the key, so older rows still load.
+
+    ``compiled`` holds what the target's pipeline reports about a module it has compiled (a final
+    module of a GPU target: ``kernels`` launched per execution and a roofline ``estimate_us``,
+    ``pipelines/xla/gpu_cost.py``); ``None`` for intermediate states and for the CPU target.
     """
 
     instructions: int
@@ -30,6 +34,7 @@ class Metrics:
     bytes_accessed: float = math.nan
     opcodes: tuple[tuple[str, int], ...] = field(default=())
     structure: tuple[tuple[str, int], ...] | None = None
+    compiled: tuple[tuple[str, float], ...] | None = None
 
     @classmethod
     def from_dict(cls, data: dict) -> "Metrics":
@@ -43,10 +48,11 @@ class Metrics:
             bytes_accessed=_f(data.get("bytes_accessed")),
             opcodes=tuple(sorted((str(k), int(v)) for k, v in dict(ops).items())),
             structure=_counts(data.get("structure")),
+            compiled=_figures(data.get("compiled")),
         )
 
     def to_dict(self) -> dict:
-        return {
+        data = {
             "instructions": self.instructions,
             "flops": _json_float(self.flops),
             "transcendentals": _json_float(self.transcendentals),
@@ -54,6 +60,9 @@ class Metrics:
             "opcodes": dict(self.opcodes),
             "structure": None if self.structure is None else dict(self.structure),
         }
+        if self.compiled is not None:  # only a target pipeline's final module has them
+            data["compiled"] = dict(self.compiled)
+        return data
 
     @property
     def opcode_counts(self) -> dict[str, int]:
@@ -63,6 +72,10 @@ class Metrics:
     def structure_counts(self) -> dict[str, int] | None:
         return None if self.structure is None else dict(self.structure)
 
+    def figure(self, name: str) -> float | None:
+        """One of the target pipeline's ``compiled`` figures, or None when it did not report it."""
+        return None if self.compiled is None else dict(self.compiled).get(name)
+
 
 def _counts(value) -> tuple[tuple[str, int], ...] | None:
     """A ``{name: count}`` dict (or its JSON text) as a sorted tuple; None stays None (not measured)."""
@@ -71,6 +84,15 @@ def _counts(value) -> tuple[tuple[str, int], ...] | None:
     if isinstance(value, str):
         value = json.loads(value)
     return tuple(sorted((str(k), int(v)) for k, v in dict(value).items()))
+
+
+def _figures(value) -> tuple[tuple[str, float], ...] | None:
+    """A ``{name: number}`` dict (or its JSON text) as a sorted tuple; None stays None."""
+    if value is None or value == "":
+        return None
+    if isinstance(value, str):
+        value = json.loads(value)
+    return tuple(sorted((str(k), float(v)) for k, v in dict(value).items()))
 
 
 def _f(value) -> float:

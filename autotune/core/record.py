@@ -39,6 +39,8 @@ class TuningRecord:
     #: A fleet record (one sequence tuned for several modules) applies to each of these; per-module
     #: figures are in ``metrics["modules"][fingerprint]``. Empty for a single-module record.
     fingerprints: tuple[str, ...] = ()
+    #: The target the sequence was judged for (``Target.key``); a record is refused on another.
+    target: str = "cpu"
 
     @property
     def applies_to(self) -> tuple[str, ...]:
@@ -91,6 +93,7 @@ class TuningRecord:
             metrics=dict(data["metrics"]), valid=bool(data.get("valid", False)), run_id=data.get("run_id"),
             created=float(data.get("created", 0.0)), fingerprints=tuple(fps),
             validation=data.get("validation"), validation_reason=data.get("validation_reason"),
+            target=str(data.get("target") or "cpu"),
         )
 
     @classmethod
@@ -144,6 +147,7 @@ def from_run(evaluator, run_id: str) -> TuningRecord:
         objective=run.objective, pipeline_version=run.version, xla_version=evaluator.pipeline.compiler_version,
         autotune_version=autotune.__version__, metrics=metrics, valid=verified(level),
         run_id=run_id, validation=level, validation_reason=validation.reason if validation else None,
+        target=result.target.key,
     )
 
 
@@ -173,6 +177,7 @@ def _from_fleet_run(evaluator, run, fleet, run_id: str) -> TuningRecord:
         xla_version=evaluator.pipeline.compiler_version, autotune_version=autotune.__version__,
         metrics={"cost": fleet.best_cost, "default_cost": fleet.default_cost, "modules": modules},
         valid=all(verified(lv) for lv in levels), run_id=run_id, fingerprints=fps, validation=fleet.validation_level,
+        target=fleet.target.key,
     )
 
 
@@ -206,7 +211,11 @@ class CheckResult:
 
 def check(evaluator, module, record: TuningRecord, max_regression: float = 0.0, validate: bool = True,
           seed: int = 0) -> CheckResult:
-    """Re-apply ``record`` to ``module`` with the installed XLA and say whether it still holds."""
+    """Re-apply ``record`` to ``module`` with the installed XLA and say whether it still holds.
+    A record judged for another target than the evaluator's is refused (``BadInput``)."""
+    from autotune.core.target import check_same
+
+    check_same(record.target, evaluator.pipeline.target, "the record")
     root = evaluator.prepare(module)
     matched = root.fingerprint if root.fingerprint in record.applies_to else record.fingerprint
     base = dict(module=root.name, fingerprint=root.fingerprint, record_fingerprint=matched,

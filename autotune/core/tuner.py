@@ -24,6 +24,7 @@ from dataclasses import dataclass, replace
 from autotune import strategy as strategy_mod
 from autotune.core import objectives as objectives_mod
 from autotune.core.evaluator import Evaluator, Result
+from autotune.core.target import CPU, Target
 from autotune.core.loop import (Choice, Interrupted, PhaseClock, RunEvaluate, Search, drive, finish,
                                 seed_everything, prune, validity_of)
 from autotune.core.metrics import Metrics
@@ -95,6 +96,8 @@ class TuneResult:
     #: their bytes, each re-checked candidate's cost on the surrogate and on the real module,
     #: ``agree`` and a ``message`` saying what was done (``ModuleSearch.recheck``).
     surrogate: dict | None = None
+    #: The machine the run judged for: its pipeline applied and judged every sequence (``core/target.py``).
+    target: Target = CPU
 
     @property
     def validation_level(self) -> str | None:
@@ -163,6 +166,7 @@ class TuneResult:
             "cache_hit_rate": self.cache_hit_rate, "executor": self.executor, "history": list(self.history),
             "phases": dict(self.phases),
             "surrogate": self.surrogate,
+            "target": self.target.to_dict(), "judged_by": self.target.judged_by(),
         }
 
     @classmethod
@@ -185,7 +189,7 @@ class TuneResult:
             steps_cached=int(data["steps_cached"]), history=tuple(float(h) for h in data.get("history") or ()),
             claim=Claim.from_dict(data.get("claim")), executor=data.get("executor"),
             phases=tuple((str(k), float(v)) for k, v in (data.get("phases") or {}).items()),
-            surrogate=data.get("surrogate"),
+            surrogate=data.get("surrogate"), target=Target.from_dict(data.get("target")),
         )
 
 
@@ -366,6 +370,7 @@ class ModuleSearch(Search):
             invalid=invalid, seconds=time.perf_counter() - self.t0, steps_compiled=compiled,
             steps_cached=cached, history=tuple(self.best_history), claim=claim,
             executor=self.ev.pipeline.executor.describe(), phases=self.phases.result(), surrogate=self.real_info,
+            target=self.ev.pipeline.target,
         )
 
 
@@ -454,7 +459,7 @@ def tune(
     obj = objective if isinstance(objective, Objective) and objective.name == spec.objective \
         else spec.make_objective()
     strat = strategy_mod.create(spec.strategy, **spec.options)
-    space = SearchSpace(evaluator.pipeline.passes(), spec.max_length)
+    space = SearchSpace(evaluator.pipeline.passes(), spec.max_length, target=evaluator.pipeline.target.key)
     search = _open(evaluator, target, obj, spec, run_id, replay, observer, clock, created=not resume)
     status, reason = drive(search, strat, space, spec.seed, f"{spec.strategy} on {_label(target)}")
     return finish(search, status, reason, spec.validate, validation_seed, spec.prune)
@@ -487,7 +492,10 @@ def _resumed(evaluator: Evaluator, run_id: str, spec: RunSpec):
     store = RunStore(evaluator.cache)
     run = store.get(run_id)
     if run.version != evaluator.version:
-        raise BadInput(f"run '{run_id}' was made with {run.version}, not {evaluator.version}")
+        target = evaluator.pipeline.target
+        hint = "" if f":{target.key}:" in run.version or (target.name == "cpu" and ":gpu-" not in run.version) else \
+            " (another --target: resume it with the target it was made for)"
+        raise BadInput(f"run '{run_id}' was made with {run.version}, not {evaluator.version}{hint}")
     if "fleet" in run.options:
         target = fleet_roots(evaluator, run)
     else:

@@ -30,7 +30,7 @@ from __future__ import annotations
 import math
 import time
 from collections import OrderedDict
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 import numpy as np
 
@@ -564,6 +564,38 @@ def establish(pipeline, original, tuned, seed: int = 0, identical: bool = False,
     say = progress or (lambda line: None)
     if identical:
         return Validation(IDENTICAL, "after XLA's default pipeline it is the same module as XLA's default result")
+    target = pipeline.target
+    if target.is_gpu:  # the executions below run on the host CPU: the target's own compile is checked first
+        refused = _target_compile(pipeline, original, tuned, target, say)
+        if refused is not None:
+            return refused
+        verdict = _establish_here(pipeline, original, tuned, seed, bound_seconds, say, finals, compiled=True)
+        where = (f"compiled for {target.name} by XLA's GPU pipeline without a GPU; outputs compared on the host "
+                 f"CPU, not on the GPU")
+        return replace(verdict, reason=f"{verdict.reason}; {where}" if verdict.reason else where)
+    return _establish_here(pipeline, original, tuned, seed, bound_seconds, say, finals)
+
+
+def _target_compile(pipeline, original, tuned, target, say) -> Validation | None:
+    """A GPU target: the tuned module must pass the target's whole pipeline (codegen included).
+    ``invalid`` when it does not and the original does; ``unverified`` when neither does; else None."""
+    say(f"compiling the tuned module with XLA's GPU pipeline for {target.name} (no GPU needed)")
+    try:
+        pipeline.compiles(tuned)
+        return None
+    except PassFailed as exc:
+        tuned_error = str(exc)
+    try:
+        pipeline.compiles(original)
+    except PassFailed as exc:
+        return Validation(UNVERIFIED, f"the original does not compile for {target.name} either: {exc}")
+    return Validation(INVALID, f"the tuned module fails XLA's GPU pipeline for {target.name} (the original "
+                               f"passes it): {tuned_error}")
+
+
+def _establish_here(pipeline, original, tuned, seed, bound_seconds, say, finals, compiled: bool = False) -> Validation:
+    """``establish`` on this host's own execution (see there); ``compiled``: the tuned module already
+    passed the target's full compile (a GPU target's, ``_target_compile``)."""
     seed = int(seed)
     runs = _stand_ins_for(pipeline, original, tuned)  # 1. host stand-ins for custom calls
     say("estimating execution time")  # 2. may both run whole here? (memory, estimated time)
@@ -578,7 +610,7 @@ def establish(pipeline, original, tuned, seed: int = 0, identical: bool = False,
     if verdict is not None:
         return verdict
     if original_error is None:  # 3. declined: the changed regions (``executed-region``), else ``compiled``
-        verdict, original_error = _when_declined(pipeline, original, tuned, runs, plan, seed, finals, say)
+        verdict, original_error = _when_declined(pipeline, original, tuned, runs, plan, seed, finals, say, compiled)
         if verdict is not None:
             return verdict
     return Validation(UNVERIFIED, f"the original does not compile and run on this host: {original_error}"
@@ -647,14 +679,17 @@ def _run_whole(pipeline, runs: _Runs, specs, plan: ExecutionPlan, seed: int, say
     return Validation(level, runs.note().lstrip("; ") or None, runs.n_tuned, report), plan, None
 
 
-def _when_declined(pipeline, original, tuned, runs: _Runs, plan: ExecutionPlan, seed: int, finals, say):
+def _when_declined(pipeline, original, tuned, runs: _Runs, plan: ExecutionPlan, seed: int, finals, say,
+                   compiled: bool = False):
     """Whole execution declined (``plan.reason`` starts with ``DECLINED``): ``(verdict, None)`` —
     ``executed-region`` or ``invalid`` from the changed regions, ``compiled``, or ``invalid`` when
     only the tuned module fails the full compile — or ``(None, error)`` when the original does not
-    compile here either."""
-    say("compiling the tuned module with XLA's full pipeline")
+    compile here either. ``compiled``: the full compile already passed (not repeated)."""
+    if not compiled:
+        say("compiling the tuned module with XLA's full pipeline")
     try:
-        pipeline.compiles(runs.tuned)
+        if not compiled:
+            pipeline.compiles(runs.tuned)
     except PassFailed as exc:
         tuned_error = str(exc)
     else:

@@ -339,14 +339,14 @@ def make_env(module=None, modules=None, suite=None, split: str | None = "train",
              sources: Sequence[Evaluate | EpisodeSource] | None = None, actions: Sequence[str] | None = None,
              db=None, workers: int = 1, objective: str | None = None, max_length: int | None = None,
              budget: int | None = None, references: dict[str, float] | None = None,
-             **options) -> PassOrderingEnv:
+             target: str | None = None, backend: str | None = None, **options) -> PassOrderingEnv:
     """The environment ``gymnasium.make("autotune/PassOrdering-v0", ...)`` builds.
 
     From ``module`` (a path or ``autotune.Module``), ``modules`` (a list of them) or ``suite`` (a
     directory written by ``autotune suite generate``) and ``split``: opens an engine (cache ``db``,
     ``workers`` compiler processes) and one evaluation session per module (``objective``, default
-    final-ops; ``budget`` evaluations per module, default unbounded), owned by the env and released
-    by ``close()``. ``references`` (module name -> best known cost) scale the ``reward="best"`` reward. ``options`` go to ``PassOrderingEnv`` (``shaping``, ``gamma``, ...).
+    final-ops; ``budget`` evaluations per module, default unbounded; ``target``: the machine whose
+    pipeline judges, default cpu; ``backend``: default xla), owned by the env and released by ``close()``. ``references`` (module name -> best known cost) scale the ``reward="best"`` reward. ``options`` go to ``PassOrderingEnv`` (``shaping``, ``gamma``, ...).
     With ``sources`` and ``actions`` instead: the lower-level constructor, nothing opened.
     """
     from autotune.core.spec import DEFAULT_MAX_LENGTH, DEFAULT_OBJECTIVE
@@ -363,10 +363,10 @@ def make_env(module=None, modules=None, suite=None, split: str | None = "train",
     from autotune.core.module import Module, load
     from autotune.core.tuner import evaluation_session
 
-    loaded = [m if isinstance(m, Module) else load(str(m)) for m in items]  # BadInput names a bad file
+    loaded = [m if isinstance(m, Module) else load(str(m), backend=backend) for m in items]  # BadInput names a bad file
     stack = contextlib.ExitStack()
     try:
-        evaluator = stack.enter_context(open_engine(db, workers=workers))
+        evaluator = stack.enter_context(open_engine(db, workers=workers, target=target, backend=backend))
         sessions = []
         for m in loaded:
             root = evaluator.prepare(m)

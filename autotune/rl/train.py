@@ -143,10 +143,14 @@ def read_sidecar(zip_path: Path) -> dict:
     return meta
 
 
-def vocabulary_mismatch(meta: dict, actions: Sequence[str]) -> str | None:
-    """Why a policy cannot drive this pipeline (its action or opcode vocabulary differs), or None."""
+def vocabulary_mismatch(meta: dict, actions: Sequence[str], target: str = "cpu") -> str | None:
+    """Why a policy cannot drive this pipeline (trained for another target, or its action or opcode
+    vocabulary differs), or None. A sidecar without a target was trained for the CPU."""
     from autotune.pipelines.xla.hlo import opcode_vocabulary
 
+    theirs_target = str(meta.get("target") or "cpu")
+    if theirs_target != target:
+        return f"policy was trained for target '{theirs_target}', not '{target}' (use a policy trained for {target})"
     theirs, ours = list(meta.get("actions") or []), list(actions)
     if theirs != ours:
         missing = [a for a in theirs if a not in ours]
@@ -162,9 +166,9 @@ def vocabulary_mismatch(meta: dict, actions: Sequence[str]) -> str | None:
     return None
 
 
-def check_vocabulary(meta: dict, actions: Sequence[str], zip_path: Path) -> None:
-    """BadInput unless the policy's action and opcode vocabularies are the installed ones."""
-    reason = vocabulary_mismatch(meta, actions)
+def check_vocabulary(meta: dict, actions: Sequence[str], zip_path: Path, target: str = "cpu") -> None:
+    """BadInput unless the policy was trained for ``target`` with the installed vocabularies."""
+    reason = vocabulary_mismatch(meta, actions, target)
     if reason is not None:
         raise BadInput(f"{zip_path}: {reason}; retrain it with `autotune train`")
 
@@ -174,12 +178,12 @@ def other_pipeline_version(meta: dict) -> str | None:
     XLA pipeline's (its compiler build and engine version), else None. The inventory digest part
     of the version is not compared: with the same jaxlib it is the same, and a vocabulary that
     differs is refused by ``vocabulary_mismatch`` anyway."""
-    from autotune.pipelines.xla import ENGINE_VERSION, xla_version
+    from autotune.pipelines.xla import ENGINE_VERSION, GPU_ENGINE_VERSION, xla_version
 
     theirs = str(meta.get("pipeline_version") or "")
     ours = f"xla:{xla_version()}:"
     engine = f":engine-{ENGINE_VERSION}"
-    if theirs.startswith(ours) and theirs.endswith(engine):
+    if theirs.startswith(ours) and theirs.endswith((engine, f"{engine}.gpu-{GPU_ENGINE_VERSION}")):
         return None
     return f"trained on pipeline {theirs or '(unrecorded)'}, this is {ours}...{engine}"
 
@@ -310,7 +314,9 @@ def train_policy(
         else:
             from stable_baselines3.common.vec_env import SubprocVecEnv
 
+            pipeline = evaluator.pipeline  # every env subprocess builds the same backend for the same target
             build = functools.partial(make_env, modules=roots, db=str(evaluator.cache.path), workers=1,
+                                      backend=pipeline.name, target=pipeline.target_option,
                                       objective=objective, max_length=max_length, shaping=shaping,
                                       gamma=hp["gamma"], references=references, **env_opts)
             env = vec = SubprocVecEnv([build] * envs)
@@ -351,6 +357,7 @@ def train_policy(
         "max_length": max_length, "objective": objective, "cost_features": cost_features,
         "observation_size": obs_size, "observation_names": list(observation_names), "actions": list(actions),
         "opcodes": list(opcode_vocabulary()), "pipeline_version": evaluator.version,
+        "target": evaluator.pipeline.target.key,
         "timesteps": int(model.num_timesteps), "seed": seed, "envs": envs, "hyperparameters": hp,
         "training_set": dict(training_set or {}),
         "modules": [{"name": r.name, "fingerprint": r.fingerprint} for r in roots],

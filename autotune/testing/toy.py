@@ -204,8 +204,8 @@ class ToyBackend(BackendBase):
     suffixes = (".toy",)
     worker = WORKER
 
-    def __init__(self, workers: int = 1, cache=None, step_timeout: float = 30.0, executor=None, **_):
-        super().__init__(workers, cache, step_timeout, executor)
+    def __init__(self, workers: int = 1, cache=None, step_timeout: float = 30.0, executor=None, target=None, **_):
+        super().__init__(workers, cache, step_timeout, executor, target)
 
     @staticmethod
     def module(text: str, name: str = "toy") -> Module:

@@ -1,4 +1,4 @@
-"""XLA's HLO pass pipeline as a tuning backend (through jaxlib, CPU client).
+"""XLA's HLO pass pipeline as a tuning backend (through jaxlib), for the CPU or a GPU target.
 
 ``XlaPipeline`` implements ``autotune.core.backend.Backend`` (what the engine calls: version,
 passes/describe/check_passes, parse/to_text, normalize, measure, step_job/dispatcher,
@@ -7,6 +7,10 @@ tests and tools (``apply``, ``default``, ``trace``). Every compile happens in a 
 processes (or Ray actors: the executor decides) running ``worker.XlaWorker``; this object only keeps
 the inventory and turns worker replies into ``Module``/``Metrics`` values. HLO itself (parsing,
 printing, fingerprints) is ``hlo.py``; reading module files is ``loader.py``.
+
+``target`` picks whose pipeline applies and judges the passes: the host CPU (``worker.py``, the
+default) or a GPU compiled deviceless (``targets.py``, ``gpu_worker.py``; ``docs/gpu.md``). The
+target is part of ``version``, so every cache key, run and record is the target's own.
 """
 
 from __future__ import annotations
@@ -18,18 +22,24 @@ from dataclasses import replace
 from collections.abc import Iterable, Iterator, Sequence
 
 from autotune.core.backend import DEFAULT, IDENTITY, BackendBase
+from autotune.core.target import CPU
 from autotune.errors import PassFailed, UnknownName
 from autotune.core.metrics import Metrics
 from autotune.core.module import Module
-from autotune.pipelines.xla import hlo, loader
+from autotune.pipelines.xla import hlo, loader, targets
 from autotune.pipelines.xla.inventory import PassInventory
 from autotune.core.workers import StopJob, WorkerPool
 
 #: Bumped when the meaning of a cached step changes (capture method, fingerprint, metrics).
 ENGINE_VERSION = 6  # 6: Metrics.structure (structural counts for learned policies)
+#: The same for a GPU target's steps (per-pass dumps, the stop at autotuning, Metrics.compiled).
+GPU_ENGINE_VERSION = 1
 
 WORKER = "autotune.pipelines.xla.worker:XlaWorker"
+GPU_WORKER = "autotune.pipelines.xla.gpu_worker:XlaGpuWorker"
 WORKER_ENV = {"JAX_PLATFORMS": "cpu", "XLA_FLAGS": "", "TF_CPP_MIN_LOG_LEVEL": "1"}
+#: A GPU worker compiles deviceless: the CUDA plugin must not insist on a driver and libraries.
+GPU_WORKER_ENV = {**WORKER_ENV, "JAX_SKIP_CUDA_CONSTRAINTS_CHECK": "1", "TF_CPP_MIN_LOG_LEVEL": "3"}
 
 
 def xla_version() -> str:
@@ -39,7 +49,8 @@ def xla_version() -> str:
 
 
 class XlaPipeline(BackendBase):
-    """XLA CPU pipeline. ``cache`` (optional) stores the discovered inventory per XLA version."""
+    """XLA's pipeline for ``target`` (``cpu``, a shipped GPU name or a ``GpuTargetConfig`` path).
+    ``cache`` (optional) stores the discovered inventory per XLA version and target."""
 
     name = "xla"
     suffixes = loader.TEXT_SUFFIXES + loader.PROTO_SUFFIXES + loader.MLIR_SUFFIXES
@@ -49,8 +60,18 @@ class XlaPipeline(BackendBase):
     cuts_regions = True  # region.py: the changed regions of two final modules
 
     def __init__(self, workers: int = 1, cache=None, include_target_specific: bool = False,
-                 step_timeout: float = 120.0, inventory: PassInventory | None = None, executor=None):
+                 step_timeout: float = 120.0, inventory: PassInventory | None = None, executor=None,
+                 target: str | None = None):
         super().__init__(workers, cache, step_timeout, executor)
+        self.gpu = targets.resolve(target)
+        if self.gpu is not None:
+            targets.require_plugin(self.gpu)
+            self.worker, self.worker_env = GPU_WORKER, GPU_WORKER_ENV
+            # A GPU-compiled final module is fused and laid out for the device: the CPU cannot run
+            # its regions (whole tuned modules still run on the CPU, see gpu_worker.py).
+            self.cuts_regions = False
+        self.target = self.gpu.target if self.gpu is not None else CPU
+        self.target_option = target if self.gpu is not None else None
         self.include_target_specific = include_target_specific
         self._cache = cache
         self._inventory = inventory.with_target_specific(include_target_specific) if inventory else None
@@ -60,27 +81,36 @@ class XlaPipeline(BackendBase):
     def inventory(self) -> PassInventory:
         if self._inventory is None:
             key = f"{xla_version()}:engine-{ENGINE_VERSION}"
+            if self.gpu is not None:
+                key += f":gpu-{GPU_ENGINE_VERSION}:{self.target.key}"
             text = self._cache.get_inventory(key) if self._cache is not None else None
             if text is None:
-                with WorkerPool(WORKER, (None,), size=1, env=WORKER_ENV) as probe:
+                with WorkerPool(self.worker, self._probe_args(), size=1, env=self.worker_env) as probe:
                     names = probe.call("discover", timeout=300)
                 from autotune.pipelines.xla.worker import CAPTURE_PASS_NAME
 
-                inv = PassInventory.from_dump_names(xla_version(), names, capture_names=frozenset({CAPTURE_PASS_NAME}))
+                inv = PassInventory.from_dump_names(xla_version(), names, capture_names=frozenset({CAPTURE_PASS_NAME}),
+                                                    platform="gpu" if self.gpu is not None else "cpu")
                 text = inv.to_json()
                 if self._cache is not None:
                     self._cache.put_inventory(key, text)
             self._inventory = PassInventory.from_json(text, self.include_target_specific)
         return self._inventory
 
+    def _probe_args(self) -> tuple:
+        return (None,) if self.gpu is None else (None, False, self.gpu.config, self.gpu.name)
+
     @property
     def version(self) -> str:
-        """Part of every cache key: XLA version, platform, inventory digest and engine version."""
-        return f"xla:{xla_version()}:inv-{self.inventory.digest}:engine-{ENGINE_VERSION}"
+        """Part of every cache key: XLA version, platform, target, inventory digest and engine version."""
+        if self.gpu is None:
+            return f"xla:{xla_version()}:inv-{self.inventory.digest}:engine-{ENGINE_VERSION}"
+        return (f"xla:{xla_version()}:{self.target.key}:inv-{self.inventory.digest}:"
+                f"engine-{ENGINE_VERSION}.gpu-{GPU_ENGINE_VERSION}")
 
     @property
     def compiler_version(self) -> str:
-        return xla_version()
+        return xla_version() if self.gpu is None else f"{xla_version()} for {self.target.key} (deviceless)"
 
     def passes(self) -> tuple[str, ...]:
         return self.inventory.names()
@@ -90,7 +120,7 @@ class XlaPipeline(BackendBase):
 
         inv = self.inventory
         return [
-            PassInfo(a.name, " > ".join(reversed((inv.main_pipeline,) + a.path)) if not a.target_specific else "",
+            PassInfo(a.name, " > ".join(reversed(inv.chain(a.pipeline))) if not a.target_specific else "",
                      "sub-pipeline" if a.macro else (a.target_specific or "pass"))
             for a in inv.actions.values()
         ]
@@ -106,6 +136,8 @@ class XlaPipeline(BackendBase):
 
     # ---- workers (the pool itself, step_job and dispatcher come from BackendBase) ---------------------
     def worker_args(self) -> tuple:
+        if self.gpu is not None:
+            return (self.inventory.to_json(), self.include_target_specific, self.gpu.config, self.gpu.name)
         return (self.inventory.to_json(), self.include_target_specific)
 
     # ---- the module format --------------------------------------------------------------------------
@@ -128,12 +160,25 @@ class XlaPipeline(BackendBase):
         inv = self.inventory
         steps = [{"action": a, "xla_disable_hlo_passes": ",".join(inv.disabled_for(inv.actions[a].keep)),
                   "keeps": sorted(inv.actions[a].keep)} for a in sequence]
-        steps.append({"action": DEFAULT, "xla_disable_hlo_passes": ",".join(inv.disabled_for(inv.default_keep)),
-                      "keeps": ["(XLA's default pre-layout pipeline)"]})
-        return {"jax": jax.__version__, "jaxlib": jaxlib.__version__,
-                "default_pipeline": f"XLA's default HLO pipeline (jaxlib {jaxlib.__version__}, CPU)",
-                "install": f"pip install jax=={jax.__version__} jaxlib=={jaxlib.__version__} autotune",
-                "xla_steps": steps}
+        out = {"jax": jax.__version__, "jaxlib": jaxlib.__version__,
+               "install": f"pip install jax=={jax.__version__} jaxlib=={jaxlib.__version__} autotune",
+               "target": self.target.key}
+        if self.gpu is None:
+            steps.append({"action": DEFAULT, "xla_disable_hlo_passes": ",".join(inv.disabled_for(inv.default_keep)),
+                          "keeps": ["(XLA's default pre-layout pipeline)"]})
+            out["default_pipeline"] = f"XLA's default HLO pipeline (jaxlib {jaxlib.__version__}, CPU)"
+        else:
+            from autotune.pipelines.xla.gpu_worker import STOP_FLAG
+
+            steps.append({"action": DEFAULT, "xla_disable_hlo_passes": "", "keeps": ["(XLA's whole GPU pipeline)"]})
+            out.update(default_pipeline=f"XLA's GPU pipeline for {self.target.description} (jaxlib {jaxlib.__version__},"
+                                        f" compiled deviceless)",
+                       install=out["install"] + "[gpu]", gpu_target_config=self.gpu.config,
+                       compile=("jax.experimental.topologies.get_topology_desc(platform='cuda', target_config=<gpu_target_config>,"
+                                " topology='1x1x1').devices[0].client.compile(...), each step with its flags plus "
+                                f"{STOP_FLAG[0]}=true and a per-pass proto dump of the step's pass"))
+        out["xla_steps"] = steps
+        return out
 
     # ---- steps -----------------------------------------------------------------------------------------
     def run_steps_many(self, jobs: Sequence[tuple[bytes, str | None, Sequence[str]]]) -> Iterator[tuple[int, object]]:

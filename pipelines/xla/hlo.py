@@ -269,6 +269,20 @@ def _fields(buf, start: int = 0, end: int | None = None):
             raise BadInput(f"not a valid serialized HloModuleProto: unsupported wire type {wire}")
 
 
+def unwrap_hlo_proto(data: bytes) -> bytes:
+    """The ``HloModuleProto`` inside an ``HloProto`` (what XLA's ``xla_dump_hlo_as_proto`` writes:
+    field 1 the module, field 3 a buffer assignment); a bare ``HloModuleProto`` comes back as it is.
+    An ``HloModuleProto`` always has more fields than 1 and 3 (its entry computation's name is 2)."""
+    buf = memoryview(data)
+    module = None
+    for f, wire, s, e, _ in _fields(buf):
+        if f not in (1, 3) or wire != 2:
+            return data
+        if f == 1:
+            module = (s, e)
+    return bytes(buf[module[0]:module[1]]) if module is not None else data
+
+
 def _field(number: int, payload: bytes) -> bytes:
     return _put_varint((number << 3) | 2) + _put_varint(len(payload)) + payload
 

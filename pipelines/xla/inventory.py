@@ -15,6 +15,15 @@ pipeline, inside its enclosing sub-pipelines. If that sub-pipeline is an ``HloPa
 ``simplification``), XLA iterates it to a fixed point, so the pass runs to a fixed point too. A pass
 that XLA also places directly in a top-level pipeline (which cannot be disabled by name) may run
 once more there; the discovery test shows that no *other* pass ever runs.
+
+The GPU pipeline (``platform="gpu"``) is shaped differently: it is a row of top-level pipelines
+(``optimization`` with ``simplification`` nested in it, ``simplification-2``,
+``collective-optimizations``, ``conv_canonicalization``, then ``layout_assignment`` and the
+target's fusion, scheduling and codegen). Its *region* is every top-level pipeline before the one
+that assigns layouts; its actions are the passes of the region from the first pipeline that runs
+``algsimp`` on (the ones before it prepare host offloading and SPMD partitioning). A step disables
+every other name it knows but the two that end the compile where the GPU worker stops it
+(``GPU_ALWAYS_ON``, ``gpu_worker.py``): what runs after the step's pass is never read.
 """
 
 from __future__ import annotations
@@ -43,14 +52,38 @@ TARGET_SPECIFIC_RULES: dict[str, str] = {
     "cpu-*": "CPU backend pass",
 }
 
+#: GPU passes left out of the vocabulary even with ``include_target_specific``, with the reason
+#: (checked on the modules of tests/data and examples, each pass alone, jaxlib 0.10.2, H100 target).
+GPU_EXCLUDED: dict[str, str] = {
+    "apply-xla-transforms": "runs transforms registered from Python, not a pass of XLA's own",
+    "scatter_simplifier": "kills the compiler (CHECK failure in hlo_creation_utils) on a scatter that "
+                          "batched_gather_scatter_normalizer has not normalised, 6 of 16 modules",
+}
+
+#: The same for XLA's GPU pipeline: rewrites into cuDNN/cuBLAS/library custom calls and device
+#: legalisation that the pipeline runs where it needs them (opt in with ``include_target_specific``).
+GPU_TARGET_SPECIFIC_RULES: dict[str, str] = {
+    **TARGET_SPECIFIC_RULES,
+    "conv-*": "rewrites convolutions into cuDNN custom calls",
+    "conv_*": "convolution canonicalisation for cuDNN",
+    "cudnn*": "cuDNN custom-call rewrite",
+    "*convolution*": "cuDNN convolution rewrite",
+    "topk-*": "rewrites TopK into the GPU's TopK kernel",
+    "windowed-einsum-handler": "collective matmul decomposition for the GPU",
+    "ragged_dot_rewriter": "rewrites ragged dots for the GPU's grouped GEMM",
+    "host*": "host offloading",
+    "*offload*": "host offloading",
+    "sharding-*": "SPMD partitioning",
+}
 
 def _spaced(name: str) -> str:
     return name.replace("_", " ")
 
 
-def is_target_specific(name: str) -> str | None:
-    """The reason ``name`` is target-specific, or None."""
-    for pattern, reason in TARGET_SPECIFIC_RULES.items():
+def is_target_specific(name: str, platform: str = "cpu") -> str | None:
+    """The reason ``name`` is target-specific on ``platform``, or None."""
+    rules = GPU_TARGET_SPECIFIC_RULES if platform == "gpu" else TARGET_SPECIFIC_RULES
+    for pattern, reason in rules.items():
         if fnmatch.fnmatchcase(name, pattern):
             return reason
     return None
@@ -73,6 +106,7 @@ class Action:
     keep: frozenset[str]  # names left enabled when this action runs alone
     macro: bool  # a sub-pipeline (runs all of its passes, in XLA's order)
     target_specific: str | None  # reason, for opted-in target-specific actions
+    pipeline: str = ""  # the pipeline it runs in (innermost; where its per-pass dump is named)
 
 
 @dataclass(frozen=True)
@@ -83,6 +117,7 @@ class PassInventory:
     invocations: tuple[Invocation, ...]
     include_target_specific: bool = False
     capture_names: frozenset[str] = field(default_factory=frozenset)
+    platform: str = "cpu"  # cpu | gpu: which compiler's pipeline the dump came from
 
     # ---- construction / persistence -------------------------------------------------------
     @classmethod
@@ -98,22 +133,24 @@ class PassInventory:
         return cls(xla_version, tuple(invocations), **kw)
 
     def to_json(self) -> str:
-        return json.dumps(
-            {
-                "xla_version": self.xla_version,
-                "invocations": [[i.seq, i.pipeline, i.name] for i in self.invocations],
-                "capture_names": sorted(self.capture_names),
-            }
-        )
+        data = {
+            "xla_version": self.xla_version,
+            "invocations": [[i.seq, i.pipeline, i.name] for i in self.invocations],
+            "capture_names": sorted(self.capture_names),
+        }
+        if self.platform != "cpu":  # the CPU inventory's text (its digest, a cache key) stays as it was
+            data["platform"] = self.platform
+        return json.dumps(data)
 
     @classmethod
     def from_json(cls, text: str, include_target_specific: bool = False) -> "PassInventory":
         data = json.loads(text)
         invs = tuple(Invocation(int(s), p, n) for s, p, n in data["invocations"])
-        return cls(data["xla_version"], invs, include_target_specific, frozenset(data.get("capture_names", ())))
+        return cls(data["xla_version"], invs, include_target_specific, frozenset(data.get("capture_names", ())),
+                   data.get("platform", "cpu"))
 
     def with_target_specific(self, include: bool) -> "PassInventory":
-        return PassInventory(self.xla_version, self.invocations, include, self.capture_names)
+        return PassInventory(self.xla_version, self.invocations, include, self.capture_names, self.platform)
 
     # ---- the pipeline tree ---------------------------------------------------------------
     @cached_property
@@ -175,9 +212,69 @@ class PassInventory:
     def _layout_seq(self) -> int:
         return min(i.seq for i in self._passes if i.name == LAYOUT_PASS)
 
+    # ---- the GPU pipeline's region (see the module docstring) -----------------------------------
+    @cached_property
+    def _top_order(self) -> tuple[str, ...]:
+        """Top-level pipelines in the order they first run."""
+        first: dict[str, int] = {}
+        for inv in self.invocations:
+            top = self.chain(inv.pipeline)[-1]
+            first.setdefault(top, inv.seq)
+        return tuple(sorted(first, key=first.get))
+
+    @cached_property
+    def region(self) -> tuple[str, ...]:
+        """GPU: the top-level pipelines before the one that assigns layouts (what a step may disable)."""
+        layout = next((self.chain(i.pipeline)[-1] for i in self._passes if i.name == LAYOUT_PASS), None)
+        if layout is None:
+            raise RuntimeError(f"no '{LAYOUT_PASS}' pass in the dump; cannot find the GPU pipeline's layout stage")
+        order = self._top_order
+        return order[:order.index(layout)]
+
+    @cached_property
+    def tunable(self) -> tuple[str, ...]:
+        """GPU: the region's pipelines from the first that runs ``algsimp`` (directly or nested) on."""
+        region = self.region
+        for k, top in enumerate(region):
+            if "algsimp" in self.descendants(top):
+                return region[k:]
+        return region
+
+    @cached_property
+    def region_names(self) -> frozenset[str]:
+        """Every pass and sub-pipeline name that runs inside the region's pipelines."""
+        names: set[str] = set()
+        for top in self.region:
+            names |= self.descendants(top)
+        return frozenset(names - self.top_level - self.capture_names - {"pipeline-start", "pipeline-end"})
+
+    def _gpu_actions(self) -> dict[str, Action]:
+        actions: dict[str, Action] = {}
+        tunable = set(self.tunable)
+        for inv in self._passes:
+            chain = self.chain(inv.pipeline)
+            name = inv.name
+            if (chain[-1] not in tunable or name in actions or name in self.top_level or name in self.capture_names
+                    or name in GPU_EXCLUDED):
+                continue
+            reason = is_target_specific(name, "gpu")
+            if reason and not self.include_target_specific:
+                continue
+            path = chain[:-1]
+            keep = {name, *path}
+            macro = name in self.pipelines
+            order = inv.seq
+            if macro:
+                keep |= self.descendants(name)
+                order = min(i.seq for i in self.invocations if i.pipeline == name)
+            actions[name] = Action(name, order, path, frozenset(keep), macro, reason, inv.pipeline)
+        return dict(sorted(actions.items(), key=lambda kv: kv[1].order))
+
     @cached_property
     def actions(self) -> dict[str, Action]:
         """name -> Action, in XLA's pipeline order (target-specific ones only when opted in)."""
+        if self.platform == "gpu":
+            return self._gpu_actions()
         pre: list[tuple[Invocation, tuple[str, ...]]] = []
         post: list[tuple[Invocation, tuple[str, ...]]] = []
         for inv in self._passes:
@@ -202,7 +299,7 @@ class PassInventory:
                 if macro:  # a sub-pipeline is reported when it ends; it starts at its first pass
                     keep |= self.descendants(name)
                     order = min(i.seq for i in self.invocations if i.pipeline == name)
-                actions[name] = Action(name, order, path, frozenset(keep), macro, reason)
+                actions[name] = Action(name, order, path, frozenset(keep), macro, reason, inv.pipeline)
         return dict(sorted(actions.items(), key=lambda kv: kv[1].order))
 
     def names(self) -> tuple[str, ...]:
@@ -216,9 +313,20 @@ class PassInventory:
         disables it. So every name is listed in both spellings (a name that does not exist is
         ignored by XLA); without this, the after-layout simplification pipelines would keep running.
         """
-        keep_all = set(keep) | {_spaced(k) for k in keep}
+        keep_all = set(keep) | {_spaced(k) for k in keep} | set(self.always_on)
         names = (self.all_names - self.top_level) | {_spaced(n) for n in self.all_names - self.top_level}
         return tuple(sorted(names - keep_all))
+
+    #: GPU: the passes a step leaves on after its own (``gpu_worker.py``): they wrap what is left
+    #: into fusions and then stop the compile cleanly. Everything else after the step's pass is off:
+    #: later passes running on a module whose earlier passes were skipped can fail a CHECK (seen:
+    #: ``host-offloader`` on the bundled decode step after a lone ``algsimp``), which would cost the
+    #: worker and the step's result with it.
+    GPU_ALWAYS_ON = ("fusion-wrapper", "autotuner")
+
+    @property
+    def always_on(self) -> tuple[str, ...]:
+        return self.GPU_ALWAYS_ON if self.platform == "gpu" else ()
 
     @cached_property
     def default_keep(self) -> frozenset[str]:

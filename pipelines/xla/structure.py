@@ -68,8 +68,10 @@ def _split_operands(rest: str) -> tuple[str, str]:
     return rest, ""
 
 
-def _parse(text: str) -> dict[str, list[tuple[str, str, str, tuple[str, ...], str, bool]]]:
-    """Computations of the text: name -> [(name, shape, opcode, operand names, operand text + attributes, is_root)]."""
+def parse_computations(text: str) -> dict[str, list[tuple[str, str, str, tuple[str, ...], str, bool]]]:
+    """Computations of the text: name -> [(name, shape, opcode, operand names, operand text + attributes, is_root)].
+
+    Public: ``gpu_cost.py`` reads the GPU-compiled module with it too."""
     comps: dict[str, list] = {}
     current: list | None = None
     for line in text.splitlines():
@@ -93,7 +95,7 @@ def _parse(text: str) -> dict[str, list[tuple[str, str, str, tuple[str, ...], st
     return comps
 
 
-def _called(attrs: str) -> list[tuple[str, str]]:
+def called_computations(attrs: str) -> list[tuple[str, str]]:
     """(role, computation name) pairs an instruction's attributes call."""
     out = []
     for role, names in _CALLS.findall(attrs):
@@ -103,14 +105,14 @@ def _called(attrs: str) -> list[tuple[str, str]]:
 
 def structure_counts(text: str) -> dict[str, int]:
     """The named structural counts of one module's HLO text (see the module docstring)."""
-    comps = _parse(text)
+    comps = parse_computations(text)
     counts: collections.Counter[str] = collections.Counter({k: 0 for k in STRUCTURE_COUNTS})
     counts["computations"] = len(comps)
     loop_roots: set[str] = set()
     calls: dict[str, set[str]] = {c: set() for c in comps}
     for cname, insts in comps.items():
         for name, shape, opcode, operands, attrs, root in insts:
-            for role, callee in _called(attrs):
+            for role, callee in called_computations(attrs):
                 calls[cname].add(callee)
                 if opcode == "while" and role in ("body", "condition"):
                     loop_roots.add(callee)

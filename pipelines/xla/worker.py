@@ -103,7 +103,7 @@ class XlaWorker:
             self.backend.compile_and_load(mlir, self.devices, options)
         except Exception as exc:
             if self._captured is None:
-                raise PassFailed(_compiler_message(exc)) from None
+                raise PassFailed(compiler_message(exc)) from None
         finally:
             self._capturing = False
         if self._captured is None:
@@ -127,8 +127,14 @@ class XlaWorker:
         """The debug-option overrides (``xla_disable_hlo_passes``) one step of ``action`` compiles with."""
         return list(self._overrides[action])
 
-    def metrics_of(self, module) -> dict:
-        """``Metrics.to_dict()``-shaped metrics of a jaxlib ``HloModule`` (counts, XLA's cost analysis)."""
+    def step(self, mlir: bytes, action: str, overrides: list[tuple[str, str]]) -> bytes:
+        """One step: the module after ``action`` (its ``overrides``), as a serialized HloModuleProto.
+        The CPU captures it with the pre-scheduler hook; the GPU worker reads XLA's per-pass dump."""
+        return self.capture(mlir, overrides)
+
+    def metrics_of(self, module, final: bool = False) -> dict:
+        """``Metrics.to_dict()``-shaped metrics of a jaxlib ``HloModule`` (counts, XLA's cost analysis).
+        ``final``: the module is the target pipeline's output (``<default>``), not an intermediate state."""
         metrics = {
             "instructions": hlo.instruction_count(module),
             "opcodes": hlo.opcode_histogram(module),
@@ -203,13 +209,13 @@ class XlaWorker:
                 raise BadInput(f"unknown pass '{action}'")
             t0 = time.perf_counter()
             try:
-                out = self.capture(mlir, overrides)
+                out = self.step(mlir, action, overrides)
             except PassFailed as exc:
                 yield StepOut(action, "error", message=str(exc), seconds=time.perf_counter() - t0)
                 return
             module = hlo.parse_proto(out)
             fp = hlo.fingerprint(module, out)
-            metrics = self.metrics_of(module)
+            metrics = self.metrics_of(module, final=action == "<default>")
             changed = fp != key
             if i + 1 < len(actions) and changed:
                 mlir = self.to_mlir(out, fp)
@@ -278,7 +284,7 @@ class XlaWorker:
         return True
 
 
-def _compiler_message(exc: BaseException) -> str:
+def compiler_message(exc: BaseException) -> str:
     """XLA's error status, first meaningful line, without Python traceback noise."""
     lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
     for ln in lines:

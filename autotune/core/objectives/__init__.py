@@ -11,7 +11,8 @@ the contract below; no code outside an objective's own file asks which objective
   deterministic objective (an instruction count) needs none beyond the two numbers; a measured one
   (runtime) re-measures before anything is claimed.
 
-Built in, one file each: ``final-ops`` (default), ``ops``, ``cost``, ``runtime``. Third parties
+Built in, one file each: ``final-ops`` (default), ``ops``, ``cost``, ``runtime``, and for a GPU
+target ``kernels`` and ``roofline`` (read off the GPU-compiled module; ``docs/gpu.md``). Third parties
 register more through the ``autotune.objectives`` entry-point group (``name = "pkg.mod:Class"``).
 
 Why several (see ``xla-mechanics.md`` section 6): the raw instruction count right after a sequence
@@ -156,6 +157,9 @@ class MetricObjective(Objective):
     default pipeline (``after_default``), which is what the backend will actually see."""
 
     after_default: ClassVar[bool] = True
+    #: A figure the target's pipeline must report about its final module (``Metrics.compiled``,
+    #: e.g. ``kernels`` on a GPU target); None when the objective reads only what every target has.
+    requires: ClassVar[str | None] = None
 
     @abc.abstractmethod
     def from_metrics(self, metrics: Metrics) -> float:
@@ -173,6 +177,11 @@ class MetricObjective(Objective):
 
     def default_cost(self, ctx: ObjectiveContext) -> float:
         # XLA's default module is already the output of the default pipeline: read it as it is.
+        if self.requires and ctx.default.metrics.figure(self.requires) is None:
+            from autotune.errors import BadInput
+
+            raise BadInput(f"objective {self.name} reads the {self.requires} of the compiled module, which the "
+                           f"{ctx.backend.target.name} target does not report (use a GPU target: --target h100)")
         return self.from_metrics(ctx.default.metrics)
 
 
@@ -180,6 +189,8 @@ BUILTIN = {
     "final-ops": "autotune.core.objectives.final_ops:FinalOps",
     "ops": "autotune.core.objectives.ops:Ops",
     "cost": "autotune.core.objectives.cost:Cost",
+    "kernels": "autotune.core.objectives.kernels:Kernels",
+    "roofline": "autotune.core.objectives.roofline:Roofline",
     "runtime": "autotune.core.objectives.runtime:Runtime",
 }
 

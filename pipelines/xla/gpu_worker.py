@@ -1,0 +1,189 @@
+"""The XLA side of a worker that tunes for a GPU: XLA's GPU pipeline, compiled without a GPU.
+
+jax's CUDA plugin compiles for the device a ``GpuTargetConfig`` describes through a compile-only
+client (``jax.experimental.topologies.get_topology_desc``); no GPU, driver or CUDA runtime is needed.
+Two things differ from the CPU worker (``worker.py``), both checked on jaxlib 0.10.2:
+
+* **No capture hook.** ``register_hlo_module_transformation`` registers on clients the jax backend
+  initialises; the compile-only client refuses it ("implemented for a PjRt-compatible backend
+  only"). XLA's per-pass dump works instead: a compile with ``xla_dump_to``,
+  ``xla_dump_hlo_pass_re=^PASS$`` and ``xla_dump_hlo_as_proto`` writes the module after every run
+  of that pass as a serialized ``HloModuleProto`` (exact: large constants included, unlike text
+  dumps), named ``module_N.NAME.SEQ.<pipeline>.after_<pass>.before_<next>.hlo.pb``.
+* **Stopping the compile.** Codegen is four fifths of a deviceless compile (LLaMA-3 8B decode step:
+  0.21 s of HLO passes, 1.04 s in all). ``xla_gpu_require_complete_aot_autotune_results`` makes the
+  GPU pipeline's autotuning stage (after fusion, before scheduling and LLVM) fail cleanly, as no
+  tuning results exist without a device; a step's module is read from the dump, so that failure
+  ends every step compile early. A module with no fusion never reaches it and simply compiles.
+
+A step of pass P disables every other name of the pre-layout region (``PassInventory.disabled_for``)
+and reads the last dump of P in its pipeline; ``<default>`` disables nothing and reads the module
+entering the autotuning stage (after ``fusion-wrapper``: every kernel is an instruction of it);
+``<identity>`` reads ``before_optimizations``. Execution still happens on this process's CPU client
+(``XlaWorker``): the tuned module's semantics do not depend on the device (``docs/gpu.md``).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import tempfile
+
+from autotune.errors import PassFailed
+from autotune.pipelines.xla import gpu_cost, hlo
+from autotune.pipelines.xla.worker import XlaWorker, compiler_message
+
+#: Where a GPU compile is stopped: the pipeline that autotunes kernels (needs a device), entered
+#: after ``fusion-wrapper`` has turned every remaining instruction into a kernel.
+STOP_PIPELINE = "autotuner"
+STOP_PASS = "fusion-wrapper"
+STOP_FLAG = ("xla_gpu_require_complete_aot_autotune_results", True)
+_DUMP = re.compile(r"^module_(?P<id>\d+)\.(?P<module>.+?)\.(?P<seq>\d+)\.(?P<pipeline>[^.]+)\.after_(?P<after>.+?)"
+                   r"\.before_(?P<before>.+)\.hlo\.pb$")
+
+
+def dump_root() -> str | None:
+    """A memory-backed directory for dumps when the machine has one (a step writes and reads one file)."""
+    return "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
+
+
+class XlaGpuWorker(XlaWorker):
+    """Handler served by ``autotune.core.workers``; requests as ``XlaWorker``'s, steps for the GPU."""
+
+    def __init__(self, inventory_json: str | None = None, include_target_specific: bool = False,
+                 target_config: str = "", target_name: str = "gpu"):
+        os.environ.setdefault("JAX_SKIP_CUDA_CONSTRAINTS_CHECK", "1")
+        super().__init__(inventory_json, include_target_specific)
+        from jax._src.interpreters import mlir as jax_mlir
+        from jax.experimental import topologies
+
+        from autotune.pipelines.xla.targets import parse_config
+
+        self.spec = parse_config(target_config, target_name, "worker")
+        topo = topologies.get_topology_desc(platform="cuda", target_config=target_config, topology="1x1x1")
+        self.gpu_device = topo.devices[0]
+        self.gpu_client = self.gpu_device.client
+        self.gpu_devices = self._jax.DeviceList((self.gpu_device,))
+        self._ir_context = jax_mlir.make_ir_context()
+        if self.inventory is not None:
+            self._overrides["<default>"] = []  # XLA's own GPU pipeline, every pass on
+
+    # ---- compiling for the GPU ---------------------------------------------------------------------
+    def _ir(self, mlir: bytes):
+        from jax._src.lib.mlir import ir
+
+        with self._ir_context:
+            return ir.Module.parse(mlir)
+
+    def gpu_compile(self, mlir: bytes, overrides: list, dump_re: str | None, stop: bool = True):
+        """Compile for the target with ``overrides``; with ``dump_re`` the per-pass proto dump goes to
+        a fresh directory. Returns ``(directory or None, executable or None, error or None)``."""
+        options = self._jax.CompileOptions()
+        extra = [STOP_FLAG] if stop else []
+        tmp = None
+        if dump_re is not None:
+            tmp = tempfile.mkdtemp(prefix="autotune-gpu-", dir=dump_root())
+            extra += [("xla_dump_to", tmp), ("xla_dump_hlo_pass_re", dump_re), ("xla_dump_hlo_as_proto", True),
+                      ("xla_dump_hlo_as_text", False)]
+        options.env_option_overrides = list(overrides) + extra
+        exe = error = None
+        try:
+            exe = self.gpu_client.compile(self._ir(mlir), self.gpu_devices, options)
+        except Exception as exc:
+            error = exc
+        return tmp, exe, error
+
+    def _read_dump(self, mlir: bytes, overrides: list, dump_re: str, pick) -> bytes:
+        """Compile, then the bytes of the dump file ``pick(files)`` names; ``PassFailed`` if none."""
+        tmp, _, error = self.gpu_compile(mlir, overrides, dump_re)
+        try:
+            chosen = pick(os.listdir(tmp))
+            if chosen is None:
+                reason = compiler_message(error) if error is not None and not _is_stop(error) else \
+                    "the pass did not run in XLA's GPU pipeline"
+                raise PassFailed(reason)
+            with open(os.path.join(tmp, chosen), "rb") as fh:
+                return hlo.unwrap_hlo_proto(fh.read())
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+    def step(self, mlir: bytes, action: str, overrides: list[tuple[str, str]]) -> bytes:
+        if action == "<identity>":
+            return self._read_dump(mlir, overrides, "^autotune-nothing$", _before_optimizations)
+        if action == "<default>":
+            return self._read_dump(mlir, [], f"^{re.escape(STOP_PASS)}$", lambda fs: _last(fs, STOP_PIPELINE, STOP_PASS))
+        pipeline = self.inventory.actions[action].pipeline
+        return self._read_dump(mlir, overrides, f"^{re.escape(action)}$", lambda fs: _last(fs, pipeline, action))
+
+    def metrics_of(self, module, final: bool = False) -> dict:
+        metrics = super().metrics_of(module)
+        if final:
+            metrics["compiled"] = gpu_cost.analyse(hlo.elided_text(module), self.spec).to_dict()
+        return metrics
+
+    # ---- requests that differ for the GPU -----------------------------------------------------------
+    def discover(self) -> list[str]:
+        """The GPU pipeline's per-pass dump names for the probe module (text names, as the CPU's)."""
+        from autotune.pipelines.xla.worker import PROBE_HLO
+
+        proto = hlo.parse_text(PROBE_HLO).as_serialized_hlo_module_proto()
+        tmp, _, _ = self.gpu_compile(self._jax.mlir.hlo_to_stablehlo(proto), [], ".+")
+        try:
+            return sorted(f.removesuffix(".hlo.pb") + ".txt" for f in os.listdir(tmp) if f.endswith(".hlo.pb"))
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+    def trace(self, proto: bytes, action: str) -> list[str]:
+        """The passes of the pre-layout region that ran when ``action`` ran alone (isolation proof)."""
+        tmp, _, _ = self.gpu_compile(self.to_mlir(proto, None), self._overrides[action], ".+")
+        try:
+            return sorted(f.removesuffix(".hlo.pb") + ".txt" for f in os.listdir(tmp) if _in_region(f, self.inventory))
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+    def compiles(self, proto: bytes) -> bool:
+        """True if XLA's whole GPU pipeline, codegen included, accepts the module for the target."""
+        _, _, error = self.gpu_compile(self.to_mlir(proto, None), [], None, stop=False)
+        if error is not None:
+            raise PassFailed(compiler_message(error))
+        return True
+
+    def gpu_module(self, proto: bytes) -> bytes:
+        """The module as the full deviceless compile leaves it (scheduled, copies inserted)."""
+        _, exe, error = self.gpu_compile(self.to_mlir(proto, None), [], None, stop=False)
+        if error is not None:
+            raise PassFailed(compiler_message(error))
+        return exe.hlo_modules()[0].as_serialized_hlo_module_proto()
+
+
+def _is_stop(error: BaseException) -> bool:
+    text = str(error)
+    return "autotune_cache_hit_required" in text or "Failed to get configs" in text or "No cached config" in text
+
+
+def _before_optimizations(files: list[str]) -> str | None:
+    found = sorted(f for f in files if f.endswith(".before_optimizations.hlo.pb"))
+    return found[0] if found else None
+
+
+def _last(files: list[str], pipeline: str, action: str) -> str | None:
+    """The last dump of ``action`` in ``pipeline`` of the compiled module (not of a nested one)."""
+    best, ids = None, set()
+    for f in files:
+        m = _DUMP.match(f)
+        if m:
+            ids.add(int(m["id"]))
+    main = min(ids) if ids else None
+    for f in files:
+        m = _DUMP.match(f)
+        if m and int(m["id"]) == main and m["pipeline"] == pipeline.replace(" ", "_") and m["after"] == action:
+            if best is None or int(m["seq"]) > best[0]:
+                best = (int(m["seq"]), f)
+    return best[1] if best else None
+
+
+def _in_region(name: str, inventory) -> bool:
+    """True for a dump file of a pass in the pre-layout region (``PassInventory.region``)."""
+    m = _DUMP.match(name)
+    return bool(m) and inventory.chain(m["pipeline"])[-1] in set(inventory.region)

@@ -1,0 +1,297 @@
+"""The GPU target: XLA's GPU pipeline compiled deviceless (no GPU here, none in CI).
+
+Real passes of XLA's GPU compiler through jax's CUDA plugin (the ``gpu`` extra, which ``make test``
+installs); without the plugin these tests are skipped, except where ``AUTOTUNE_REQUIRE_GPU_TESTS``
+is set (``.ci/run`` sets it: CI must run them).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+
+import pytest
+
+from autotune.errors import BadInput, UnknownName
+from autotune.pipelines.xla import gpu_cost, targets
+
+from conftest import EXAMPLES, SMALL, run_cli
+
+needs_plugin = pytest.mark.skipif(
+    not targets.plugin_available() and not os.environ.get("AUTOTUNE_REQUIRE_GPU_TESTS"),
+    reason="jax's CUDA plugin is not installed (pip install 'autotune[gpu]')")
+DECODE = EXAMPLES / "llm_decode_step.hlo"
+
+
+# ---- targets: names, files, refusals (no compiler) -------------------------------------------------------
+def test_shipped_targets_resolve_by_name_case_insensitively():
+    assert targets.resolve(None) is None and targets.resolve("cpu") is None and targets.resolve("CPU") is None
+    spec = targets.resolve("H100")
+    assert spec.name == "h100" and spec.compute_capability == (9, 0) and spec.core_count == 132
+    assert spec.description == "NVIDIA H100 80GB HBM3"
+    # FP32 peak of the CUDA cores: 132 SMs x 128 lanes x 2 flops x 1.98 GHz = 66.9 TFLOP/s
+    assert spec.fp32_flops == pytest.approx(66.9e12, rel=1e-3)
+    assert {"a100", "h100", "h200", "b200"} <= set(targets.known())
+    assert targets.resolve("h200").memory_bandwidth > targets.resolve("h100").memory_bandwidth
+    assert spec.target.key == f"h100-{spec.digest}" and spec.target.is_gpu
+
+
+def test_a_config_file_is_a_target_and_its_name_is_the_file_stem(tmp_path):
+    path = tmp_path / "my_gpu.txtpb"
+    path.write_text((targets.SPECS / "h100.txtpb").read_text().replace("132", "114"))
+    spec = targets.resolve(str(path))
+    assert spec.name == "my_gpu" and spec.core_count == 114
+    assert spec.digest != targets.resolve("h100").digest  # another device: another cache key
+
+
+def test_bad_targets_are_one_clear_error(tmp_path):
+    with pytest.raises(UnknownName, match="h100"):
+        targets.resolve("h1000")
+    with pytest.raises(BadInput, match="no such GpuTargetConfig"):
+        targets.resolve(str(tmp_path / "none.txtpb"))
+    bad = tmp_path / "bad.txtpb"
+    bad.write_text("gpu_device_info { core_count: 10 }\n")
+    with pytest.raises(BadInput, match="without fpus_per_core"):
+        targets.resolve(str(bad))
+    bad.write_text("hello")
+    with pytest.raises(BadInput, match="not a GpuTargetConfig"):
+        targets.resolve(str(bad))
+
+
+def test_the_device_a_gpu_compile_runs_on_names_its_target():
+    assert targets.for_device("NVIDIA H100 80GB HBM3") == "h100"
+    assert targets.for_device("NVIDIA  H200") == "h200"
+    assert targets.for_device("Tesla T4") is None
+
+
+def test_without_the_plugin_a_gpu_target_is_refused_in_one_line(monkeypatch):
+    monkeypatch.setattr(targets, "plugin_available", lambda: False)
+    with pytest.raises(BadInput, match=r"pip install 'autotune\[gpu\]'"):
+        targets.require_plugin(targets.resolve("h100"))
+
+
+def test_a_cpu_only_backend_refuses_a_gpu_target():
+    from autotune.core import backend as backends
+
+    with pytest.raises(BadInput, match="toy backend compiles for the host CPU only"):
+        backends.get("toy", target="h100")
+
+
+# ---- the cost model on a hand-written GPU-compiled module --------------------------------------------------
+COMPILED = """HloModule m
+
+fused_add (p0: f32[1024,1024], p1: f32[1024,1024]) -> f32[1024,1024] {
+  p0 = f32[1024,1024]{1,0} parameter(0)
+  p1 = f32[1024,1024]{1,0} parameter(1)
+  ROOT a = f32[1024,1024]{1,0} add(p0, p1)
+}
+
+gemm (g0: bf16[256,512], g1: bf16[512,128]) -> bf16[256,128] {
+  g0 = bf16[256,512]{1,0} parameter(0)
+  g1 = bf16[512,128]{1,0} parameter(1)
+  ROOT d = bf16[256,128]{1,0} dot(g0, g1), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+}
+
+fused_slice (table: f32[4096,1024], row: s32[]) -> f32[1,1024] {
+  table = f32[4096,1024]{1,0} parameter(0)
+  row = s32[] parameter(1)
+  z = s32[] constant(0)
+  ROOT ds = f32[1,1024]{1,0} dynamic-slice(table, row, z), dynamic_slice_sizes={1,1024}
+}
+
+body (bp: (s32[], f32[1024,1024])) -> (s32[], f32[1024,1024]) {
+  bp = (s32[], f32[1024,1024]{1,0}) parameter(0)
+  i = s32[] get-tuple-element(bp), index=0
+  x = f32[1024,1024]{1,0} get-tuple-element(bp), index=1
+  y = f32[1024,1024]{1,0} fusion(x, x), kind=kLoop, calls=fused_add
+  ROOT t = (s32[], f32[1024,1024]{1,0}) tuple(i, y)
+}
+
+cond (cp: (s32[], f32[1024,1024])) -> pred[] {
+  cp = (s32[], f32[1024,1024]{1,0}) parameter(0)
+  ROOT c = pred[] constant(true)
+}
+
+ENTRY main (x: f32[1024,1024], a: bf16[256,512], b: bf16[512,128], kv: f32[4096,1024], k: s32[]) -> (f32[1024,1024], bf16[256,128], f32[1,1024]) {
+  x = f32[1024,1024]{1,0} parameter(0)
+  a = bf16[256,512]{1,0} parameter(1)
+  b = bf16[512,128]{1,0} parameter(2)
+  kv = f32[4096,1024]{1,0} parameter(3)
+  k = s32[] parameter(4)
+  z = s32[] constant(0)
+  init = (s32[], f32[1024,1024]{1,0}) tuple(z, x)
+  w = (s32[], f32[1024,1024]{1,0}) while(init), condition=cond, body=body, backend_config={"known_trip_count":{"n":"8"}}
+  wx = f32[1024,1024]{1,0} get-tuple-element(w), index=1
+  g = bf16[256,128]{1,0} fusion(a, b), kind=kCustom, calls=gemm
+  s = f32[1,1024]{1,0} fusion(kv, k), kind=kLoop, calls=fused_slice
+  ROOT out = (f32[1024,1024]{1,0}, bf16[256,128]{1,0}, f32[1,1024]{1,0}) tuple(wx, g, s)
+}
+"""
+
+
+def _printed(text: str) -> str:
+    """The module as XLA prints it (what the worker analyses: ``hlo.elided_text``)."""
+    from autotune.pipelines.xla import hlo
+
+    return hlo.elided_text(hlo.parse_text(text))
+
+
+def test_kernels_count_launches_and_loops_count_once_per_iteration():
+    cost = gpu_cost.analyse(_printed(COMPILED), targets.resolve("h100"))
+    # 8 iterations of one fusion, the GEMM fusion and the slice fusion (the condition is a constant)
+    assert cost.kernels == 8 + 1 + 1
+
+
+def test_the_roofline_charges_bytes_flops_and_launches_as_documented():
+    h100 = targets.resolve("h100")
+    us = gpu_cost.analyse(_printed(COMPILED), h100).estimate_us
+    mib4 = 1024 * 1024 * 4
+    loop = 8 * (max(1024 * 1024 / h100.fp32_flops, 3 * mib4 / h100.memory_bandwidth) * 1e6 + gpu_cost.LAUNCH_US
+                + gpu_cost.LOOP_ITERATION_US)
+    gemm_flops = 2 * 256 * 128 * 512
+    gemm_bytes = 2 * (256 * 512 + 512 * 128 + 256 * 128)
+    gemm = max(gemm_flops / (h100.fp32_flops * gpu_cost.TENSOR_CORE[9]["16"]), gemm_bytes / h100.memory_bandwidth) * 1e6
+    # the slice fusion reads one row of the 16 MiB table, not the table
+    slice_ = max(1024 / h100.fp32_flops, (1024 * 4 + 4 + 1024 * 4) / h100.memory_bandwidth) * 1e6
+    assert us == pytest.approx(loop + gemm + slice_ + 2 * gpu_cost.LAUNCH_US, rel=1e-6)
+
+
+# ---- XLA's GPU pipeline, deviceless ------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def gpu_engine(tmp_path_factory):
+    from autotune.core.engine import open_engine
+
+    with open_engine(tmp_path_factory.mktemp("gpu") / "cache.db", workers=2, target="h100") as ev:
+        yield ev
+
+
+@needs_plugin
+def test_the_gpu_vocabulary_is_discovered_from_the_gpu_pipeline(gpu_engine):
+    passes = gpu_engine.pipeline.passes()
+    assert {"algsimp", "cse", "reshape-mover", "simplification", "convert-mover", "dot_decomposer"} <= set(passes)
+    assert "apply-xla-transforms" not in passes and "scatter_simplifier" not in passes  # documented exclusions
+    assert "layout-assignment" not in passes and "priority-fusion" not in passes  # target stages, not actions
+    info = {p.name: p.runs_inside for p in gpu_engine.pipeline.describe()}
+    assert info["algsimp"] == "optimization > simplification"
+    assert info["convert-mover"] == "optimization > simplification-2"
+
+
+@needs_plugin
+def test_one_step_runs_exactly_its_pass_in_the_gpu_pipeline(gpu_engine):
+    from autotune.core.module import load
+
+    pipeline = gpu_engine.pipeline
+    root = gpu_engine.prepare(load(DECODE))
+    for action in ("cse", "algsimp", "convert-mover"):
+        ran = {name.split(".after_")[1].split(".before_")[0] for name in pipeline.trace(root, action)}
+        assert ran - {"pipeline-start"} <= set(pipeline.inventory.actions[action].keep), (action, ran)
+        assert action in ran
+
+
+@needs_plugin
+def test_gpu_steps_change_the_module_and_the_default_reports_kernels(gpu_engine):
+    from autotune.core.module import load
+
+    root = gpu_engine.prepare(load(SMALL))
+    n = gpu_engine.metrics(root.fingerprint).instructions
+    after = gpu_engine.evaluate(root, ["cse"])
+    assert after.ok and after.metrics.instructions < n  # small_redundant has a duplicate for cse
+    default = gpu_engine.default(root)
+    assert default.ok and default.metrics.figure("kernels") >= 1 and default.metrics.figure("estimate_us") > 0
+    assert gpu_engine.metrics(root.fingerprint).compiled is None  # only final modules are compiled ones
+
+
+@needs_plugin
+def test_a_target_is_part_of_every_cache_key(gpu_engine, engine):
+    assert gpu_engine.version != engine.version and "h100-" in gpu_engine.version
+    assert engine.pipeline.target.key == "cpu"
+
+
+@needs_plugin
+def test_run_for_h100_says_which_pipeline_judged_and_checks_the_gpu_compile(tmp_path):
+    db = tmp_path / "c.db"
+    out = run_cli("run", str(DECODE), "--target", "h100", "--strategy", "random", "--budget", "12", "--seed", "1",
+                  "--json", db=db)
+    assert out.returncode == 0, out.stderr
+    result = json.loads(out.stdout)
+    assert result["target"]["name"] == "h100" and result["target"]["platform"] == "gpu"
+    assert "GPU pipeline for NVIDIA H100 80GB HBM3" in result["judged_by"]
+    validity = result["validity"]
+    if result["best"] and result["best"]["sequence"] and validity["level"] != "identical":
+        assert "compiled for h100 by XLA's GPU pipeline without a GPU" in validity["reason"]
+    # the same module for the CPU: another pipeline, other figures, nothing shared
+    cpu = json.loads(run_cli("run", str(DECODE), "--strategy", "random", "--budget", "12", "--seed", "1", "--json",
+                             db=db).stdout)
+    assert cpu["target"]["name"] == "cpu" and cpu["default"]["instructions"] != result["default"]["instructions"]
+
+
+@needs_plugin
+def test_gpu_objectives_on_a_gpu_target_and_a_clear_refusal_on_the_cpu(tmp_path):
+    db = tmp_path / "c.db"
+    for objective in ("kernels", "roofline"):
+        out = run_cli("run", str(SMALL), "--target", "h100", "--objective", objective, "--budget", "6", "--json",
+                      "--no-validate", db=db)
+        assert out.returncode == 0, out.stderr
+        result = json.loads(out.stdout)
+        assert result["objective"] == objective and result["default_cost"] > 0
+        assert result["default_cost"] == result["default"]["compiled"]["kernels" if objective == "kernels" else
+                                                                         "estimate_us"]
+    refused = run_cli("run", str(SMALL), "--objective", "kernels", "--budget", "4", db=db)
+    assert refused.returncode == 2 and refused.stderr.count("\n") == 1
+    assert "does not report" in refused.stderr and "--target h100" in refused.stderr
+
+
+@needs_plugin
+def test_a_record_judged_for_one_target_is_refused_for_another(tmp_path):
+    db = tmp_path / "c.db"
+    ran = json.loads(run_cli("run", str(DECODE), "--target", "h100", "--strategy", "greedy", "--budget", "40", "--json",
+                             "--no-validate", db=db).stdout)
+    if not ran["beats_default"]:
+        pytest.skip("no ordering beat XLA's GPU default here: nothing to export")
+    record = tmp_path / "r.json"
+    assert run_cli("export", ran["run_id"], "-o", str(record), db=db).returncode == 0
+    assert json.loads(record.read_text())["target"].startswith("h100-")
+    refused = run_cli("check", str(DECODE), "--record", str(record), "--no-validate", db=db)
+    assert refused.returncode == 2 and "judged for target 'h100-" in refused.stderr
+    held = run_cli("check", str(DECODE), "--record", str(record), "--target", "h100", "--no-validate", db=db)
+    assert held.returncode == 0, held.stdout + held.stderr
+
+
+@needs_plugin
+def test_a_cpu_policy_is_refused_for_a_gpu_target(tmp_path):
+    from autotune import policies
+
+    out = run_cli("run", str(SMALL), "--target", "h100", "--strategy", "ppo", "--policy", str(policies.resolve("llm")),
+                  "--budget", "4", db=tmp_path / "c.db")
+    assert out.returncode == 2 and "trained for target 'cpu', not 'h100-" in out.stderr
+
+
+@needs_plugin
+def test_the_jax_hook_never_gives_a_cpu_compile_an_ordering_judged_for_a_gpu(tmp_path):
+    import jax
+    import jax.numpy as jnp
+
+    import autotune.jax as hook
+    from autotune.core.record import TuningRecord
+
+    def f(x):
+        return (jnp.exp(x) + jnp.exp(x)).sum()
+
+    arg = jnp.ones((8, 8), jnp.float32)
+    with hook.use([], cache=tmp_path / "c.db") as stats:
+        jax.jit(f)(arg)
+    fp = stats.seen[0]
+    record = TuningRecord("f", fp, ("cse",), "final-ops", "v", "x", "a", {"cost": 1.0}, True,
+                          target=f"h100-{targets.resolve('h100').digest}")
+    with hook.use([record], cache=tmp_path / "c.db") as stats:
+        assert float(jax.jit(f)(arg)) == pytest.approx(2 * math.e * 64, rel=1e-5)
+    assert stats.applied == [] and stats.other_target == [(fp, record.target)] and stats.targets[fp] == "cpu"
+
+    class Gpu:
+        platform = "gpu"
+
+    class H100:
+        device_kind = "NVIDIA H100 80GB HBM3"
+
+    assert hook.target_of(Gpu(), [H100()]) == "h100" and hook.target_of(Gpu(), [H100()], "h200") == "h200"
