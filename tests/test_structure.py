@@ -20,6 +20,10 @@ and, so that a checker that can never fail is caught too, over a snippet that br
 * **No objective is special-cased by name.** Outside ``core/objectives/``, core never compares a
   value with an objective's name (``== "runtime"``, ``in ("ops", "final-ops")``) nor looks one up
   in a table keyed by objective names: the objective object answers for itself.
+* **Options are values.** No module writes the process environment to pass a choice on (``os.environ[...]
+  =``, ``setdefault``, ``update``, ``putenv``; a worker process configuring its own compiler is the
+  exception, ``ENV_WRITERS``), and only the CLI's edge reads the engine options' variables
+  (``AUTOTUNE_BACKEND``, ``AUTOTUNE_TARGET``, ``AUTOTUNE_EXECUTOR``, ``AUTOTUNE_RAY_ADDRESS``).
 """
 
 from __future__ import annotations
@@ -32,7 +36,13 @@ ROOT = Path(__file__).resolve().parent.parent
 #: Every Python file of the project that follows the rules (the tests' own helpers are exempt).
 CODE = [ROOT / d for d in ("autotune", "pipelines", "strategies", "bench")]
 CORE = ROOT / "autotune" / "core"
-OBJECTIVE_NAMES = frozenset({"final-ops", "ops", "cost", "runtime"})
+OBJECTIVE_NAMES = frozenset({"final-ops", "ops", "cost", "runtime", "kernels", "roofline"})
+#: Files that may write the environment: a worker process sets its own compiler's defaults before jax
+#: starts, and ``import autotune`` quietens jaxlib's logging by default.
+ENV_WRITERS = frozenset({"autotune/__init__.py", "pipelines/xla/worker.py", "pipelines/xla/gpu_worker.py"})
+#: The engine options' variables and the one file that reads them (as click defaults).
+ENGINE_ENV = frozenset({"AUTOTUNE_BACKEND", "AUTOTUNE_TARGET", "AUTOTUNE_EXECUTOR", "AUTOTUNE_RAY_ADDRESS"})
+ENGINE_ENV_READER = "autotune/cli/common.py"
 COMPILER_PACKAGES = ("jax", "jaxlib", "autotune.pipelines")
 MAX_FUNCTION_LINES = 60
 #: The files that (de)serialise results, the only ones that may name the stored ``validity`` key.
@@ -182,6 +192,21 @@ def result_key_reads(source: str) -> list[str]:
     return found
 
 
+def environ_options(source: str, may_write: bool = False, may_read: bool = False) -> list[str]:
+    """Writes of the process environment and reads of the engine options' variables."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        text = ast.unparse(node) if isinstance(node, (ast.Assign, ast.Call, ast.Subscript)) else ""
+        if not may_write and isinstance(node, ast.Assign) and any("environ[" in ast.unparse(t) for t in node.targets):
+            found.append(f"line {node.lineno}: {text}")
+        elif not may_write and isinstance(node, ast.Call) and re.search(r"environ\.(setdefault|update)\(|putenv\(",
+                                                                         ast.unparse(node.func) + "("):
+            found.append(f"line {node.lineno}: {text}")
+        elif not may_read and isinstance(node, ast.Constant) and node.value in ENGINE_ENV:
+            found.append(f"line {node.lineno}: reads {node.value}")
+    return found
+
+
 def _offenders(check, files: list[Path]) -> list[str]:
     return [f"{p.relative_to(ROOT)} {hit}" for p in files for hit in check(p.read_text())]
 
@@ -193,6 +218,22 @@ def test_no_module_reaches_into_another_modules_privates():
 
 def test_core_never_imports_jax_jaxlib_or_a_backend():
     assert not _offenders(compiler_imports, _files(CORE))
+
+
+def test_options_are_values_not_environment_variables():
+    hits = [f"{p.relative_to(ROOT)} {hit}" for p in _files(ROOT / "autotune", ROOT / "pipelines", ROOT / "strategies")
+            for hit in environ_options(p.read_text(), may_write=str(p.relative_to(ROOT)) in ENV_WRITERS,
+                                       may_read=str(p.relative_to(ROOT)) == ENGINE_ENV_READER)]
+    assert not hits
+
+
+def test_the_environment_checker_catches_writes_and_option_reads():
+    bad = ('import os\nos.environ["AUTOTUNE_EXECUTOR"] = "ray"\nos.environ.setdefault("X", "1")\n'
+           'os.putenv("Y", "2")\nname = os.environ.get("AUTOTUNE_BACKEND")\n')
+    assert sorted(h.split(":")[0] for h in environ_options(bad)) == ["line 2", "line 2", "line 3", "line 4", "line 5"]
+    assert environ_options('import os\nx = os.environ.get("AUTOTUNE_DB")\n') == []
+    assert environ_options(bad, may_write=True, may_read=True) == []
+
 
 
 def test_nothing_probes_the_backend_for_a_declared_member():
