@@ -3,7 +3,7 @@
 
     python bench/fleet.py [--budget 114] [--suite-budget 57] [--db PATH]
 
-1. **Real fleet**: every module of ``../shared/real-hlo`` (8 third-party models, three of them LLM
+1. **Real fleet**: every real module of ``tests/data/real`` and ``tests/data/real-llm`` (8 third-party models, three of them LLM
    steps too large to execute here), ``greedy`` searching ONE sequence with a budget of ``--budget``
    fleet evaluations (each = the sequence on all 8 modules), against ``greedy`` on each module alone
    with the same budget per module: equal total work (fleet evaluations x modules = runs x budget).
@@ -38,7 +38,8 @@ from autotune.core.module import load  # noqa: E402
 from autotune.core.tuner import tune  # noqa: E402
 from autotune.reporting.explain import explain  # noqa: E402
 
-REAL = ROOT.parent / "shared" / "real-hlo"  # ../shared/real-hlo beside the checkout
+sys.path.insert(0, str(ROOT / "bench"))
+from realmods import all_real, require  # noqa: E402
 DLRM = ROOT / "tests/data/real/xla_dlrm_train_step.hlo"
 DLRM_WIN = ("call-inliner", "algsimp", "reshape-mover")
 #: (family, index into that family's suite entries): small, varied modules of the generated suite.
@@ -174,12 +175,14 @@ def main(argv=None) -> int:
     command = "python bench/fleet.py" + "".join(f" {a}" for a in (argv if argv is not None else sys.argv[1:]))
     suite_dir = Path(tmp.name) / "suite"
     suite_dir.mkdir()
+    real = sorted(all_real(), key=lambda p: p.name)  # the order of the fleet as it always was (by file name)
+    require(real + [DLRM], "real module")
     with open_engine(db, workers=2) as ev:
         log("explain: DLRM")
         e = explain(ev, ev.prepare(load(DLRM)), DLRM_WIN, model_path="tests/data/real/xla_dlrm_train_step.hlo")
         (out / "explain_dlrm.md").write_text(e.to_markdown())
-        parts = [compare(ev, sorted(REAL.glob("*.hlo")), args.budget, args.max_length,
-                         "Real third-party modules (../shared/real-hlo)")]
+        parts = [compare(ev, real, args.budget, args.max_length,
+                         "Real third-party modules (tests/data/real, tests/data/real-llm)")]
         log("suite sample: lowering 6 modules")
         parts.append(compare(ev, suite_sample(suite_dir), args.suite_budget, args.max_length,
                              "Suite sample (6 generated modules)"))

@@ -6,7 +6,7 @@
 The experiment of issue 18 (the claim of the 2023 paper, on this XLA): a PPO policy trained on the
 ``llm`` family's train split orders passes on modules it has never seen, in ONE deterministic
 roll-out. It is compared, on a sample of the family's test split and zero-shot on the three LLM
-steps of ``../shared/real-hlo`` (never used for training), with:
+steps of ``tests/data/real-llm`` (never used for training), with:
 
 * ``default``: XLA's default pipeline (no sequence);
 * ``random@evals``: random search with as many evaluations as the roll-out made;
@@ -73,8 +73,8 @@ from autotune.core.tuner import evaluation_session, tune  # noqa: E402
 from autotune.strategy import SearchSpace  # noqa: E402
 from autotune.zoo import suite  # noqa: E402
 
-SHARED = ROOT.parent / "shared" / "real-hlo"
-SHARED_LLM = ("rocm_llama3_8b_generate.hlo", "rocm_gpt_oss_20b_prefill.hlo", "rocm_deepseek2_16b_generate.hlo")
+sys.path.insert(0, str(ROOT / "bench"))
+from realmods import REAL_LLM as SHARED, LLM_STEPS as SHARED_LLM, require  # noqa: E402
 POLICY = ROOT / "autotune" / "policies" / "llm.zip"
 METHODS = ("policy", "roll-out", "imitation", "ppo", "random@evals", "random@steps", "random@4xsteps", "fixed",
            "search")
@@ -108,7 +108,7 @@ def log(msg: str) -> None:
 
 
 def rel(path: Path) -> str:
-    """A path as results/ may show it: relative to the repository (or to its parent for ../shared)."""
+    """A path as results/ may show it: relative to the repository (a path outside it is shown whole)."""
     path = Path(path).resolve()
     for base, prefix in ((ROOT, ""), (ROOT.parent, "../")):
         try:
@@ -783,7 +783,7 @@ def markdown(data: dict) -> str:
         "gets with the budget the goal allows it: the policy should need at most a quarter of random search's "
         "steps for the same result).",
         f"* **Modules**: {s['groups']['test']['modules']} of the test split (stratified; model configurations never "
-        "seen in training) and the three LLM steps of `../shared/real-hlo` (zero-shot, never trained on).",
+        "seen in training) and the three LLM steps of `tests/data/real-llm` (zero-shot, never trained on).",
         "* Every method keeps XLA's default when nothing it evaluated beat it, and its best sequence is pruned as "
         "`autotune run` prunes it (all but `roll-out`; random@steps gets the policy's steps, prune included, and "
         "then prunes its own best); each ran on its own cold cache. "
@@ -995,6 +995,7 @@ def main(argv=None) -> int:
     ap.add_argument("--obs-noise", type=float, default=0.0,
                     help="imitation on jittered composition coordinates (an experiment; see imitate)")
     args = ap.parse_args(argv)
+    require([SHARED / f for f in SHARED_LLM], "real LLM step")  # before hours of training, not after
     params = dict(QUICK if args.quick else FULL)
     if args.timesteps:
         params["timesteps"] = args.timesteps

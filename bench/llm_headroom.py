@@ -187,7 +187,7 @@ def markdown(data: dict) -> str:
         lines += [f"| `{', '.join(f['sequence'])}` | {f['wins']} | {f['losses']} | {f['failed']} | "
                   f"{f['mean_gain_pct']} |" for f in data["fixed"]]
     if data["real_llm"]:
-        lines += ["", "For comparison, the held-out real LLM steps of `../shared/real-hlo` (never used here; rows "
+        lines += ["", "For comparison, the held-out real LLM steps of `tests/data/real-llm` (never used here; rows "
                       f"of results/real_models.md, made by `{data['real_llm_command']}`):", "",
                   "| module | default final-ops | best final-ops | sequence |", "|---|---:|---:|---|"]
         lines += [f"| {r['module']} | {r['default_final_ops']} | {r['best_final_ops']} | "

@@ -365,7 +365,7 @@ def llm_section(results: Path) -> list:
             f"(imitation of beam-search winners, then PPO with the reward `{tr.get('reward', 'step')}`; the shipped "
             f"variant chosen on held-out train-split modules; {tr['wall_seconds'] / 60:.1f} min), "
             f"rolled out ONCE, deterministically, with no search, on {groups['test']['modules']} test-split modules "
-            "(model configurations never seen in training) and on the three LLM steps of `../shared/real-hlo` "
+            "(model configurations never seen in training) and on the three LLM steps of `tests/data/real-llm` "
             "(never trained on). Fraction of the ceiling's gain recovered (ceiling: per-module random search at "
             f"budget {p['search_budget']} in this {scale}), mean over modules (pooled in brackets), and compiled "
             "steps per module:",

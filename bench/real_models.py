@@ -10,7 +10,7 @@ here (memory, or its execution estimated over ``--validate-seconds``) gets level
 
     python bench/real_models.py [--quick] [--strategy nevergrad] [--budget 40] [--seed 0] [MODULE ...]
 
-Default modules: the eight in ``../shared/real-hlo`` (three LLM steps too large to execute here),
+Default modules: the eight real ones (``tests/data/real``, ``tests/data/real-llm``: three LLM steps too large to execute here),
 the generated real-model classes in ``tests/data/gen`` (an LLM-shaped train step from abstract
 shapes, GPU custom calls from cross-platform lowering, baked-in weights), and the largest generated
 modules (``bench/realscale_models.py``: LLaMA-like train steps of ~10k and ~18k instructions, and
@@ -31,14 +31,15 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-SHARED = ROOT.parent / "shared" / "real-hlo"
+sys.path.insert(0, str(ROOT / "bench"))
+from realmods import all_real, require  # noqa: E402
 #: Longest one module may take (the issue's bound for ``--budget 40`` on 2 cores).
 MODULE_LIMIT_S = 600
 PHASES = ("load", "normalise", "default", "search", "recheck", "prune", "validation", "confirmation")
 
 
 def default_modules() -> list[Path]:
-    return sorted(SHARED.glob("*.hlo")) + sorted((ROOT / "tests" / "data" / "gen").glob("*.hlo"))
+    return sorted(all_real(), key=lambda p: p.name) + sorted((ROOT / "tests" / "data" / "gen").glob("*.hlo"))
 
 
 def generated_modules(out: Path) -> list[Path]:
@@ -61,7 +62,7 @@ def generated_modules(out: Path) -> list[Path]:
 
 
 def _rel(path: Path) -> str:
-    """A path relative to the repository (``../shared/...`` for the shared modules; generated files by name)."""
+    """A path relative to the repository (generated files outside it by name)."""
     try:
         return os.path.relpath(path.resolve(), ROOT) if path.resolve().is_relative_to(ROOT.parent) else path.name
     except ValueError:
@@ -193,6 +194,7 @@ def main() -> None:
     p.add_argument("--estimates-only", action="store_true",
                    help="only the execution plans of the modules, added to the existing results/real_models.json")
     args = p.parse_args()
+    require(args.modules or default_modules(), "module")
     if args.estimates_only:
         data = json.loads((args.out / "real_models.json").read_text())
         with tempfile.TemporaryDirectory(prefix="autotune-real-") as tmp:

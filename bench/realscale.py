@@ -10,8 +10,8 @@ Measures what tuning costs on modules the size of real models, without executing
       (inputs need tens of GiB) at about 1k, 5k, 10k and 20k instructions, with XLA's own floors
       measured side by side (the StableHLO import alone; the HLO pipeline with every pass disabled)
       and where the rest of a step goes (parse, fingerprint, metrics, cost analysis, transfer);
-  (c) the three LLM modules in /work/shared/real-hlo (load, normalise, step);
-  (d) every module in /work/shared/real-hlo plus a generated LLM-shaped step through the CLI:
+  (c) the three LLM modules of tests/data/real-llm (load, normalise, step);
+  (d) every real module (tests/data/real, tests/data/real-llm) plus a generated LLM-shaped step through the CLI:
       ``autotune baseline`` and ``autotune run --no-validate --budget 20 --strategy random``.
 
 Step timings reuse bench/perf.py (``step_latency``: every action applied alone, uncached then
@@ -53,8 +53,7 @@ from perf import median_ms, step_latency  # noqa: E402
 from autotune.core.engine import open_engine  # noqa: E402
 from autotune.core.module import load  # noqa: E402
 
-REAL_HLO = Path(os.environ.get("AUTOTUNE_REAL_HLO", "/work/shared/real-hlo"))
-LLM_MODULES = ("rocm_llama3_8b_generate.hlo", "rocm_gpt_oss_20b_prefill.hlo", "rocm_deepseek2_16b_generate.hlo")
+from realmods import LLM_STEPS as LLM_MODULES, REAL_LLM, all_real  # noqa: E402
 
 
 def _ms(seconds: float) -> float:
@@ -152,7 +151,7 @@ def scale(tmp: Path, sizes: list[str], actions: int, repeats: int) -> dict:
 def real_llms(tmp: Path, actions: int, repeats: int) -> dict:
     out = {}
     for name in LLM_MODULES:
-        path = REAL_HLO / name
+        path = REAL_LLM / name
         if not path.exists():
             print(f"skip {path}: missing", file=sys.stderr)
             continue
@@ -171,7 +170,7 @@ def cli_checks(tmp: Path) -> list[dict]:
     big.write_text(llama_train_step(1, batch=1024))  # attention scores f32[1024,32,4096,4096]
     rows = []
     env = dict(os.environ, AUTOTUNE_DB=str(tmp / "cli.db"))
-    for path in [*sorted(REAL_HLO.glob("*.hlo")), llm, big]:
+    for path in [*sorted(all_real(), key=lambda p: p.name), llm, big]:
         row = {"module": path.name}
         for label, args in (("baseline", ["baseline", "--json", str(path)]),
                             ("run", ["run", "--strategy", "random", "--budget", "20", "--no-validate", "--json",
@@ -291,7 +290,7 @@ def before_after(old_tree: Path, rounds: int, out: Path) -> None:
         consts.write_text(embedded_weights(True))
         params = tmp / "embedded_parameters.hlo"
         params.write_text(embedded_weights(False))
-        modules = [str(consts), str(params), *(str(REAL_HLO / n) for n in LLM_MODULES)]
+        modules = [str(consts), str(params), *(str(REAL_LLM / n) for n in LLM_MODULES)]
         runs: dict[str, list[dict]] = {"before": [], "after": []}
         for r in range(rounds):
             for label, tree in (("before", old_tree), ("after", ROOT)):
@@ -459,7 +458,7 @@ def render(r: dict) -> str:
                   f"HLO->MLIR of the result {span(['hlo_to_mlir_ms'])}, and the engine's own work (parse, "
                   f"fingerprint, metrics, cost analysis, transfer) {span(list(ENGINE_PARTS))}.", ""]
     if r.get("real_llms"):
-        lines += ["## (c) The three LLM modules in /work/shared/real-hlo", "", *_timing_table(r["real_llms"]), "",
+        lines += ["## (c) The three LLM modules of tests/data/real-llm", "", *_timing_table(r["real_llms"]), "",
                   *_parts_table(r["real_llms"]), ""]
     if r.get("cli"):
         lines += ["## (d) Every module through the CLI (no execution)", "",

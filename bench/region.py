@@ -2,13 +2,13 @@
 """The region check (level ``executed-region``) on the modules too big to run, and its agreement
 with the whole-module check on every module that can be run whole.
 
-Part 1, the three LLM steps of ``../shared/real-hlo`` (inputs 30-78 GiB): the win is found the way
+Part 1, the three LLM steps of ``tests/data/real-llm`` (inputs 30-78 GiB): the win is found the way
 a user finds it (``autotune run --strategy random --budget 20 MODULE`` through the API, seed 0;
 ``--quick`` applies the sequences that search finds instead of searching), then its validation
 level is established on this machine and timed: the whole module is declined for memory, the tuned
 module is compiled, and the changed regions are cut and executed.
 
-Part 2, agreement: on every module of ``tests/data`` and ``../shared/real-hlo`` whose inputs fit
+Part 2, agreement: on every module of ``tests/data`` (``real-llm`` included) whose inputs fit
 the execution limit, take the first of a few short sequences that changes XLA's default final
 module, then judge it with both checks (whole-module execution, and the region check forced as if
 whole execution had been declined); then inject a miscompile into the tuned final module (swap the
@@ -33,7 +33,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-SHARED = ROOT.parent / "shared" / "real-hlo"
+sys.path.insert(0, str(ROOT / "bench"))
+from realmods import REAL_LLM as SHARED, all_real, require  # noqa: E402
 LLMS = ("rocm_llama3_8b_generate", "rocm_gpt_oss_20b_prefill", "rocm_deepseek2_16b_generate")
 #: What ``autotune run --strategy random --budget 20`` finds on each (README, results/real_models.md).
 FOUND = {
@@ -99,7 +100,7 @@ def llm_row(ev, path: Path, quick: bool) -> dict:
 def executable_modules() -> list[Path]:
     data = ROOT / "tests" / "data"
     paths = sorted(data.glob("*.hlo")) + sorted((data / "real").glob("*.hlo")) + sorted((data / "gen").glob("*.hlo"))
-    paths += sorted(p for p in SHARED.glob("*.hlo") if p.stem not in LLMS)
+    paths += sorted(p for p in all_real() if p.stem not in LLMS and p not in paths)
     return paths
 
 
@@ -213,7 +214,7 @@ def gib(n) -> str:
 def markdown(llm: list[dict], agree: list[dict], command: str) -> str:
     lines = ["# The region check: executing only what changed", "",
              f"Regenerate: `{command}` (2-core machine shared with other jobs; times are wall-clock).", "",
-             "## LLM steps too large to execute (`../shared/real-hlo`)", "",
+             "## LLM steps too large to execute (`tests/data/real-llm`)", "",
              "| module | sequence | final-ops default -> tuned | regions (default + tuned instructions) | "
              "bytes executed / whole module | level | cut | full compile | region check |",
              "|---|---|---:|---|---:|---|---:|---:|---:|"]
@@ -226,7 +227,7 @@ def markdown(llm: list[dict], agree: list[dict], command: str) -> str:
     lines += ["", "Reasons, as `run` prints them:", ""]
     lines += [f"* **{r['module']}**: `{r['level']}` ({r['reason']})" for r in llm]
     lines += ["", "## Agreement with the whole-module check", "",
-              "Every module of `tests/data` and `../shared/real-hlo` that can be executed whole, with the first short "
+              "Every module of `tests/data` (`real-llm` included) that can be executed whole, with the first short "
               "sequence that changes XLA's default final module: the whole-module check and the region check (forced), "
               "then both on the tuned final module with one wrong rewrite injected inside the region.", "",
               "| module | sequence | whole | region | agree | miscompile | whole | region | agree |",
@@ -260,6 +261,7 @@ def main() -> int:
     ap.add_argument("--db", help="cache database (default: a fresh temporary one)")
     ap.add_argument("--out", default=str(ROOT / "results"))
     args = ap.parse_args()
+    require([SHARED / f"{name}.hlo" for name in LLMS] + executable_modules(), "module")
     from autotune.core.engine import open_engine
 
     command = "python bench/region.py" + (" --quick" if args.quick else "")

@@ -3,7 +3,7 @@
 A pass sequence is only a result once the tuned module (1) compiles with XLA's complete default
 CPU pipeline, codegen included, and (2) returns the same outputs as the original on the same
 inputs. (1) is not a formality: passes applied out of their usual context can leave a module that
-later stages reject (``xla-mechanics.md`` section 6 has a real case). (2) catches passes that change
+later stages reject (``docs/xla-mechanics.md`` section 6 has a real case). (2) catches passes that change
 semantics when run out of order or outside their sub-pipeline.
 
 Both modules run in a worker process (``XlaPipeline.execute``) on seeded random inputs built from

@@ -18,7 +18,7 @@ those in plain ``jax.numpy``/``jax.lax`` with the knobs real models vary:
 * ``attn_layout``: ``einsum`` (``jnp.einsum`` over ``[b, s, heads, hd]``: the dots carry the head
   axes as batch dimensions wherever they are) or ``transpose`` (heads moved to the front by
   reshapes and transposes, scores and values by batched ``jnp.matmul``: the PyTorch/HF reference
-  form). Why both: the real LLM steps of ``../shared/real-hlo`` feed their attention dots through
+  form). Why both: the real LLM steps of ``tests/data/real-llm`` feed their attention dots through
   reshape/transpose chains, and their ``algsimp``-first wins (LLaMA-3: ``algsimp`` 561 -> 549, where
   ``cse`` gives 557) fold such chains into the dots before ``dot_decomposer`` canonicalises
   them. Not in the suite's grid: crossed into half of it (``python bench/learning.py --quick`` on
@@ -31,7 +31,7 @@ those in plain ``jax.numpy``/``jax.lax`` with the knobs real models vary:
   DeepSeek-V2/V3): one down-projection to the latent (RMS-normed) and a shared rotary key, both
   cached (``[.., seq, 1, latent]`` and ``[.., seq, 1, rope_dim]``), every head's keys and values
   re-expanded from the cached latent at each step, queries split into a plain and a rotary part
-  (MaxText's non-absorbed form). Why: the real DeepSeek-V2 step of ``../shared/real-hlo`` is MLA,
+  (MaxText's non-absorbed form). Why: the real DeepSeek-V2 step of ``tests/data/real-llm`` is MLA,
   and its win is ``cse`` then ``dot_decomposer`` (1104 -> 1087) where every other model wants
   ``algsimp`` first; no GQA/MHA/MQA module of the family had that shape. Measured before it joined
   the grid: ``autotune explore --depth 2`` on a 4-layer scanned MLA decode step gives exactly
@@ -43,7 +43,7 @@ those in plain ``jax.numpy``/``jax.lax`` with the knobs real models vary:
 * ``dtype``: ``f32``, ``bf16`` or ``mixed``: weights (and optimizer state) stored in f32 and cast
   to bf16 where each layer uses them, activations and KV caches in bf16 (Flax's
   ``param_dtype=float32, dtype=bfloat16``, MaxText's default). Why: the three real LLM steps of
-  ``../shared/real-hlo`` (MaxText dumps) are written that way, f32 parameters converted to bf16
+  ``tests/data/real-llm`` (MaxText dumps) are written that way, f32 parameters converted to bf16
   inside the layer loop, and a family without it never shows a policy those converts.
 * ``experts``: 0 (dense feed-forward) or the number of experts of a top-``top_k`` MoE layer, routed
   GShard style (capacity buffers filled by scatter, read back by gather).

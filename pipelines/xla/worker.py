@@ -1,6 +1,6 @@
 """The XLA side of a worker process: a warm CPU client with a capture hook.
 
-How one pass is applied (see ``xla-mechanics.md``): compile the module with
+How one pass is applied (see ``docs/xla-mechanics.md``): compile the module with
 ``xla_disable_hlo_passes`` naming every known pass except the action and the sub-pipelines that hold
 it. A callback registered with ``jax.extend.xla.register_hlo_module_transformation`` at the
 pre-scheduler stage receives the module after those passes and raises, which aborts the compile

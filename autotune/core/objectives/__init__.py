@@ -15,7 +15,7 @@ Built in, one file each: ``final-ops`` (default), ``ops``, ``cost``, ``runtime``
 target ``kernels`` and ``roofline`` (read off the GPU-compiled module; ``docs/gpu.md``). Third parties
 register more through the ``autotune.objectives`` entry-point group (``name = "pkg.mod:Class"``).
 
-Why several (see ``xla-mechanics.md`` section 6): the raw instruction count right after a sequence
+Why several (see ``docs/xla-mechanics.md`` section 6): the raw instruction count right after a sequence
 rewards *not* running canonicalising expanders that the backend runs anyway, so it overstates wins;
 ``final-ops`` counts what the backend will actually see.
 """
