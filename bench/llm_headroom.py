@@ -11,6 +11,9 @@ for all" baseline a policy must beat).
 
     python bench/llm_headroom.py [--quick] [--per-stratum N] [--budget B] [--suite DIR] [--db FILE]
 
+``--target h100`` judges with XLA's GPU pipeline for that GPU, compiled without one
+(``results/llm_headroom_h100.md``): is there headroom for the GPU target too?
+
 ``--quick``: 2 modules per stratum (24), budget 40. Default: 4 per stratum (48), budget 40. The
 suite is generated into ``--suite`` when it has no manifest yet. One shared cache database serves
 every module; per-module rows are also kept next to it, so an interrupted run resumes where it
@@ -152,8 +155,12 @@ def summary(rows: list[dict]) -> dict:
 def markdown(data: dict) -> str:
     rows, s = data["rows"], data["summary"]
     g = s["gain_pct_of_wins"]
+    target = data.get("target", "cpu")
     lines = [
-        "# Headroom of the LLM family",
+        "# Headroom of the LLM family" + (f" for {target.split('-')[0]}" if target != "cpu" else ""),
+        "",
+        f"Judged by {data.get('judged_by', 'XLA' + chr(39) + 's CPU pipeline')} (target `{target}`); nothing was "
+        "timed: final-ops are instruction counts.",
         "",
         f"Made by `{data['command']}` ({data['cpus']} CPUs, shared machine: times are indicative). "
         f"Sample: {s['modules']} of the family's {data['family_size']} modules, {data['per_stratum']} per stratum "
@@ -215,7 +222,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--db", type=Path, default=ROOT / ".autotune" / "llm_headroom.db", help="shared cache database")
     p.add_argument("--workers", type=int, default=None, help="compiler worker processes")
     p.add_argument("--out", type=Path, default=ROOT / "results")
+    p.add_argument("--target", default=None, help="judge for this target (default cpu; e.g. h100)")
     args = p.parse_args(argv)
+    tag = "" if args.target in (None, "cpu") else f"_{args.target}"
+    if tag:
+        args.db = args.db.with_name(args.db.stem + tag + args.db.suffix)
     per = args.per_stratum or (2 if args.quick else 4)
     if per < 1 or args.budget < 1:
         print("error: --per-stratum and --budget must be >= 1", file=sys.stderr)
@@ -231,9 +242,10 @@ def main(argv: list[str] | None = None) -> int:
             row = json.loads(line)
             done[(row["sha256"], row["budget"], row["seed"])] = row
     rows: list[dict] = []
-    with Session(cache=args.db, workers=args.workers) as session:
+    with Session(cache=args.db, workers=args.workers, target=args.target) as session:
+        target, judged_by = session.target.key, session.target.judged_by()
         for i, e in enumerate(chosen, 1):
-            key = (e.sha256, args.budget, args.seed)
+            key = (e.sha256, args.budget, args.seed)  # the db (and so this file) is per target
             if key in done:
                 row = done[key]
             else:
@@ -247,24 +259,25 @@ def main(argv: list[str] | None = None) -> int:
         fixed = fixed_sequences(session, rows, paths, args.fixed) if args.fixed else []
     command = "python bench/llm_headroom.py" + (" --quick" if args.quick else "") \
         + (f" --per-stratum {args.per_stratum}" if args.per_stratum else "") \
-        + (f" --budget {args.budget}" if args.budget != 40 else "") + (f" --seed {args.seed}" if args.seed else "")
+        + (f" --budget {args.budget}" if args.budget != 40 else "") + (f" --seed {args.seed}" if args.seed else "") \
+        + (f" --target {args.target}" if tag else "")
     by_stratum = {k: summary([r for r in rows if r["stratum"] == k]) for k in sorted({r["stratum"] for r in rows})}
     by_split = {k: summary([r for r in rows if r["split"] == k]) for k in ("train", "test")}
     wins = [r for r in rows if r["sequence"]]
     data = {
-        "command": command, "cpus": os.cpu_count(), "strategy": STRATEGY, "budget": args.budget, "seed": args.seed,
+        "command": command, "target": target, "judged_by": judged_by, "cpus": os.cpu_count(), "strategy": STRATEGY, "budget": args.budget, "seed": args.seed,
         "per_stratum": per, "family_size": sum(e.family == "llm" for e in manifest.entries),
         "summary": summary(rows), "by_stratum": by_stratum, "by_split": by_split,
         "first_passes": Counter(r["sequence"][0] for r in wins).most_common(),
         "sequences": [[list(s), n] for s, n in Counter(tuple(r["sequence"]) for r in wins).most_common()],
         "fixed": fixed, "rows": [{k: v for k, v in r.items() if k != "run_id"} for r in rows],
     }
-    data["real_llm_command"], data["real_llm"] = real_llm_rows()
+    data["real_llm_command"], data["real_llm"] = real_llm_rows() if not tag else (None, [])
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "llm_headroom.json").write_text(json.dumps(data, indent=1) + "\n")
-    (args.out / "llm_headroom.md").write_text(markdown(data))
+    (args.out / f"llm_headroom{tag}.json").write_text(json.dumps(data, indent=1) + "\n")
+    (args.out / f"llm_headroom{tag}.md").write_text(markdown(data))
     s = data["summary"]
-    print(f"{s['with_headroom']}/{s['modules']} modules with headroom; wrote {args.out / 'llm_headroom.md'}")
+    print(f"{s['with_headroom']}/{s['modules']} modules with headroom; wrote {args.out / f'llm_headroom{tag}.md'}")
     return 0
 
 

@@ -240,6 +240,9 @@ def test_gpu_objectives_on_a_gpu_target_and_a_clear_refusal_on_the_cpu(tmp_path)
     refused = run_cli("run", str(SMALL), "--objective", "kernels", "--budget", "4", db=db)
     assert refused.returncode == 2 and refused.stderr.count("\n") == 1
     assert "does not report" in refused.stderr and "--target h100" in refused.stderr
+    # no GPU here: a measured objective would time the host CPU, so it is refused for a GPU target
+    timed = run_cli("run", str(SMALL), "--target", "h100", "--objective", "runtime", "--budget", "4", db=db)
+    assert timed.returncode == 2 and timed.stderr.count("\n") == 1 and "cannot run a h100 program" in timed.stderr
 
 
 @needs_plugin

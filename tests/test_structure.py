@@ -38,8 +38,10 @@ CODE = [ROOT / d for d in ("autotune", "pipelines", "strategies", "bench")]
 CORE = ROOT / "autotune" / "core"
 OBJECTIVE_NAMES = frozenset({"final-ops", "ops", "cost", "runtime", "kernels", "roofline"})
 #: Files that may write the environment: a worker process sets its own compiler's defaults before jax
-#: starts, and ``import autotune`` quietens jaxlib's logging by default.
-ENV_WRITERS = frozenset({"autotune/__init__.py", "pipelines/xla/worker.py", "pipelines/xla/gpu_worker.py"})
+#: starts, ``import autotune`` quietens jaxlib's logging by default, and the CLI keeps its own process's
+#: jax on the CPU (it runs nothing on a device).
+ENV_WRITERS = frozenset({"autotune/__init__.py", "autotune/cli/__init__.py", "pipelines/xla/worker.py",
+                         "pipelines/xla/gpu_worker.py"})
 #: The engine options' variables and the one file that reads them (as click defaults).
 ENGINE_ENV = frozenset({"AUTOTUNE_BACKEND", "AUTOTUNE_TARGET", "AUTOTUNE_EXECUTOR", "AUTOTUNE_RAY_ADDRESS"})
 ENGINE_ENV_READER = "autotune/cli/common.py"

@@ -14,6 +14,7 @@ click context (``common.engine_choices``), never through the environment.
 
 from __future__ import annotations
 
+import os
 import sys
 
 import click
@@ -59,6 +60,10 @@ _add_engine_options(cli)
 
 def main(argv=None) -> None:
     """Entry point: click in non-standalone mode so every error becomes one line and a code."""
+    # The command line never runs a program on a device itself (compiles and runs happen in workers,
+    # which choose their own platform): jax in this process stays on the CPU, so an installed CUDA
+    # plugin (autotune[gpu], for --target) does not probe for a GPU and print its failure here.
+    os.environ.setdefault("JAX_PLATFORMS", "cpu")
     try:
         rv = cli.main(args=argv, prog_name="autotune", standalone_mode=False)
     except click.exceptions.NoArgsIsHelpError as exc:

@@ -125,6 +125,10 @@ class Backend(Protocol):
     #: The machine results are judged for: its pipeline applies and judges the passes, and it is
     #: part of ``version`` (every cache key), runs, records and policies (``core/target.py``).
     target: Target
+    #: True when ``execute``/``time`` run the module on the target itself (the CPU target: always);
+    #: False when executions happen elsewhere (a GPU target compiled deviceless runs its outputs'
+    #: check on the host CPU), so a measured objective would time the wrong machine.
+    runs_on_target: bool
 
     # -- identity and vocabulary --
     @property
@@ -256,6 +260,7 @@ class BackendBase:
     #: The ``target`` value it was built with (None: the default), to build the same backend in
     #: another process (training env subprocesses).
     target_option: str | None = None
+    runs_on_target: bool = True
 
     def __init__(self, workers: int = 1, cache=None, step_timeout: float = 120.0, executor=None,
                  target: str | None = None):

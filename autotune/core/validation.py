@@ -565,13 +565,13 @@ def establish(pipeline, original, tuned, seed: int = 0, identical: bool = False,
     if identical:
         return Validation(IDENTICAL, "after XLA's default pipeline it is the same module as XLA's default result")
     target = pipeline.target
-    if target.is_gpu:  # the executions below run on the host CPU: the target's own compile is checked first
+    if not pipeline.runs_on_target:  # the executions below run on the host CPU: the target's compile first
         refused = _target_compile(pipeline, original, tuned, target, say)
         if refused is not None:
             return refused
         verdict = _establish_here(pipeline, original, tuned, seed, bound_seconds, say, finals, compiled=True)
         where = (f"compiled for {target.name} by XLA's GPU pipeline without a GPU; outputs compared on the host "
-                 f"CPU, not on the GPU")
+                 f"CPU, not on the {target.name}")
         return replace(verdict, reason=f"{verdict.reason}; {where}" if verdict.reason else where)
     return _establish_here(pipeline, original, tuned, seed, bound_seconds, say, finals)
 

@@ -204,7 +204,7 @@ def compare(
         objective=objective, budget=budget, seeds=tuple(seeds), max_length=max_length, time_limit=time_limit,
         validate=validate, strategies=tuple(label for label, *_ in plan), modules=module_infos,
         runs=tuple(runs), summaries=tuple(summaries), seconds=time.perf_counter() - t0,
-        pipeline_version=evaluator.version, status=status,
+        pipeline_version=evaluator.version, status=status, judged_by=evaluator.pipeline.target.judged_by(),
     )
 
 

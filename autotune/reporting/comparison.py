@@ -261,6 +261,8 @@ class Comparison:
     status: str = "finished"  # finished | interrupted
     ratio_floor: float = RATIO_FLOOR
     notes: tuple[str, ...] = ()
+    #: Which pipeline applied and judged the runs, in words (``Target.judged_by``; "" when unknown).
+    judged_by: str = ""
 
     def summary(self, label: str) -> StrategySummary:
         for s in self.summaries:
@@ -281,6 +283,7 @@ class Comparison:
             "runs": [r.to_dict() for r in self.runs],
             "seconds": self.seconds, "pipeline_version": self.pipeline_version, "status": self.status,
             "ratio_floor": self.ratio_floor, "paper": dict(PAPER), "notes": list(self.notes),
+            "judged_by": self.judged_by,
         }
 
     @classmethod
@@ -294,7 +297,7 @@ class Comparison:
             summaries=tuple(StrategySummary.from_dict(s) for s in d["summaries"]),
             seconds=d.get("seconds", 0.0), pipeline_version=d.get("pipeline_version", ""),
             status=d.get("status", "finished"), ratio_floor=d.get("ratio_floor", RATIO_FLOOR),
-            notes=tuple(d.get("notes") or ()),
+            notes=tuple(d.get("notes") or ()), judged_by=d.get("judged_by", ""),
         )
 
     def merged(self, other: "Comparison", notes: Sequence[str] = ()) -> "Comparison":
@@ -315,6 +318,7 @@ class Comparison:
             seconds=self.seconds + other.seconds, pipeline_version=self.pipeline_version or other.pipeline_version,
             status="interrupted" if "interrupted" in (self.status, other.status) else "finished",
             ratio_floor=self.ratio_floor, notes=self.notes + other.notes + tuple(notes),
+            judged_by=self.judged_by or other.judged_by,
         )
 
 
@@ -384,6 +388,9 @@ def comparison_of_runs(cache, run_ids: Sequence[str]) -> Comparison:
     objectives_used = sorted({r.objective for r in runs})
     if len(objectives_used) > 1:
         raise BadInput(f"runs with different objectives ({', '.join(objectives_used)}) cannot share one report")
+    judges = sorted({str(r.summary.get("judged_by") or "") for r in runs})
+    if len(judges) > 1:
+        raise BadInput(f"runs judged by different targets cannot share one report ({'; '.join(j or 'cpu' for j in judges)})")
     rows = [row_from_run(cache, r.id) for r in runs]
     labels = list(dict.fromkeys(r.strategy for r in rows))
     budgets = sorted({r.budget for r in rows})
@@ -404,5 +411,5 @@ def comparison_of_runs(cache, run_ids: Sequence[str]) -> Comparison:
         max_length=max(x.max_length for x in runs), time_limit=None,
         validate=all(x.validate for x in runs), strategies=tuple(labels), modules=tuple(modules),
         runs=tuple(rows), summaries=tuple(summaries), seconds=sum(r.seconds for r in rows),
-        pipeline_version=", ".join(sorted({x.version for x in runs})), notes=notes,
+        pipeline_version=", ".join(sorted({x.version for x in runs})), notes=notes, judged_by=judges[0],
     )

@@ -320,6 +320,8 @@ def method_bullets(comp: Comparison) -> tuple[str, ...]:
            "are those of the sequences chosen for it (ties on the objective are broken by evaluation order, not by raw "
            "ops); they are not the paper's protocol, which minimises raw ops (`--objective ops`).",)
           if not _minimises_raw_ops(comp.objective) else ()),
+        *((f"**Judged by** {comp.judged_by} (pipeline `{comp.pipeline_version}`); nothing here was timed on a GPU.",)
+          if comp.judged_by else ()),
         "**Seeds**: each module's ratios are averaged over seeds first.",
         f"**Ratios <= 0** (nothing removed, or more instructions than the input): floored at {comp.ratio_floor:g} "
         "before averaging, counted as `floored` (a heavy penalty on purpose). **Modules where XLA's default removes "

@@ -70,6 +70,8 @@ class XlaPipeline(BackendBase):
             # A GPU-compiled final module is fused and laid out for the device: the CPU cannot run
             # its regions (whole tuned modules still run on the CPU, see gpu_worker.py).
             self.cuts_regions = False
+            # Executions (validation's output comparison) run on the host CPU: nothing is timed on the GPU.
+            self.runs_on_target = False
         self.target = self.gpu.target if self.gpu is not None else CPU
         self.target_option = target if self.gpu is not None else None
         self.include_target_specific = include_target_specific

@@ -102,6 +102,13 @@ class Runtime(Objective):
         return self._time(ctx, final.state, ctx.module(state))
 
     def default_cost(self, ctx: ObjectiveContext) -> float:
+        if not ctx.backend.runs_on_target:
+            from autotune.errors import BadInput
+
+            raise BadInput(f"objective runtime times the module on the machine it is tuned for, and this machine "
+                           f"cannot run a {ctx.backend.target.name} program (its executions run on the host CPU): "
+                           f"tune with a compile-only objective (final-ops, kernels, roofline) and time on the GPU "
+                           f"(bench/gpu.py)")
         return self._time(ctx, ctx.default.state, ctx.root)
 
     # ---- claim ---------------------------------------------------------------------------------------
