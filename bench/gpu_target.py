@@ -95,25 +95,37 @@ def agreement(ev, paths: list[Path], pairs: int, seed: int) -> dict:
     from scipy.stats import spearmanr
 
     from autotune.core.module import load
+    from autotune.errors import PassFailed
 
     rng = random.Random(seed)
     rows = []
     per_module = max(2, pairs // len(paths))
+    failed = []
     for path in paths:
         root = ev.prepare(load(path))
         base = ev.default(root)
-        base_stop, base_whole = figures_of(base.metrics), whole_figures(ev, root.fingerprint)
+        try:
+            base_whole = whole_figures(ev, root.fingerprint)
+        except PassFailed as exc:  # XLA's whole deviceless compile refuses the module itself
+            failed.append({"module": path.stem, "sequence": [], "error": str(exc).splitlines()[0][:200]})
+            continue
+        base_stop = figures_of(base.metrics)
         for _ in range(per_module):
             seq = rng.sample(ev.pipeline.passes(), rng.randint(1, 4))
             r = ev.evaluate(root, seq)
             final = ev.final(r.state) if r.ok else None
             if final is None or not final.ok:
                 continue
-            stop, whole = figures_of(final.metrics), whole_figures(ev, r.state)
+            try:
+                whole = whole_figures(ev, r.state)
+            except PassFailed as exc:
+                failed.append({"module": path.stem, "sequence": seq, "error": str(exc).splitlines()[0][:200]})
+                continue
+            stop = figures_of(final.metrics)
             rows.append({"module": path.stem, "sequence": seq,
                          **{f"stop_{k}": stop[k] / base_stop[k] for k in stop if base_stop[k]},
                          **{f"whole_{k}": whole[k] / base_whole[k] for k in whole if base_whole[k]}})
-    out = {"pairs": len(rows), "rows": rows}
+    out = {"pairs": len(rows), "rows": rows, "whole_compile_failed": failed}
     for k in ("instructions", "kernels", "estimate_us"):
         xs = [r[f"stop_{k}"] for r in rows if f"stop_{k}" in r and f"whole_{k}" in r]
         ys = [r[f"whole_{k}"] for r in rows if f"stop_{k}" in r and f"whole_{k}" in r]
@@ -146,6 +158,11 @@ def markdown(data: dict) -> str:
               "| figure | Spearman (stop vs whole) | same verdict vs the default |", "|---|---:|---:|"]
     for k in ("instructions", "kernels", "estimate_us"):
         lines.append(f"| {k} | {a[k]['spearman']} | {a[k]['same_verdict']} of {a[k]['of']} |")
+    if a["whole_compile_failed"]:
+        lines += ["", "Where XLA's whole deviceless compile failed (no GPU to autotune on), so there is nothing to "
+                      "compare the stop point with:", ""]
+        lines += [f"* {f['module']} `{','.join(f['sequence']) or '(XLA default)'}`: {f['error']}"
+                  for f in a["whole_compile_failed"]]
     return "\n".join(lines) + "\n"
 
 

@@ -167,3 +167,12 @@ def test_fleet_run_reports_and_resumes_like_any_run(db_path, fleet_run):
     assert data["fleet"] and data["run_id"] == fleet_run.run_id and data["evaluations"] == fleet_run.evaluations
     assert data["best"]["sequence"] == list(fleet_run.best_sequence)
     assert data["steps_compiled"] == 0  # every trial answered by the record and the cache
+
+
+def test_a_fleet_refuses_the_runtime_claim_options_it_would_ignore(tmp_path):
+    """A fleet confirms no runtime claim: --min-effect / --confirm-rounds are refused, not ignored."""
+    for option in (("--min-effect", "5"), ("--confirm-rounds", "8")):
+        out = run_cli("run", str(SMALL), str(DATA / "mlp_train_step.hlo"), "--objective", "runtime", *option,
+                      "--budget", "2", db=tmp_path / "c.db")
+        assert out.returncode == 2 and out.stderr.count("\n") == 1, out.stderr
+        assert "a fleet makes no confirmed runtime claim" in out.stderr

@@ -298,3 +298,25 @@ def test_the_jax_hook_never_gives_a_cpu_compile_an_ordering_judged_for_a_gpu(tmp
         device_kind = "NVIDIA H100 80GB HBM3"
 
     assert hook.target_of(Gpu(), [H100()]) == "h100" and hook.target_of(Gpu(), [H100()], "h200") == "h200"
+
+
+@needs_plugin
+def test_what_the_cpu_ships_for_dlrm_the_gpu_target_judges_worse(tmp_path):
+    """The issue's regression in small: the CPU's answer on the DLRM step (``algsimp,reshape-mover``,
+    fewer instructions after the CPU's pipeline) compiles to a bigger module for the H100; judged for
+    the H100, it is rejected, and nothing a GPU run returns is worse than XLA's GPU default."""
+    from autotune.api import Session
+    from conftest import DATA
+
+    dlrm = DATA / "real" / "xla_dlrm_train_step.hlo"
+    answer = ["algsimp", "reshape-mover"]
+    with Session(tmp_path / "c.db", workers=2) as cpu, Session(tmp_path / "c.db", workers=2, target="h100") as gpu:
+        root = cpu.normalize(dlrm)
+        on_cpu = cpu.evaluator.final(cpu.evaluator.evaluate(root, answer).state).metrics.instructions
+        assert on_cpu < cpu.evaluator.default(root).metrics.instructions  # what the CPU target would ship
+        shipped = cpu.apply(dlrm, answer)
+        judged = gpu.evaluator.default(gpu.normalize(shipped)).metrics.instructions
+        default = gpu.evaluator.default(gpu.normalize(dlrm)).metrics.instructions
+        assert judged > default  # worse for the GPU
+        result = gpu.tune(dlrm, strategy="greedy", budget=12, validate=False)
+        assert result.best_cost <= result.default_cost and tuple(result.best_sequence) != tuple(answer)

@@ -452,21 +452,24 @@ def tune(
                        validate_seconds=validate_seconds, surrogate=surrogate)
     observer = observer or Observer()
     clock = PhaseClock(observer)
+    if module is not None and not isinstance(module, Module) and spec.objective_options:
+        raise BadInput(f"{', '.join(sorted(spec.objective_options))}: a fleet makes no confirmed runtime claim (each "
+                       "member's cost is reported as measured); tune the modules one by one to confirm a speed-up")
     if resume:
-        target, spec, replay, run_id = _resumed(evaluator, resume, spec)
+        subject, spec, replay, run_id = _resumed(evaluator, resume, spec)
     else:
-        target, replay, run_id = _prepared(evaluator, module, clock, observer), [], new_run_id()
+        subject, replay, run_id = _prepared(evaluator, module, clock, observer), [], new_run_id()
     obj = objective if isinstance(objective, Objective) and objective.name == spec.objective \
         else spec.make_objective()
     strat = strategy_mod.create(spec.strategy, **spec.options)
     space = SearchSpace(evaluator.pipeline.passes(), spec.max_length, target=evaluator.pipeline.target.key)
-    search = _open(evaluator, target, obj, spec, run_id, replay, observer, clock, created=not resume)
-    status, reason = drive(search, strat, space, spec.seed, f"{spec.strategy} on {_label(target)}")
+    search = _open(evaluator, subject, obj, spec, run_id, replay, observer, clock, created=not resume)
+    status, reason = drive(search, strat, space, spec.seed, f"{spec.strategy} on {_label(subject)}")
     return finish(search, status, reason, spec.validate, validation_seed, spec.prune)
 
 
-def _label(target) -> str:
-    return f"a fleet of {len(target)}" if isinstance(target, list) else target.name
+def _label(subject) -> str:
+    return f"a fleet of {len(subject)}" if isinstance(subject, list) else subject.name
 
 
 def _prepared(evaluator: Evaluator, module, clock: PhaseClock, observer: Observer):
@@ -492,17 +495,15 @@ def _resumed(evaluator: Evaluator, run_id: str, spec: RunSpec):
     store = RunStore(evaluator.cache)
     run = store.get(run_id)
     if run.version != evaluator.version:
-        target = evaluator.pipeline.target
-        hint = "" if f":{target.key}:" in run.version or (target.name == "cpu" and ":gpu-" not in run.version) else \
-            " (another --target: resume it with the target it was made for)"
-        raise BadInput(f"run '{run_id}' was made with {run.version}, not {evaluator.version}{hint}")
+        raise BadInput(f"run '{run_id}' was made with {run.version}, not {evaluator.version} (another XLA or another "
+                       f"--target: resume it with the target it was made for)")
     if "fleet" in run.options:
-        target = fleet_roots(evaluator, run)
+        subject = fleet_roots(evaluator, run)
     else:
         proto = evaluator.cache.state_proto(evaluator.version, run.module)
         if proto is None:
             raise BadInput(f"run '{run_id}': its module is no longer in the cache")
-        target = Module(run.module_name, proto, run.module)
+        subject = Module(run.module_name, proto, run.module)
     spec = RunSpec(strategy=run.strategy, budget=run.budget, objective=run.objective, seed=run.seed,
                    max_length=run.max_length, options={k: v for k, v in run.options.items() if k not in FLEET_KEYS},
                    validate=spec.validate and run.validate,
@@ -510,17 +511,17 @@ def _resumed(evaluator: Evaluator, run_id: str, spec: RunSpec):
                    prune=spec.prune, validate_seconds=spec.validate_seconds, surrogate=spec.surrogate,
                    objective_options=spec.objective_options,
                    allow_regressions=bool(run.options.get("allow_regressions", False)))
-    return target, spec, store.trials(run_id), run_id
+    return subject, spec, store.trials(run_id), run_id
 
 
-def _open(evaluator: Evaluator, target, obj: Objective, spec: RunSpec, run_id: str, replay: list[TrialRecord],
+def _open(evaluator: Evaluator, subject, obj: Objective, spec: RunSpec, run_id: str, replay: list[TrialRecord],
           observer: Observer, clock: PhaseClock, created: bool) -> Search:
     """Record the run (``running``) and build its ``Search``: a ``FleetSearch`` for a list of modules,
     else a ``ModuleSearch`` (on a surrogate when ``spec.surrogate`` finds large constants)."""
     from autotune.core.fleet import FleetSearch, fleet_fields
 
-    fields = fleet_fields(target, spec) if isinstance(target, list) else {
-        "module": target.fingerprint, "module_name": target.name, "options": spec.options}
+    fields = fleet_fields(subject, spec) if isinstance(subject, list) else {
+        "module": subject.fingerprint, "module_name": subject.name, "options": spec.options}
     RunStore(evaluator.cache).save(
         run_id, **({"created": time.time()} if created else {}), updated=time.time(), status="running",
         strategy=spec.strategy, objective=spec.objective, budget=spec.budget, seed=spec.seed,
@@ -529,12 +530,12 @@ def _open(evaluator: Evaluator, target, obj: Objective, spec: RunSpec, run_id: s
     args = (obj, spec.budget, spec.time_limit, run_id, replay, observer, spec.seed, spec.strategy, clock,
             spec.validate_seconds)
     try:
-        if isinstance(target, list):
-            return FleetSearch(evaluator, target, *args, allow_regressions=spec.allow_regressions)
-        search_root, lifted = (_surrogate_of(evaluator, target, clock) if spec.surrogate else (target, None))
+        if isinstance(subject, list):
+            return FleetSearch(evaluator, subject, *args, allow_regressions=spec.allow_regressions)
+        search_root, lifted = (_surrogate_of(evaluator, subject, clock) if spec.surrogate else (subject, None))
         search = ModuleSearch(evaluator, search_root, *args)
         if lifted is not None:
-            search.real = (target, lifted)
+            search.real = (subject, lifted)
         return search
     except BaseException:
         observer.on_run_end()
