@@ -47,9 +47,10 @@ def test_fleet_cost_is_the_mean_ratio_of_real_modules(engine, roots):
     from autotune.core import objectives
     from autotune.core.fleet import FAILURE_COST, FleetObjective, FleetSearch
     from autotune.core.observer import Observer
+    from autotune.core.spec import RunSpec
 
     seq = ("dce",)
-    fleet = FleetSearch(engine, roots, objectives.get("ops"), 10, None, "test-fleet", [], Observer())
+    fleet = FleetSearch(engine, roots, objectives.get("ops"), RunSpec(budget=10), "test-fleet", [], Observer())
     score, states = fleet.score_many([seq])[0]
     ratios = []
     for root in roots:

@@ -63,6 +63,26 @@ def test_the_toy_backend_runs_on_ray_like_xla(cluster, tmp_path):
     assert (on_ray.best_sequence, on_ray.evaluations) == (local.best_sequence, local.evaluations)
 
 
+def test_a_gpu_target_runs_on_ray_like_locally(cluster, tmp_path):
+    """The deviceless GPU worker is just another worker for Ray: its target travels with it (worker
+    arguments and environment), and a seeded run finds on the actors what it finds locally."""
+    from autotune.core.engine import open_engine
+    from autotune.core.module import load
+    from autotune.core.tuner import tune
+    from autotune.pipelines.xla.targets import plugin_available
+
+    if not plugin_available() and not os.environ.get("AUTOTUNE_REQUIRE_GPU_TESTS"):
+        pytest.skip("jax's CUDA plugin is not installed (pip install 'autotune[gpu]')")
+    args = dict(strategy="random", budget=8, seed=3, max_length=3, validate=False)
+    with open_engine(tmp_path / "ray.db", workers=2, executor="ray", target="h100") as ev:
+        on_ray = tune(ev, load(SMALL), **args)
+    with open_engine(tmp_path / "local.db", workers=2, target="h100") as ev:
+        local = tune(ev, load(SMALL), **args)
+    assert on_ray.executor["name"] == "ray" and on_ray.target.name == local.target.name == "h100"
+    assert (on_ray.best_sequence, on_ray.evaluations, on_ray.default_cost) == \
+        (local.best_sequence, local.evaluations, local.default_cost)
+
+
 @pytest.mark.parametrize("strategy", ["random", "nevergrad"])
 def test_same_seed_same_best_and_same_accounting_as_local(ray_engine, tmp_path, strategy):
     """The executor is invisible to the search: same trials, same best, same compiled/cached steps."""

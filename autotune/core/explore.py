@@ -22,6 +22,7 @@ from autotune.core.loop import Search, choose, validity_of
 from autotune.core.module import Module
 from autotune.core.observer import Observer
 from autotune.core.runs import TrialRecord
+from autotune.core.spec import RunSpec
 from autotune.errors import AutotuneError
 
 if TYPE_CHECKING:
@@ -151,7 +152,7 @@ class WalkSearch(Search):
     objective = None  # no pruning: the walk's sequences are already the shortest to their state
 
     def __init__(self, ev, root: Module, walk: _Walk):
-        super().__init__(ev, 0, None, "", [], Observer())
+        super().__init__(ev, RunSpec(strategy="", budget=1), "", [], Observer())  # validation only: no budget to spend
         self.root, self.walk, self.default_cost = root, walk, float(walk.default_final)
 
     def ranked(self, recheck: bool) -> list[TrialRecord]:

@@ -285,13 +285,11 @@ class FleetSearch(Search):
 
     default_cost = 1.0
 
-    def __init__(self, evaluator: Evaluator, roots: Sequence[Module], objective: Objective, budget: int,
-                 time_limit: float | None, run_id: str, replay: list[TrialRecord], observer: Observer,
-                 seed: int = 0, strategy: str = "session", clock: PhaseClock | None = None,
-                 validate_seconds: float | None = None, allow_regressions: bool = False):
-        super().__init__(evaluator, budget, time_limit, run_id, replay, observer, seed, strategy, clock,
-                         validate_seconds)
-        self.roots, self.objective, self.fobj = list(roots), objective, FleetObjective(allow_regressions)
+    def __init__(self, evaluator: Evaluator, roots: Sequence[Module], objective: Objective, spec: RunSpec,
+                 run_id: str, replay: list[TrialRecord], observer: Observer, clock: PhaseClock | None = None):
+        super().__init__(evaluator, spec, run_id, replay, observer, clock)
+        self.roots, self.objective = list(roots), objective
+        self.fobj = FleetObjective(spec.allow_regressions)
         self.failure_cost = self.fobj.failure_cost
         self.phases.enter("default", "XLA's default pipeline on every module")
         defaults = evaluator.final_many([r.fingerprint for r in self.roots])  # == Evaluator.default(root)
@@ -299,7 +297,7 @@ class FleetSearch(Search):
             if not d.ok:
                 raise AutotuneError(f"XLA's default pipeline fails on {root.name}: {d.message}")
         self.defaults = defaults
-        self.ctxs = [ObjectiveContext(evaluator, r, d, seed) for r, d in zip(self.roots, defaults)]
+        self.ctxs = [ObjectiveContext(evaluator, r, d, self.seed) for r, d in zip(self.roots, defaults)]
         self.default_costs = [objective.default_cost(c) for c in self.ctxs]
         self.inputs = [evaluator.metrics(r.fingerprint) for r in self.roots]
         self._states: dict[tuple[str, ...], tuple[str | None, ...]] = {(): tuple(r.fingerprint for r in self.roots)}

@@ -31,6 +31,7 @@ from autotune.core.metrics import Metrics
 from autotune.core.module import Module
 from autotune.core.observer import Observer
 from autotune.core.runs import RunStore, TrialRecord
+from autotune.core.spec import RunSpec
 from autotune.errors import AutotuneError
 from autotune.strategy import BudgetExhausted, Evaluate, SearchSpace, Trial
 
@@ -115,13 +116,14 @@ class Search:
     default_cost: float = 0.0
     failure_cost: float = 0.0
 
-    def __init__(self, evaluator: Evaluator, budget: int, time_limit: float | None, run_id: str,
-                 replay: list[TrialRecord], observer: Observer, seed: int = 0, strategy: str = "session",
-                 clock: PhaseClock | None = None, validate_seconds: float | None = None):
-        self.ev, self.runs = evaluator, RunStore(evaluator.cache)
-        self.budget, self.run_id, self.replay, self.observer = budget, run_id, replay, observer
-        self.deadline = time.monotonic() + time_limit if time_limit else None
-        self.seed, self.strategy_name, self.validate_seconds = seed, strategy, validate_seconds
+    def __init__(self, evaluator: Evaluator, spec: RunSpec, run_id: str, replay: list[TrialRecord],
+                 observer: Observer, clock: PhaseClock | None = None):
+        """``spec`` whole (checked once, at its construction): budget, time limit, seed, strategy name
+        and validation bound are read from it, nothing is taken apart and put back together."""
+        self.ev, self.runs, self.spec = evaluator, RunStore(evaluator.cache), spec
+        self.budget, self.run_id, self.replay, self.observer = spec.budget, run_id, replay, observer
+        self.deadline = time.monotonic() + spec.time_limit if spec.time_limit else None
+        self.seed, self.strategy_name, self.validate_seconds = spec.seed, spec.strategy, spec.validate_seconds
         self.records: list[TrialRecord] = []
         self.best: TrialRecord | None = None
         self.best_history: list[float] = []

@@ -55,7 +55,7 @@ class RunSpec:
     validate_seconds: float | None = None
     #: Search a surrogate with large constants lifted to parameters (single modules; see ``tuner``).
     surrogate: bool = True
-    #: The objective's own settings (runtime: ``min_effect``, ``rounds``), single runs and fleets alike.
+    #: The objective's own settings (runtime: ``min_effect``, ``rounds``); single runs (a fleet refuses them).
     objective_options: dict = field(default_factory=dict)
     #: Fleets: accept a sequence that makes some member worse than its default.
     allow_regressions: bool = False

@@ -197,12 +197,9 @@ class ModuleSearch(Search):
     """One module's search (the run loop's ``Search``): its objective, default, replayed trials, and
     the surrogate it may search on until ``recheck`` moves to the real module."""
 
-    def __init__(self, evaluator: Evaluator, root: Module, objective: Objective, budget: int,
-                 time_limit: float | None, run_id: str, replay: list[TrialRecord], observer: Observer,
-                 seed: int = 0, strategy: str = "session", clock: PhaseClock | None = None,
-                 validate_seconds: float | None = None):
-        super().__init__(evaluator, budget, time_limit, run_id, replay, observer, seed, strategy, clock,
-                         validate_seconds)
+    def __init__(self, evaluator: Evaluator, root: Module, objective: Objective, spec: RunSpec, run_id: str,
+                 replay: list[TrialRecord], observer: Observer, clock: PhaseClock | None = None):
+        super().__init__(evaluator, spec, run_id, replay, observer, clock)
         self.root = root
         self.objective = objective
         #: ``(real root, description)`` while the search runs on a surrogate; ``recheck`` moves to it.
@@ -214,7 +211,7 @@ class ModuleSearch(Search):
         if not default.ok:
             raise AutotuneError(f"XLA's default pipeline fails on this module: {default.message}")
         self.default_result = default
-        self.ctx = ObjectiveContext(evaluator, root, default, seed)
+        self.ctx = ObjectiveContext(evaluator, root, default, self.seed)
         self.default_cost = objective.default_cost(self.ctx)
         self.failure_cost = FAILURE_FACTOR * self.default_cost + 1.0
         self._state_of: dict[tuple[str, ...], str | None] = {(): root.fingerprint}
@@ -406,7 +403,8 @@ def evaluation_session(evaluator: Evaluator, module: Module, objective: str | Ob
         run_id, created=time.time(), updated=time.time(), status="session", module=root.fingerprint,
         module_name=root.name, strategy="session", objective=obj.name, budget=budget, seed=0, max_length=0,
         options={}, version=evaluator.version)
-    return RunEvaluate(ModuleSearch(evaluator, root, obj, budget, time_limit, run_id, [], Observer()))
+    spec = RunSpec(strategy="session", budget=budget, objective=obj.name, time_limit=time_limit)
+    return RunEvaluate(ModuleSearch(evaluator, root, obj, spec, run_id, [], Observer()))
 
 
 # ---- the entry point -------------------------------------------------------------------------------------
@@ -527,13 +525,11 @@ def _open(evaluator: Evaluator, subject, obj: Objective, spec: RunSpec, run_id: 
         strategy=spec.strategy, objective=spec.objective, budget=spec.budget, seed=spec.seed,
         max_length=spec.max_length, version=evaluator.version, validate=spec.validate, time_limit=spec.time_limit,
         **fields)
-    args = (obj, spec.budget, spec.time_limit, run_id, replay, observer, spec.seed, spec.strategy, clock,
-            spec.validate_seconds)
     try:
         if isinstance(subject, list):
-            return FleetSearch(evaluator, subject, *args, allow_regressions=spec.allow_regressions)
+            return FleetSearch(evaluator, subject, obj, spec, run_id, replay, observer, clock)
         search_root, lifted = (_surrogate_of(evaluator, subject, clock) if spec.surrogate else (subject, None))
-        search = ModuleSearch(evaluator, search_root, *args)
+        search = ModuleSearch(evaluator, search_root, obj, spec, run_id, replay, observer, clock)
         if lifted is not None:
             search.real = (subject, lifted)
         return search
