@@ -94,6 +94,8 @@ TRAINING_SEEDS = SEEDS[1:]
 #: report says what the policy gets on them, since the sample was enlarged after seeing that figure.
 EARLIER_TEST_MODULES = 12
 SEARCH_MAX_LENGTH = 8
+#: The target whose pipeline judges everything (``--target``; None: the CPU). Set once by ``main``.
+TARGET: str | None = None
 
 FULL = {"probe_modules": 12, "train_modules": 120, "val_modules": 36, "timesteps": 4096, "envs": 2, "fleet_modules": 40, "fleet_budget": 114,
         "test_modules": 36, "search_budget": 200}
@@ -343,7 +345,7 @@ def stage_train(work: Work, policy: Path) -> dict:
     p = work.params
     paths = work.train_set()
     t0 = time.perf_counter()
-    with open_engine(work.db("train"), workers=2) as ev:
+    with open_engine(work.db("train"), workers=2, target=TARGET) as ev:
         log(f"train: demonstrations on {len(paths)} train-split modules")
         demos = demonstrations(ev, work, paths)
         demo_seconds, demo_steps = time.perf_counter() - t0, ev.stats.steps_compiled
@@ -352,7 +354,7 @@ def stage_train(work: Work, policy: Path) -> dict:
         log(f"train: imitation fit {bc['train_accuracy']:.0%} of {bc['samples']} (observation, action) pairs "
             f"({bc['stop_samples']} STOP)")
     log(f"train: PPO from the imitation weights, {p['timesteps']} timesteps, {p['envs']} envs")
-    with open_engine(work.db("train"), workers=1) as ev:
+    with open_engine(work.db("train"), workers=1, target=TARGET) as ev:
         training_set = {"suite": "autotune suite generate --family llm", "split": "train", "modules": len(paths),
                         "command": "python bench/learning.py"}
         stats = fine_tune(ev, work, policy, p["timesteps"], references=demos["references"],
@@ -409,7 +411,7 @@ def stage_select(work: Work, policy: Path) -> dict:
     imitation = work.root / "imitation.zip"
     variants = {"imitation": imitation}
     recipes = {"imitation": {"timesteps": 0, "reward": None}}  # how each candidate was trained
-    with open_engine(work.db("train"), workers=2) as ev:
+    with open_engine(work.db("train"), workers=2, target=TARGET) as ev:
         # The training stage's own length (the report's `ppo` column) is always a candidate.
         lengths = sorted({*SELECT_TIMESTEPS, p["timesteps"]})
         runs = [(f"ppo-{steps}", steps, REWARD) for steps in lengths]
@@ -443,7 +445,7 @@ def stage_select(work: Work, policy: Path) -> dict:
         # result on a handful of real steps by tens of points, and the validation set ranks seeds as
         # the test split does (measured the round before by a separate script), so the run ships the
         # seed the validation set prefers instead of whichever seed came first.
-        with open_engine(work.db("train"), workers=2) as ev:
+        with open_engine(work.db("train"), workers=2, target=TARGET) as ev:
             for seed in TRAINING_SEEDS:
                 seeds[seed] = work.seed_policy(chosen, seed)
                 if not seeds[seed].exists():
@@ -513,7 +515,7 @@ def stage_fleet(work: Work) -> dict:
         return kept
     log(f"fleet: greedy, budget {p['fleet_budget']}, on {len(paths)} train-split modules")
     t0 = time.perf_counter()
-    with open_engine(work.db("fleet"), workers=2) as ev:
+    with open_engine(work.db("fleet"), workers=2, target=TARGET) as ev:
         r = tune_fleet(ev, [load(x) for x in paths], strategy="greedy", budget=p["fleet_budget"],
                        max_length=MAX_LENGTH, validate=False)
         data = {"sequence": list(r.best_sequence), "cost": r.best_cost, "evaluations": r.evaluations,
@@ -544,7 +546,7 @@ def evaluate_modules(work: Work, method: str, modules: list[tuple[Path, str]], p
     todo = [(x, s) for x, s in modules if x.stem not in rows]
     if not todo:
         return
-    with open_engine(work.db(tag), workers=2) as ev:
+    with open_engine(work.db(tag), workers=2, target=TARGET) as ev:
         for path, split in todo:
             module = load(path)
             t0 = time.perf_counter()
@@ -956,7 +958,7 @@ def plot(data: dict, path: Path) -> None:
 def report(work: Work, out: Path, command: str, quick: bool, policy: Path = POLICY) -> dict:
     from autotune.core.engine import open_engine as _open
 
-    with _open(work.db("policy"), workers=1) as ev:
+    with _open(work.db("policy"), workers=1, target=TARGET) as ev:
         version = ev.version
     s = summarise(work)
     data = {"command": command, "quick": quick, "version": version, "params": work.params, "policy": rel(policy),
@@ -994,7 +996,21 @@ def main(argv=None) -> int:
                     help="imitation without the (observation, STOP) pairs (an experiment; see imitate)")
     ap.add_argument("--obs-noise", type=float, default=0.0,
                     help="imitation on jittered composition coordinates (an experiment; see imitate)")
+    ap.add_argument("--target", default=None,
+                    help="learn for this target (e.g. h100): its own work directory, policy (autotune/policies/"
+                         "llm-TARGET.zip) and reports (results/learning-TARGET/) unless given")
     args = ap.parse_args(argv)
+    global TARGET
+    if args.target not in (None, "cpu"):
+        TARGET = args.target
+        tag = args.target.lower()
+        if args.work == str(ROOT / ".autotune" / "learning"):
+            args.work = str(ROOT / ".autotune" / f"learning-{tag}")
+        if Path(args.policy).resolve() == POLICY.resolve():
+            args.policy = str(POLICY.with_name(f"llm-{tag}.zip"))
+        if Path(args.out).resolve() == (ROOT / "results").resolve():
+            args.out = str(ROOT / "results" / f"learning-{tag}")
+        Path(args.out).mkdir(parents=True, exist_ok=True)
     require([SHARED / f for f in SHARED_LLM], "real LLM step")  # before hours of training, not after
     params = dict(QUICK if args.quick else FULL)
     if args.timesteps:
@@ -1010,7 +1026,8 @@ def main(argv=None) -> int:
         f" --{k.replace('_', '-')} {v}" for k, v in (("timesteps", args.timesteps), ("train_modules", args.train_modules))
         if v) + (" --no-stop-labels" if args.no_stop_labels else "") + (
         f" --obs-noise {args.obs_noise}" if args.obs_noise else "") + (f" --policy {args.policy}" if Path(args.policy).resolve() != POLICY.resolve() else "") + (
-        f" --out {args.out}" if Path(args.out).resolve() != (ROOT / "results").resolve() else "")
+        f" --out {args.out}" if Path(args.out).resolve() != (ROOT / "results").resolve() and not TARGET else "") + (
+        f" --target {args.target}" if TARGET else "")
     stale = ["policy", "roll-out", "imitation", "ppo", "random@evals", "random@steps", "random@4xsteps"]  # the old policies'
     stale += [f"random@{k}-s{seed}" for k in ("evals", "steps", "4xsteps") for seed in range(RANDOM_SEEDS)]
     stale += [f"seed{seed}" for seed in TRAINING_SEEDS]

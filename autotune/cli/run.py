@@ -225,7 +225,8 @@ def _report(result, as_json: bool, out_dir) -> None:
         def pct(x):
             return "n/a" if x is None else f"{x:+.1%}"
 
-        out.print(f"reduction vs XLA default's reduction: final-ops {pct(imp_final)}, raw ops {pct(imp_raw)}")
+        if imp_final is not None or imp_raw is not None:  # the paper's ratio; undefined when the default adds
+            out.print(f"reduction vs XLA default's reduction: final-ops {pct(imp_final)}, raw ops {pct(imp_raw)}")
     elif result.claim is not None and not result.claim.win and (result.claim.measured or result.claim.rounds == 0):
         out.print(f"[yellow]{result.objective}: {result.claim.message}.[/]")
     else:

@@ -570,8 +570,9 @@ def establish(pipeline, original, tuned, seed: int = 0, identical: bool = False,
         if refused is not None:
             return refused
         verdict = _establish_here(pipeline, original, tuned, seed, bound_seconds, say, finals, compiled=True)
-        where = (f"compiled for {target.name} by XLA's GPU pipeline without a GPU; outputs compared on the host "
-                 f"CPU, not on the {target.name}")
+        ran = verdict.level in (EXECUTED, EXECUTED_WITH_STAND_INS, EXECUTED_REGION, INVALID)
+        where = f"compiled for {target.name} by XLA's GPU pipeline without a GPU" + (
+            f"; outputs compared on the host CPU, not on the {target.name}" if ran else f"; not run on the {target.name}")
         return replace(verdict, reason=f"{verdict.reason}; {where}" if verdict.reason else where)
     return _establish_here(pipeline, original, tuned, seed, bound_seconds, say, finals)
 
