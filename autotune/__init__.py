@@ -11,7 +11,7 @@ The Python API a build script calls (all lazily imported, so ``import autotune``
 
 from __future__ import annotations
 
-__version__ = "0.1.0"
+from autotune.version import __version__  # noqa: E402,F401
 
 import os as _os
 

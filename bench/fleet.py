@@ -33,7 +33,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from autotune.core.engine import open_engine  # noqa: E402
-from autotune.core.fleet import tune_fleet  # noqa: E402
+from autotune.core.tuner import tune_fleet  # noqa: E402
 from autotune.core.module import load  # noqa: E402
 from autotune.core.tuner import tune  # noqa: E402
 from autotune.reporting.explain import explain  # noqa: E402

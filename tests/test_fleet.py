@@ -65,7 +65,7 @@ def test_fleet_cost_is_the_mean_ratio_of_real_modules(engine, roots):
 
 @pytest.fixture(scope="module")
 def fleet_run(engine, roots):
-    from autotune.core.fleet import tune_fleet
+    from autotune.core.tuner import tune_fleet
 
     return tune_fleet(engine, roots, strategy="greedy", budget=60, max_length=1)
 

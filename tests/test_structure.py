@@ -15,11 +15,14 @@ and, so that a checker that can never fail is caught too, over a snippet that br
   through it), and no function is longer than ``MAX_FUNCTION_LINES`` (a few older ones, listed in
   ``LONG_YET`` with their length, may not grow and leave the list when they are split).
 * **Results are read typed.** The stored result's ``validity`` key is read only where results are
-  (de)serialised (``SERIALISERS``: ``TuneResult``/``FleetResult``/``MemberResult``, ``RunInfo``, the
+  (de)serialised (``SERIALISERS``: ``core/results.py``'s ``TuneResult``/``FleetResult``/``MemberResult``, ``RunInfo``, the
   comparison's row reader); every other reader uses ``Validation`` attributes (``.level``, ``.ok``).
 * **No objective is special-cased by name.** Outside ``core/objectives/``, core never compares a
   value with an objective's name (``== "runtime"``, ``in ("ops", "final-ops")``) nor looks one up
   in a table keyed by objective names: the objective object answers for itself.
+* **No import circles.** The package's modules form no cycle of imports, function-local ones
+  included (they hide a dependency, they do not remove it); only imports under ``TYPE_CHECKING``
+  are left out, and ``from package import module`` depends on that module, not on the package.
 * **Options are values.** No module writes the process environment to pass a choice on (``os.environ[...]
   =``, ``setdefault``, ``update``, ``putenv``; a worker process configuring its own compiler is the
   exception, ``ENV_WRITERS``), and only the CLI's edge reads the engine options' variables
@@ -48,7 +51,7 @@ ENGINE_ENV_READER = "autotune/cli/common.py"
 COMPILER_PACKAGES = ("jax", "jaxlib", "autotune.pipelines")
 MAX_FUNCTION_LINES = 60
 #: The files that (de)serialise results, the only ones that may name the stored ``validity`` key.
-SERIALISERS = frozenset({"autotune/core/tuner.py", "autotune/core/fleet.py", "autotune/core/runs.py",
+SERIALISERS = frozenset({"autotune/core/results.py", "autotune/core/runs.py",
                          "autotune/core/validation.py", "autotune/reporting/comparison.py"})
 #: Functions of core over the limit that other work owns today: (file, function) -> lines now.
 #: They may not grow; split one and remove it here (a listed function that no longer exists or
@@ -194,6 +197,72 @@ def result_key_reads(source: str) -> list[str]:
     return found
 
 
+#: Where each top-level folder's modules live in the installed package.
+PACKAGES = {"autotune": "autotune", "strategies": "autotune.strategies", "pipelines": "autotune.pipelines"}
+
+
+def module_sources() -> dict[str, str]:
+    """Every module of the package by its import name, with its source."""
+    out = {}
+    for folder, prefix in PACKAGES.items():
+        for path in _files(ROOT / folder):
+            parts = list(path.relative_to(ROOT / folder).with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts = parts[:-1]
+            out[".".join([prefix, *parts])] = path.read_text()
+    return out
+
+
+def import_cycles(sources: dict[str, str]) -> list[list[str]]:
+    """The import cycles among ``sources`` (module name -> source), each as its sorted members."""
+    import sys
+
+    edges: dict[str, set[str]] = {m: set() for m in sources}
+    for module, source in sources.items():
+        tree = ast.parse(source)
+        guarded = {id(n) for node in ast.walk(tree) if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
+                   for n in ast.walk(node)}
+        for node in ast.walk(tree):
+            if id(node) in guarded:
+                continue
+            names = []
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                names = [f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in sources else node.module
+                         for a in node.names]
+            edges[module] |= {n for n in names if n in sources and n != module}
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    cycles: list[list[str]] = []
+    sys.setrecursionlimit(max(sys.getrecursionlimit(), 10_000))
+
+    def visit(v: str) -> None:  # Tarjan's strongly connected components
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in edges[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                cycles.append(sorted(component))
+
+    for v in sorted(sources):
+        if v not in index:
+            visit(v)
+    return cycles
+
+
 def environ_options(source: str, may_write: bool = False, may_read: bool = False) -> list[str]:
     """Writes of the process environment and reads of the engine options' variables."""
     found = []
@@ -220,6 +289,22 @@ def test_no_module_reaches_into_another_modules_privates():
 
 def test_core_never_imports_jax_jaxlib_or_a_backend():
     assert not _offenders(compiler_imports, _files(CORE))
+
+
+def test_the_package_has_no_import_circles():
+    assert import_cycles(module_sources()) == []
+
+
+def test_the_circle_checker_catches_a_circle_through_a_function_local_import():
+    bad = {"autotune.a": "from autotune.b import f\n",
+           "autotune.b": "def f():\n    from autotune.c import g\n    return g\n",
+           "autotune.c": "import autotune.a\n",
+           "autotune.d": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from autotune.a import x\n"}
+    assert import_cycles(bad) == [["autotune.a", "autotune.b", "autotune.c"]]
+    bad["autotune.c"] = "from autotune import a\n"  # ``from package import module`` is the module
+    assert import_cycles(bad) == [["autotune.a", "autotune.b", "autotune.c"]]
+    del bad["autotune.c"]
+    assert import_cycles(bad) == []
 
 
 def test_options_are_values_not_environment_variables():

@@ -27,18 +27,17 @@ import hashlib
 import math
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 
 from autotune.core.evaluator import Evaluator
-from autotune.core.target import CPU, Target
 from autotune.core.loop import Choice, PhaseClock, Search, prune, validity_of
 from autotune.core.metrics import Metrics
 from autotune.core.module import Module
 from autotune.core.objectives import Objective, ObjectiveContext
 from autotune.core.observer import Observer
+from autotune.core.results import FleetResult, MemberResult, summed  # noqa: F401 (re-exported; defined there)
 from autotune.core.runs import RunInfo, TrialRecord
 from autotune.core.spec import RunSpec
-from autotune.core.validation import Validation, rank
 from autotune.errors import AutotuneError, BadInput
 
 #: The failure cost of a fleet sequence, in units of the default's (1.0), as the single-module tuner's.
@@ -90,150 +89,6 @@ class FleetObjective:
 
 
 # ---- results ---------------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class MemberResult:
-    """The fleet's sequence on one module."""
-
-    name: str
-    fingerprint: str
-    input: Metrics
-    default: Metrics
-    default_cost: float
-    state: str | None
-    tuned: Metrics | None  # after the sequence and XLA's default pipeline (final-ops objectives)
-    tuned_raw: Metrics | None
-    cost: float | None
-    ratio: float | None
-    regressed: bool
-    validation: Validation | None = None  # ``validity`` in JSON
-
-    def to_dict(self) -> dict:
-        data = asdict(self)
-        data.pop("validation")
-        data["validity"] = self.validation.to_dict() if self.validation else None
-        for k in ("input", "default", "tuned", "tuned_raw"):
-            m = getattr(self, k)
-            data[k] = m.to_dict() if m is not None else None
-        data["relative_change"] = None if self.ratio is None else self.ratio - 1.0
-        return data
-
-    @classmethod
-    def from_dict(cls, data: dict) -> "MemberResult":
-        """The inverse of ``to_dict`` (``relative_change`` is derived, not read)."""
-        def metrics(key):
-            return Metrics.from_dict(data[key]) if data.get(key) else None
-
-        return cls(
-            name=data["name"], fingerprint=data["fingerprint"], input=metrics("input"), default=metrics("default"),
-            default_cost=float(data["default_cost"]), state=data.get("state"), tuned=metrics("tuned"),
-            tuned_raw=metrics("tuned_raw"), cost=None if data.get("cost") is None else float(data["cost"]),
-            ratio=None if data.get("ratio") is None else float(data["ratio"]), regressed=bool(data.get("regressed")),
-            validation=Validation.from_dict(data.get("validity")))
-
-
-@dataclass(frozen=True)
-class FleetResult:
-    run_id: str
-    modules: tuple[str, ...]
-    fingerprint: str  # of the fleet (its members' fingerprints)
-    strategy: str
-    objective: str
-    seed: int
-    budget: int
-    evaluations: int
-    status: str
-    best_sequence: tuple[str, ...]
-    found_sequence: tuple[str, ...]
-    best_cost: float  # mean ratio to the default; 1.0 = XLA's default everywhere
-    members: tuple[MemberResult, ...]  # the best sequence on every module
-    allow_regressions: bool
-    invalid: tuple[tuple[tuple[str, ...], str], ...]
-    seconds: float
-    steps_compiled: int
-    steps_cached: int
-    history: tuple[float, ...]
-    default_cost: float = 1.0
-    disqualified: int = 0  # evaluations rejected because some module got worse than its default
-    failed: int = 0  # evaluations where a pass (or the default pipeline after it) failed on some module
-    target: Target = CPU  # the machine the fleet was judged for (``core/target.py``)
-
-    @property
-    def beats_default(self) -> bool:
-        return bool(self.best_sequence) and self.best_cost < self.default_cost
-
-    @property
-    def validation_level(self) -> str | None:
-        """The weakest validation level among the members (None: not validated)."""
-        levels = [m.validation.level for m in self.members if m.validation is not None]
-        if not levels or len(levels) != len(self.members):
-            return None
-        return min(levels, key=lambda lv: rank(lv) if lv else -1)
-
-    @property
-    def regressions(self) -> tuple[str, ...]:
-        return tuple(m.name for m in self.members if m.regressed)
-
-    def to_dict(self) -> dict:
-        """The fleet's figures, per member and, under the keys a single run's summary has (``module``,
-        ``input``, ``default``, ``best.raw``/``best.final``, ``validation_level``), summed over the
-        members, so a fleet run is reported (``autotune report``) like any run."""
-        valid = [m.validation.ok for m in self.members if m.validation is not None]
-        whole = {k: summed([getattr(m, k) for m in self.members]) for k in ("input", "default", "tuned", "tuned_raw")}
-        return {
-            "run_id": self.run_id, "fleet": True, "modules": list(self.modules), "fingerprint": self.fingerprint,
-            "module": f"fleet of {len(self.members)}",
-            "strategy": self.strategy, "objective": self.objective, "seed": self.seed, "budget": self.budget,
-            "evaluations": self.evaluations, "status": self.status, "allow_regressions": self.allow_regressions,
-            "input": whole["input"].to_dict(), "default": whole["default"].to_dict(),
-            "best": {"sequence": list(self.best_sequence), "found_sequence": list(self.found_sequence),
-                     "cost": self.best_cost, "raw": whole["tuned_raw"] and whole["tuned_raw"].to_dict(),
-                     "final": whole["tuned"] and whole["tuned"].to_dict()} if self.best_sequence else None,
-            "best_cost": self.best_cost, "default_cost": self.default_cost,
-            "mean_relative_change": self.best_cost - 1.0, "beats_default": self.beats_default,
-            "regressions": list(self.regressions),
-            "validity": {"ok": all(valid), "level": self.validation_level}
-            if valid and len(valid) == len(self.members) else None,
-            "validation_level": self.validation_level, "claim": None,
-            "members": [m.to_dict() for m in self.members],
-            "invalid": [{"sequence": list(s), "reason": r} for s, r in self.invalid],
-            "seconds": self.seconds, "steps_compiled": self.steps_compiled, "steps_cached": self.steps_cached,
-            "disqualified_evaluations": self.disqualified, "failed_evaluations": self.failed,
-            "target": self.target.to_dict(), "judged_by": self.target.judged_by(),
-        }
-
-    @classmethod
-    def from_dict(cls, data: dict) -> "FleetResult":
-        """The inverse of ``to_dict`` (the summed and derived keys are recomputed, not read; the
-        best-so-far history is not stored with the summary: the runs table's trials hold it)."""
-        best = data.get("best") or {}
-        return cls(
-            run_id=data["run_id"], modules=tuple(data["modules"]), fingerprint=data["fingerprint"],
-            strategy=data["strategy"], objective=data["objective"], seed=int(data["seed"]),
-            budget=int(data["budget"]), evaluations=int(data["evaluations"]), status=data["status"],
-            best_sequence=tuple(best.get("sequence") or ()), found_sequence=tuple(best.get("found_sequence") or ()),
-            best_cost=float(data["best_cost"]), members=tuple(MemberResult.from_dict(m) for m in data["members"]),
-            allow_regressions=bool(data.get("allow_regressions")),
-            invalid=tuple((tuple(i["sequence"]), i["reason"]) for i in data.get("invalid") or ()),
-            seconds=float(data["seconds"]), steps_compiled=int(data["steps_compiled"]),
-            steps_cached=int(data["steps_cached"]), history=(), default_cost=float(data.get("default_cost", 1.0)),
-            disqualified=int(data.get("disqualified_evaluations") or 0),
-            failed=int(data.get("failed_evaluations") or 0), target=Target.from_dict(data.get("target")))
-
-
-def summed(metrics: Sequence[Metrics | None]) -> Metrics | None:
-    """The fleet as one module (counts summed; None when a member has none): what a learning strategy
-    observes and what a report of the fleet shows."""
-    if any(m is None for m in metrics):
-        return None
-    ops: dict[str, int] = {}
-    for m in metrics:
-        for op, c in m.opcodes:
-            ops[op] = ops.get(op, 0) + c
-    return Metrics(sum(m.instructions for m in metrics), sum(m.flops for m in metrics),
-                   sum(m.transcendentals for m in metrics), sum(m.bytes_accessed for m in metrics),
-                   tuple(sorted(ops.items())))
-
-
 # ---- the fleet as a run ----------------------------------------------------------------------------------
 #: Run options that say a stored run is a fleet (its members, their names, whether regressions are allowed).
 FLEET_KEYS = ("fleet", "fleet_names", "allow_regressions")
@@ -431,18 +286,3 @@ class FleetSearch(Search):
             ratio=None if cost is None else FleetObjective.ratio(cost, default_cost),
             regressed=cost is not None and cost > default_cost + TOLERANCE * max(1.0, abs(default_cost)),
             validation=report)
-
-
-def tune_fleet(evaluator: Evaluator, modules: Sequence[Module], strategy: str = RunSpec.strategy,
-               budget: int = RunSpec.budget, objective: str = RunSpec.objective, seed: int = 0,
-               max_length: int = RunSpec.max_length, time_limit: float | None = None, options: dict | None = None,
-               observer: Observer | None = None, validate: bool = True, validation_seed: int = 0,
-               prune: bool = True, allow_regressions: bool = False) -> FleetResult:
-    """``tuner.tune`` on a list of modules (a shorthand kept for the benchmarks); ``prune`` as for one
-    module (``loop.prune``)."""
-    from autotune.core.tuner import tune
-
-    spec = RunSpec(strategy=strategy, budget=budget, objective=objective, seed=seed, max_length=max_length,
-                   time_limit=time_limit, options=options or {}, validate=validate, prune=prune,
-                   allow_regressions=allow_regressions)
-    return tune(evaluator, list(modules), spec=spec, observer=observer, validation_seed=validation_seed)

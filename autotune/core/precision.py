@@ -7,7 +7,7 @@ step, ``algsimp,reshape-mover,cse`` moves the reshape that sat between each Q/K 
 the rotary embedding's ``astype(float32)``, so the tuned module feeds RoPE the f32 dot result where
 XLA's default feeds it the dot rounded to bf16. That is a legal (here: more precise) rounding of the
 same math, yet four layers of a random bf16 network grow the one-ulp change to 0.1 in a few cache
-entries, past any fixed bf16 tolerance. The elementwise comparison (``validation.compare_outputs``) cannot
+entries, past any fixed bf16 tolerance. The elementwise comparison (``outputs.compare_outputs``) cannot
 tell that from a miscompile, because it compares two roundings with each other and not with the
 math.
 
@@ -49,6 +49,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from autotune.core.memory import with_memory
+from autotune.core.outputs import compare_outputs
 from autotune.errors import BadInput, PassFailed
 
 #: The tuned module's error against the f32 reference may be at most this many times XLA's default's.
@@ -202,7 +203,6 @@ def reconsider(report, default_outputs, tuned_outputs, seed: int, run, reference
     either strictly equal or passes ``judge``. One draw can hide a wrong value behind the default's
     own rounding error (or not reach it at all); a wrong value rarely hides on three.
     """
-    from autotune.core.validation import compare_outputs  # validation imports this module
 
     if report.ok or not report.outputs:
         return report

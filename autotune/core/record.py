@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from autotune.errors import BadInput
+from autotune.version import __version__
 
 FORMAT = 1
 
@@ -110,7 +111,6 @@ class TuningRecord:
 
 def from_run(evaluator, run_id: str) -> TuningRecord:
     """Build a record from a finished run in the cache."""
-    import autotune
     from autotune.core.runs import RunStore
 
     run = RunStore(evaluator.cache).get(run_id)
@@ -145,7 +145,7 @@ def from_run(evaluator, run_id: str) -> TuningRecord:
     return TuningRecord(
         module=run.module_name, fingerprint=run.module, sequence=best.sequence,
         objective=run.objective, pipeline_version=run.version, xla_version=evaluator.pipeline.compiler_version,
-        autotune_version=autotune.__version__, metrics=metrics, valid=verified(level),
+        autotune_version=__version__, metrics=metrics, valid=verified(level),
         run_id=run_id, validation=level, validation_reason=validation.reason if validation else None,
         target=result.target.key,
     )
@@ -153,7 +153,6 @@ def from_run(evaluator, run_id: str) -> TuningRecord:
 
 def _from_fleet_run(evaluator, run, fleet, run_id: str) -> TuningRecord:
     """A record for every member of a fleet run (its ``FleetResult``): one sequence, per-module figures."""
-    import autotune
 
     from autotune.core.validation import verified
 
@@ -174,7 +173,7 @@ def _from_fleet_run(evaluator, run, fleet, run_id: str) -> TuningRecord:
     return TuningRecord(
         module=f"fleet of {len(fps)}: " + ", ".join(m.name for m in fleet.members), fingerprint=fps[0],
         sequence=fleet.best_sequence, objective=run.objective, pipeline_version=run.version,
-        xla_version=evaluator.pipeline.compiler_version, autotune_version=autotune.__version__,
+        xla_version=evaluator.pipeline.compiler_version, autotune_version=__version__,
         metrics={"cost": fleet.best_cost, "default_cost": fleet.default_cost, "modules": modules},
         valid=all(verified(lv) for lv in levels), run_id=run_id, fingerprints=fps, validation=fleet.validation_level,
         target=fleet.target.key,

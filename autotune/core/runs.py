@@ -69,12 +69,10 @@ class RunInfo:
         """The finished run's typed result: ``FleetResult`` for a fleet, else ``TuneResult`` (None: unfinished)."""
         if self.summary is None:
             return None
+        from autotune.core.results import FleetResult, TuneResult  # results -> levels -> outputs: no circle
+
         if self.summary.get("fleet"):
-            from autotune.core.fleet import FleetResult
-
             return FleetResult.from_dict(self.summary)
-        from autotune.core.tuner import TuneResult
-
         return TuneResult.from_dict(self.summary)
 
     @property
@@ -82,7 +80,7 @@ class RunInfo:
         """The finished run's ``Validation`` of its best (None: unfinished, or nothing validated).
 
         The one reader of the stored ``validity`` (single runs and fleets store the same shape)."""
-        from autotune.core.validation import Validation
+        from autotune.core.levels import Validation
 
         return Validation.from_dict((self.summary or {}).get("validity"))
 

@@ -19,25 +19,25 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 from autotune import strategy as strategy_mod
 from autotune.core import objectives as objectives_mod
 from autotune.core.evaluator import Evaluator, Result
-from autotune.core.target import CPU, Target
 from autotune.core.loop import (Choice, Interrupted, PhaseClock, RunEvaluate, Search, drive, finish,
                                 seed_everything, prune, validity_of)
 from autotune.core.metrics import Metrics
 from autotune.core.module import Module
 from autotune.core.objectives import Claim, Objective, ObjectiveContext
 from autotune.core.observer import Observer
+from autotune.core.results import Candidate, FleetResult, TuneResult
 from autotune.core.runs import RunStore, TrialRecord, new_run_id
-from autotune.core.validation import Validation, not_checked
+from autotune.core.levels import Validation, not_checked
 from autotune.core.spec import DEFAULT_MAX_LENGTH, RunSpec
 from autotune.errors import AutotuneError, BadInput
 from autotune.strategy import SearchSpace
 
-__all__ = ["tune", "TuneResult", "Candidate", "Interrupted", "evaluation_session", "validity_of", "TrialRecord",
+__all__ = ["tune", "tune_fleet", "TuneResult", "Candidate", "Interrupted", "evaluation_session", "validity_of", "TrialRecord",
            "DEFAULT_MAX_LENGTH", "ModuleSearch", "PhaseClock", "RunEvaluate", "seed_everything"]
 
 #: A failed sequence costs this much more than the XLA default (finite, so optimisers can learn).
@@ -50,147 +50,6 @@ MAX_CONFIRMATIONS = 2
 SURROGATE_MIN_BYTES = 1 << 20
 #: Distinct surrogate candidates (the best and its runners-up) re-established on the real module.
 SURROGATE_RECHECK = 3
-
-
-@dataclass(frozen=True)
-class Candidate:
-    """A module the tuner reports: raw metrics, metrics after XLA's default pipeline, cost."""
-
-    sequence: tuple[str, ...]  # what to apply: empty when the candidate does not beat the default
-    state: str  # the module ``found`` reached
-    raw: Metrics
-    final: Metrics | None
-    cost: float
-    found: tuple[str, ...] = ()  # the sequence as the strategy found it, before pruning
-    found_cost: float | None = None  # its cost: above ``cost`` when pruning dropped a pass that hurt
-
-
-@dataclass(frozen=True)
-class TuneResult:
-    run_id: str
-    module: str
-    fingerprint: str
-    strategy: str
-    objective: str
-    seed: int
-    budget: int
-    evaluations: int
-    status: str  # finished | interrupted | time-limit
-    input: Metrics
-    default: Metrics  # XLA's default ordering
-    default_cost: float
-    best: Candidate | None  # None: no valid sequence beat doing nothing
-    #: How far ``best`` was checked: level, reason, stand-ins, output comparison (``validity`` in JSON).
-    validation: Validation | None
-    invalid: tuple[tuple[tuple[str, ...], str], ...]  # candidates rejected by the check, with reasons
-    seconds: float
-    steps_compiled: int
-    steps_cached: int
-    history: tuple[float, ...]  # best-so-far cost after each evaluation
-    claim: Claim | None = None  # the objective's verdict on ``best`` against XLA's default
-    executor: dict | None = None  # what ran the steps (autotune.core.executors: local or ray, and where)
-    #: Seconds per phase (``observer.PHASES``: load, normalise, default, search, recheck, prune,
-    #: validation, confirmation), in the order they ran; ``load`` is added by the caller that loaded the file.
-    phases: tuple[tuple[str, float], ...] = ()
-    #: Set when the search ran on a surrogate with the large constants lifted to parameters: how many,
-    #: their bytes, each re-checked candidate's cost on the surrogate and on the real module,
-    #: ``agree`` and a ``message`` saying what was done (``ModuleSearch.recheck``).
-    surrogate: dict | None = None
-    #: The machine the run judged for: its pipeline applied and judged every sequence (``core/target.py``).
-    target: Target = CPU
-
-    @property
-    def validation_level(self) -> str | None:
-        return self.validation.level if self.validation else None
-
-    @property
-    def best_sequence(self) -> tuple[str, ...]:
-        return self.best.sequence if self.best else ()
-
-    @property
-    def beats_default(self) -> bool:
-        """True when the best valid sequence beats XLA's default ordering, as its objective judges
-        it (for a measured objective: confirmed by interleaved re-measurement, not the search's sample)."""
-        if self.best is None:
-            return False
-        if self.claim is not None:
-            return self.claim.win
-        return self.best.cost < self.default_cost
-
-    @property
-    def best_cost(self) -> float:
-        return self.best.cost if self.best else self.default_cost
-
-    @property
-    def cache_hit_rate(self) -> float:
-        total = self.steps_compiled + self.steps_cached
-        return self.steps_cached / total if total else 0.0
-
-    def improvement(self, final: bool = True) -> float | None:
-        """The 2023 paper's ratio: the tuned sequence's instruction reduction / the default's, minus 1."""
-        if self.best is None:
-            return None
-        tuned = self.best.final if final else self.best.raw
-        if tuned is None:
-            return None
-        default_red = self.input.instructions - self.default.instructions
-        tuned_red = self.input.instructions - tuned.instructions
-        if default_red <= 0:
-            return None
-        return tuned_red / default_red - 1.0
-
-    def to_dict(self) -> dict:
-        best = None
-        if self.best:
-            best = {
-                "sequence": list(self.best.sequence),
-                "found_sequence": list(self.best.found or self.best.sequence),
-                "found_cost": self.best.found_cost,
-                "cost": self.best.cost,
-                "state": self.best.state,
-                "raw": self.best.raw.to_dict(),
-                "final": self.best.final.to_dict() if self.best.final else None,
-            }
-        return {
-            "run_id": self.run_id, "module": self.module, "fingerprint": self.fingerprint,
-            "strategy": self.strategy, "objective": self.objective, "seed": self.seed, "budget": self.budget,
-            "evaluations": self.evaluations, "status": self.status,
-            "input": self.input.to_dict(), "default": self.default.to_dict(), "default_cost": self.default_cost,
-            "best": best, "beats_default": self.beats_default,
-            "validity": self.validation.to_dict() if self.validation else None,
-            "validation_level": self.validation_level,
-            "claim": self.claim.to_dict() if self.claim else None,
-            "invalid": [{"sequence": list(s), "reason": r} for s, r in self.invalid],
-            "improvement_final_ops": self.improvement(True), "improvement_raw_ops": self.improvement(False),
-            "seconds": self.seconds, "steps_compiled": self.steps_compiled, "steps_cached": self.steps_cached,
-            "cache_hit_rate": self.cache_hit_rate, "executor": self.executor, "history": list(self.history),
-            "phases": dict(self.phases),
-            "surrogate": self.surrogate,
-            "target": self.target.to_dict(), "judged_by": self.target.judged_by(),
-        }
-
-    @classmethod
-    def from_dict(cls, data: dict) -> "TuneResult":
-        """The inverse of ``to_dict`` (derived keys such as ``beats_default`` are recomputed, not read)."""
-        best = data.get("best")
-        if best is not None:
-            best = Candidate(tuple(best["sequence"]), best["state"], Metrics.from_dict(best["raw"]),
-                             Metrics.from_dict(best["final"]) if best.get("final") else None, float(best["cost"]),
-                             tuple(best.get("found_sequence") or ()),
-                             None if best.get("found_cost") is None else float(best["found_cost"]))
-        return cls(
-            run_id=data["run_id"], module=data["module"], fingerprint=data["fingerprint"], strategy=data["strategy"],
-            objective=data["objective"], seed=int(data["seed"]), budget=int(data["budget"]),
-            evaluations=int(data["evaluations"]), status=data["status"], input=Metrics.from_dict(data["input"]),
-            default=Metrics.from_dict(data["default"]), default_cost=float(data["default_cost"]), best=best,
-            validation=Validation.from_dict(data.get("validity")),
-            invalid=tuple((tuple(i["sequence"]), i["reason"]) for i in data.get("invalid") or ()),
-            seconds=float(data["seconds"]), steps_compiled=int(data["steps_compiled"]),
-            steps_cached=int(data["steps_cached"]), history=tuple(float(h) for h in data.get("history") or ()),
-            claim=Claim.from_dict(data.get("claim")), executor=data.get("executor"),
-            phases=tuple((str(k), float(v)) for k, v in (data.get("phases") or {}).items()),
-            surrogate=data.get("surrogate"), target=Target.from_dict(data.get("target")),
-        )
 
 
 class ModuleSearch(Search):
@@ -464,6 +323,20 @@ def tune(
     search = _open(evaluator, subject, obj, spec, run_id, replay, observer, clock, created=not resume)
     status, reason = drive(search, strat, space, spec.seed, f"{spec.strategy} on {_label(subject)}")
     return finish(search, status, reason, spec.validate, validation_seed, spec.prune)
+
+
+def tune_fleet(evaluator: Evaluator, modules: Sequence[Module], strategy: str = RunSpec.strategy,
+               budget: int = RunSpec.budget, objective: str = RunSpec.objective, seed: int = 0,
+               max_length: int = RunSpec.max_length, time_limit: float | None = None, options: dict | None = None,
+               observer: Observer | None = None, validate: bool = True, validation_seed: int = 0,
+               prune: bool = True, allow_regressions: bool = False) -> FleetResult:
+    """``tune`` on a list of modules (a shorthand kept for the benchmarks); ``prune`` as for one module
+    (``loop.prune``). Here, where the entry point lives, so that ``core/fleet.py`` (the fleet's search)
+    never imports the tuner back."""
+    spec = RunSpec(strategy=strategy, budget=budget, objective=objective, seed=seed, max_length=max_length,
+                   time_limit=time_limit, options=options or {}, validate=validate, prune=prune,
+                   allow_regressions=allow_regressions)
+    return tune(evaluator, list(modules), spec=spec, observer=observer, validation_seed=validation_seed)
 
 
 def _label(subject) -> str:

@@ -27,52 +27,20 @@ weight; non-negative floats fix it), and DLRM looks up a 3-row embedding with ``
 
 from __future__ import annotations
 
-import math
 import time
 from collections import OrderedDict
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 
 import numpy as np
 
+from autotune.core.levels import (COMPILED, EXECUTED, EXECUTED_REGION, EXECUTED_WITH_STAND_INS, IDENTICAL,  # noqa: F401
+                                   INVALID, LEVELS, REQUIREMENTS, UNVERIFIED, Validation, meets, not_checked, rank,
+                                   verified)
 from autotune.core.memory import with_memory
+from autotune.core.outputs import (OutputDiff, ValidationReport, category, compare_outputs, nonfinite,  # noqa: F401
+                                   tolerance)
 from autotune.core.precision import second_opinion, second_opinion_paired
 from autotune.errors import BadInput, PassFailed
-
-# ---- levels --------------------------------------------------------------------------------------
-IDENTICAL = "identical"
-EXECUTED = "executed"
-EXECUTED_WITH_STAND_INS = "executed-with-stand-ins"
-#: Whole execution declined (memory, time): only the region(s) where the tuned final module differs
-#: from XLA's default final module ran, both sides on the same random inputs at their boundary.
-EXECUTED_REGION = "executed-region"
-COMPILED = "compiled"
-UNVERIFIED = "unverified"
-INVALID = "invalid"
-
-#: Levels a reported result can reach, strongest first. ``invalid`` is not a level a result can
-#: have: a check that ran and said no rejects the candidate (the tuner tries the next best).
-LEVELS: tuple[str, ...] = (IDENTICAL, EXECUTED, EXECUTED_WITH_STAND_INS, EXECUTED_REGION, COMPILED, UNVERIFIED)
-#: What ``--require`` accepts: a level, or ``none`` (anything, unverified included).
-REQUIREMENTS: tuple[str, ...] = (*LEVELS, "none")
-
-
-def rank(level: str) -> int:
-    """Higher is stronger: identical 5 ... unverified 0, invalid -1."""
-    return len(LEVELS) - 1 - LEVELS.index(level) if level in LEVELS else -1
-
-
-def verified(level: str | None) -> bool:
-    """The old yes/no "valid": a check ran and passed, at least the full compile (not unverified)."""
-    return level is not None and rank(level) >= rank(COMPILED)
-
-
-def meets(level: str, required: str) -> bool:
-    """Does a result at ``level`` satisfy ``--require required``?"""
-    if required == "none":
-        return level in LEVELS
-    if required not in LEVELS:
-        raise BadInput(f"unknown validation level '{required}' (expected one of {', '.join(REQUIREMENTS)})")
-    return rank(level) >= rank(required)
 
 #: Input distributions ``validate`` tries, in order, while the original's outputs are not finite:
 #: (float distribution, integer upper bound). The first is the default of ``runner.random_inputs``.
@@ -81,205 +49,7 @@ INPUT_LADDER: tuple[tuple[str, int], ...] = (
 )
 
 
-# ---- tolerances ------------------------------------------------------------------------------------
-def _category(dtype) -> str:
-    """bool | int | float | complex | other, for numpy and ml_dtypes types alike."""
-    dtype = np.dtype(dtype)
-    if dtype == np.bool_:
-        return "bool"
-    name = dtype.name
-    if dtype.kind in "iu" or name in ("int4", "uint4", "int2", "uint2"):
-        return "int"
-    if dtype.kind == "c":
-        return "complex"
-    if dtype.kind == "f" or name.startswith(("float", "bfloat")):
-        return "float"
-    return "other"
-
-
-def tolerance(dtype) -> tuple[float, float]:
-    """``(rtol, atol)`` for comparing an output of this dtype: ok when ``|t - o| <= atol + rtol * |o|``.
-
-    - bool, integers: exact. Integer arithmetic has no rounding, so any difference is a real one.
-    - f32: rtol 1e-3, atol 1e-4. Passes like algsimp, reshape-mover or dot decomposition legally
-      reassociate sums, fold constants and swap exp(a)*exp(b) for exp(a+b); each changes rounding
-      by a few ulps (f32 eps = 1.2e-7), and a deep network (softmax, layer norm, a backward pass)
-      amplifies that by up to ~1e3-1e4 near cancellations. 1e-3 is ~8000 ulps: loose enough for
-      that, yet a real change (a constant, a dropped term, a wrong operand) moves values by far
-      more. atol covers outputs that cancel to ~0, where a relative bound is meaningless.
-    - f64: rtol 1e-9, atol 1e-10: the same reasoning at eps = 2.2e-16, with a wide margin.
-    - f16: rtol 1e-2, atol 2e-3 (~10 ulps, eps = 9.8e-4). bf16: rtol 5e-2, atol 1e-2 (~6 ulps,
-      eps = 7.8e-3): XLA CPU computes narrow floats in f32 and rounds, so a moved convert or a
-      reassociated sum changes results by whole ulps, which are coarse in these types.
-    - other narrow floats (f8, f4): two ulps relative, one absolute.
-    - complex: the tolerance of its component type, applied to the complex difference.
-    """
-    dtype = np.dtype(dtype)
-    cat = _category(dtype)
-    if cat in ("bool", "int", "other"):
-        return 0.0, 0.0
-    if cat == "complex":
-        return tolerance(np.float64 if dtype.itemsize == 16 else np.float32)
-    if dtype == np.float64:
-        return 1e-9, 1e-10
-    if dtype == np.float32:
-        return 1e-3, 1e-4
-    if dtype == np.float16:
-        return 1e-2, 2e-3
-    if dtype.name == "bfloat16":
-        return 5e-2, 1e-2
-    import ml_dtypes
-
-    eps = float(ml_dtypes.finfo(dtype).eps)
-    return 2 * eps, eps
-
-
-# ---- reports -----------------------------------------------------------------------------------------
-def _json_float(x: float) -> float | None:
-    """Strict JSON has no inf/NaN: such a diff becomes null (the report's reason says what it was)."""
-    return float(x) if math.isfinite(x) else None
-
-
-@dataclass(frozen=True)
-class OutputDiff:
-    """How one output of the tuned module compares with the original's.
-
-    ``max_abs_diff`` is inf where a non-finite value differs (NaN vs number, inf vs -inf); NaN == NaN
-    and equal infinities count as equal. ``max_rel_diff`` is ``|t - o| / max(|o|, atol)`` over finite
-    pairs (the atol floor keeps exact zeros in the original from making it meaningless).
-    ``mismatches`` counts elements outside the tolerance. NaN for shape/dtype mismatches.
-    """
-
-    index: int
-    shape: tuple[int, ...]
-    dtype: str
-    max_abs_diff: float
-    max_rel_diff: float
-    mismatches: int
-    ok: bool
-
-    def to_dict(self) -> dict:
-        data = asdict(self)
-        data["shape"] = list(self.shape)
-        data["max_abs_diff"] = _json_float(self.max_abs_diff)
-        data["max_rel_diff"] = _json_float(self.max_rel_diff)
-        return data
-
-
-@dataclass(frozen=True)
-class ValidationReport:
-    """The answer to "does the tuned module compute the same thing?".
-
-    ``reason`` is one line for a person (None when ok, unless ``precision`` accepted a narrow-float
-    rounding difference: then it says so, with the numbers). ``outputs`` has one entry per output when
-    both modules ran. ``seed`` and ``n_inputs`` (parameter leaves) say which inputs were used;
-    ``inputs`` names their distribution (``runner.random_inputs`` arguments).
-    """
-
-    ok: bool
-    reason: str | None
-    outputs: tuple[OutputDiff, ...]
-    seed: int
-    n_inputs: int
-    inputs: str = "floats=normal,ints=[0,4)"
-
-    def to_dict(self) -> dict:
-        return {
-            "ok": self.ok, "reason": self.reason, "outputs": [o.to_dict() for o in self.outputs],
-            "seed": self.seed, "n_inputs": self.n_inputs, "inputs": self.inputs,
-        }
-
-
-# ---- comparison ----------------------------------------------------------------------------------------
-def _type_str(shape, dtype) -> str:
-    return f"{np.dtype(dtype).name}[{','.join(map(str, shape))}]"
-
-
-def _diff_one(index: int, orig: np.ndarray, tuned: np.ndarray) -> tuple[OutputDiff, str | None]:
-    shape, dtype = tuple(orig.shape), np.dtype(orig.dtype)
-    nan = float("nan")
-    if np.dtype(tuned.dtype) != dtype:
-        return (OutputDiff(index, shape, dtype.name, nan, nan, int(orig.size), False),
-                f"output {index} has dtype {np.dtype(tuned.dtype).name} in the tuned module, {dtype.name} in the original")
-    if tuple(tuned.shape) != shape:
-        return (OutputDiff(index, shape, dtype.name, nan, nan, int(orig.size), False),
-                f"output {index} has shape {_type_str(tuned.shape, dtype)} in the tuned module, "
-                f"{_type_str(shape, dtype)} in the original")
-    cat = _category(dtype)
-    rtol, atol = tolerance(dtype)
-    if orig.size == 0:
-        return OutputDiff(index, shape, dtype.name, 0.0, 0.0, 0, True), None
-    if cat in ("bool", "int", "other"):
-        if cat == "other":
-            a = np.frombuffer(np.ascontiguousarray(orig).tobytes(), np.uint8)
-            b = np.frombuffer(np.ascontiguousarray(tuned).tobytes(), np.uint8)
-            bad = int(np.count_nonzero(a != b))
-            max_abs = 1.0 if bad else 0.0
-        else:
-            a, b = orig.astype(np.float64), tuned.astype(np.float64)
-            bad = int(np.count_nonzero(orig != tuned))
-            max_abs = float(np.max(np.abs(a - b))) if bad else 0.0
-        max_rel = float(np.max(np.abs(a - b) / np.maximum(np.abs(a), 1.0))) if bad and cat == "int" else max_abs
-    else:
-        wide = np.complex128 if cat == "complex" else np.float64
-        a, b = orig.astype(wide), tuned.astype(wide)
-        finite = np.isfinite(a) & np.isfinite(b)
-        both_nan = np.isnan(a) & np.isnan(b)
-        same_inf = ~finite & ~np.isnan(a) & ~np.isnan(b) & (a == b)
-        nonfinite_bad = ~finite & ~both_nan & ~same_inf
-        with np.errstate(invalid="ignore", over="ignore"):
-            diff = np.where(finite, np.abs(a - b), 0.0)
-            rel = diff / np.maximum(np.abs(a), atol if atol > 0 else np.finfo(np.float64).tiny)
-            close = finite & (diff <= atol + rtol * np.abs(a))
-        bad = int(np.count_nonzero(finite & ~close) + np.count_nonzero(nonfinite_bad))
-        max_abs = math.inf if nonfinite_bad.any() else float(diff.max())
-        max_rel = math.inf if nonfinite_bad.any() else float(rel.max())
-    ok = bad == 0
-    reason = None
-    if not ok:
-        what = f"{bad} of {orig.size} elements differ"
-        if cat in ("float", "complex"):
-            what += f" beyond rtol={rtol:g}, atol={atol:g} (max abs diff {max_abs:.3g}, max rel diff {max_rel:.3g})"
-        elif cat == "int":
-            what += f" (max abs diff {max_abs:g})"
-        reason = f"output {index} ({_type_str(shape, dtype)}): {what}"
-    return OutputDiff(index, shape, dtype.name, max_abs, max_rel, bad, ok), reason
-
-
-def compare_outputs(original_outputs, tuned_outputs, seed: int = 0, n_inputs: int = 0,
-            inputs: str = "floats=normal,ints=[0,4)") -> ValidationReport:
-    """Compare two lists of output arrays elementwise with ``tolerance(dtype)``.
-
-    A different number of outputs, or an output with another shape or dtype, is a mismatch with a
-    reason saying which. The report's reason names the first failing output (and how many others).
-    """
-    orig = [np.asarray(x) for x in original_outputs]
-    tuned = [np.asarray(x) for x in tuned_outputs]
-    if len(orig) != len(tuned):
-        return ValidationReport(False, f"the tuned module has {len(tuned)} outputs, the original {len(orig)}",
-                                (), seed, n_inputs, inputs)
-    diffs, reasons = [], []
-    for i, (a, b) in enumerate(zip(orig, tuned)):
-        d, r = _diff_one(i, a, b)
-        diffs.append(d)
-        if r:
-            reasons.append(r)
-    reason = None
-    if reasons:
-        reason = reasons[0] + (f"; and {len(reasons) - 1} more output(s) differ" if len(reasons) > 1 else "")
-    return ValidationReport(not reasons, reason, tuple(diffs), seed, n_inputs, inputs)
-
-
 # ---- running both modules -------------------------------------------------------------------------------
-def _nonfinite(outputs) -> int:
-    n = 0
-    for x in outputs:
-        if _category(x.dtype) in ("float", "complex") and x.size:
-            n += int(np.count_nonzero(~np.isfinite(np.asarray(x).astype(
-                np.complex128 if _category(x.dtype) == "complex" else np.float64))))
-    return n
-
-
 def _describe(floats: str, int_high: int) -> str:
     return f"floats={floats},ints=[0,{int_high})"
 
@@ -313,7 +83,7 @@ def _original_outputs(pipeline, original, seed: int, specs, bound: float | None 
             raise BadInput(f"the original module itself does not compile and run with XLA's full pipeline: {exc}") from None
         except BadInput as exc:
             raise BadInput(f"the original module cannot be run for validation: {exc}") from None
-        bad = _nonfinite(outs)
+        bad = nonfinite(outs)
         if best is None or bad < best[3]:
             best = (outs, floats, int_high, bad)
         if bad == 0 or (bound is not None and time.perf_counter() - started > bound / 3):
@@ -345,80 +115,6 @@ def validate(pipeline, original, tuned, seed: int = 0) -> ValidationReport:
     except BadInput as exc:
         return ValidationReport(False, f"the tuned module cannot be run: {exc}", (), seed, len(specs),
                                 _describe(floats, int_high))
-
-
-# ---- the level of a result ------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class Validation:
-    """How far this machine could check that a tuned module computes what the original computes.
-
-    ``level`` is one of ``LEVELS`` (strongest first) or ``invalid`` (a check ran and said no):
-
-    - ``identical``: after XLA's default pipeline the tuned module *is* the default's final module
-      (same fingerprint): it compiles and computes exactly what XLA's default would; nothing to run.
-    - ``executed``: full compile, and the same outputs as the original on seeded random inputs.
-    - ``executed-with-stand-ins``: the same, with ``stand_ins`` custom calls that the host cannot
-      run replaced by deterministic host stand-ins (``pipelines/xla/standins.py``) in both modules:
-      everything around those calls is checked by execution, the calls themselves are not.
-    - ``executed-region``: the whole modules could not be executed here, but the region(s) where
-      the tuned final module differs from XLA's default final module were, on the same random
-      inputs at their boundary (``establish_region``); ``reason`` says how many regions and
-      instructions, and the bytes executed against what the whole module would need.
-    - ``compiled``: the tuned module passes XLA's full pipeline including codegen, but is not
-      executed here; ``reason`` says why (memory needed vs available, ...).
-    - ``unverified``: not even compiled here (``--no-validate``, or the original itself does not
-      compile on this host); ``reason`` says why.
-
-    ``report`` is the output comparison (a ``ValidationReport``) when both modules ran.
-    """
-
-    level: str
-    reason: str | None = None
-    stand_ins: int = 0
-    report: ValidationReport | None = None
-
-    @property
-    def ok(self) -> bool:
-        """False only when a check ran and found the tuned module wrong (``invalid``)."""
-        return self.level != INVALID
-
-    def meets(self, required: str) -> bool:
-        return meets(self.level, required)
-
-    def describe(self) -> str:
-        """One line for a person, e.g. ``compiled (inputs need 30.1 GiB, 18.0 GiB available)``."""
-        return self.level + (f" ({self.reason})" if self.reason else "")
-
-    def to_dict(self) -> dict:
-        data = {"level": self.level, "ok": self.ok, "reason": self.reason, "stand_ins": self.stand_ins,
-                "report": self.report.to_dict() if self.report else None}
-        return data
-
-    @classmethod
-    def from_dict(cls, data: dict | None) -> "Validation | None":
-        """Inverse of ``to_dict``; also reads the pre-level validity dicts (a bare ValidationReport)."""
-        if data is None:
-            return None
-        report = data.get("report")
-        if report is None and "outputs" in data and "level" not in data:
-            report = data
-        rep = None
-        if report is not None:
-            rep = ValidationReport(bool(report.get("ok")), report.get("reason"), tuple(
-                OutputDiff(int(o["index"]), tuple(o["shape"]), o["dtype"],
-                           math.inf if o.get("max_abs_diff") is None else float(o["max_abs_diff"]),
-                           math.inf if o.get("max_rel_diff") is None else float(o["max_rel_diff"]),
-                           int(o["mismatches"]), bool(o["ok"])) for o in report.get("outputs", ())),
-                int(report.get("seed", 0)), int(report.get("n_inputs", 0)),
-                report.get("inputs", "floats=normal,ints=[0,4)"))
-        level = data.get("level")
-        if level is None:  # a stored pre-level report: it ran, so it was executed or invalid
-            level = EXECUTED if data.get("ok") else INVALID
-        return cls(level, data.get("reason"), int(data.get("stand_ins") or 0), rep)
-
-
-def not_checked(reason: str = "not checked (--no-validate)") -> Validation:
-    return Validation(UNVERIFIED, reason)
 
 
 class _CannotRun(Exception):
@@ -787,7 +483,7 @@ def establish_region(pipeline, original, tuned, seed: int, why_not: str, finals=
         if report.reason:  # accepted by the f32 reference (``precision``): say so
             rounding.append(f"region {r.index}: {report.reason}")
         stand_ins += n_t
-        nonfinite += _nonfinite(orig_outs)
+        nonfinite += nonfinite(orig_outs)
         elements += sum(int(x.size) for x in orig_outs)
         base = len(outputs)
         outputs += [OutputDiff(base + o.index, o.shape, o.dtype, o.max_abs_diff, o.max_rel_diff, o.mismatches, o.ok)
@@ -851,8 +547,8 @@ def _run_region(pipeline, r, seed: int, bound: float | None = None):
 def _rungs(specs):
     """The rungs of ``INPUT_LADDER`` that differ for these inputs: another float distribution only
     when some input is a float, another integer range only when some input is an integer."""
-    has_float = any(_category(s.dtype) in ("float", "complex") for s in specs)
-    has_int = any(_category(s.dtype) == "int" for s in specs)
+    has_float = any(category(s.dtype) in ("float", "complex") for s in specs)
+    has_int = any(category(s.dtype) == "int" for s in specs)
     return [(floats, int_high) for floats, int_high in INPUT_LADDER
             if (floats == "normal" or has_float) and (int_high == INPUT_LADDER[0][1] or has_int)]
 
@@ -867,7 +563,7 @@ def _region_outputs(pipeline, module, seed: int, specs, bound: float | None = No
     best = None
     for floats, int_high in _rungs(specs):
         outs = _execute(pipeline, module, seed, floats, int_high, bound)
-        empty = [i for i, x in enumerate(outs[:len(outs) // 2]) if x.size and _nonfinite([x]) == x.size]
+        empty = [i for i, x in enumerate(outs[:len(outs) // 2]) if x.size and nonfinite([x]) == x.size]
         if best is None or len(empty) < len(best[3]):
             best = (outs, floats, int_high, empty)
         if not empty:
