@@ -338,7 +338,7 @@ class XlaPipeline(BackendBase):
     # ---- how long an execution would take (validation's time budget) -------------------------------
     def execution_rates(self) -> dict:
         """This machine's rates (``flops_per_s``, ``bytes_per_s``), measured once per machine and XLA
-        version in a worker (runner.calibrate_rates, under a second) and kept in the cache."""
+        version in a worker (timing.calibrate_rates, under a second) and kept in the cache."""
         key = f"execution-rates-all-cores:{machine_key()}"  # measured under all_cores() (the old key held rates pinned to one core)
         rates = _RATES.get(key)
         if rates is None and self._cache is not None:

@@ -1,5 +1,5 @@
 """Compile a module with XLA's full CPU pipeline and run it: the ground truth behind validation
-and the ``runtime`` objective.
+and the ``runtime`` objective (timing it: ``timing.py``).
 
 Everything here that compiles or executes runs INSIDE a worker process (``worker.XlaWorker``
 delegates to it): a full compile goes through LLVM codegen, where an XLA fatal error would kill the
@@ -71,7 +71,7 @@ class ParamSpec:
         return math.prod(self.shape) * self.dtype.itemsize
 
 
-def _compiler_message(exc: BaseException) -> str:
+def compiler_message(exc: BaseException) -> str:
     """XLA's error status, first meaningful line, without Python traceback noise."""
     lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
     for ln in lines:
@@ -94,7 +94,7 @@ def parameter_specs(proto: bytes) -> list[ParamSpec]:
     try:
         program_shape = _hlo.XlaComputation(proto).program_shape()
     except Exception as exc:
-        raise BadInput(f"cannot read the module's entry signature: {_compiler_message(exc)}") from None
+        raise BadInput(f"cannot read the module's entry signature: {compiler_message(exc)}") from None
     specs: list[ParamSpec] = []
 
     def walk(shape, param: int, index: tuple[int, ...]) -> None:
@@ -153,7 +153,7 @@ HOST_ALIGNMENT = 64
 
 def aligned_empty(n: int, dtype) -> np.ndarray:
     """An uninitialised 1-D array of ``n`` elements whose data starts on a ``HOST_ALIGNMENT``
-    boundary (numpy's own allocations are 16-byte aligned), so ``_device_put(..., copy=False)`` can
+    boundary (numpy's own allocations are 16-byte aligned), so ``device_put(..., copy=False)`` can
     hand it to the executable as it is: for GiBs of LLM weights that copy was a fifth of a region run."""
     dtype = np.dtype(dtype)
     raw = np.empty(n * dtype.itemsize + HOST_ALIGNMENT, np.uint8)
@@ -244,11 +244,11 @@ def compile_full(worker, proto: bytes):
     try:
         mlir = jax_.mlir.hlo_to_stablehlo(proto)
     except Exception as exc:
-        raise PassFailed(f"XLA cannot convert the module for compilation: {_compiler_message(exc)}", "error") from None
+        raise PassFailed(f"XLA cannot convert the module for compilation: {compiler_message(exc)}", "error") from None
     try:
         return worker.backend.compile_and_load(mlir, worker.devices, jax_.CompileOptions())
     except Exception as exc:
-        raise PassFailed(_compiler_message(exc), "error") from None
+        raise PassFailed(compiler_message(exc), "error") from None
 
 
 #: Executables kept per worker. Validation runs the same original once per candidate and may
@@ -277,7 +277,7 @@ def cached_compile(worker, proto: bytes):
     return cache[key]
 
 
-def _device_put(worker, arrays: list[np.ndarray], copy: bool = True) -> list:
+def device_put(worker, arrays: list[np.ndarray], copy: bool = True) -> list:
     """Host arrays on the worker's device with their exact dtypes (x64 included).
 
     ``copy=False`` lets the CPU client use an aligned array's memory in place (``aligned_empty``):
@@ -297,18 +297,18 @@ def _device_put(worker, arrays: list[np.ndarray], copy: bool = True) -> list:
     ]
 
 
-def _run(exe, args: list) -> list:
+def run(exe, args: list) -> list:
     try:
         results = exe.execute_sharded(args)
         outs = [per_device[0] for per_device in results.disassemble_into_single_device_arrays()]
         for out in outs:
             out.block_until_ready()
     except Exception as exc:
-        raise PassFailed(f"execution failed: {_compiler_message(exc)}", "error") from None
+        raise PassFailed(f"execution failed: {compiler_message(exc)}", "error") from None
     return outs
 
 
-def _check_arity(exe, inputs: list) -> None:
+def check_arity(exe, inputs: list) -> None:
     """The executable must take exactly the leaves ``random_inputs`` built (a guard on the flattening)."""
     try:
         expected = len(exe.get_parameter_layouts())
@@ -349,8 +349,8 @@ def execute(worker, proto: bytes, seed: int = 0, floats: str = "normal", int_hig
     exe, _ = cached_compile(worker, proto)
     check_memory(exe)
     inputs = random_inputs(proto, seed, floats, int_high)
-    _check_arity(exe, inputs)
-    outs = _run(exe, _device_put(worker, inputs, copy=False))
+    check_arity(exe, inputs)
+    outs = run(exe, device_put(worker, inputs, copy=False))
     return [np.array(o) for o in outs]
 
 
@@ -395,221 +395,8 @@ def stand_ins(proto: bytes, extra: tuple[str, ...] = ()) -> tuple[bytes, str, in
     try:
         new = hlo.parse_text(new_text)
     except Exception as exc:
-        raise PassFailed(f"the module with stand-ins does not parse: {_compiler_message(exc)}", "error") from None
+        raise PassFailed(f"the module with stand-ins does not parse: {compiler_message(exc)}", "error") from None
     return new.as_serialized_hlo_module_proto(), hlo.fingerprint(new), n, targets
-
-
-#: The shortest sample the timing functions aim for (seconds): runs are repeated in an inner loop
-#: until one sample lasts at least this long, as pyperf and Google Benchmark calibrate theirs. A
-#: 50 us module timed once is mostly timer and launch jitter; 400 of them in a row are a stable figure.
-MIN_SAMPLE_SECONDS = 0.01
-#: Never loop more than this many runs in one sample (a module of a few microseconds).
-MAX_INNER = 10_000
-
-
-class _Timer:
-    """One compiled executable on its device-resident inputs, timed in calibrated samples.
-
-    ``sample(inner)`` runs the executable ``inner`` times and returns seconds per run. Inputs stay
-    on the device unless the module donates them (input/output aliasing deletes donated arguments);
-    then every run gets fresh copies placed before it, outside the timer, and the runs are timed one
-    by one and summed.
-    """
-
-    def __init__(self, worker, proto: bytes, seed: int, floats: str, int_high: int, overrides=None):
-        self.worker = worker
-        self.inputs = random_inputs(proto, seed, floats, int_high)
-        self.exe, self.compile_seconds = (_compile_with(worker, proto, overrides) if overrides
-                                          else cached_compile(worker, proto))
-        check_memory(self.exe)
-        _check_arity(self.exe, self.inputs)
-        self.args = _device_put(worker, self.inputs)
-        outs = _run(self.exe, self.args)  # one untimed run: warms up, and shows whether inputs are donated
-        del outs
-        self.donates = any(a.is_deleted() for a in self.args)
-
-    def sample(self, inner: int = 1) -> float:
-        inner = max(1, int(inner))
-        if self.donates:
-            total = 0.0
-            for _ in range(inner):
-                self.args = _device_put(self.worker, self.inputs)
-                start = time.perf_counter()
-                outs = _run(self.exe, self.args)
-                total += time.perf_counter() - start
-                del outs
-            return total / inner
-        start = time.perf_counter()
-        for _ in range(inner):
-            outs = _run(self.exe, self.args)
-            del outs
-        return (time.perf_counter() - start) / inner
-
-
-def _compile_with(worker, proto: bytes, overrides) -> tuple:
-    """A full compile with XLA debug options (``[(name, value)]``, e.g. ``xla_disable_hlo_passes``):
-    the benchmark's deliberately different arm (the same module without ``fusion``). Kept in the
-    worker's executable LRU (``cached_compile``'s) under a key that includes the options."""
-    if getattr(worker, "_capturing", False):
-        raise PassFailed("internal: full compile requested while a capture is active", "error")
-    overrides = [(str(k), str(v)) for k, v in overrides]
-    cache = getattr(worker, "_runner_exe_cache", None)
-    if cache is None:
-        cache = worker._runner_exe_cache = OrderedDict()
-    key = hashlib.sha256(proto + repr(overrides).encode()).hexdigest() + ":options"
-    if key in cache:
-        cache.move_to_end(key)
-        return cache[key]
-    jax_ = worker._jax
-    options = jax_.CompileOptions()
-    options.env_option_overrides = overrides
-    t0 = time.perf_counter()
-    try:
-        exe = worker.backend.compile_and_load(jax_.mlir.hlo_to_stablehlo(proto), worker.devices, options)
-    except Exception as exc:
-        raise PassFailed(_compiler_message(exc), "error") from None
-    cache[key] = (exe, time.perf_counter() - t0)
-    while len(cache) > EXE_CACHE_SIZE:
-        cache.popitem(last=False)
-    return cache[key]
-
-
-def calibrate(timers: list, min_seconds: float = MIN_SAMPLE_SECONDS) -> int:
-    """Inner loop count so that one sample of the fastest of ``timers`` lasts >= ``min_seconds``.
-
-    One run of each first (it also warms caches), then the count is grown geometrically from the
-    measured time per run, as pyperf's calibration does.
-    """
-    if min_seconds <= 0:
-        return 1
-    inner = 1
-    while True:
-        fastest = min(t.sample(inner) for t in timers)
-        if fastest * inner >= min_seconds or inner >= MAX_INNER:
-            return inner
-        want = math.ceil(1.2 * min_seconds / max(fastest, 1e-9))
-        inner = min(MAX_INNER, max(2 * inner, want))
-
-
-def _summary(seconds: list[float]) -> dict:
-    """min, median, the robust spreads (MAD and IQR) and more of per-run times (seconds)."""
-    arr = np.asarray(seconds, dtype=float)
-    q1, med, q3 = np.percentile(arr, [25, 50, 75])
-    return {
-        "median": float(med), "min": float(arr.min()), "mean": float(arr.mean()),
-        "p90": float(np.percentile(arr, 90)), "iqr": float(q3 - q1),
-        "mad": float(np.median(np.abs(arr - med))),
-    }
-
-
-def time_execution(worker, proto: bytes, seed: int = 0, repeats: int = 5, warmup: int = 1,
-                   floats: str = "normal", int_high: int = INT_HIGH, min_seconds: float = 0.0) -> dict:
-    """Seconds per run of ``repeats`` samples after ``warmup`` untimed ones (one compile, not timed).
-
-    With ``min_seconds`` > 0 each sample is a calibrated inner loop lasting at least that long
-    (``inner`` runs; ``seconds`` are per run); 0 keeps one run per sample. Each timed run covers
-    launching the executable and blocking until every output is ready.
-    """
-    repeats = max(1, int(repeats))
-    warmup = max(0, int(warmup))
-    timer = _Timer(worker, proto, seed, floats, int_high)
-    inner = calibrate([timer], min_seconds)
-    for _ in range(warmup):
-        timer.sample(inner)
-    seconds = [timer.sample(inner) for _ in range(repeats)]
-    return {
-        "seconds": seconds, **_summary(seconds), "repeats": repeats, "warmup": warmup, "inner": inner,
-        "donates": timer.donates,
-        "compile_seconds": timer.compile_seconds,  # of the compile that built the executable (maybe earlier)
-    }
-
-
-def time_ab(worker, proto_a: bytes, proto_b: bytes, seed: int = 0, rounds: int = 30, warmup: int = 2,
-            floats: str = "normal", int_high: int = INT_HIGH, min_seconds: float = MIN_SAMPLE_SECONDS,
-            options_a=None, options_b=None) -> dict:
-    """Interleaved A/B timing of two modules in this one process: the protocol behind a runtime claim.
-
-    Both are compiled once (before any timing), their inputs placed, one inner loop count is
-    calibrated on the faster of the two (so both samples of a round cover the same number of runs),
-    both are warmed up, then ``rounds`` rounds each time one sample of A and one of B, the order
-    alternating (AB, BA, AB, ...) so that neither always runs first after the other. Machine noise
-    (another process, frequency changes) then hits both arms alike, and the pairs can be compared
-    round by round. Returns per-run seconds per round for each arm, plus each arm's summary.
-    ``options_a``/``options_b`` (XLA debug options as ``[(name, value)]``) compile an arm differently.
-    """
-    rounds = max(2, int(rounds))
-    a = _Timer(worker, proto_a, seed, floats, int_high, options_a)
-    b = _Timer(worker, proto_b, seed, floats, int_high, options_b)
-    inner = calibrate([a, b], min_seconds)
-    for _ in range(max(0, int(warmup))):
-        a.sample(inner)
-        b.sample(inner)
-    sa: list[float] = []
-    sb: list[float] = []
-    for r in range(rounds):
-        if r % 2 == 0:
-            sa.append(a.sample(inner))
-            sb.append(b.sample(inner))
-        else:
-            sb.append(b.sample(inner))
-            sa.append(a.sample(inner))
-    return {
-        "a": sa, "b": sb, "a_summary": _summary(sa), "b_summary": _summary(sb), "rounds": rounds,
-        "inner": inner, "warmup": int(warmup), "min_seconds": float(min_seconds),
-    }
-
-
-# ---- how fast this machine executes (validation's time estimate) ------------------------------------------
-#: Two small modules whose run time, divided into XLA's cost analysis of them, gives this machine's
-#: rates: a matrix product (flops per second) and an elementwise chain over 4 MiB vectors (bytes
-#: accessed per second). Cost analysis is read on the module as given (before XLA's pipeline), as it
-#: is for the modules being estimated, so the unfused byte counts are compared like with like.
-CALIBRATION_HLO = {
-    "flops": """HloModule autotune_calibrate_flops
-
-ENTRY main {
-  a = f32[512,512] parameter(0)
-  b = f32[512,512] parameter(1)
-  ROOT d = f32[512,512] dot(a, b), lhs_contracting_dims={1}, rhs_contracting_dims={0}
-}
-""",
-    "bytes": """HloModule autotune_calibrate_bytes
-
-ENTRY main {
-  x = f32[1048576] parameter(0)
-  y = f32[1048576] parameter(1)
-  m = f32[1048576] multiply(x, y)
-  s = f32[1048576] add(m, x)
-  ROOT t = f32[1048576] subtract(s, y)
-}
-""",
-}
-
-
-def cost_of(worker, proto: bytes) -> dict:
-    """XLA's cost analysis of a module as given: ``flops``, ``transcendentals``, ``bytes``."""
-    from autotune.pipelines.xla import hlo
-
-    cost = worker._jax.hlo_module_cost_analysis(worker.backend, hlo.parse_proto(proto))
-    return {"flops": float(cost.get("flops", 0.0)), "transcendentals": float(cost.get("transcendentals", 0.0)),
-            "bytes": float(cost.get("bytes accessed", 0.0))}
-
-
-def calibrate_rates(worker) -> dict:
-    """This worker's execution rates: ``flops_per_s`` and ``bytes_per_s`` (XLA cost-analysis units).
-
-    Each calibration module is compiled and timed (median of 3 samples of >= 50 ms); its rate is
-    its dominant cost over its time. Takes well under a second; callers cache it per machine.
-    """
-    from autotune.pipelines.xla import hlo
-
-    rates = {}
-    for kind, text in CALIBRATION_HLO.items():
-        proto = hlo.parse_text(text).as_serialized_hlo_module_proto()
-        cost = cost_of(worker, proto)
-        timing = time_execution(worker, proto, repeats=3, warmup=1, min_seconds=0.05)
-        rates[f"{kind}_per_s"] = cost[kind] / max(timing["median"], 1e-9)
-    return rates
 
 
 def execute_on(worker, proto: bytes, inputs: list[np.ndarray]) -> list[np.ndarray]:
@@ -617,5 +404,5 @@ def execute_on(worker, proto: bytes, inputs: list[np.ndarray]) -> list[np.ndarra
     module the original's bf16-rounded inputs); same compile cache, memory and arity checks."""
     exe, _ = cached_compile(worker, proto)
     check_memory(exe)
-    _check_arity(exe, inputs)
-    return [np.array(o) for o in _run(exe, _device_put(worker, inputs, copy=False))]
+    check_arity(exe, inputs)
+    return [np.array(o) for o in run(exe, device_put(worker, inputs, copy=False))]

@@ -61,6 +61,8 @@ class XlaWorker:
         from jax.extend import xla as jex_xla
 
         self._jax = _jax
+        #: jaxlib's extension module (``jax._src.lib._jax``), public for ``timing.py`` and benchmarks.
+        self.jax_lib = _jax
         self.backend = xla_bridge.get_backend("cpu")
         self.devices = _jax.DeviceList(tuple(self.backend.devices()[:1]))
         self._capturing = False
@@ -241,33 +243,33 @@ class XlaWorker:
              int_high: int = 4, min_seconds: float = 0.0) -> dict:
         """Full default compile, then ``warmup`` untimed and ``repeats`` timed samples (seconds per
         run; each sample a calibrated loop of at least ``min_seconds``)."""
-        from autotune.pipelines.xla import runner
+        from autotune.pipelines.xla import timing
 
         with all_cores():
-            return runner.time_execution(self, proto, seed, repeats, warmup, floats, int_high, min_seconds)
+            return timing.time_execution(self, proto, seed, repeats, warmup, floats, int_high, min_seconds)
 
     def time_ab(self, proto_a: bytes, proto_b: bytes, seed: int = 0, rounds: int = 30, warmup: int = 2,
                 floats: str = "normal", int_high: int = 4, min_seconds: float = 0.01, options_a=None,
                 options_b=None) -> dict:
-        """Both modules compiled once in this process, then timed interleaved (see runner.time_ab)."""
-        from autotune.pipelines.xla import runner
+        """Both modules compiled once in this process, then timed interleaved (see timing.time_ab)."""
+        from autotune.pipelines.xla import timing
 
         with all_cores():
-            return runner.time_ab(self, proto_a, proto_b, seed, rounds, warmup, floats, int_high, min_seconds,
+            return timing.time_ab(self, proto_a, proto_b, seed, rounds, warmup, floats, int_high, min_seconds,
                                   options_a, options_b)
 
     def calibrate(self) -> dict:
-        """This machine's execution rates for validation's time estimate (see runner.calibrate_rates)."""
-        from autotune.pipelines.xla import runner
+        """This machine's execution rates for validation's time estimate (see timing.calibrate_rates)."""
+        from autotune.pipelines.xla import timing
 
         with all_cores():
-            return runner.calibrate_rates(self)
+            return timing.calibrate_rates(self)
 
     def cost(self, proto: bytes) -> dict:
         """XLA's cost analysis of the module as given (flops, transcendentals, bytes accessed)."""
-        from autotune.pipelines.xla import runner
+        from autotune.pipelines.xla import timing
 
-        return runner.cost_of(self, proto)
+        return timing.cost_of(self, proto)
 
     def stand_ins(self, proto: bytes, extra: tuple = ()) -> tuple:
         """The module with host stand-ins for custom calls the host cannot run (see standins.py)."""
