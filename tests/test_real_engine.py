@@ -13,7 +13,8 @@ import pytest
 from autotune.pipelines.xla import hlo
 from autotune.core.module import load
 from autotune.pipelines.xla.loader import MAX_ARRAY_BYTES, hlo_module
-from autotune.core.workers import WorkerPool, parse_size, worker_memory_limit
+from autotune.core.worker_memory import parse_size, worker_memory_limit
+from autotune.core.workers import WorkerPool
 from autotune.errors import BadInput, PassFailed
 from conftest import DATA
 

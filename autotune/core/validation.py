@@ -473,7 +473,7 @@ def establish_region(pipeline, original, tuned, seed: int, why_not: str, finals=
         whole = sum(s.nbytes for s in pipeline.parameter_specs(original))
     except BadInput:
         whole = None
-    outputs, stand_ins, n_inputs, described, nonfinite, elements, rounding = [], 0, 0, None, 0, 0, []
+    outputs, stand_ins, n_inputs, described, n_nonfinite, elements, rounding = [], 0, 0, None, 0, 0, []
     lifted = pipeline.exclusive_runs
     for r in cut.regions:
         ran = _run_region(pipeline, r, seed, bound_seconds)
@@ -483,7 +483,7 @@ def establish_region(pipeline, original, tuned, seed: int, why_not: str, finals=
         if report.reason:  # accepted by the f32 reference (``precision``): say so
             rounding.append(f"region {r.index}: {report.reason}")
         stand_ins += n_t
-        nonfinite += nonfinite(orig_outs)
+        n_nonfinite += nonfinite(orig_outs)
         elements += sum(int(x.size) for x in orig_outs)
         base = len(outputs)
         outputs += [OutputDiff(base + o.index, o.shape, o.dtype, o.max_abs_diff, o.max_rel_diff, o.mismatches, o.ok)
@@ -492,8 +492,8 @@ def establish_region(pipeline, original, tuned, seed: int, why_not: str, finals=
         described = described or report.inputs
     reason = _region_reason(cut, whole, why_not) + "".join(
         [f"; {stand_ins} custom call(s) replaced by host stand-ins" if stand_ins else "",
-         f"; {nonfinite} of {elements} output elements are not finite on these inputs in both modules"
-         if nonfinite else "",
+         f"; {n_nonfinite} of {elements} output elements are not finite on these inputs in both modules"
+         if n_nonfinite else "",
          "; run on one worker holding every worker's memory share (more than one share needed)"
          if pipeline.exclusive_runs > lifted else ""] + [f"; {note}" for note in rounding])
     return Validation(EXECUTED_REGION, reason, stand_ins,

@@ -34,25 +34,16 @@ This module only parses and prints HLO (``jaxlib._hlo``): it runs in the driver,
 
 from __future__ import annotations
 
-import math
 import re
 import time
 from dataclasses import dataclass
 
 from autotune.pipelines.xla import hlo
-from autotune.core.graph import bottom_up, digest
 from autotune.pipelines.xla import matching, standins
+from autotune.pipelines.xla.region_values import Side, element_type, shape_bytes
 
 #: Instructions of each side a region's description lists (a region can hold hundreds).
 LIST_CAP = 12
-
-_INDEX = re.compile(r"\bindex=(\d+)")
-_COND = re.compile(r"\bcondition=%([\w.\-]+)")
-_BODY = re.compile(r"\bbody=%([\w.\-]+)")
-_COMMENT = re.compile(r"/\*.*?\*/")
-_ELEMENT_BYTES = {"pred": 1, "s2": 1, "u2": 1, "s4": 1, "u4": 1, "s8": 1, "u8": 1, "s16": 2, "u16": 2, "s32": 4,
-                  "u32": 4, "s64": 8, "u64": 8, "f16": 2, "bf16": 2, "f32": 4, "f64": 8, "c64": 8, "c128": 16}
-
 
 class CannotCut(Exception):
     """No region could be cut (the reason is the message)."""
@@ -111,269 +102,6 @@ class Cut:
     tuned_total: int
 
 
-# ---- one module's values ---------------------------------------------------------------------------------
-def shape_bytes(type_str: str) -> int:
-    """Bytes of an HLO type (a tuple: the sum of its leaves)."""
-    def walk(shape) -> int:
-        if isinstance(shape, list):
-            return sum(walk(s) for s in shape)
-        dtype, dims = shape
-        return math.prod(dims) * _ELEMENT_BYTES.get(dtype, 4) if dtype != "token" else 0
-    try:
-        return walk(standins.parse_type(type_str))
-    except (standins.Unsupported, IndexError):
-        return 0
-
-
-def _blocks(text: str) -> tuple[dict, dict, str]:
-    """HLO text -> ({computation: block text}, {(computation, instruction): line}, entry name)."""
-    blocks, lines, entry = {}, {}, ""
-    current, buf = None, []
-    for line in text.splitlines():
-        if current is None:
-            if line and not line.startswith(" ") and line.rstrip().endswith("{"):
-                header = line[6:] if line.startswith("ENTRY ") else line
-                current = header.split(" ", 1)[0].lstrip("%")
-                if line.startswith("ENTRY "):
-                    entry = current
-                buf = [line]
-            continue
-        buf.append(line)
-        if line.strip() == "}":
-            blocks[current] = "\n".join(buf)
-            current = None
-            continue
-        m = standins.INSTRUCTION.match(line)
-        if m:
-            lines[(current, m.group(3).lstrip("%"))] = line
-    return blocks, lines, entry
-
-
-@dataclass
-class _Loop:
-    key: tuple  # the while instruction
-    init: tuple  # its operand (a tuple instruction)
-    body: str
-    cond: str
-    invariant: frozenset  # element indices the body passes through unchanged
-    labels: dict  # element index -> label (variant elements)
-
-
-class _Side:
-    """One final module as values: hashes, aliases, plumbing, sinks."""
-
-    def __init__(self, module):
-        #: (loop number, element) -> label forced by the pairing with the other module (``cut``)
-        self.overrides: dict = {}
-        self.table = matching.instruction_table(module)
-        text = hlo.to_text(module)
-        self.blocks, self.lines, self.entry = _blocks(text)
-        e = self.table.entries
-        self.users: dict = {}
-        for key in self.table.order:
-            for o in e[key].operands:
-                self.users.setdefault(o, []).append(key)
-        calls: dict = {}
-        for key in self.table.order:
-            for c in e[key].called:
-                calls[c] = calls.get(c, 0) + 1
-        # value-space computations: the entry, and the body/condition of loops we can look through
-        self.loops: dict = {}  # while key -> _Loop
-        self.loop_of_comp: dict = {}  # body/cond name -> while key
-        todo = [self.entry]
-        self.value_comps = set()
-        while todo:
-            comp = todo.pop()
-            self.value_comps.add(comp)
-            for key in self.table.order:
-                if key[0] != comp or e[key].opcode != "while":
-                    continue
-                loop = self._loop(key, calls)
-                if loop is not None:
-                    self.loops[key] = loop
-                    self.loop_of_comp[loop.body] = self.loop_of_comp[loop.cond] = key
-                    todo += [loop.body, loop.cond]
-        self.alias: dict = {}  # gte key -> the key whose value it is
-        self.label_of: dict = {}  # gte(param) key -> (loop key, element)
-        self.plumbing: set = set()
-        for wkey, loop in self.loops.items():
-            self.plumbing.update({wkey, loop.init, self.table.roots[loop.body]})
-            for comp in (loop.body, loop.cond):
-                for key in self.table.order:
-                    if key[0] == comp and e[key].opcode == "parameter":
-                        self.plumbing.add(key)
-                        for u in self.users.get(key, ()):
-                            self._element(u, wkey, loop)
-            for u in self.users.get(wkey, ()):
-                if e[u].opcode == "get-tuple-element":
-                    self._element(u, wkey, loop)
-        root = self.table.roots[self.entry]
-        if e[root].opcode == "tuple":
-            self.plumbing.add(root)
-        self.loop_keys = [k for k in self.table.order if k in self.loops]  # loop number -> while key
-        self.splits: dict = {}
-        self.relabel({})
-
-    def relabel(self, overrides: dict) -> None:
-        """Hash again with some loop-carried elements' labels forced to the other module's.
-
-        Elements with the same type and initial value share a label unless their next values
-        differ (partition refinement, as in DFA minimisation): two state elements that always hold
-        the same value are one value, so a module that carries it twice and one that carries it
-        once (``cse`` merged them) agree."""
-        self.overrides = dict(overrides)
-        self.splits: dict = {}
-        for _ in range(16):
-            self.hashes = self._hash()
-            refined = False
-            for number, wkey in enumerate(self.loop_keys):
-                loop = self.loops[wkey]
-                root = self.table.entries[self.table.roots[loop.body]]
-                groups: dict = {}
-                for i in sorted(loop.labels):
-                    groups.setdefault(loop.labels[i], []).append(i)
-                for members in groups.values():
-                    nexts = [self.hashes.get(self.resolve(root.operands[i]), "?") for i in members]
-                    if len(set(nexts)) > 1:
-                        order = list(dict.fromkeys(nexts))
-                        for i, h in zip(members, nexts):
-                            self.splits[(number, i)] = self.splits.get((number, i), "") + f"/{order.index(h)}"
-                        refined = True
-            if not refined:
-                break
-        self.values = {self.hashes[k] for k in self.table.order if k[0] in self.value_comps}
-
-    def _element(self, u, wkey, loop) -> None:
-        """``u`` reads element i of loop ``wkey``'s state (inside its body/cond or after it): plumbing,
-        and either the loop-invariant value that enters the loop or the loop's labelled element i."""
-        e = self.table.entries
-        i = int(_INDEX.search(e[u].sig).group(1))
-        self.plumbing.add(u)
-        if i in loop.invariant:
-            self.alias[u] = e[loop.init].operands[i]
-        else:
-            self.label_of[u] = (wkey, i)
-
-    def _loop(self, key, calls) -> _Loop | None:
-        """The loop at ``key`` if it can be looked through: its own body and condition, a tuple as its
-        initial value and as the body's root, and a state read only through get-tuple-element."""
-        e = self.table.entries
-        ent = e[key]
-        raw = matching.clean(ent.inst.to_string())
-        cm, bm = _COND.search(raw), _BODY.search(raw)
-        if not cm or not bm:
-            return None
-        cond, body = cm.group(1), bm.group(1)
-        init = ent.operands[0] if len(ent.operands) == 1 else None
-        if init is None or e.get(init) is None or e[init].opcode != "tuple" or calls.get(body) != 1 or calls.get(cond) != 1:
-            return None
-        if len(self.users.get(init, ())) != 1:
-            return None
-        root = self.table.roots.get(body)
-        if root is None or e[root].opcode != "tuple":
-            return None
-        for comp in (body, cond):
-            for k in self.table.order:
-                if k[0] == comp and e[k].opcode == "parameter":
-                    if any(e[u].opcode != "get-tuple-element" for u in self.users.get(k, ())):
-                        return None
-        invariant = set()
-        for i, o in enumerate(e[root].operands):
-            oe = e[o]
-            if (oe.opcode == "get-tuple-element" and e[oe.operands[0]].opcode == "parameter"
-                    and int(_INDEX.search(oe.sig).group(1)) == i):
-                invariant.add(i)
-        return _Loop(key, init, body, cond, frozenset(invariant), {})
-
-    def resolve(self, key):
-        seen = 0
-        while key in self.alias and seen < 1000:
-            key, seen = self.alias[key], seen + 1
-        return key
-
-    def _hash(self) -> dict:
-        e, roots = self.table.entries, self.table.roots
-
-        def deps(key):
-            if key in self.alias:
-                return [self.alias[key]]
-            if key in self.label_of:
-                wkey, _ = self.label_of[key]
-                return [wkey]
-            if key in self.loops:
-                loop = self.loops[key]
-                return list(e[loop.init].operands)
-            ent = e[key]
-            return [o for o in ent.operands if o in e] + [roots[c] for c in ent.called if c in roots]
-
-        def combine(key, hashes):
-            if key in self.alias:
-                return hashes.get(self.alias[key], "?")
-            if key in self.label_of:
-                wkey, i = self.label_of[key]
-                loop = self.loops[wkey]
-                label = loop.labels.get(i, "?")
-                # inside the loop: the element's current value; after it: its final value
-                return label if key[0] in (loop.body, loop.cond) else digest(["after-loop", label])
-            if key in self.loops:
-                loop = self.loops[key]
-                init_ops = e[loop.init].operands
-                number = self.loop_keys.index(key) if key in self.loop_keys else -1
-                for i, o in enumerate(init_ops):
-                    if i not in loop.invariant:
-                        loop.labels[i] = digest(["loop-carried", _element_type(e[key].sig, i), hashes.get(o, "?"),
-                                                          self.splits.get((number, i), "")])
-                for i in loop.labels:
-                    loop.labels[i] = self.overrides.get((number, i), loop.labels[i])
-                return digest(["loop"] + sorted(loop.labels.values()))
-            ent = e[key]
-            return digest([ent.sig] + [hashes.get(o, "?") for o in ent.operands]
-                                   + ["C" + hashes.get(roots.get(c), "?") for c in ent.called])
-
-        return bottom_up(self.table.order, deps, combine)
-
-    # -- what a region is made of --
-    def changed(self, other_values) -> set:
-        """Keys of value-space compute instructions whose value the other module does not compute."""
-        return {k for k in self.table.order if k[0] in self.value_comps and k not in self.plumbing
-                and self.hashes[k] not in other_values}
-
-    def sinks(self) -> dict:
-        """Where both modules consume values in the same role: role -> value key (aliases resolved)."""
-        e = self.table.entries
-        out = {}
-        root = self.table.roots[self.entry]
-        if e[root].opcode == "tuple":
-            for i, o in enumerate(e[root].operands):
-                out[f"entry output {i}"] = self.resolve(o)
-        else:
-            out["entry output"] = root
-        for wkey, loop in self.loops.items():
-            body_root = self.table.roots[loop.body]
-            for i, label in loop.labels.items():
-                out[f"loop-carried {label[:8]} (next)"] = self.resolve(e[body_root].operands[i])
-                out[f"loop-carried {label[:8]} (initial)"] = self.resolve(e[loop.init].operands[i])
-            out["loop condition " + digest(sorted(loop.labels.values()))[:8]] = self.table.roots[loop.cond]
-        return out
-
-    def operands(self, key) -> list:
-        return [self.resolve(o) for o in self.table.entries[key].operands]
-
-    def type_of(self, key) -> str:
-        m = standins.INSTRUCTION.match(self.lines[key])
-        return m.group(4)
-
-
-def _element_type(while_sig: str, i: int) -> str:
-    """The type of element ``i`` of a while's tuple type, from its signature text."""
-    type_str = _COMMENT.sub("", while_sig.split(" while(", 1)[0])
-    try:
-        shape = standins.parse_type(type_str)
-        return standins.type_text(shape[i]) if isinstance(shape, list) and i < len(shape) else type_str
-    except (standins.Unsupported, IndexError):
-        return type_str
-
-
 # ---- cutting -------------------------------------------------------------------------------------------
 #: Seconds cutting may take before it gives up with a reason. A change spread over every layer of
 #: a 10k-instruction train step (``algsimp`` on a 37-layer LLaMA step) makes ~150 regions of ~2,000
@@ -390,8 +118,8 @@ def cut(default_proto: bytes, tuned_proto: bytes, max_seconds: float = CUT_SECON
     building the regions takes longer than ``max_seconds``, or at the first region whose inputs
     exceed ``max_input_bytes`` (it could not run here, so the rest need not be built)."""
     deadline = time.monotonic() + max_seconds
-    d = _Side(hlo.parse_proto(default_proto))
-    t = _Side(hlo.parse_proto(tuned_proto))
+    d = Side(hlo.parse_proto(default_proto))
+    t = Side(hlo.parse_proto(tuned_proto))
     overrides = _pair_loops(d, t)
     if overrides:
         t.relabel(overrides)
@@ -454,7 +182,7 @@ def cut(default_proto: bytes, tuned_proto: bytes, max_seconds: float = CUT_SECON
     return Cut(tuple(regions), len(d.table.order) - len(cd), len(d.table.order), len(t.table.order))
 
 
-def _pair_loops(d: _Side, t: _Side) -> dict:
+def _pair_loops(d: Side, t: Side) -> dict:
     """Labels for the tuned module's loop-carried elements that make them the default's.
 
     Loops pair in module order (passes rarely add or remove loops); within a pair, equal labels
@@ -468,9 +196,9 @@ def _pair_loops(d: _Side, t: _Side) -> dict:
     for number, (wd, wt) in enumerate(zip(d.loop_keys, t.loop_keys)):
         ld, lt = d.loops[wd].labels, t.loops[wt].labels
         exact = set(ld.values()) & set(lt.values())
-        rest_d = list(dict.fromkeys((ld[i], _element_type(d.table.entries[wd].sig, i)) for i in sorted(ld)
+        rest_d = list(dict.fromkeys((ld[i], element_type(d.table.entries[wd].sig, i)) for i in sorted(ld)
                                     if ld[i] not in exact))
-        rest_t = list(dict.fromkeys((lt[i], _element_type(t.table.entries[wt].sig, i)) for i in sorted(lt)
+        rest_t = list(dict.fromkeys((lt[i], element_type(t.table.entries[wt].sig, i)) for i in sorted(lt)
                                     if lt[i] not in exact))
         for label, typ in rest_t:
             match = next((x for x in rest_d if x[1] == typ), None)
@@ -482,7 +210,7 @@ def _pair_loops(d: _Side, t: _Side) -> dict:
     return overrides
 
 
-def _topological(side: _Side, keys: list) -> list:
+def _topological(side: Side, keys: list) -> list:
     """``keys`` with every operand before its user (operands resolved through loops cross computations)."""
     members, out, done = set(keys), [], set()
     for start in keys:
@@ -500,7 +228,7 @@ def _topological(side: _Side, keys: list) -> list:
     return out
 
 
-def _reads(side: _Side, keys: list, outs: list, tag: str) -> dict:
+def _reads(side: Side, keys: list, outs: list, tag: str) -> dict:
     """``{value hash: key}`` of the values ``keys`` read from outside (and outputs they do not compute)."""
     mine, out = set(keys), {}
     for k in keys:
@@ -514,11 +242,11 @@ def _reads(side: _Side, keys: list, outs: list, tag: str) -> dict:
     return out
 
 
-def _is_free_leaf(side: _Side, key) -> bool:
+def _is_free_leaf(side: Side, key) -> bool:
     return key in side.label_of or side.table.entries[key].opcode == "parameter"
 
 
-def _reaches_free(side: _Side, key, memo: dict) -> bool:
+def _reaches_free(side: Side, key, memo: dict) -> bool:
     """Does ``key`` depend on anything free (a parameter or a loop-carried element)? Memoised per
     side: the graph does not change while the inputs are closed."""
     stack = [key]
@@ -576,7 +304,7 @@ def _conflicts(where: dict, free_memo: dict) -> set:
     return pull
 
 
-def _close_inputs(d: _Side, t: _Side, members: dict, outs: list, rounds: int = 64) -> int:
+def _close_inputs(d: Side, t: Side, members: dict, outs: list, rounds: int = 64) -> int:
     """Make the region's inputs free of each other; returns how many instructions that added.
 
     Random inputs are only sound when no input is a function of the others: if one module reads
@@ -610,7 +338,7 @@ def _close_inputs(d: _Side, t: _Side, members: dict, outs: list, rounds: int = 6
     return added
 
 
-def _region(index: int, d: _Side, t: _Side, members: dict, outs: list) -> Region:
+def _region(index: int, d: Side, t: Side, members: dict, outs: list) -> Region:
     """Both standalone modules of one region (same parameters: the union of both sides' inputs)."""
     context = _close_inputs(d, t, members, outs)
     inputs: dict = {}  # value hash -> (type, description)
@@ -659,7 +387,7 @@ def _region(index: int, d: _Side, t: _Side, members: dict, outs: list) -> Region
                   "\n".join(listing), tuple(members["d"]), tuple(members["t"]))
 
 
-def _side_body(side: _Side, keys: list, params: list, types: dict, outputs: list, prefix: str):
+def _side_body(side: Side, keys: list, params: list, types: dict, outputs: list, prefix: str):
     """One side's instructions as entry lines (named ``%{prefix}.N``, reading ``%input.I``), its
     outputs (references and types) and the computations they call (blocks, renamed with
     ``prefix`` so that both sides' computations can live in one module)."""
