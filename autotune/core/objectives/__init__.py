@@ -185,6 +185,22 @@ class MetricObjective(Objective):
         return self.from_metrics(ctx.default.metrics)
 
 
+class FigureObjective(MetricObjective):
+    """An objective that is one of the target pipeline's figures of the final module
+    (``Metrics.compiled``: ``kernels``, ``estimate_us``), NaN where it was not reported."""
+
+    #: The figure's name in ``Metrics.compiled``.
+    figure: ClassVar[str]
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        cls.requires = cls.figure
+
+    def from_metrics(self, metrics: Metrics) -> float:
+        value = metrics.figure(self.figure)
+        return math.nan if value is None else float(value)
+
+
 BUILTIN = {
     "final-ops": "autotune.core.objectives.final_ops:FinalOps",
     "ops": "autotune.core.objectives.ops:Ops",

@@ -8,18 +8,11 @@ as its measured agreement with GPU time (``bench/gpu.py``); ``runtime`` measures
 
 from __future__ import annotations
 
-import math
-
-from autotune.core.metrics import Metrics
-from autotune.core.objectives import MetricObjective
+from autotune.core.objectives import FigureObjective
 
 
-class Roofline(MetricObjective):
+class Roofline(FigureObjective):
     name = "roofline"
     description = "roofline time estimate (us) of the GPU-compiled module, kernel by kernel (GPU targets)"
     unit = "us (model)"
-    requires = "estimate_us"
-
-    def from_metrics(self, metrics: Metrics) -> float:
-        value = metrics.figure("estimate_us")
-        return math.nan if value is None else float(value)
+    figure = "estimate_us"
