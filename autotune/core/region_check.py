@@ -1,0 +1,142 @@
+"""The ``executed-region`` level: when both whole modules cannot run here, run only the region(s)
+where the tuned final module differs from XLA's default one (the backend cuts them:
+``Backend.regions``; XLA: ``pipelines/xla/region.py``), on the same seeded inputs at their boundary.
+"""
+
+from __future__ import annotations
+
+from autotune.core.execution import Overran, bounded, describe_inputs, execute_bounded, rungs, stand_in
+from autotune.core.levels import EXECUTED_REGION, INVALID, Validation
+from autotune.core.outputs import OutputDiff, ValidationReport, compare_outputs, nonfinite
+from autotune.core.precision import second_opinion_paired
+from autotune.errors import BadInput, PassFailed
+
+# ---- executing only what changed -------------------------------------------------------------------------
+def establish_region(pipeline, original, tuned, seed: int, why_not: str, finals=None,
+                     bound_seconds: float | None = None) -> "Validation | str":
+    """Execute only the region(s) where the tuned final module differs from XLA's default one.
+
+    Used when whole execution was declined (``why_not``). The backend cuts the regions
+    (``pipeline.regions(default_final, tuned_final)``; XLA: ``pipelines/xla/region.py``): each is
+    a pair of standalone modules taking the same parameters (the values both final modules compute
+    identically at the region's boundary). Both run on the same seeded random inputs, through the
+    same path and comparison as whole execution (input ladder, stand-ins, dtype-aware tolerances),
+    each run bounded like a whole execution (``bound_seconds``; compiling not counted). Returns ``executed-region`` (reason: regions, instructions, bytes executed vs the whole module's),
+    ``invalid`` for a region whose outputs differ (naming the region, listing its instructions), or a
+    note (``"; no region check: ..."``: why it could not be done, or was stopped) for ``compiled``.
+    """
+    from autotune.core.limits import execution_limit, gib
+
+    if not pipeline.cuts_regions:
+        return ""
+    limit, _ = execution_limit()
+    try:
+        default_final, tuned_final = finals if finals is not None else (pipeline.default(original),
+                                                                        pipeline.default(tuned))
+        cut = pipeline.regions(default_final, tuned_final, max_input_bytes=limit)
+    except (BadInput, PassFailed) as exc:
+        return f"; no region check: {exc}"
+    if not cut.regions:
+        return "; no region check: the final modules compute the same values everywhere"
+    for r in cut.regions:
+        if r.input_bytes > limit:
+            return (f"; no region check: {r.describe()} needs {gib(r.input_bytes)} of inputs, {gib(limit)} available "
+                    "(its outputs depend on all of them)")
+    try:
+        whole = sum(s.nbytes for s in pipeline.parameter_specs(original))
+    except BadInput:
+        whole = None
+    outputs, stand_ins, n_inputs, described, n_nonfinite, elements, rounding = [], 0, 0, None, 0, 0, []
+    lifted = pipeline.exclusive_runs
+    for r in cut.regions:
+        ran = _run_region(pipeline, r, seed, bound_seconds)
+        if not isinstance(ran, tuple):
+            return ran  # an ``invalid`` Validation, or the note saying why no region check was done
+        report, orig_outs, n_t = ran
+        if report.reason:  # accepted by the f32 reference (``precision``): say so
+            rounding.append(f"region {r.index}: {report.reason}")
+        stand_ins += n_t
+        n_nonfinite += nonfinite(orig_outs)
+        elements += sum(int(x.size) for x in orig_outs)
+        base = len(outputs)
+        outputs += [OutputDiff(base + o.index, o.shape, o.dtype, o.max_abs_diff, o.max_rel_diff, o.mismatches, o.ok)
+                    for o in report.outputs]
+        n_inputs += report.n_inputs
+        described = described or report.inputs
+    reason = _region_reason(cut, whole, why_not) + "".join(
+        [f"; {stand_ins} custom call(s) replaced by host stand-ins" if stand_ins else "",
+         f"; {n_nonfinite} of {elements} output elements are not finite on these inputs in both modules"
+         if n_nonfinite else "",
+         "; run on one worker holding every worker's memory share (more than one share needed)"
+         if pipeline.exclusive_runs > lifted else ""] + [f"; {note}" for note in rounding])
+    return Validation(EXECUTED_REGION, reason, stand_ins,
+                      ValidationReport(True, None, tuple(outputs), int(seed), n_inputs, described or describe_inputs("normal", 4)))
+
+
+def _region_reason(cut, whole: int | None, why_not: str) -> str:
+    """What ``executed-region`` executed: regions, instructions, bytes against the whole module's."""
+    from autotune.core.limits import gib
+
+    return (f"{len(cut.regions)} region(s), {sum(r.instructions for r in cut.regions)} instructions "
+            f"({sum(r.default_instructions for r in cut.regions)} of XLA's default, "
+            f"{sum(r.tuned_instructions for r in cut.regions)} tuned) executed on "
+            f"{gib(sum(r.input_bytes for r in cut.regions))} of inputs"
+            + (f"; the whole module needs {gib(whole)}" if whole is not None else "")
+            + f" (whole module not executed: {why_not})")
+
+
+def _run_region(pipeline, r, seed: int, bound: float | None = None):
+    """One region, both sides in one module (``r.modules()``: the inputs are drawn once, compiled and
+    run once): ``(report, default side's outputs, stand-ins)``, or an ``invalid`` Validation naming
+    the region, or a note (``"; no region check: ..."``) when it could not be run or proves nothing."""
+    both_module, tuned_module = r.modules()
+    both, _, _ = _stand_in_or_same(pipeline, both_module)
+    _, n_t, _ = _stand_in_or_same(pipeline, tuned_module)
+    try:
+        specs = pipeline.parameter_specs(both)
+        outs, floats, int_high, empty = _region_outputs(pipeline, both, seed, specs, bound)
+    except Overran:
+        from autotune.core.limits import duration
+
+        return (f"; no region check: {r.describe()} was stopped at the {duration(bound)} bound "
+                "(--validate-seconds; its worker was replaced)")
+    except (BadInput, PassFailed) as exc:
+        return f"; no region check: {r.describe()} could not be run: {exc}"
+    half = len(outs) // 2
+    orig_outs = outs[:half]
+    report = compare_outputs(orig_outs, outs[half:], seed=seed, n_inputs=len(specs), inputs=describe_inputs(floats, int_high))
+    if empty:  # NaN == NaN would pass whatever the tuned side computes: no evidence
+        return (f"; no region check: {r.describe()}: on random inputs at its boundary, output(s) "
+                f"{', '.join(map(str, empty))} of XLA's default side are not finite anywhere")
+    # bf16/f16 rounding differences no worse than XLA's default's are no mismatch, as for whole modules
+    report = second_opinion_paired(pipeline, both, report, orig_outs, outs[half:], seed, floats, int_high,
+                                   bound if bounded(pipeline) else None)
+    if not report.ok:
+        return Validation(INVALID, f"{r.describe()} computes other values: {report.reason}\n{r.listing}",
+                          n_t, report)
+    return report, orig_outs, n_t
+
+
+def _region_outputs(pipeline, module, seed: int, specs, bound: float | None = None):
+    """Both sides of a region (``module`` returns the default's outputs, then the tuned one's) on
+    the input ladder, stopping at the first distribution where every output of the default side
+    has finite values (whole execution wants *no* non-finite value, but a region's random weights
+    rarely allow that, and each rung draws its inputs again: gigabytes for an LLM layer).
+    Each run is stopped at ``bound`` seconds (``Overran``). Returns ``(outputs, floats, int_high,
+    default-side outputs with no finite value)``."""
+    best = None
+    for floats, int_high in rungs(specs):
+        outs = execute_bounded(pipeline, module, seed, floats, int_high, bound)
+        empty = [i for i, x in enumerate(outs[:len(outs) // 2]) if x.size and nonfinite([x]) == x.size]
+        if best is None or len(empty) < len(best[3]):
+            best = (outs, floats, int_high, empty)
+        if not empty:
+            break
+    return best
+
+
+def _stand_in_or_same(pipeline, module, extra=()):
+    try:
+        return stand_in(pipeline, module, extra)
+    except PassFailed:
+        return module, 0, ()
