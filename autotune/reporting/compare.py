@@ -144,20 +144,7 @@ def compare(
     A Ctrl-C stops after the run in flight: its partial result is kept and the comparison is
     returned with ``status="interrupted"``.
     """
-    from autotune.core import objectives
-
-    check_budget(budget)
-    check_max_length(max_length)
-    check_time_limit(time_limit)
-    if not seeds:
-        raise BadInput("no seeds given")
-    if not modules:
-        raise BadInput("no modules to compare on")
-    names = [m.name for m in modules]
-    if len(set(names)) != len(names):
-        dup = next(n for n in names if names.count(n) > 1)
-        raise BadInput(f"two modules are named '{dup}'; module names must be unique in a comparison")
-    objectives.get(objective)
+    _check_settings(modules, budget, seeds, objective, time_limit, max_length)
     plan = resolve(strategies, options_per_strategy)
     seeds = list(dict.fromkeys(int(s) for s in seeds))
     progress = progress or CompareProgress()
@@ -176,17 +163,7 @@ def compare(
         if parallel > 1:
             done, status = _run_concurrently(evaluator, jobs, settings, progress, parallel)
         else:
-            done, status = [], "finished"
-            try:
-                for job in jobs:
-                    row, stop = _run_one(evaluator, job, settings, progress, per_evaluation=True)
-                    if row is not None:
-                        done.append((job[0], row))
-                    if stop:
-                        status = "interrupted"
-                        break
-            except KeyboardInterrupt:  # between two runs: keep what is done
-                status = "interrupted"
+            done, status = _run_in_turn(evaluator, jobs, settings, progress)
     finally:
         progress.stop()
     runs = [row for _, row in sorted(done, key=lambda x: x[0])]
@@ -206,6 +183,39 @@ def compare(
         runs=tuple(runs), summaries=tuple(summaries), seconds=time.perf_counter() - t0,
         pipeline_version=evaluator.version, status=status, judged_by=evaluator.pipeline.target.judged_by(),
     )
+
+
+def _check_settings(modules: list, budget: int, seeds: list[int], objective: str, time_limit, max_length: int) -> None:
+    """Every setting of a comparison checked before its first run (``BadInput``, one line)."""
+    from autotune.core import objectives
+
+    check_budget(budget)
+    check_max_length(max_length)
+    check_time_limit(time_limit)
+    if not seeds:
+        raise BadInput("no seeds given")
+    if not modules:
+        raise BadInput("no modules to compare on")
+    names = [m.name for m in modules]
+    if len(set(names)) != len(names):
+        dup = next(n for n in names if names.count(n) > 1)
+        raise BadInput(f"two modules are named '{dup}'; module names must be unique in a comparison")
+    objectives.get(objective)
+
+
+def _run_in_turn(evaluator, jobs: list, settings: dict, progress) -> tuple[list, str]:
+    """The runs one after another (an executor that takes one driver thread): ``(done, status)``."""
+    done, status = [], "finished"
+    try:
+        for job in jobs:
+            row, stop = _run_one(evaluator, job, settings, progress, per_evaluation=True)
+            if row is not None:
+                done.append((job[0], row))
+            if stop:
+                return done, "interrupted"
+    except KeyboardInterrupt:  # between two runs: keep what is done
+        status = "interrupted"
+    return done, status
 
 
 def _parallel_runs(evaluator) -> int:
