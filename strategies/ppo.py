@@ -99,9 +99,21 @@ class PPOStrategy(Strategy):
         print(f"note: ppo: {text}", file=sys.stderr, flush=True)
 
     def _label(self) -> str:
-        return f"shipped policy '{policies.DEFAULT}'" if self.is_default else f"policy {self.policy}"
+        return f"shipped policy '{self.policy.name[:-len('.zip')]}'" if self.is_default else f"policy {self.policy}"
+
+    def _default_for(self, target: str) -> None:
+        """The shipped default is the target's own (``llm`` for the CPU, ``llm-h100`` for an H100):
+        switch to it when the search space says another target than the CPU."""
+        if not self.is_default or policies.default_name(target) == policies.DEFAULT:
+            return
+        shipped = policies.default(target)
+        try:
+            self.meta, self.policy = (read_sidecar(shipped), shipped) if shipped is not None else (self.meta, self.policy)
+        except BadInput:
+            pass
 
     def minimize(self, evaluate: Evaluate, space: SearchSpace, seed: int) -> None:
+        self._default_for(space.target)
         threads = torch.get_num_threads()
         torch.set_num_threads(1)
         try:

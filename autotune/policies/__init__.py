@@ -52,9 +52,16 @@ def find(name: str) -> Path | None:
     return None
 
 
-def default() -> Path | None:
-    """The shipped default policy, or None when this installation has none."""
-    return find(DEFAULT)
+def default_name(target: str = "cpu") -> str:
+    """The default policy's name for a target (``Target.key``): ``llm`` for the CPU, ``llm-h100`` for
+    ``h100-...``: a policy judged by one target's pipeline is no default for another's."""
+    name = str(target or "cpu").split("-")[0]
+    return DEFAULT if name == "cpu" else f"{DEFAULT}-{name}"
+
+
+def default(target: str = "cpu") -> Path | None:
+    """The shipped default policy for ``target``, or None when this installation has none."""
+    return find(default_name(target))
 
 
 def resolve(policy: str | os.PathLike) -> Path:

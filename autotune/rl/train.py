@@ -150,7 +150,8 @@ def vocabulary_mismatch(meta: dict, actions: Sequence[str], target: str = "cpu")
 
     theirs_target = str(meta.get("target") or "cpu")
     if theirs_target != target:
-        return f"policy was trained for target '{theirs_target}', not '{target}' (use a policy trained for {target})"
+        return (f"policy was trained for target '{theirs_target}', not '{target}' (use a policy trained for "
+                f"{target.split('-')[0]}: bench/learning.py --target {target.split('-')[0]})")
     theirs, ours = list(meta.get("actions") or []), list(actions)
     if theirs != ours:
         missing = [a for a in theirs if a not in ours]
