@@ -732,7 +732,7 @@ def markdown(data: dict) -> str:
         f"Made by `{data['command']}` on {os.cpu_count()} shared CPUs with `{data['version']}`"
         + (" (**--quick**: fewer modules, fewer training steps, and a per-module search at budget "
            f"{p['search_budget']} instead of 200 as the ceiling)" if data["quick"] else "") + ". "
-        + ("The same command retrains the shipped policy (`autotune/policies/llm.zip` + sidecar): the shipped one is "
+        + (f"The same command retrains the shipped policy (`{data.get('policy')}` + sidecar): the shipped one is "
            "the policy of this run" + (" (--quick); `python bench/learning.py` trains at the full scale (120 modules, "
                                        "4096 PPO steps, search budget 200)" if data["quick"] else "")
            if data.get("shipped", True) else
@@ -963,7 +963,7 @@ def report(work: Work, out: Path, command: str, quick: bool, policy: Path = POLI
     s = summarise(work)
     data = {"command": command, "quick": quick, "version": version, "params": work.params, "policy": rel(policy),
             "work": rel(work.root),
-            "shipped": Path(policy).resolve() == POLICY.resolve(),
+            "shipped": Path(policy).resolve().parent == POLICY.resolve().parent,  # found by name: shipped
             "train": work.load("train"), "fleet": work.load("fleet"), "summary": s,
             "select": {k: v for k, v in (work.load("select") or {}).items() if k != "rows"}}
     data["seeds"] = seed_spread(work, s)
@@ -1001,6 +1001,7 @@ def main(argv=None) -> int:
                          "llm-TARGET.zip) and reports (results/learning-TARGET/) unless given")
     args = ap.parse_args(argv)
     global TARGET
+    given_policy = args.policy
     if args.target not in (None, "cpu"):
         TARGET = args.target
         tag = args.target.lower()
@@ -1025,7 +1026,7 @@ def main(argv=None) -> int:
     command = "python bench/learning.py" + (" --quick" if args.quick else "") + "".join(
         f" --{k.replace('_', '-')} {v}" for k, v in (("timesteps", args.timesteps), ("train_modules", args.train_modules))
         if v) + (" --no-stop-labels" if args.no_stop_labels else "") + (
-        f" --obs-noise {args.obs_noise}" if args.obs_noise else "") + (f" --policy {args.policy}" if Path(args.policy).resolve() != POLICY.resolve() else "") + (
+        f" --obs-noise {args.obs_noise}" if args.obs_noise else "") + (f" --policy {given_policy}" if Path(given_policy).resolve() != POLICY.resolve() else "") + (
         f" --out {args.out}" if Path(args.out).resolve() != (ROOT / "results").resolve() and not TARGET else "") + (
         f" --target {args.target}" if TARGET else "")
     stale = ["policy", "roll-out", "imitation", "ppo", "random@evals", "random@steps", "random@4xsteps"]  # the old policies'

@@ -320,3 +320,14 @@ def test_what_the_cpu_ships_for_dlrm_the_gpu_target_judges_worse(tmp_path):
         assert judged > default  # worse for the GPU
         result = gpu.tune(dlrm, strategy="greedy", budget=12, validate=False)
         assert result.best_cost <= result.default_cost and tuple(result.best_sequence) != tuple(answer)
+
+
+def test_the_default_policy_is_the_targets_own():
+    from autotune import policies
+
+    assert policies.default_name("cpu") == "llm" and policies.default_name("h100-c3d9518908") == "llm-h100"
+    shipped = policies.default("h100-c3d9518908")
+    assert shipped is not None and shipped.name == "llm-h100.zip"
+    sidecar = json.loads(shipped.with_name(shipped.name + ".json").read_text())
+    assert sidecar["target"].startswith("h100-")  # trained and judged for the H100's pipeline
+    assert policies.default("a100-0000") is None  # no policy for that target: the CPU's is not used

@@ -349,19 +349,24 @@ def test_every_shipped_policy_loads_with_the_pinned_versions(engine):
     from autotune.rl.train import check_vocabulary, read_sidecar
     from autotune.core.tuner import evaluation_session
 
+    from autotune.core.engine import open_engine
+
     shipped = sorted(policies.directory().glob("*.zip"))
     if not shipped:
         pytest.skip("no policy shipped in autotune/policies yet")
     for path in shipped:
         meta = read_sidecar(path)  # every shipped file has its sidecar
-        check_vocabulary(meta, engine.pipeline.passes(), path)
-        session = evaluation_session(engine, autotune.load(SMALL), budget=1)
-        env = PassOrderingEnv([session], engine.pipeline.passes(), max_length=meta["max_length"])
-        assert list(env.observation_names) == meta["observation_names"]
-        model = PPO.load(path, env=env, device="cpu")  # SB3 checks the spaces against the env's
-        obs, _ = env.reset(seed=0)
-        action, _ = model.predict(obs, deterministic=True)
-        assert 0 <= int(action) < env.action_space.n
+        target = str(meta.get("target") or "cpu").split("-")[0]
+        with open_engine(engine.cache.path, workers=1, target=None if target == "cpu" else target) as ev:
+            assert meta.get("target", "cpu") == ev.pipeline.target.key  # its target's pipeline, today's digest
+            check_vocabulary(meta, ev.pipeline.passes(), path, ev.pipeline.target.key)
+            session = evaluation_session(ev, autotune.load(SMALL), budget=1)
+            env = PassOrderingEnv([session], ev.pipeline.passes(), max_length=meta["max_length"])
+            assert list(env.observation_names) == meta["observation_names"]
+            model = PPO.load(path, env=env, device="cpu")  # SB3 checks the spaces against the env's
+            obs, _ = env.reset(seed=0)
+            action, _ = model.predict(obs, deterministic=True)
+            assert 0 <= int(action) < env.action_space.n
 
 
 def test_default_policy_is_rolled_out_first_then_fine_tuned(engine, tiny_policy_dir, tmp_path, monkeypatch):
