@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from autotune.core.backend import Backend, available
+from autotune.core.backend import BackendBase, available, contract_problems, get, supports
 from autotune.core.module import Module, load
 from autotune.core.tuner import tune, validity_of
 from autotune.errors import UnknownName
@@ -53,7 +53,7 @@ def test_the_toy_backend_is_registered_by_entry_point():
 
 def test_backend_satisfies_the_protocol(case):
     backend = case.engine.pipeline
-    assert isinstance(backend, Backend)
+    assert contract_problems(backend) == []
     assert backend.passes() and len(backend.describe()) == len(backend.passes())
     assert backend.version and backend.compiler_version
     with pytest.raises(UnknownName):
@@ -218,3 +218,83 @@ def test_the_api_session_tunes_a_toy_file(tmp_path):
         tuned = s.apply(str(path), result.best_sequence)
     assert result.beats_default and s.evaluator.pipeline.name == "toy"
     assert result.best_cost < result.default_cost and tuned.fingerprint == result.best.state
+
+
+def test_every_registered_backend_keeps_the_contract_signatures_included():
+    """The required members, each declared capability's members and the worker handler against its
+    typed interface, for every backend registered (as classes: nothing starts), and for XLA's GPU
+    target as built (another worker, fewer capabilities) where the extra is installed."""
+    from autotune.core.plugins import import_object
+    from autotune.pipelines.xla import targets
+
+    names = available()
+    assert {"xla", "toy"} <= set(names)
+    for name, path in names.items():
+        cls = import_object(path)
+        assert contract_problems(cls) == [], name
+        assert len(cls.capabilities) >= 1 and cls.baseline.__doc__  # declared, and worded by the backend
+    if targets.plugin_available():
+        gpu = get("xla", target="h100")
+        assert contract_problems(gpu) == [] and not supports(gpu, "regions") and supports(gpu, "execute")
+
+
+def test_the_contract_check_names_what_a_bad_backend_breaks():
+    """Proven on bad snippets: a capability declared without its members fails at class definition;
+    a wrong signature, a missing required member and a worker off its interface are each named."""
+    from typing import Protocol
+
+    from autotune.testing.toy import ToyBackend, ToyWorker
+
+    with pytest.raises(TypeError, match="time: time_ab"):
+        type("NoTimeAB", (ToyBackend,), {"capabilities": frozenset({"time"}), "time_ab": None})
+    with pytest.raises(TypeError, match="unknown capability"):
+        type("Flies", (ToyBackend,), {"capabilities": frozenset({"fly"})})
+
+    class NoTimeout(ToyBackend):
+        def execute(self, module, seed=0, floats="normal", int_high=4):  # lacks timeout=
+            return []
+
+    class Required(BackendBase):  # nothing but the base: every required method is missing
+        name = "bare"
+
+    class Api(Protocol):
+        def run_steps(self, proto: bytes, key: str | None, actions: list[str]): ...
+        def measure(self, proto: bytes) -> dict: ...
+        def ping(self, loud: bool = False) -> int: ...
+
+    class OffApi(ToyBackend):
+        worker_api = Api
+
+    assert contract_problems(NoTimeout) == ["NoTimeout.execute lacks parameter 'timeout'"]
+    assert "Required lacks Backend.normalize" in contract_problems(Required)
+    assert contract_problems(OffApi) == ["ToyWorker.ping lacks parameter 'loud'"]
+    assert ToyWorker.ping  # the handler itself is untouched
+
+
+def test_remote_calls_declared_requests_only(tmp_path):
+    from autotune.core.engine import open_engine
+
+    with open_engine(tmp_path / "c.db", workers=1, backend="toy") as ev:
+        pid = ev.pipeline.remote().ping()
+        assert isinstance(pid, int) and pid in ev.pipeline.pool.pids()
+        with pytest.raises(AttributeError, match="declares no request 'execute'"):
+            ev.pipeline.remote().execute(b"x")
+
+
+def test_a_backend_without_optional_capabilities_tunes_and_says_what_it_could_not_do(tmp_path):
+    """Capabilities are optional: with none, a run still tunes (steps and metrics only), its
+    validation says nothing was executed, runtime is refused in one line and explain has no diff."""
+    from autotune.core.engine import open_engine
+    from autotune.errors import BadInput
+    from autotune.reporting.explain import explain
+    from autotune.testing.toy import ToyBackend
+
+    with open_engine(tmp_path / "c.db", workers=1, backend="toy") as ev:
+        ev.pipeline.capabilities = frozenset()
+        result = tune(ev, ToyBackend.module(TOY_WIN), strategy="greedy", budget=12, seed=0, max_length=2)
+        assert result.beats_default and result.validation_level == "unverified"
+        assert "cannot compile and run" in result.validation.reason
+        with pytest.raises(BadInput, match="needs a backend that times"):
+            tune(ev, ToyBackend.module(TOY_WIN), strategy="random", budget=2, objective="runtime", validate=False)
+        e = explain(ev, ev.prepare(ToyBackend.module(TOY_WIN)), list(result.best_sequence))
+        assert e.diff.vanished_total == 0 and e.diff.appeared_total == 0 and e.minimal

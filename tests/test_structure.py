@@ -152,10 +152,12 @@ def objective_special_cases(source: str) -> list[str]:
 
 
 def backend_probes(source: str) -> list[str]:
-    """``getattr``/``hasattr`` of a member the Backend protocol declares (it is always there)."""
-    from autotune.core.backend import Backend
+    """``getattr``/``hasattr`` of a member the Backend contract declares: a required one or one of
+    ``BackendBase`` is always there, an optional one is asked for with ``supports``."""
+    from autotune.core.backend import CAPABILITIES, Backend, BackendBase, members
 
-    declared = {n for n in dir(Backend) if not n.startswith("_")} | set(Backend.__annotations__)
+    declared = set(members(Backend)) | set(members(BackendBase)) | {m for api in CAPABILITIES.values()
+                                                                    for m in members(api)}
     found = []
     for node in ast.walk(ast.parse(source)):
         if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("getattr", "hasattr")

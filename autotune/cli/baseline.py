@@ -22,21 +22,22 @@ def baseline(model, db, workers, as_json) -> None:
     module = load_model(model)
     with open_engine(db, workers=workers or 1) as ev:
         root = ev.prepare(module)
-        base = ev.metrics(root.fingerprint)
+        metrics = ev.metrics(root.fingerprint)
         default = ev.default(root)
         if not default.ok:
-            raise AutotuneError(f"XLA's default pipeline failed on {model}: {default.message}")
+            raise AutotuneError(f"{ev.pipeline.baseline} pipeline failed on {model}: {default.message}")
+        base = ev.pipeline.baseline
         out = {
             "module": module.name,
             "fingerprint": root.fingerprint,
             "pipeline_version": ev.version,
-            "input": metrics_row(base),
+            "input": metrics_row(metrics),
             "default": metrics_row(default.metrics),
-            "default_reduction": base.instructions - default.metrics.instructions,
+            "default_reduction": metrics.instructions - default.metrics.instructions,
         }
     if as_json:
         print_json(out)
         return
-    metrics_table(f"{module.name}: XLA default ordering", [("input", base), ("XLA default", default.metrics)])
+    metrics_table(f"{module.name}: {base} ordering", [("input", metrics), (base, default.metrics)])
 
 

@@ -30,6 +30,7 @@ def explore(model, depth, no_validate, db, workers, as_json) -> None:
     module = load_model(model)
     with open_engine(db, workers=workers) as ev:
         out = walk(ev, module, depth, observer=Observer() if as_json else RichObserver(), validate=not no_validate)
+        base = ev.pipeline.baseline
     if as_json:
         print_json(out.to_dict())
         return
@@ -41,16 +42,16 @@ def explore(model, depth, no_validate, db, workers, as_json) -> None:
     for col in ("", "instructions"):
         table.add_column(col, justify="left" if not col else "right")
     table.add_row("input", str(out.input_ops))
-    table.add_row("XLA default (final-ops)", str(out.default_final_ops))
+    table.add_row(f"{base} (final-ops)", str(out.default_final_ops))
     table.add_row("best within depth (final-ops)", str(out.best_final_ops))
     console().print(table)
     if not out.improved:
-        click.echo(f"Nothing within {depth} passes beats XLA's default ordering on final-ops.")
+        click.echo(f"Nothing within {depth} passes beats {base} ordering on final-ops.")
         return
     fewer = (out.default_final_ops - out.best_final_ops) / out.default_final_ops
     ours, xla = out.input_ops - out.best_final_ops, out.input_ops - out.default_final_ops
     more = f", {ours / xla - 1:+.1%} more reduction from the input" if xla > 0 else ""
-    click.echo(f"best sequence: {','.join(out.best_sequence)} ({fewer:.1%} fewer instructions than XLA's default{more})")
+    click.echo(f"best sequence: {','.join(out.best_sequence)} ({fewer:.1%} fewer instructions than {base}{more})")
     if out.valid is None:
         click.echo("validity: not checked (--no-validate)")
     elif out.valid:

@@ -71,7 +71,8 @@ def _report(result, out_dir) -> None:
     con = console()
     table = Table(title=f"fleet of {len(result.members)}: {result.strategy}, {result.evaluations} fleet evaluations, "
                         f"objective {result.objective}")
-    for col in ("module", "input", "XLA default", "tuned", "change", "valid"):
+    base = result.target.baseline
+    for col in ("module", "input", base, "tuned", "change", "valid"):
         table.add_column(col, justify="left" if col == "module" else "right")
     for m in result.members:
         change = "fails" if m.ratio is None else f"{m.ratio - 1.0:+.2%}"
@@ -84,12 +85,12 @@ def _report(result, out_dir) -> None:
     con.print(f"target {result.target.key}: passes applied and judged by {result.target.judged_by()}")
     if result.beats_default:
         con.print(f"fleet sequence ({len(result.best_sequence)} passes): {','.join(result.best_sequence)}")
-        con.print(f"mean relative change vs XLA's default: {result.best_cost - 1.0:+.3%}"
+        con.print(f"mean relative change vs {base}: {result.best_cost - 1.0:+.3%}"
                   + (f"; worse than the default on: {', '.join(result.regressions)}" if result.regressions else
                      "; no module worse than its default"))
     else:
-        con.print(f"[yellow]No sequence beat XLA's default ordering on the fleet in {result.evaluations} "
-                  "evaluations: keep XLA's default.[/]")
+        con.print(f"[yellow]No sequence beat {base} ordering on the fleet in {result.evaluations} "
+                  f"evaluations: keep {base}.[/]")
     for seq, reason in result.invalid:
         con.print(f"[yellow]rejected (invalid):[/] {','.join(seq)}: {reason}")
     con.print(f"run {result.run_id} ({result.status}): {result.seconds:.1f}s, steps compiled {result.steps_compiled}"

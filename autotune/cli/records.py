@@ -63,7 +63,7 @@ def check(model, record_path, max_regression, no_validate, db, workers, as_json)
         table.add_row("fingerprint", "matches" if result.fingerprint == result.record_fingerprint else "CHANGED")
         table.add_row(f"{record.objective} (recorded)", f"{result.recorded_cost:g}")
         table.add_row(f"{record.objective} (now)", "-" if result.cost is None else f"{result.cost:g}")
-        table.add_row("XLA default (now)", "-" if result.default_cost is None else f"{result.default_cost:g}")
+        table.add_row(f"{ev.pipeline.baseline} (now)", "-" if result.default_cost is None else f"{result.default_cost:g}")
         table.add_row("regression", "-" if result.regression is None else f"{result.regression:+.2%}")
         if result.claim and result.claim.get("measured"):
             c = result.claim

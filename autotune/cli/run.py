@@ -196,16 +196,16 @@ def _report(result, as_json: bool, out_dir) -> None:
     for col in ("", "raw ops", "final-ops", result.objective if result.objective not in ("ops", "final-ops") else "cost",
                 "validation"):
         table.add_column(col, justify="right" if col else "left")
-    inp, default = result.input, result.default
+    inp, default, base = result.input, result.default, result.target.baseline
     table.add_row("input", str(inp.instructions), str(default.instructions), "", "")
-    table.add_row("XLA default", str(default.instructions), str(default.instructions), f"{result.default_cost:g}", "")
+    table.add_row(base, str(default.instructions), str(default.instructions), f"{result.default_cost:g}", "")
     if result.best and result.beats_default:
         b = result.best
         valid = result.validation_level or "-"
         table.add_row("best found", str(b.raw.instructions), str(b.final.instructions) if b.final else "fails",
                       f"{b.cost:g}", valid)
     else:
-        table.add_row("best found", "-", "-", "-", "= XLA default")
+        table.add_row("best found", "-", "-", "-", f"= {base}")
     out.print(table)
     out.print(f"target {result.target.key}: passes applied and judged by {result.target.judged_by()}"
               + ("; not timed on a GPU" if result.target.is_gpu and not (result.claim and result.claim.measured) else ""))
@@ -226,17 +226,17 @@ def _report(result, as_json: bool, out_dir) -> None:
             return "n/a" if x is None else f"{x:+.1%}"
 
         if imp_final is not None or imp_raw is not None:  # the paper's ratio; undefined when the default adds
-            out.print(f"reduction vs XLA default's reduction: final-ops {pct(imp_final)}, raw ops {pct(imp_raw)}")
+            out.print(f"reduction vs the reduction of {base}: final-ops {pct(imp_final)}, raw ops {pct(imp_raw)}")
     elif result.claim is not None and not result.claim.win and (result.claim.measured or result.claim.rounds == 0):
         out.print(f"[yellow]{result.objective}: {result.claim.message}.[/]")
     else:
-        out.print(f"[yellow]No sequence beat XLA's default ordering on {result.objective} in {result.evaluations} "
-                  "evaluations: keep XLA's default.[/]")
+        out.print(f"[yellow]No sequence beat {base} ordering on {result.objective} in {result.evaluations} "
+                  f"evaluations: keep {base}.[/]")
     if result.claim is not None and result.claim.measured and result.claim.win:
         out.print(f"[green]{result.objective}: {result.claim.message}[/]")
     if result.claim is not None and result.claim.measured:
         c = result.claim
-        out.print(f"confirmation ({c.rounds} interleaved rounds of the best and XLA's default, extra to the "
+        out.print(f"confirmation ({c.rounds} interleaved rounds of the best and {base}, extra to the "
                       f"budget): median {c.cost:g} vs {c.default_cost:g} us, ratio {c.ratio:.3f} "
                       f"[{c.low:.3f}, {c.high:.3f}] at {c.confidence:.0%} confidence")
     if result.surrogate:
@@ -244,7 +244,7 @@ def _report(result, as_json: bool, out_dir) -> None:
         out.print(f"[{color}]{result.surrogate['message']}[/]")
     if result.validation is not None:
         out.print(f"validation: {result.validation.describe()}"
-                      + ("" if result.beats_default else " (of the best candidate, which does not beat XLA's default)"))
+                      + ("" if result.beats_default else f" (of the best candidate, which does not beat {base})"))
     for seq, reason in result.invalid:
         out.print(f"[yellow]rejected (invalid):[/] {','.join(seq)}: {reason}")
     out.print(f"run {result.run_id} ({result.status}): {result.seconds:.1f}s, steps compiled {result.steps_compiled}, "

@@ -3,46 +3,50 @@
 A backend turns pass sequences into modules and measurements. The core (evaluator, objectives,
 validation, records, the CLI) calls only what is declared here; it never imports a backend's
 package and never reads a module's bytes itself. XLA's HLO pipeline (``pipelines/xla``) is one
-implementation; ``autotune.testing.toy`` (a pure-Python string-rewriting "compiler", about 300
-lines) is another, and the shared engine, cache and strategy tests run on both.
+implementation; ``autotune.testing.toy`` (a pure-Python string-rewriting "compiler") is another,
+and the shared engine, cache, strategy and contract tests run on both.
 
 The shape follows CompilerGym's ``CompilationSession`` (compiler_version, action space, apply an
 action, observe), plus what an autotuner needs beyond a gym: a default ordering to beat, a full
 compile and execution to validate and time results, and isolation of the compiler in workers.
 
-Writing a backend, member by member (``BackendBase`` gives the plumbing and the defaults):
+Writing a backend: subclass ``BackendBase`` (the worker pool on the chosen executor, step jobs,
+``run_one``, ``check_passes``, ``remote``, the baseline's words) and write
 
-* **Modules.** A ``Module`` is the backend's own serialized program (opaque bytes to the core), a
-  name and a fingerprint that the backend computes (equal programs, equal fingerprints: it is the
-  cache key). ``parse`` turns file bytes into a Module (``autotune.core.module.load`` calls it),
-  ``to_text`` prints one for people and files, ``suffixes`` names the file extensions.
-* **Steps in workers.** ``step_job`` describes one job: apply actions to a module and stream one
-  ``StepOut`` per step; ``dispatcher()`` runs jobs on ``pool`` (the backend's worker pool, built by
-  its ``executor``: local processes or Ray actors). The handler class named by ``BackendBase.worker``
-  runs inside the worker and answers ``run_steps(proto, key, actions)`` and ``measure(proto)``.
-  Besides the vocabulary, a step job must accept the two pseudo-actions ``IDENTITY`` (the
-  compiler's import round trip, no pass) and ``DEFAULT`` (the compiler's own default ordering).
-* **Validation and timing.** ``parameter_specs``/``compiles``/``execute``/``time``/``time_ab``;
-  ``stand_ins`` replaces what the host cannot run (default: nothing to replace).
-* **Explanations.** ``instructions`` lists a module's instructions (``Instruction``) for the
-  structural diff of ``autotune explain``; ``reproduce`` says how to replay a sequence with the
-  compiler's own tools (default: nothing beyond autotune's commands).
+* **the required members** (``Backend``): ``name``, ``worker``, ``suffixes``, ``target``,
+  ``capabilities``, ``version``, ``compiler_version``, ``passes``, ``describe``, ``parse``,
+  ``to_text``, ``normalize``, ``measure``. A ``Module`` is the backend's own serialized program
+  (opaque bytes to the core), a name and a fingerprint the backend computes (equal programs, equal
+  fingerprints: it is the cache key).
+* **a worker handler** (the class ``worker`` names), served in each worker process or Ray actor,
+  answering at least ``StepRequests``: ``run_steps(proto, key, actions)`` streams one ``StepOut``
+  per step and accepts the pseudo-actions ``IDENTITY`` (the compiler's import round trip) and
+  ``DEFAULT`` (its own default ordering); ``measure(proto)``; ``ping()``. A backend with more requests declares
+  them in a ``Protocol`` (``worker_api``) and calls them through ``remote``.
+* **the optional capabilities it has**, listed in ``capabilities`` (``CAPABILITIES``: ``execute``,
+  ``bounded-execution``, ``time``, ``reference``, ``regions``, ``stand-ins``, ``explain``,
+  ``surrogate``). The engine asks ``supports`` and does without the rest: a backend that cannot
+  execute is validated no further than its own steps, one without ``time`` refuses
+  ``--objective runtime``, one without ``regions`` never reaches ``executed-region``.
 
-Backends register under the ``autotune.backends`` entry-point group (``name = "package.module:Class"``);
-the class is constructed with ``workers``, ``cache``, ``step_timeout``, ``executor`` and its own
-options. Constructing one must start nothing: workers start on first use, so ``load`` can parse a
-file with a fresh instance before any worker exists.
+``contract_problems`` checks all of it, signatures included; a declared capability without its
+members fails at class definition. Backends register under the ``autotune.backends`` entry-point
+group (``name = "package.module:Class"``); the class is constructed with ``workers``, ``cache``,
+``step_timeout``, ``executor``, ``target`` and its own options. Constructing one must start
+nothing: workers start on first use, so ``load`` can parse a file with a fresh instance.
 """
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from dataclasses import dataclass, replace
+from typing import Protocol, TypeVar, cast
 
-from autotune.core import plugins
+from autotune.core import executors, plugins
 from autotune.core.target import CPU, Target
-from autotune.errors import BadInput
+from autotune.core.workers import Job, StopJob
+from autotune.errors import BadInput, PassFailed, UnknownName
 
 ENTRY_POINT_GROUP = "autotune.backends"
 DEFAULT_BACKEND = "xla"
@@ -104,36 +108,25 @@ class Instruction:
     root: bool = False
 
 
-@runtime_checkable
 class Backend(Protocol):
-    """What the engine calls. Modules are ``autotune.core.module.Module`` (bytes + fingerprint)."""
+    """The required members: what the engine calls on every backend (``BackendBase`` gives the
+    plumbing; a backend writes the rest). Modules are ``autotune.core.module.Module`` values."""
 
+    #: The name users pick it by (``--backend``), and the handler class its workers serve
+    #: (``"module:Class"``; ``worker_api`` is that handler's typed interface, see ``remote``).
     name: str
+    worker: str
     #: File extensions of this backend's module files, lower case; the first is the one it writes.
     suffixes: tuple[str, ...]
-    #: Worker processes (or actors) steps are spread over.
-    workers: int
-    #: Seconds one step may take before its worker is killed and the step recorded as ``timeout``.
-    step_timeout: float
-    #: Where the workers live (``autotune.core.executors.Executor``).
-    executor: object
-    #: True when ``execution_estimate`` can say how long a run takes and ``execute(timeout=)`` can
-    #: stop one: validation then bounds every execution (``--validate-seconds``).
-    bounded_execution: bool
-    #: True when ``regions`` can cut the changed regions of two final modules (``executed-region``).
-    cuts_regions: bool
     #: The machine results are judged for: its pipeline applies and judges the passes, and it is
     #: part of ``version`` (every cache key), runs, records and policies (``core/target.py``).
     target: Target
-    #: True when ``execute``/``time`` run the module on the target itself (the CPU target: always);
-    #: False when executions happen elsewhere (a GPU target compiled deviceless runs its outputs'
-    #: check on the host CPU), so a measured objective would time the wrong machine.
-    runs_on_target: bool
+    #: The optional capabilities it implements (``CAPABILITIES``); the engine asks ``supports``.
+    capabilities: frozenset[str]
 
-    # -- identity and vocabulary --
     @property
     def version(self) -> str:
-        """Part of every cache key: compiler version, pass inventory and engine semantics."""
+        """Part of every cache key: compiler version, target, pass inventory and engine semantics."""
 
     @property
     def compiler_version(self) -> str:
@@ -145,10 +138,6 @@ class Backend(Protocol):
     def describe(self) -> list[PassInfo]:
         """The vocabulary for people (``autotune passes``)."""
 
-    def check_passes(self, names: Iterable[str]) -> tuple[str, ...]:
-        """``names`` as a tuple, or ``UnknownName`` (with suggestions) for one that is not an action."""
-
-    # -- the module format --
     def parse(self, data: bytes, suffix: str, name: str | None):
         """File bytes -> ``Module`` (``suffix``: the file's lower-case extension, "" when unknown;
         ``name`` None: the program's own name). ``BadInput`` with one line for anything else."""
@@ -156,24 +145,16 @@ class Backend(Protocol):
     def to_text(self, module) -> str:
         """The module printed in the compiler's text form (parseable again by ``parse``)."""
 
-    # -- modules and steps (in workers) --
-    @property
-    def pool(self):
-        """The worker pool (``workers.PoolRequests``: ``call``, ``dispatcher``, ``crashes``, ``warm``)."""
-
     def normalize(self, module):
         """The module after the compiler's own import round trip (what every result is measured on)."""
 
     def measure(self, module):
         """``Metrics`` of a module."""
 
-    def step_job(self, proto: bytes, key: str | None, actions: Sequence[str]):
-        """A worker job applying ``actions`` (or the pseudo-actions ``IDENTITY``/``DEFAULT``)."""
 
-    def dispatcher(self):
-        """A dispatcher over the worker pool: ``submit(key, job)``; iterate for ``(key, reply)``."""
+class Executes(Protocol):
+    """``execute``: the fully compiled module runs on this machine (validation's output comparison)."""
 
-    # -- full compile and execution (validation, runtime) --
     def parameter_specs(self, module) -> list:
         """The entry parameters' leaves (objects with ``path``, ``shape``, ``dtype``, ``nbytes``), in
         the order ``execute`` feeds them; ``BadInput`` when the module cannot take random inputs."""
@@ -183,21 +164,41 @@ class Backend(Protocol):
 
     def execute(self, module, seed: int = 0, floats: str = "normal", int_high: int = 4,
                 timeout: float | None = None) -> list:
-        """Run the fully compiled module once on seeded random inputs; every output as numpy. With
-        ``timeout``, a run still going after that many seconds is stopped (its worker replaced) and
-        raises ``PassFailed`` with status ``timeout``."""
+        """Run the fully compiled module once on seeded random inputs; every output as numpy. A backend
+        with ``bounded-execution`` stops a run past ``timeout`` seconds (its worker replaced) and raises
+        ``PassFailed`` with status ``timeout``; others may ignore it."""
+
+
+class BoundsExecution(Protocol):
+    """``bounded-execution``: how long a run takes is known beforehand, and ``execute(timeout=)`` stops
+    one: validation then bounds every execution (``--validate-seconds``)."""
 
     def execution_estimate(self, module) -> float | None:
-        """Seconds one run of ``module`` should take on this machine, or None when the backend cannot
-        tell. None also means validation does not bound the run (nothing to stop it by)."""
+        """Seconds one run of ``module`` should take on this machine; None when it cannot tell."""
 
-    def lift_constants(self, module) -> tuple | None:
-        """``(surrogate, constants lifted, their bytes)``: ``module`` with its large constants as
-        parameters, searched instead of it (cheaper steps); None when there is nothing to lift."""
+
+class Times(Protocol):
+    """``time``: wall time of the fully compiled module (``--objective runtime``, claims)."""
+
+    def time(self, module, seed: int = 0, repeats: int = 5, warmup: int = 1, min_seconds: float = 0.0) -> dict:
+        """``seconds`` (per run, one per sample; a sample is a calibrated loop of >= ``min_seconds``),
+        ``median``, ``min``, ``mean``, ``p90``, ``mad``, ``iqr`` (``autotune.core.stats.summarize``)."""
+
+    def time_ab(self, a, b, seed: int = 0, rounds: int = 30, warmup: int = 2, min_seconds: float = 0.01) -> dict:
+        """Two modules timed interleaved (A B, B A, ...) in one worker after one compile each, as
+        ``autotune.core.stats`` needs for a claim: ``a``/``b`` lists of per-run seconds, one per round."""
+
+
+class ComputesReference(Protocol):
+    """``reference``: outputs at a higher precision, what narrow-float results are judged against."""
 
     def execute_reference(self, module, seed: int = 0, floats: str = "normal", int_high: int = 4) -> list | None:
-        """``module``'s outputs computed at a higher precision on the inputs ``execute`` uses (what
-        narrow-float results are judged against, ``core/precision.py``); None when there is none."""
+        """``module``'s outputs at a higher precision on the inputs ``execute`` uses
+        (``core/precision.py``); None when there is none."""
+
+
+class CutsRegions(Protocol):
+    """``regions``: the changed regions of two final modules run alone (``executed-region``)."""
 
     def regions(self, default_final, tuned_final, max_input_bytes: int | None = None):
         """The region(s) where two final modules differ, as an object with ``regions`` (each with
@@ -206,61 +207,174 @@ class Backend(Protocol):
         ``BadInput`` with the reason when no sound cut exists, when cutting takes too long, or (may)
         at the first region whose inputs exceed ``max_input_bytes``."""
 
-    def exclusive(self):
-        """A context manager in which one worker may use the memory every worker shares; it yields
-        whether that lifted the limit (False where the executor has no per-worker limit). What an
-        execution its own share refuses is retried in (``autotune.core.memory.with_memory``)."""
 
-    @property
-    def exclusive_runs(self) -> int:
-        """How many times ``exclusive`` lifted the limit (a check's reason says when it needed that)."""
+class HasStandIns(Protocol):
+    """``stand-ins``: what the host cannot run (accelerator kernels) replaced so the rest runs."""
 
     def stand_ins(self, module, extra: Sequence[str] = ()) -> tuple:
-        """``(module, replaced, targets)``: the module with host stand-ins for what the host cannot
-        run (accelerator kernels), how many were replaced and their names; ``PassFailed`` if none
-        can be built."""
+        """``(module, replaced, targets)``: the module with host stand-ins, how many were replaced and
+        their names; ``PassFailed`` if none can be built."""
 
-    def time(self, module, seed: int = 0, repeats: int = 5, warmup: int = 1, min_seconds: float = 0.0,
-             **options) -> dict:
-        """Wall time of the fully compiled module: ``seconds`` (per run, one per sample; a sample is
-        a calibrated loop of >= ``min_seconds``), ``median``, ``min``, ``mad``, ``iqr``, ``inner``."""
 
-    def time_ab(self, a, b, seed: int = 0, rounds: int = 30, warmup: int = 2, min_seconds: float = 0.01,
-                **options) -> dict:
-        """Two modules timed interleaved (A B, B A, ...) in one worker after one compile each, as
-        ``autotune.core.stats`` needs for a claim: ``a``/``b`` lists of per-run seconds, one per round."""
+class Explains(Protocol):
+    """``explain``: instructions for the structural diff of ``autotune explain``, and replay steps."""
 
-    # -- explanations --
     def instructions(self, module) -> list[Instruction]:
-        """Every instruction of the module, in module order (``autotune explain``'s diff)."""
+        """Every instruction of the module, in module order."""
 
     def reproduce(self, sequence: Sequence[str]) -> dict:
         """How to replay ``sequence`` with the compiler's own tools (versions, flags per step)."""
 
-    def close(self) -> None:
-        """Stop the workers."""
+
+class LiftsConstants(Protocol):
+    """``surrogate``: large constants lifted to parameters, searched instead of the module (cheaper)."""
+
+    def lift_constants(self, module) -> tuple | None:
+        """``(surrogate, constants lifted, their bytes)``; None when there is nothing to lift."""
+
+
+#: Optional capability -> the members it promises. A backend lists the ones it has in
+#: ``capabilities``; the engine asks ``supports(backend, name)`` and does without the rest (no
+#: execution: validation stops at ``compiled``; no regions: no ``executed-region``; and so on).
+CAPABILITIES: dict[str, type] = {
+    "execute": Executes, "bounded-execution": BoundsExecution, "time": Times, "reference": ComputesReference,
+    "regions": CutsRegions, "stand-ins": HasStandIns, "explain": Explains, "surrogate": LiftsConstants,
+}
+
+
+def supports(backend, capability: str) -> bool:
+    """True when ``backend`` declares ``capability`` (one of ``CAPABILITIES``)."""
+    if capability not in CAPABILITIES:
+        raise KeyError(capability)
+    return capability in backend.capabilities
+
+
+def members(api: type) -> list[str]:
+    """The public members a protocol (or handler class) declares, its bases' included, in definition order."""
+    names: list[str] = []
+    for klass in reversed(api.__mro__):
+        if klass is object or klass.__module__ in ("typing", "typing_extensions", "abc"):
+            continue
+        names += list(vars(klass).get("__annotations__", {}))
+        names += [n for n, v in vars(klass).items() if not n.startswith("_") and (callable(v) or isinstance(v, property))]
+    return list(dict.fromkeys(names))
+
+
+def signature_problems(impl, api: type) -> list[str]:
+    """Where ``impl`` (a class or an instance) breaks ``api``'s declared members: a member missing, or
+    a method whose parameters differ (each of the protocol's must exist with the same kind and
+    default; an implementation may add optional parameters after them). Empty when it conforms."""
+    problems = []
+    cls = impl if isinstance(impl, type) else type(impl)
+    for name in members(api):
+        want = getattr(api, name, None)
+        have = getattr(cls, name, None) if isinstance(impl, type) else getattr(impl, name, getattr(cls, name, None))
+        if have is None and not hasattr(impl, name):
+            problems.append(f"{cls.__name__} lacks {api.__name__}.{name}")
+            continue
+        if not callable(want) or isinstance(want, property):
+            continue
+        if not callable(have):
+            problems.append(f"{cls.__name__}.{name} is not a method")
+            continue
+        problems += _parameter_problems(f"{cls.__name__}.{name}", inspect.signature(have), inspect.signature(want))
+    return problems
+
+
+def _parameter_problems(where: str, have: inspect.Signature, want: inspect.Signature) -> list[str]:
+    got = [p for p in have.parameters.values() if p.name != "self"]
+    promised = [p for p in want.parameters.values() if p.name != "self"]
+    if any(p.kind is p.VAR_KEYWORD for p in got) and any(p.kind is p.VAR_POSITIONAL for p in got):
+        return []  # (*args, **kwargs): accepts anything
+    out = []
+    for i, p in enumerate(promised):
+        q = have.parameters.get(p.name)
+        if q is None:
+            out.append(f"{where} lacks parameter '{p.name}'")
+        elif i < len(got) and got[i].name != p.name and p.kind is not p.KEYWORD_ONLY:
+            out.append(f"{where}: parameter {i + 1} is '{got[i].name}', not '{p.name}'")
+        elif q.default != p.default:
+            out.append(f"{where}: '{p.name}' defaults to {q.default!r}, not {p.default!r}")
+    extra = [p for p in got if p.name not in want.parameters and p.default is p.empty
+             and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+    out += [f"{where}: extra parameter '{p.name}' has no default" for p in extra]
+    return out
+
+
+def contract_problems(candidate) -> list[str]:
+    """Everything ``candidate`` (a backend class or instance) breaks of the contract: the required
+    members, each declared capability's members, and its worker handler against its ``worker_api``.
+    A candidate is not yet known to be a backend, hence the probing."""
+    problems = signature_problems(candidate, Backend)
+    caps = getattr(candidate, "capabilities", frozenset())
+    problems += [f"unknown capability '{c}'" for c in sorted(caps) if c not in CAPABILITIES]
+    for cap in sorted(c for c in caps if c in CAPABILITIES):
+        problems += signature_problems(candidate, CAPABILITIES[cap])
+    api, worker = getattr(candidate, "worker_api", None), getattr(candidate, "worker", "")
+    if api is not None and worker:
+        problems += signature_problems(plugins.import_object(worker), api)
+    return problems
+
+
+class StepRequests(Protocol):
+    """What every worker handler answers (``BackendBase.step_job`` and ``measure``); a backend's
+    ``worker_api`` extends it with its own requests."""
+
+    def run_steps(self, proto: bytes, key: str | None, actions: list[str]):
+        """Apply ``actions`` (or the pseudo-actions) in order; yield one ``StepOut`` per step."""
+
+    def measure(self, proto: bytes) -> dict:
+        """``Metrics.to_dict()`` of the module, with its ``fingerprint``."""
+
+    def ping(self) -> int:
+        """The worker's process id: a no-op round trip (dispatch overhead, liveness)."""
 
 
 class BackendBase:
-    """Plumbing and declared defaults for a ``Backend``: the worker pool on the chosen executor,
-    step jobs, the optional capabilities, context management. Subclasses set ``name``, ``worker``
-    (``"module:Class"`` of the handler served in each worker) and ``suffixes`` and implement the
-    compiler-specific members."""
+    """What every backend shares, so that a backend writes only ``Backend``'s members and its
+    capabilities: the worker pool on the chosen executor (``pool``, ``remote``), step jobs and their
+    dispatcher, one step at a time (``run_one``), ``check_passes``, the per-worker memory escape
+    hatch (``exclusive``), the words for the baseline, context management. Subclasses set ``name``,
+    ``worker`` (``"module:Class"`` of the handler served in each worker), ``worker_api``,
+    ``suffixes`` and ``capabilities``.
+
+    Every subclass is checked when it is defined: a declared capability whose members are missing
+    is a ``TypeError`` at import, not a surprise in the middle of a run (``contract_problems`` checks
+    signatures too; the shared contract test runs it on every registered backend)."""
 
     name: str = ""
     suffixes: tuple[str, ...] = ()
     worker: str = ""
+    #: Worker processes (or actors) steps are spread over; seconds one step may take before its
+    #: worker is killed and the step recorded as ``timeout``; where the workers live.
+    workers: int
+    step_timeout: float
+    executor: object
+    #: The worker handler's typed interface (a ``Protocol``): what ``remote`` lets a backend call.
+    worker_api: type = StepRequests
     #: Environment of the worker processes (on top of the driver's).
     worker_env: dict | None = None
-    bounded_execution: bool = False
-    cuts_regions: bool = False
+    capabilities: frozenset[str] = frozenset()
+    #: What the compiler is called in reports (``Target.compiler``: "XLA's default", "XLA's CPU pipeline").
+    compiler: str = "XLA"
 
     #: The machine results are judged for (``core/target.py``); a backend with targets sets its own.
     target: Target = CPU
     #: The ``target`` value it was built with (None: the default), to build the same backend in
     #: another process (training env subprocesses).
     target_option: str | None = None
+    #: True when ``execute``/``time`` run the module on the target itself (the CPU target: always);
+    #: False when executions happen elsewhere (a GPU target compiled deviceless runs its outputs'
+    #: check on the host CPU), so a measured objective would time the wrong machine.
     runs_on_target: bool = True
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        missing = [f"{cap}: {m}" for cap in cls.capabilities for m in members(CAPABILITIES[cap])
+                   if not callable(getattr(cls, m, None))] if set(cls.capabilities) <= set(CAPABILITIES) else \
+            [f"unknown capability {sorted(set(cls.capabilities) - set(CAPABILITIES))}"]
+        if missing:
+            raise TypeError(f"backend {cls.__name__} declares what it does not implement: {', '.join(missing)}")
 
     def __init__(self, workers: int = 1, cache=None, step_timeout: float = 120.0, executor=None,
                  target: str | None = None):
@@ -272,11 +386,16 @@ class BackendBase:
         self.step_timeout = float(step_timeout)
         #: Where the workers live; the local processes unless the engine chose another executor.
         if executor is None:
-            from autotune.core import executors
-
             executor = executors.get("local")
         self.executor = executor
         self._pool = None
+        if self.target.compiler != self.compiler:  # the host CPU, judged by this backend's compiler
+            self.target = replace(self.target, compiler=self.compiler)
+
+    @property
+    def baseline(self) -> str:
+        """The baseline every claim is measured against, in words: "XLA's default", "toy's default"."""
+        return self.target.baseline
 
     def worker_args(self) -> tuple:
         """The arguments the worker handler is constructed with (in every worker)."""
@@ -284,41 +403,61 @@ class BackendBase:
 
     @property
     def pool(self):
+        """The worker pool (``workers.PoolRequests``: ``dispatcher``, ``run_many``, ``warm``)."""
         if self._pool is None:
             self._pool = self.executor.pool(self.worker, self.worker_args(), size=self.workers, env=self.worker_env)
         return self._pool
 
+    def remote(self, timeout: float | None = None):
+        """The workers through ``worker_api``: ``self.remote().measure(proto)`` runs ``measure`` on a
+        worker (``timeout`` seconds, default ``step_timeout``). A name the interface does not declare
+        is an ``AttributeError`` here, not a failed request in a worker."""
+        return remote(self.pool, self.worker_api, self.step_timeout if timeout is None else timeout)
+
     def step_job(self, proto: bytes, key: str | None, actions: Sequence[str]):
         """The job ``run_steps(proto, key, actions)`` on a worker, ``step_timeout`` per step."""
-        from autotune.core.workers import Job
-
         return Job("run_steps", (proto, key, list(actions)), self.step_timeout)
 
     def dispatcher(self):
         return self.pool.dispatcher()
 
-    def stand_ins(self, module, extra: Sequence[str] = ()) -> tuple:
-        """Nothing to replace: a backend whose modules the host runs as they are."""
-        return module, 0, ()
+    def run_steps(self, module, actions: Sequence[str]) -> list[StepOut]:
+        """Apply ``actions`` to ``module`` in one worker job: every step's ``StepOut`` (an unchanged
+        module's step carries the bytes it kept); a step that failed ends the list, a crash raises
+        ``PassFailed`` naming the action it died in."""
+        outs: list[StepOut] = []
+        proto = module.proto
+        for _, item in self.pool.run_many([self.step_job(module.proto, module.fingerprint, list(actions))]):
+            if item is StopJob:
+                break
+            if isinstance(item, PassFailed):
+                item.action = actions[len(outs)] if len(outs) < len(actions) else None
+                raise item
+            if isinstance(item, BaseException):
+                raise item
+            if item.status == "ok":
+                item = item if item.proto is not None else replace(item, proto=proto)
+                proto = item.proto
+            outs.append(item)
+        return outs
 
-    def instructions(self, module) -> list[Instruction]:
-        """No instruction listing: ``explain`` then reports metrics and steps without a diff."""
-        return []
+    def run_one(self, module, action: str, failure: str = ""):
+        """``module`` after the one ``action`` (a pass or a pseudo-action), or ``PassFailed`` with
+        ``failure`` (default: the action's name) and the compiler's message."""
+        outs = self.run_steps(module, [action])
+        if not outs or outs[-1].status != "ok":
+            message = outs[-1].message if outs else "no result"
+            raise PassFailed(f"{failure or action} failed: {message}", "error", action)
+        return replace(module, proto=outs[-1].proto, fingerprint=outs[-1].fingerprint)
 
-    def reproduce(self, sequence: Sequence[str]) -> dict:
-        return {}
-
-    def execution_estimate(self, module) -> float | None:
-        """Cannot estimate: validation runs the module unbounded (fine for a backend that runs fast)."""
-        return None
-
-    def lift_constants(self, module) -> tuple | None:
-        """No surrogate: the module itself is searched."""
-        return None
-
-    def execute_reference(self, module, seed: int = 0, floats: str = "normal", int_high: int = 4) -> list | None:
-        """No higher-precision reference: a failed comparison stands as it is."""
-        return None
+    def check_passes(self, names: Iterable[str]) -> tuple[str, ...]:
+        """``names`` as a tuple, or ``UnknownName`` (with suggestions) for one that is not an action."""
+        known = self.passes()
+        out = tuple(names)
+        for n in out:
+            if n not in known:
+                raise UnknownName("pass", n, list(known))
+        return out
 
     def exclusive(self):
         """The pool's ``exclusive`` (``WorkerPool.exclusive``: one worker holding every worker's memory
@@ -333,10 +472,6 @@ class BackendBase:
         """How many times ``exclusive`` lifted the memory limit (0 on an executor without it)."""
         return int(getattr(self.pool, "exclusive_runs", 0))
 
-    def regions(self, default_final, tuned_final, max_input_bytes: int | None = None):
-        """No region cutting (``cuts_regions`` is False): a declined execution stays ``compiled``."""
-        raise BadInput(f"the {self.name} backend cannot cut regions")
-
     def close(self) -> None:
         if self._pool is not None:
             self._pool.close()
@@ -347,6 +482,31 @@ class BackendBase:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+T = TypeVar("T")
+
+
+class _Remote:
+    """Requests to a worker pool through a handler's declared interface (see ``remote``)."""
+
+    def __init__(self, pool, api: type, timeout: float):
+        self._pool, self._api, self._timeout = pool, api, float(timeout)
+        self._names = set(members(api))
+
+    def __getattr__(self, name: str):
+        if name.startswith("_") or name not in self._names:
+            raise AttributeError(f"{self._api.__name__} declares no request '{name}'")
+        pool, timeout = self._pool, self._timeout
+        return lambda *args: pool.call(name, *args, timeout=timeout)
+
+
+def remote(pool, api: type[T], timeout: float) -> T:
+    """``pool``'s workers as an object typed like ``api`` (the worker handler's ``Protocol``): method
+    calls become requests on a worker, each bounded by ``timeout`` seconds. Why not
+    ``pool.call("name", ...)``: a misspelt or undeclared request fails here, and the interface both
+    sides keep to is one class a contract test checks the handler against."""
+    return cast(T, _Remote(pool, api, timeout))
 
 
 def available() -> dict[str, str]:

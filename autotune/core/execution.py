@@ -14,6 +14,7 @@ from collections import OrderedDict
 
 import numpy as np
 
+from autotune.core.backend import supports
 from autotune.core.memory import with_memory
 from autotune.core.outputs import ValidationReport, category, compare_outputs, nonfinite
 from autotune.core.precision import second_opinion
@@ -117,13 +118,16 @@ def original_outputs_or_reason(pipeline, original, seed, specs, bound=None):
 
 
 def stand_in(pipeline, module, extra=()):
+    """``Backend.stand_ins`` where the backend has them; else nothing replaced."""
+    if not supports(pipeline, "stand-ins"):
+        return module, 0, ()
     return pipeline.stand_ins(module, extra)
 
 
 def bounded(pipeline) -> bool:
     """Can this backend estimate an execution and stop one at a bound (``execution_estimate``,
     ``execute(..., timeout=)``)? XLA's can; the toy backend of the tests runs instantly and cannot."""
-    return bool(pipeline.bounded_execution)
+    return supports(pipeline, "bounded-execution")
 
 
 def execute_bounded(pipeline, module, seed, floats, int_high, bound):

@@ -81,7 +81,7 @@ def explore(ev, module: Module, depth: int = 2, observer: Observer | None = None
     actions = list(ev.pipeline.passes())
     default = ev.default(root)
     if not default.ok:
-        raise AutotuneError(f"XLA's default pipeline fails on this module: {default.message}")
+        raise AutotuneError(f"{ev.pipeline.baseline} pipeline fails on this module: {default.message}")
     walk = _Walk(ev, root, default.metrics.instructions, observer)
     levels = walk.run(actions, depth)
     reached, final_ops, default_final = walk.reached, walk.final_ops, walk.default_final

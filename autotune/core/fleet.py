@@ -146,11 +146,12 @@ class FleetSearch(Search):
         self.roots, self.objective = list(roots), objective
         self.fobj = FleetObjective(spec.allow_regressions)
         self.failure_cost = self.fobj.failure_cost
-        self.phases.enter("default", "XLA's default pipeline on every module")
+        base = evaluator.pipeline.baseline
+        self.phases.enter("default", f"{base} pipeline on every module")
         defaults = evaluator.final_many([r.fingerprint for r in self.roots])  # == Evaluator.default(root)
         for root, d in zip(self.roots, defaults):
             if not d.ok:
-                raise AutotuneError(f"XLA's default pipeline fails on {root.name}: {d.message}")
+                raise AutotuneError(f"{base} pipeline fails on {root.name}: {d.message}")
         self.defaults = defaults
         self.ctxs = [ObjectiveContext(evaluator, r, d, self.seed) for r, d in zip(self.roots, defaults)]
         self.default_costs = [objective.default_cost(c) for c in self.ctxs]
@@ -204,7 +205,7 @@ class FleetSearch(Search):
             message = None
             if score.failed or score.regressed:
                 names = [self.roots[i].name for i in (score.failed or score.regressed)]
-                message = ("fails on " if score.failed else "worse than XLA's default on ") + ", ".join(names)
+                message = ("fails on " if score.failed else f"worse than {self.ev.pipeline.baseline} on ") + ", ".join(names)
             # a disqualified sequence is never a result
             out.append(TrialRecord(0, seq, score.cost, "failed" if score.disqualified else "ok", None, False, message))
         return out

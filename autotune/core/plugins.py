@@ -20,6 +20,12 @@ def names(builtin: dict[str, str], group: str) -> dict[str, str]:
     return found
 
 
+def import_object(path: str):
+    """The object a ``module:Name`` path names (imports the module)."""
+    module, _, name = path.partition(":")
+    return getattr(import_module(module), name)
+
+
 def load(kind: str, name: str, known: dict[str, str]):
     """The class registered as ``name`` (``UnknownName`` with suggestions, or ``BadInput`` if it cannot load)."""
     if name not in known:

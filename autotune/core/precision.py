@@ -48,6 +48,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from autotune.core.backend import supports
 from autotune.core.memory import with_memory
 from autotune.core.outputs import compare_outputs
 from autotune.errors import BadInput, PassFailed
@@ -153,6 +154,8 @@ def judge(report, default_outputs, tuned_outputs, reference_outputs, margin: flo
 
 
 def _reference(pipeline, original, seed: int, floats: str, int_high: int):
+    if not supports(pipeline, "reference"):
+        return None
     try:
         return with_memory(pipeline, lambda: pipeline.execute_reference(original, seed=seed, floats=floats,
                                                                          int_high=int_high))

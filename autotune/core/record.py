@@ -126,7 +126,7 @@ def from_run(evaluator, run_id: str) -> TuningRecord:
     if best is None:
         raise BadInput(f"run '{run_id}' found no valid sequence; nothing to export")
     if not result.beats_default:  # its "best" only ties: a record would pin passes that do nothing
-        raise BadInput(f"run '{run_id}' found nothing better than XLA's default ordering; nothing to export "
+        raise BadInput(f"run '{run_id}' found nothing better than {result.target.baseline} ordering; nothing to export "
                        "(keep the default)")
     metrics = {
         "input_ops": result.input.instructions,
@@ -157,7 +157,7 @@ def _from_fleet_run(evaluator, run, fleet, run_id: str) -> TuningRecord:
     from autotune.core.validation import verified
 
     if not fleet.beats_default:
-        raise BadInput(f"fleet run '{run_id}' found nothing better than XLA's default ordering; nothing to export "
+        raise BadInput(f"fleet run '{run_id}' found nothing better than {fleet.target.baseline} ordering; nothing to export "
                        "(keep the default)")
     modules = {}
     for m in fleet.members:
@@ -271,7 +271,7 @@ def _judge_cost(evaluator, root, record: TuningRecord, matched: str, state: str,
             reasons.append(obj.failure(state, ctx))
             cost = None
     else:
-        reasons.append(f"XLA's default pipeline fails on the module: {default.message}")
+        reasons.append(f"{evaluator.pipeline.baseline} pipeline fails on the module: {default.message}")
     regression = None
     claim = None
     if cost is not None and not obj.deterministic:

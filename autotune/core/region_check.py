@@ -5,6 +5,7 @@ where the tuned final module differs from XLA's default one (the backend cuts th
 
 from __future__ import annotations
 
+from autotune.core.backend import supports
 from autotune.core.execution import Overran, bounded, describe_inputs, execute_bounded, rungs, stand_in
 from autotune.core.levels import EXECUTED_REGION, INVALID, Validation
 from autotune.core.outputs import OutputDiff, ValidationReport, compare_outputs, nonfinite
@@ -27,7 +28,7 @@ def establish_region(pipeline, original, tuned, seed: int, why_not: str, finals=
     """
     from autotune.core.limits import execution_limit, gib
 
-    if not pipeline.cuts_regions:
+    if not supports(pipeline, "regions"):
         return ""
     limit, _ = execution_limit()
     try:

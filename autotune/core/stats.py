@@ -100,6 +100,18 @@ class TimeRatio:
         return data
 
 
+def summarize(seconds: Sequence[float]) -> dict:
+    """What every backend's ``time`` reports beside the samples: min, median, mean, p90 and the
+    robust spreads (MAD and IQR) of per-run times in seconds."""
+    arr = np.asarray(seconds, dtype=float)
+    q1, med, q3 = np.percentile(arr, [25, 50, 75])
+    return {
+        "median": float(med), "min": float(arr.min()), "mean": float(arr.mean()),
+        "p90": float(np.percentile(arr, 90)), "iqr": float(q3 - q1),
+        "mad": float(np.median(np.abs(arr - med))),
+    }
+
+
 def _ratio_of_medians(b, a, axis=-1):
     return np.median(b, axis=axis) / np.median(a, axis=axis)
 

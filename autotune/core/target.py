@@ -21,12 +21,15 @@ from autotune.errors import BadInput
 class Target:
     """``name`` as the user says it (``cpu``, ``h100``, a config file's stem); ``platform`` ``cpu`` or
     ``gpu``; ``description`` for people (the device name); ``digest`` a short hash of the target's
-    specification (empty for the host CPU), so two configs under one name never share results."""
+    specification (empty for the host CPU), so two configs under one name never share results;
+    ``compiler`` whose pipeline judges for it, in the words every report uses for the baseline
+    ("XLA's default"; the toy backend's "toy's default")."""
 
     name: str
     platform: str
     description: str = ""
     digest: str = ""
+    compiler: str = "XLA"
 
     @property
     def key(self) -> str:
@@ -37,11 +40,16 @@ class Target:
     def is_gpu(self) -> bool:
         return self.platform == "gpu"
 
-    def judged_by(self, compiler: str = "XLA") -> str:
+    def judged_by(self) -> str:
         """Which pipeline judges results for this target, in words (every run says it)."""
         if self.is_gpu:
-            return f"{compiler}'s GPU pipeline for {self.description or self.name}, compiled without a GPU"
-        return f"{compiler}'s CPU pipeline"
+            return f"{self.compiler}'s GPU pipeline for {self.description or self.name}, compiled without a GPU"
+        return f"{self.compiler}'s CPU pipeline"
+
+    @property
+    def baseline(self) -> str:
+        """The ordering every result is measured against, in words: "XLA's default"."""
+        return f"{self.compiler}'s default"
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -51,7 +59,7 @@ class Target:
         if not data:
             return CPU
         return cls(str(data.get("name", "cpu")), str(data.get("platform", "cpu")), str(data.get("description", "")),
-                   str(data.get("digest", "")))
+                   str(data.get("digest", "")), str(data.get("compiler") or "XLA"))
 
 
 #: The host CPU: the default target, and what every result made before targets existed was judged for.

@@ -23,6 +23,7 @@ from dataclasses import replace
 
 from autotune import strategy as strategy_mod
 from autotune.core import objectives as objectives_mod
+from autotune.core.backend import supports
 from autotune.core.evaluator import Evaluator, Result
 from autotune.core.loop import (Choice, Interrupted, PhaseClock, RunEvaluate, Search, drive, finish,
                                 seed_everything, prune, validity_of)
@@ -65,10 +66,11 @@ class ModuleSearch(Search):
         self.real: tuple[Module, dict] | None = None
         self.real_info: dict | None = None  # what ``recheck`` compared (``TuneResult.surrogate``)
         self.input_metrics = evaluator.metrics(root.fingerprint)
-        self.phases.enter("default", "XLA's default pipeline on the module")
+        base = evaluator.pipeline.baseline
+        self.phases.enter("default", f"{base} pipeline on the module")
         default = evaluator.default(root)
         if not default.ok:
-            raise AutotuneError(f"XLA's default pipeline fails on this module: {default.message}")
+            raise AutotuneError(f"{base} pipeline fails on this module: {default.message}")
         self.default_result = default
         self.ctx = ObjectiveContext(evaluator, root, default, self.seed)
         self.default_cost = objective.default_cost(self.ctx)
@@ -130,7 +132,7 @@ class ModuleSearch(Search):
         self.root, self.input_metrics = real, self.ev.metrics(real.fingerprint)
         default = self.ev.default(real)
         if not default.ok:
-            raise AutotuneError(f"XLA's default pipeline fails on this module: {default.message}")
+            raise AutotuneError(f"{self.ev.pipeline.baseline} pipeline fails on this module: {default.message}")
         self.default_result = default
         self.ctx = ObjectiveContext(self.ev, real, default, self.seed)
         self.default_cost = self.objective.default_cost(self.ctx)
@@ -197,7 +199,7 @@ class ModuleSearch(Search):
     def confirm(self, rec: TrialRecord, rest: list[TrialRecord], seen: set, tally: dict) -> tuple[Claim, bool]:
         obj = self.objective
         if not obj.deterministic:
-            self.phases.enter("confirmation", "interleaved re-measurement of the best and XLA's default")
+            self.phases.enter("confirmation", f"interleaved re-measurement of the best and {self.ev.pipeline.baseline}")
         verdict = obj.confirm(rec.state, rec.cost, self.ctx)
         if not verdict.win and not obj.deterministic and rec.cost < self.default_cost:
             tally["confirmations"] += 1  # a measured win that did not hold up: try the runner-up, within limits
@@ -415,6 +417,8 @@ def _surrogate_of(evaluator: Evaluator, root: Module, clock: PhaseClock) -> tupl
     """``(module to search, description)``: the normalised surrogate of ``root`` with its large
     constants lifted to parameters, or ``(root, None)`` when it has too few constant bytes (or the
     backend cannot lift them)."""
+    if not supports(evaluator.pipeline, "surrogate"):
+        return root, None
     lift = evaluator.pipeline.lift_constants
     clock.enter("normalise", "looking for large constants to lift to parameters (a surrogate to search on)")
     try:

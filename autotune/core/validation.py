@@ -39,6 +39,7 @@ from autotune.core.execution import (INPUT_LADDER, CannotRun, OriginalFails, Ove
                                      original_outputs_or_reason, stand_in, validate)
 from autotune.core.outputs import (OutputDiff, ValidationReport, category, compare_outputs, nonfinite,  # noqa: F401
                                    tolerance)
+from autotune.core.backend import supports
 from autotune.core.region_check import establish_region
 from autotune.errors import BadInput, PassFailed
 
@@ -132,7 +133,11 @@ def establish(pipeline, original, tuned, seed: int = 0, identical: bool = False,
     """
     say = progress or (lambda line: None)
     if identical:
-        return Validation(IDENTICAL, "after XLA's default pipeline it is the same module as XLA's default result")
+        return Validation(IDENTICAL, f"after {pipeline.baseline} pipeline it is the same module as {pipeline.baseline} "
+                                     "result")
+    if not supports(pipeline, "execute"):
+        return Validation(UNVERIFIED, f"the {pipeline.name} backend cannot compile and run modules: nothing was "
+                                      "executed")
     target = pipeline.target
     if not pipeline.runs_on_target:  # the executions below run on the host CPU: the target's compile first
         refused = _target_compile(pipeline, original, tuned, target, say)

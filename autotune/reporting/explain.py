@@ -25,6 +25,7 @@ import math
 from collections import Counter, defaultdict
 from dataclasses import asdict, dataclass, field, replace
 
+from autotune.core.backend import supports
 from autotune.core.graph import bottom_up, digest
 from autotune.core.metrics import Metrics
 
@@ -219,6 +220,8 @@ class Explanation:
     run_id: str | None = None
     model_path: str | None = None
     notes: tuple[str, ...] = field(default=())
+    #: The baseline in the backend's words (``Backend.baseline``: "XLA's default").
+    baseline: str = "XLA's default"
 
     @property
     def final_delta(self) -> int:
@@ -237,6 +240,7 @@ class Explanation:
             "diff": self.diff.to_dict(),
             "steps": [asdict(s) for s in self.steps], "minimal_steps": [asdict(s) for s in self.minimal_steps],
             "steps_compiled": self.steps_compiled, "reproduce": self.reproduce, "notes": list(self.notes),
+            "baseline": self.baseline,
         }
 
     def to_json(self) -> str:
@@ -302,7 +306,7 @@ def _reproduce(evaluator, module_name: str, model_path: str | None, minimal: tup
             f"autotune apply{which} --passes {passes} {model} -o tuned{suffix}",
             f"autotune baseline{which} tuned{suffix}",
         ],
-        **backend.reproduce(minimal),
+        **(backend.reproduce(minimal) if supports(backend, "explain") else {}),
     }
 
 
@@ -315,14 +319,15 @@ def explain(evaluator, root, sequence, run_id: str | None = None, model_path: st
     compiled0 = evaluator.stats.steps_compiled
     seq = tuple(evaluator.pipeline.check_passes(sequence))
     default = evaluator.default(root)
+    base = evaluator.pipeline.baseline
     if not default.ok:
-        raise AutotuneError(f"XLA's default pipeline fails on {root.name}: {default.message}")
+        raise AutotuneError(f"{base} pipeline fails on {root.name}: {default.message}")
     result = evaluator.evaluate(root, seq)
     if not result.ok:
         raise AutotuneError(f"the sequence fails at step {result.failed_at + 1} ({seq[result.failed_at]}): {result.message}")
     final = evaluator.final(result.state)
     if not final.ok:
-        raise AutotuneError(f"XLA's default pipeline fails after the sequence: {final.message}")
+        raise AutotuneError(f"{base} pipeline fails after the sequence: {final.message}")
     notes = []
     minimal, same = seq, "not minimised"
     if minimize and seq:
@@ -337,10 +342,10 @@ def explain(evaluator, root, sequence, run_id: str | None = None, model_path: st
     steps, _ = trace(evaluator, root, seq)
     minimal_steps, _ = trace(evaluator, root, minimal) if minimal != seq else (steps, 0)
     backend = evaluator.pipeline
-    diff = diff_modules(backend.instructions(evaluator.module(default.state)),
-                        backend.instructions(evaluator.module(final.state)), cap=cap)
+    listing = backend.instructions if supports(backend, "explain") else (lambda module: [])
+    diff = diff_modules(listing(evaluator.module(default.state)), listing(evaluator.module(final.state)), cap=cap)
     if final.state == default.state:
-        notes.append("the sequence reaches exactly XLA's default final module: nothing to explain")
+        notes.append(f"the sequence reaches exactly {base} final module: nothing to explain")
     return Explanation(
         module=root.name, fingerprint=root.fingerprint, pipeline_version=evaluator.version, sequence=seq,
         minimal=minimal, minimal_same=same, input=evaluator.metrics(root.fingerprint), default=default.metrics,
@@ -348,7 +353,7 @@ def explain(evaluator, root, sequence, run_id: str | None = None, model_path: st
         tuned_final_state=final.state, diff=diff, steps=steps, minimal_steps=minimal_steps,
         steps_compiled=evaluator.stats.steps_compiled - compiled0,
         reproduce=_reproduce(evaluator, root.name, model_path, minimal), run_id=run_id, model_path=model_path,
-        notes=tuple(notes),
+        notes=tuple(notes), baseline=base,
     )
 
 
@@ -369,7 +374,7 @@ def explain_run(evaluator, run_id: str, model_path: str | None = None, minimize:
         raise BadInput(f"run '{run_id}' has not finished (status {run.status}); nothing to explain")
     sequence = result.best_sequence
     if not sequence:
-        raise BadInput(f"run '{run_id}' found no sequence to explain (XLA's default ordering is the answer)")
+        raise BadInput(f"run '{run_id}' found no sequence to explain ({result.target.baseline} ordering is the answer)")
     fingerprint, name = run.module, run.module_name
     from autotune.core.fleet import FleetResult
 
@@ -429,22 +434,22 @@ def render_markdown(e: Explanation) -> str:
               f"({len(e.minimal)} of {len(e.sequence)} passes)  " if e.minimal_same == "final" else
               "Not minimised (`--no-minimize`).  "),
              f"Pipeline: `{e.pipeline_version}`; compiles needed for this report: {e.steps_compiled}", "",
-             "| | input | XLA default | tuned (raw) | tuned + default pipeline | delta vs default |",
+             f"| | input | {e.baseline} | tuned (raw) | tuned + default pipeline | delta vs default |",
              "|---|---:|---:|---:|---:|---:|",
              f"| instructions | {e.input.instructions} | {e.default.instructions} | {e.tuned_raw.instructions} | "
              f"{e.tuned.instructions} | {_num(delta['instructions'])} |"]
     for key, label in (("flops", "flops"), ("transcendentals", "transcendentals"), ("bytes_accessed", "bytes accessed")):
         vals = [getattr(m, key) for m in (e.input, e.default, e.tuned_raw, e.tuned)]
         lines.append(f"| {label} | " + " | ".join(_num(v).lstrip("+") for v in vals) + f" | {_num(delta[key])} |")
-    lines += ["", "## Opcodes (XLA default -> tuned, after the default pipeline)", ""]
+    lines += ["", f"## Opcodes ({e.baseline} -> tuned, after the default pipeline)", ""]
     if d.opcodes:
         lines += ["| opcode | default | tuned | delta |", "|---|---:|---:|---:|"]
         lines += [f"| {o} | {b} | {a} | {a - b:+d} |" for o, b, a in d.opcodes]
     else:
         lines.append("No opcode count changed.")
     lines += ["", "## Which step made the difference", "",
-              "Final-ops after each prefix of the sequence (the prefix, then XLA's default pipeline); "
-              "prefix 0 is XLA's default.", "",
+              f"Final-ops after each prefix of the sequence (the prefix, then {e.baseline} pipeline); "
+              f"prefix 0 is {e.baseline}.", "",
               "| step | pass | changed the module | instructions | final-ops |", "|---:|---|---|---:|---:|"]
     for s in e.steps:
         mark = " **<-**" if s.decisive else ""
@@ -457,9 +462,9 @@ def render_markdown(e: Explanation) -> str:
     lines += ["", "## Instructions that differ (matched structurally, names ignored)", "",
               f"{d.matched} instructions are identical with everything below them; {d.rewired} more exist in both "
               f"but read different inputs (they differ only because something below them does); "
-              f"{d.vanished_total} are only in XLA's default module and {d.appeared_total} only in the tuned one. "
+              f"{d.vanished_total} are only in {e.baseline} module and {d.appeared_total} only in the tuned one. "
               "`*` marks an instruction whose operands both modules share: where a difference starts.", "",
-              f"### Only in XLA's default (vanish with the tuned sequence): {d.vanished_total}", ""]
+              f"### Only in {e.baseline} (vanish with the tuned sequence): {d.vanished_total}", ""]
     lines += _listing(d.vanished, d.vanished_total)
     lines += [f"### Only in the tuned module: {d.appeared_total}", ""]
     lines += _listing(d.appeared, d.appeared_total)

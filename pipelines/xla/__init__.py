@@ -18,17 +18,17 @@ from __future__ import annotations
 import json
 import os
 import platform
-from dataclasses import replace
 from collections.abc import Iterable, Iterator, Sequence
 
-from autotune.core.backend import DEFAULT, IDENTITY, BackendBase
+from autotune.core.backend import DEFAULT, IDENTITY, BackendBase, remote
 from autotune.core.target import CPU
 from autotune.errors import PassFailed, UnknownName
 from autotune.core.metrics import Metrics
 from autotune.core.module import Module
 from autotune.pipelines.xla import hlo, loader, targets
 from autotune.pipelines.xla.inventory import PassInventory
-from autotune.core.workers import StopJob, WorkerPool
+from autotune.pipelines.xla.worker_api import XlaGpuRequests, XlaRequests
+from autotune.core.workers import WorkerPool
 
 #: Bumped when the meaning of a cached step changes (capture method, fingerprint, metrics).
 ENGINE_VERSION = 6  # 6: Metrics.structure (structural counts for learned policies)
@@ -55,9 +55,13 @@ class XlaPipeline(BackendBase):
     name = "xla"
     suffixes = loader.TEXT_SUFFIXES + loader.PROTO_SUFFIXES + loader.MLIR_SUFFIXES
     worker = WORKER
+    worker_api = XlaRequests
     worker_env = WORKER_ENV
-    bounded_execution = True  # cost-analysis estimates, and a run stopped at its bound
-    cuts_regions = True  # region.py: the changed regions of two final modules
+    compiler = "XLA"
+    #: bounded-execution: cost-analysis estimates, and a run stopped at its bound; regions: region.py
+    #: cuts the changed regions of two final modules; surrogate: surrogate.py; reference: reference.py.
+    capabilities = frozenset({"execute", "bounded-execution", "time", "reference", "regions", "stand-ins",
+                              "explain", "surrogate"})
 
     def __init__(self, workers: int = 1, cache=None, include_target_specific: bool = False,
                  step_timeout: float = 120.0, inventory: PassInventory | None = None, executor=None,
@@ -66,10 +70,10 @@ class XlaPipeline(BackendBase):
         self.gpu = targets.resolve(target)
         if self.gpu is not None:
             targets.require_plugin(self.gpu)
-            self.worker, self.worker_env = GPU_WORKER, GPU_WORKER_ENV
+            self.worker, self.worker_api, self.worker_env = GPU_WORKER, XlaGpuRequests, GPU_WORKER_ENV
             # A GPU-compiled final module is fused and laid out for the device: the CPU cannot run
             # its regions (whole tuned modules still run on the CPU, see gpu_worker.py).
-            self.cuts_regions = False
+            self.capabilities = self.capabilities - {"regions"}
             # Executions (validation's output comparison) run on the host CPU: nothing is timed on the GPU.
             self.runs_on_target = False
         self.target = self.gpu.target if self.gpu is not None else CPU
@@ -88,7 +92,7 @@ class XlaPipeline(BackendBase):
             text = self._cache.get_inventory(key) if self._cache is not None else None
             if text is None:
                 with WorkerPool(self.worker, self._probe_args(), size=1, env=self.worker_env) as probe:
-                    names = probe.call("discover", timeout=300)
+                    names = remote(probe, self.worker_api, 300).discover()
                 from autotune.pipelines.xla.worker import CAPTURE_PASS_NAME
 
                 inv = PassInventory.from_dump_names(xla_version(), names, capture_names=frozenset({CAPTURE_PASS_NAME}),
@@ -128,6 +132,7 @@ class XlaPipeline(BackendBase):
         ]
 
     def check_passes(self, names: Iterable[str]) -> tuple[str, ...]:
+        """As ``BackendBase``'s, suggesting from every pass XLA runs (not only the actions)."""
         known = self.inventory.actions
         out = []
         for name in names:
@@ -187,29 +192,12 @@ class XlaPipeline(BackendBase):
         """Run several step lists in parallel; yields ``(job, StepOut | PassFailed | StopJob)``."""
         yield from self.pool.run_many([self.step_job(*job) for job in jobs])
 
-    def _steps(self, module: Module, actions: Sequence[str]) -> list:
-        outs = []
-        proto = module.proto
-        for _, item in self.run_steps_many([(module.proto, module.fingerprint, list(actions))]):
-            if getattr(item, "status", None) == "ok":  # an unchanged module comes back without its bytes
-                item = item if item.proto is not None else replace(item, proto=proto)
-                proto = item.proto
-            if item is StopJob:
-                break
-            if isinstance(item, PassFailed):
-                item.action = actions[len(outs)] if len(outs) < len(actions) else None
-                raise item
-            if isinstance(item, BaseException):
-                raise item
-            outs.append(item)
-        return outs
-
     def apply(self, module: Module, passes: Sequence[str]) -> Module:
         """Apply ``passes`` in order, one compile each (uncached; the Evaluator adds the cache)."""
         passes = self.check_passes(passes)
         if not passes:
             return module
-        outs = self._steps(module, passes)
+        outs = self.run_steps(module, passes)
         last = outs[-1]
         if last.status != "ok":
             raise PassFailed(f"pass '{last.action}' failed: {last.message}", "error", last.action)
@@ -219,10 +207,7 @@ class XlaPipeline(BackendBase):
         """Round-trip through XLA's importer (no HLO pass) until the fingerprint is stable."""
         current = module
         for _ in range(rounds):
-            out = self._steps(current, [IDENTITY])[-1]
-            if out.status != "ok":
-                raise PassFailed(f"XLA cannot import this module: {out.message}", "error")
-            nxt = Module(module.name, out.proto, out.fingerprint)
+            nxt = self.run_one(current, IDENTITY, "XLA's import of this module")
             if nxt.fingerprint == current.fingerprint:
                 return nxt
             current = nxt
@@ -230,18 +215,15 @@ class XlaPipeline(BackendBase):
 
     def default(self, module: Module) -> Module:
         """XLA's own ordering of the same action set (its pre-layout target-independent pipeline)."""
-        out = self._steps(module, [DEFAULT])[-1]
-        if out.status != "ok":
-            raise PassFailed(f"XLA's default pipeline failed on this module: {out.message}", "error", DEFAULT)
-        return Module(module.name, out.proto, out.fingerprint)
+        return self.run_one(module, DEFAULT, "XLA's default pipeline on this module")
 
     def measure(self, module: Module) -> Metrics:
-        data = self.pool.call("measure", module.proto, timeout=self.step_timeout)
+        data = self.remote().measure(module.proto)
         return Metrics.from_dict(data)
 
     def trace(self, module: Module, action: str) -> list[str]:
         """Names of the per-pass dump files when ``action`` runs alone (which passes really ran)."""
-        return self.pool.call("trace", module.proto, action, timeout=self.step_timeout)
+        return self.remote().trace(module.proto, action)
 
     # ---- full compile and execution (validation, runtime objective) --------------------------------
     #: Seconds allowed for one full compile plus its runs: codegen of a 10k-instruction module
@@ -261,16 +243,15 @@ class XlaPipeline(BackendBase):
         (``compiles``, which warms the worker's executable cache) and then gives the run alone its
         time bound; a run past it costs that worker (killed and replaced).
         """
-        return self.pool.call("execute", module.proto, int(seed), floats, int(int_high),
-                              timeout=self.run_timeout if timeout is None else float(timeout))
+        return self.remote(self.run_timeout if timeout is None else float(timeout)).execute(
+            module.proto, int(seed), floats, int(int_high))
 
     def execute_reference(self, module: Module, seed: int = 0, floats: str = "normal",
                           int_high: int = 4) -> list | None:
         """Outputs of ``module`` with its bf16/f16 arithmetic widened to f32, on the inputs ``execute``
         uses (``reference.py``): what ``core/precision.py`` judges narrow-float results against.
         None when the module has no bf16/f16; ``PassFailed`` when the widened module cannot run."""
-        return self.pool.call("execute_reference", module.proto, int(seed), floats, int(int_high),
-                              timeout=self.run_timeout)
+        return self.remote(self.run_timeout).execute_reference(module.proto, int(seed), floats, int(int_high))
 
     def stand_ins(self, module: Module, extra: Sequence[str] = ()) -> tuple[Module, int, tuple[str, ...]]:
         """``(module with host stand-ins, how many custom calls were replaced, their targets)``.
@@ -279,7 +260,7 @@ class XlaPipeline(BackendBase):
         their operands (``standins.py``), so the rest of the module can be executed; ``extra``
         forces more targets. Raises ``PassFailed`` when no stand-in can be built.
         """
-        proto, fp, n, targets = self.pool.call("stand_ins", module.proto, tuple(extra), timeout=self.run_timeout)
+        proto, fp, n, targets = self.remote(self.run_timeout).stand_ins(module.proto, tuple(extra))
         return (module if n == 0 else Module(module.name, proto, fp)), n, tuple(targets)
 
     def regions(self, default_final: Module, tuned_final: Module, max_input_bytes: int | None = None):
@@ -303,14 +284,14 @@ class XlaPipeline(BackendBase):
 
     def compiles(self, module: Module) -> bool:
         """True if the full default pipeline compiles ``module``; raises ``PassFailed`` otherwise."""
-        return bool(self.pool.call("compiles", module.proto, timeout=self.run_timeout))
+        return bool(self.remote(self.run_timeout).compiles(module.proto))
 
-    def time(self, module: Module, seed: int = 0, repeats: int = 5, warmup: int = 1, floats: str = "normal",
-             int_high: int = 4, min_seconds: float = 0.0) -> dict:
+    def time(self, module: Module, seed: int = 0, repeats: int = 5, warmup: int = 1, min_seconds: float = 0.0,
+             floats: str = "normal", int_high: int = 4) -> dict:
         """Run time of the fully compiled module: ``seconds`` per run for each sample, ``median``,
         ``min``, ``mad``, ``iqr``, ``p90``; each sample a calibrated loop of >= ``min_seconds``."""
-        return self.pool.call("time", module.proto, int(seed), int(repeats), int(warmup), floats, int(int_high),
-                              float(min_seconds), timeout=self.run_timeout)
+        return self.remote(self.run_timeout).time(module.proto, int(seed), int(repeats), int(warmup), floats,
+                                                  int(int_high), float(min_seconds))
 
     def time_ab(self, a: Module, b: Module, seed: int = 0, rounds: int = 30, warmup: int = 2,
                 min_seconds: float = 0.01, floats: str = "normal", int_high: int = 4,
@@ -319,9 +300,9 @@ class XlaPipeline(BackendBase):
         """``a`` and ``b`` timed interleaved in ONE worker (one request: both compiled once, then
         ``rounds`` alternating samples): per-run seconds per round in ``a`` and ``b``. ``options_*``
         compile an arm with XLA debug options (``[("xla_disable_hlo_passes", "fusion")]``)."""
-        return self.pool.call("time_ab", a.proto, b.proto, int(seed), int(rounds), int(warmup), floats,
-                              int(int_high), float(min_seconds), list(options_a or []) or None,
-                              list(options_b or []) or None, timeout=self.run_timeout)
+        return self.remote(self.run_timeout).time_ab(a.proto, b.proto, int(seed), int(rounds), int(warmup), floats,
+                                                     int(int_high), float(min_seconds), list(options_a or []) or None,
+                                                     list(options_b or []) or None)
 
     # ---- weights at the price of parameters ----------------------------------------------------------
     def lift_constants(self, module: Module, min_bytes: int | None = None) -> tuple[Module, int, int] | None:
@@ -345,7 +326,7 @@ class XlaPipeline(BackendBase):
             text = self._cache.get_inventory(key)
             rates = json.loads(text) if text else None
         if rates is None:
-            rates = self.pool.call("calibrate", timeout=self.run_timeout)
+            rates = self.remote(self.run_timeout).calibrate()
             if self._cache is not None:
                 self._cache.put_inventory(key, json.dumps(rates))
         _RATES[key] = rates
@@ -356,7 +337,7 @@ class XlaPipeline(BackendBase):
         over the calibrated rates at ``EXECUTION_EFFICIENCY``, plus drawing its random inputs. A loop's trip count is unknown to cost analysis (its body counts
         once), so this is a lower bound for loops: the caller's time bound is the guard. None when
         XLA cannot analyse the module."""
-        cost = self.pool.call("cost", module.proto, timeout=self.step_timeout)
+        cost = self.remote().cost(module.proto)
         rates = self.execution_rates()
         if not (cost["flops"] >= 0 and cost["bytes"] >= 0):
             return None

@@ -12,8 +12,8 @@ import math
 import time
 from collections import OrderedDict
 
-import numpy as np
 
+from autotune.core.stats import summarize
 from autotune.errors import PassFailed
 from autotune.pipelines.xla import runner
 
@@ -110,17 +110,6 @@ def calibrate(timers: list, min_seconds: float = MIN_SAMPLE_SECONDS) -> int:
         inner = min(MAX_INNER, max(2 * inner, want))
 
 
-def _summary(seconds: list[float]) -> dict:
-    """min, median, the robust spreads (MAD and IQR) and more of per-run times (seconds)."""
-    arr = np.asarray(seconds, dtype=float)
-    q1, med, q3 = np.percentile(arr, [25, 50, 75])
-    return {
-        "median": float(med), "min": float(arr.min()), "mean": float(arr.mean()),
-        "p90": float(np.percentile(arr, 90)), "iqr": float(q3 - q1),
-        "mad": float(np.median(np.abs(arr - med))),
-    }
-
-
 def time_execution(worker, proto: bytes, seed: int = 0, repeats: int = 5, warmup: int = 1,
                    floats: str = "normal", int_high: int = runner.INT_HIGH, min_seconds: float = 0.0) -> dict:
     """Seconds per run of ``repeats`` samples after ``warmup`` untimed ones (one compile, not timed).
@@ -137,7 +126,7 @@ def time_execution(worker, proto: bytes, seed: int = 0, repeats: int = 5, warmup
         timer.sample(inner)
     seconds = [timer.sample(inner) for _ in range(repeats)]
     return {
-        "seconds": seconds, **_summary(seconds), "repeats": repeats, "warmup": warmup, "inner": inner,
+        "seconds": seconds, **summarize(seconds), "repeats": repeats, "warmup": warmup, "inner": inner,
         "donates": timer.donates,
         "compile_seconds": timer.compile_seconds,  # of the compile that built the executable (maybe earlier)
     }
@@ -173,7 +162,7 @@ def time_ab(worker, proto_a: bytes, proto_b: bytes, seed: int = 0, rounds: int =
             sb.append(b.sample(inner))
             sa.append(a.sample(inner))
     return {
-        "a": sa, "b": sb, "a_summary": _summary(sa), "b_summary": _summary(sb), "rounds": rounds,
+        "a": sa, "b": sb, "a_summary": summarize(sa), "b_summary": summarize(sb), "rounds": rounds,
         "inner": inner, "warmup": int(warmup), "min_seconds": float(min_seconds),
     }
 

@@ -139,7 +139,7 @@ class Objective(abc.ABC):
     def failure(self, state: str, ctx: ObjectiveContext) -> str:
         """Why ``cost(state)`` was NaN, in one line."""
         final = ctx.final(state)
-        return f"XLA's default pipeline fails after this sequence: {final.message}"
+        return f"{ctx.backend.baseline} pipeline fails after this sequence: {final.message}"
 
     def confirm(self, state: str, cost: float, ctx: ObjectiveContext) -> Claim:
         """Deterministic objectives: the recorded costs are the evidence."""
@@ -148,7 +148,8 @@ class Objective(abc.ABC):
         if cost < default:
             message = f"{self.name} {default:g} -> {cost:g}"
         else:
-            message = f"no sequence beat XLA's default on {self.name}: keep XLA's default"
+            base = ctx.backend.baseline
+            message = f"no sequence beat {base} on {self.name}: keep {base}"
         return Claim(cost < default, cost, default, message, ratio=ratio)
 
 

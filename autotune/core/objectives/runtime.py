@@ -25,8 +25,10 @@ from __future__ import annotations
 
 import math
 
+from autotune.core.backend import supports
 from autotune.core import stats
 from autotune.core.objectives import Claim, Objective, ObjectiveContext
+from autotune.errors import BadInput
 
 #: Search-time samples per distinct compiled module (after one warm-up sample).
 REPEATS = 5
@@ -68,8 +70,6 @@ class Runtime(Objective):
     def __init__(self, confidence: float = stats.CONFIDENCE, min_effect: float = stats.MIN_EFFECT,
                  rounds: int = stats.ROUNDS, repeats: int = REPEATS, warmup: int = WARMUP,
                  search_min_seconds: float = SEARCH_MIN_SECONDS, confirm_min_seconds: float = CONFIRM_MIN_SECONDS):
-        from autotune.errors import BadInput
-
         if not 0.5 <= float(confidence) < 1.0:
             raise BadInput(f"runtime: confidence must be in [0.5, 1), not {confidence}")
         if not 0.0 <= float(min_effect) < 1.0:
@@ -102,9 +102,9 @@ class Runtime(Objective):
         return self._time(ctx, final.state, ctx.module(state))
 
     def default_cost(self, ctx: ObjectiveContext) -> float:
+        if not supports(ctx.backend, "time"):
+            raise BadInput(f"objective runtime needs a backend that times modules; {ctx.backend.name} does not")
         if not ctx.backend.runs_on_target:
-            from autotune.errors import BadInput
-
             raise BadInput(f"objective runtime times the module on the machine it is tuned for, and this machine "
                            f"cannot run a {ctx.backend.target.name} program (its executions run on the host CPU): "
                            f"tune with a compile-only objective (final-ops, kernels, roofline) and time on the GPU "
@@ -118,17 +118,17 @@ class Runtime(Objective):
                                      min_seconds=self.confirm_min_seconds)
         return stats.time_ratio(timing["a"], timing["b"], self.confidence, self.min_effect, seed=ctx.seed)
 
-    def claim_from(self, cmp: stats.TimeRatio) -> Claim:
-        """The claim a comparison supports (A: XLA's default, B: the candidate)."""
+    def claim_from(self, cmp: stats.TimeRatio, base: str = "XLA's default") -> Claim:
+        """The claim a comparison supports (A: the baseline ``base``, B: the candidate)."""
         threshold = 1.0 - self.min_effect
         evidence = f"runtime ratio {cmp.describe()}"
         if cmp.faster:
-            message = (f"faster than XLA's default: {evidence}; the whole interval lies below {threshold:.2f} "
+            message = (f"faster than {base}: {evidence}; the whole interval lies below {threshold:.2f} "
                        f"(minimum effect {self.min_effect:.0%})")
         elif cmp.slower:
-            message = f"slower than XLA's default: {evidence}: keep XLA's default"
+            message = f"slower than {base}: {evidence}: keep {base}"
         else:
-            message = (f"no significant difference: keep XLA's default ({evidence} does not lie below "
+            message = (f"no significant difference: keep {base} ({evidence} does not lie below "
                        f"{threshold:.2f}, minimum effect {self.min_effect:.0%})")
         return Claim(cmp.faster, 1e6 * cmp.b.median, 1e6 * cmp.a.median, message, ratio=cmp.ratio, low=cmp.low,
                      high=cmp.high, confidence=cmp.confidence, min_effect=cmp.min_effect, rounds=cmp.rounds,
@@ -143,16 +143,17 @@ class Runtime(Objective):
         default = self.default_cost(ctx)
         final = ctx.final(state)
         common = dict(confidence=self.confidence, min_effect=self.min_effect)
+        base = ctx.backend.baseline
         if not final.ok:
-            return Claim(False, math.nan, default, f"XLA's default pipeline fails after this sequence: {final.message}",
+            return Claim(False, math.nan, default, f"{base} pipeline fails after this sequence: {final.message}",
                          rounds=0, **common)
         if final.state == ctx.default.state:
-            return Claim(False, default, default, "no difference: the compiled module is XLA's default's own; keep "
-                         "XLA's default", ratio=1.0, low=1.0, high=1.0, rounds=0, **common)
+            return Claim(False, default, default, f"no difference: the compiled module is {base}'s own; keep "
+                         f"{base}", ratio=1.0, low=1.0, high=1.0, rounds=0, **common)
         if not cost < default:
-            return Claim(False, cost, default, "no sequence measured faster than XLA's default in the search: keep "
-                         "XLA's default", ratio=cost / default if default else None, rounds=0, **common)
+            return Claim(False, cost, default, f"no sequence measured faster than {base} in the search: keep "
+                         f"{base}", ratio=cost / default if default else None, rounds=0, **common)
         key = (ctx.version, final.state, ctx.seed)
         if key not in self._claims:
-            self._claims[key] = self.claim_from(self.measure_ratio(ctx, state))
+            self._claims[key] = self.claim_from(self.measure_ratio(ctx, state), base)
         return self._claims[key]
