@@ -34,6 +34,7 @@ import math
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from dataclasses import dataclass
 
 from autotune.core.spec import DEFAULT_MAX_LENGTH, DEFAULT_OBJECTIVE, check_max_length
 from autotune.errors import BadInput
@@ -284,9 +285,6 @@ def train_policy(
     reward (``options={"reward": "best"}``) per module, so each episode's return is the fraction of
     that module's known gain it recovers (``autotune.rl.env``).
     """
-    from autotune.rl.env import EpisodeSource, PassOrderingEnv, make_env
-    from autotune.core.tuner import evaluation_session
-
     if not modules:
         raise BadInput("no modules to train on")
     if envs < 1:
@@ -298,75 +296,85 @@ def train_policy(
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     t0 = time.perf_counter()
-    vec = None
+    envset = None
     try:
         roots = [evaluator.prepare(m) for m in modules]
-        actions = evaluator.pipeline.passes()
-        if envs == 1:
-            sources = [EpisodeSource(evaluation_session(evaluator, m, objective=objective), r.name,
-                                     reference=(references or {}).get(r.name))
-                       for m, r in zip(modules, roots)]
-            env = PassOrderingEnv(sources, actions, max_length=max_length, shaping=shaping, gamma=hp["gamma"],
-                                  **env_opts)
-            observation_names, obs_size, cost_features = env.observation_names, env.obs_size, env.cost_features
-
-            def per_env() -> list[list[dict]]:
-                return [env.episode_stats()]
-        else:
-            from stable_baselines3.common.vec_env import SubprocVecEnv
-
-            pipeline = evaluator.pipeline  # every env subprocess builds the same backend for the same target
-            build = functools.partial(make_env, modules=roots, db=str(evaluator.cache.path), workers=1,
-                                      backend=pipeline.name, target=pipeline.target_option,
-                                      objective=objective, max_length=max_length, shaping=shaping,
-                                      gamma=hp["gamma"], references=references, **env_opts)
-            env = vec = SubprocVecEnv([build] * envs)
-            observation_names = tuple(vec.get_attr("observation_names", [0])[0])
-            obs_size = int(vec.get_attr("obs_size", [0])[0])
-            cost_features = bool(vec.get_attr("cost_features", [0])[0])
-
-            def per_env() -> list[list[dict]]:
-                return vec.env_method("episode_stats")
-        model = make_model(algo, env, seed, hp)
+        envset = _TrainingEnvs.open(evaluator, modules, roots, envs, objective, max_length, shaping, hp, env_opts,
+                                    references)
+        model = make_model(algo, envset.env, seed, hp)
         if init is not None:
             model.set_parameters(str(init), exact_match=True, device="cpu")
         # With envs > 1 the steps are compiled in the subprocesses: this evaluator's hit rate says nothing.
         callback = _StepCallback.make(observer, timesteps, evaluator.stats if envs == 1 else None)
-        if observer is not None:
-            observer.on_run_start(timesteps, f"{algo} on {len(modules)} module(s)"
-                                  + (f", {envs} envs" if envs > 1 else ""))
-        t_learn = time.perf_counter()
-        try:
-            model.learn(total_timesteps=timesteps, callback=callback)
-        finally:
-            if observer is not None:
-                observer.on_run_end()
-        learn_seconds = time.perf_counter() - t_learn
-        stats_per_env = per_env()
+        learn_seconds = _learn(model, timesteps, callback, observer,
+                               f"{algo} on {len(modules)} module(s)" + (f", {envs} envs" if envs > 1 else ""))
+        stats_per_env = envset.episode_stats()
         zip_path.parent.mkdir(parents=True, exist_ok=True)
         model.save(str(zip_path))
     finally:
-        if vec is not None:
-            vec.close()  # each subprocess closes its env: its worker and its cache connection
+        if envset is not None:
+            envset.close()
         torch.set_num_threads(threads)
-    from autotune.pipelines.xla.hlo import opcode_vocabulary
+    meta = _sidecar(evaluator, envset, roots, algo, shaping, hp, env_opts, references, max_length, objective,
+                    int(model.num_timesteps), seed, envs, training_set)
+    side = sidecar_path(zip_path)
+    side.write_text(json.dumps(meta, indent=2))
+    returns, merged = callback.returns, _merge_episode_stats(stats_per_env)
+    tail = returns[-20:]
+    return {
+        "algo": algo, "policy": str(zip_path), "sidecar": str(side), "timesteps": int(model.num_timesteps),
+        "episodes": len(returns), "mean_return_last20": (sum(tail) / len(tail)) if tail else None,
+        "shaping": bool(shaping), "objective": objective, "seed": seed, "max_length": max_length,
+        "seconds": time.perf_counter() - t0, "learn_seconds": learn_seconds,
+        "steps_per_second": int(model.num_timesteps) / max(1e-9, learn_seconds), "envs": envs,
+        "evaluations": sum(m["evaluations"] for m in merged),
+        "per_env": [{"env": i, "episodes": sum(m["episodes"] for m in e), "evaluations": sum(m["evaluations"] for m in e)}
+                    for i, e in enumerate(stats_per_env)],
+        "modules": [{key: m[key] for key in ("name", "episodes", "start_cost", "best_cost", "best_sequence")}
+                    for m in merged],
+    }
 
-    meta = {
+
+def _sidecar(evaluator, envset, roots, algo, shaping, hp, env_opts, references, max_length, objective, timesteps,
+             seed, envs, training_set) -> dict:
+    """What a policy's sidecar records: how it was trained, on what, for which pipeline and target,
+    and the observation and action layout a later load checks against the installed pipeline."""
+    return {
         "format": SIDECAR_FORMAT, "algo": algo, "shaping": bool(shaping), "gamma": hp["gamma"],
         "w_flops": env_opts["w_flops"], "w_transcendentals": env_opts["w_transcendentals"],
         "reward": env_opts["reward"], "references": len(references or {}),
-        "max_length": max_length, "objective": objective, "cost_features": cost_features,
-        "observation_size": obs_size, "observation_names": list(observation_names), "actions": list(actions),
-        "opcodes": list(opcode_vocabulary()), "pipeline_version": evaluator.version,
+        "max_length": max_length, "objective": objective, "cost_features": envset.cost_features,
+        "observation_size": envset.obs_size, "observation_names": list(envset.observation_names),
+        "actions": list(envset.actions), "opcodes": list(_opcode_vocabulary()), "pipeline_version": evaluator.version,
         "target": evaluator.pipeline.target.key,
-        "timesteps": int(model.num_timesteps), "seed": seed, "envs": envs, "hyperparameters": hp,
+        "timesteps": timesteps, "seed": seed, "envs": envs, "hyperparameters": hp,
         "training_set": dict(training_set or {}),
         "modules": [{"name": r.name, "fingerprint": r.fingerprint} for r in roots],
     }
-    side = sidecar_path(zip_path)
-    side.write_text(json.dumps(meta, indent=2))
-    returns = callback.returns
-    tail = returns[-20:]
+
+
+def _opcode_vocabulary():
+    """The opcode names the observation counts (XLA's; the policies are trained on HLO modules)."""
+    from autotune.pipelines.xla.hlo import opcode_vocabulary
+
+    return opcode_vocabulary()
+
+
+def _learn(model, timesteps: int, callback, observer, what: str) -> float:
+    """``model.learn`` for ``timesteps`` with the observer told when it starts and ends; its seconds."""
+    if observer is not None:
+        observer.on_run_start(timesteps, what)
+    t_learn = time.perf_counter()
+    try:
+        model.learn(total_timesteps=timesteps, callback=callback)
+    finally:
+        if observer is not None:
+            observer.on_run_end()
+    return time.perf_counter() - t_learn
+
+
+def _merge_episode_stats(stats_per_env: list[list[dict]]) -> list[dict]:
+    """Each module's episode statistics summed over the environments (the best cost: the lowest)."""
     merged: dict[int, dict] = {}
     for env_stats in stats_per_env:
         for k, m in enumerate(env_stats):
@@ -375,15 +383,51 @@ def train_policy(
             into["evaluations"] += m["evaluations"]
             if m["best_cost"] is not None and (into["best_cost"] is None or m["best_cost"] < into["best_cost"]):
                 into["best_cost"], into["best_sequence"] = m["best_cost"], m["best_sequence"]
-    return {
-        "algo": algo, "policy": str(zip_path), "sidecar": str(side), "timesteps": int(model.num_timesteps),
-        "episodes": len(returns), "mean_return_last20": (sum(tail) / len(tail)) if tail else None,
-        "shaping": bool(shaping), "objective": objective, "seed": seed, "max_length": max_length,
-        "seconds": time.perf_counter() - t0, "learn_seconds": learn_seconds,
-        "steps_per_second": int(model.num_timesteps) / max(1e-9, learn_seconds), "envs": envs,
-        "evaluations": sum(m["evaluations"] for m in merged.values()),
-        "per_env": [{"env": i, "episodes": sum(m["episodes"] for m in e), "evaluations": sum(m["evaluations"] for m in e)}
-                    for i, e in enumerate(stats_per_env)],
-        "modules": [{key: m[key] for key in ("name", "episodes", "start_cost", "best_cost", "best_sequence")}
-                    for m in merged.values()],
-    }
+    return [merged[k] for k in sorted(merged)]
+
+
+@dataclass
+class _TrainingEnvs:
+    """The environment(s) a policy learns in: one in this process over ``evaluator``, or ``envs``
+    subprocesses (``SubprocVecEnv``) each building the same backend for the same target on the
+    same cache file. What the sidecar needs of them is read once here."""
+
+    env: object
+    actions: tuple[str, ...]
+    observation_names: tuple[str, ...]
+    obs_size: int
+    cost_features: bool
+    vec: object = None
+
+    @classmethod
+    def open(cls, evaluator, modules, roots, envs: int, objective: str, max_length: int, shaping: bool, hp: dict,
+             env_opts: dict, references) -> "_TrainingEnvs":
+        from autotune.core.tuner import evaluation_session
+        from autotune.rl.env import EpisodeSource, PassOrderingEnv, make_env
+
+        actions = evaluator.pipeline.passes()
+        if envs == 1:
+            sources = [EpisodeSource(evaluation_session(evaluator, m, objective=objective), r.name,
+                                     reference=(references or {}).get(r.name))
+                       for m, r in zip(modules, roots)]
+            env = PassOrderingEnv(sources, actions, max_length=max_length, shaping=shaping, gamma=hp["gamma"],
+                                  **env_opts)
+            return cls(env, actions, env.observation_names, env.obs_size, env.cost_features)
+        from stable_baselines3.common.vec_env import SubprocVecEnv
+
+        pipeline = evaluator.pipeline
+        build = functools.partial(make_env, modules=roots, db=str(evaluator.cache.path), workers=1,
+                                  backend=pipeline.name, target=pipeline.target_option,
+                                  objective=objective, max_length=max_length, shaping=shaping,
+                                  gamma=hp["gamma"], references=references, **env_opts)
+        vec = SubprocVecEnv([build] * envs)
+        return cls(vec, actions, tuple(vec.get_attr("observation_names", [0])[0]),
+                   int(vec.get_attr("obs_size", [0])[0]), bool(vec.get_attr("cost_features", [0])[0]), vec)
+
+    def episode_stats(self) -> list[list[dict]]:
+        """Per environment, per module: episodes, evaluations, start and best cost."""
+        return self.vec.env_method("episode_stats") if self.vec is not None else [self.env.episode_stats()]
+
+    def close(self) -> None:
+        if self.vec is not None:
+            self.vec.close()  # each subprocess closes its env: its worker and its cache connection

@@ -2,61 +2,20 @@
 
 Why this family exists: the GPT-2/BERT/ResNet suite has no headroom at all (every short pass
 sequence ends at XLA's default count), so nothing can be learned from it. Real LLM steps do have
-headroom: ``autotune explain`` of the shared Llama-3 decode step's win
-(``post_scatter_expansion_simplification,cse``, 561 -> 538 final-ops) shows it removes reshapes,
-transposes and tuple reads in the layer loop's body around the KV-cache slices. So this family is
-made of the constructs LLM stacks emit and the older families lack: layers under ``lax.scan`` (a
-while loop whose body the pipeline simplifies in another order than straight-line code), KV
-caches updated in place by ``dynamic_update_slice`` or by a scatter,
-grouped key/value heads (reshapes and broadcasts around the attention dots), rotary embeddings
-(slices, concatenates and sin/cos of iotas), MoE routing (top-k, one-hot cumsums, a scatter into
-expert buffers and a gather back) and greedy sampling (an argmax reduction). This module writes
-those in plain ``jax.numpy``/``jax.lax`` with the knobs real models vary:
-
-* ``kv_heads``: ``heads`` (MHA), fewer (GQA) or 1 (MQA); ``kv_repeat`` expands K/V to every head
-  with ``jnp.repeat`` (the Llama reference code) instead of grouping the queries.
-* ``attn_layout``: ``einsum`` (``jnp.einsum`` over ``[b, s, heads, hd]``: the dots carry the head
-  axes as batch dimensions wherever they are) or ``transpose`` (heads moved to the front by
-  reshapes and transposes, scores and values by batched ``jnp.matmul``: the PyTorch/HF reference
-  form). Why both: the real LLM steps of ``tests/data/real-llm`` feed their attention dots through
-  reshape/transpose chains, and their ``algsimp``-first wins (LLaMA-3: ``algsimp`` 561 -> 549, where
-  ``cse`` gives 557) fold such chains into the dots before ``dot_decomposer`` canonicalises
-  them. Not in the suite's grid: crossed into half of it (``python bench/learning.py --quick`` on
-  that family), the policy trained on it picked ``cse`` first on all three real steps (LLaMA-3 557,
-  gpt-oss 987, DeepSeek-V2 1103, against 557 / 971 / 1092 for the policy then shipped, trained
-  on the einsum-only family) and recovered 77% of the search's gain on its test split (the
-  ``--quick`` run, before ``dtype="mixed"`` joined the grid); the variant stays
-  available to build modules with (``LLMConfig(attn_layout="transpose")``).
-* ``latent``: 0, or the width of the compressed KV latent of multi-head latent attention (MLA,
-  DeepSeek-V2/V3): one down-projection to the latent (RMS-normed) and a shared rotary key, both
-  cached (``[.., seq, 1, latent]`` and ``[.., seq, 1, rope_dim]``), every head's keys and values
-  re-expanded from the cached latent at each step, queries split into a plain and a rotary part
-  (MaxText's non-absorbed form). Why: the real DeepSeek-V2 step of ``tests/data/real-llm`` is MLA,
-  and its win is ``cse`` then ``dot_decomposer`` (1104 -> 1087) where every other model wants
-  ``algsimp`` first; no GQA/MHA/MQA module of the family had that shape. Measured before it joined
-  the grid: ``autotune explore --depth 2`` on a 4-layer scanned MLA decode step gives exactly
-  ``cse,dot_decomposer`` (-1.6%). That was found by looking at a module the policy is tested on,
-  and is disclosed as such. Latent attention needs rotary positions; it ignores ``kv_heads``,
-  ``kv_repeat`` and ``attn_layout``.
-* ``positions``: ``rope`` (rotary, computed from iotas) or ``learned`` (a position table gather).
-* ``norm``: ``rms`` or ``layer``; ``mlp``: ``swiglu`` or ``gelu``.
-* ``dtype``: ``f32``, ``bf16`` or ``mixed``: weights (and optimizer state) stored in f32 and cast
-  to bf16 where each layer uses them, activations and KV caches in bf16 (Flax's
-  ``param_dtype=float32, dtype=bfloat16``, MaxText's default). Why: the three real LLM steps of
-  ``tests/data/real-llm`` (MaxText dumps) are written that way, f32 parameters converted to bf16
-  inside the layer loop, and a family without it never shows a policy those converts.
-* ``experts``: 0 (dense feed-forward) or the number of experts of a top-``top_k`` MoE layer, routed
-  GShard style (capacity buffers filled by scatter, read back by gather).
-* ``scan``: layers stacked and run under ``lax.scan`` or unrolled in Python.
-* ``cache``: the KV cache written by ``dus`` (``lax.dynamic_update_slice`` at a scalar position)
-  or ``scatter`` (``.at[...].set`` at a position per sequence, as paged/continuous-batching
-  servers do).
+headroom, in the constructs LLM stacks emit and the older families lack: layers under ``lax.scan``,
+KV caches updated in place (``dynamic_update_slice`` or a scatter), grouped key/value heads, rotary
+embeddings, multi-head latent attention, MoE routing and greedy sampling. This module writes those
+in plain ``jax.numpy``/``jax.lax`` with the knobs real models vary (``LLMConfig``): ``kv_heads`` and
+``kv_repeat`` (MHA/GQA/MQA), ``attn_layout`` (einsum or the transpose/matmul reference form),
+``latent`` (MLA), ``positions``, ``norm``, ``mlp``, ``dtype`` (``f32``, ``bf16``, ``mixed``: f32
+weights cast to bf16 at use), ``experts``/``top_k``, ``scan`` and ``cache``. Each knob, what it
+emits and why it is in the family (with the measurements that put it there) is in
+``docs/llm-family.md``.
 
 Kinds: ``decode`` (one token per sequence against a cache of ``seq`` positions, greedy next
-token), ``prefill`` (a chunk of ``seq // 2`` tokens written into the cache at a dynamic offset,
-attending to everything before it; next token of the last position) and ``train`` (next-token
-cross-entropy over ``seq`` tokens, gradient and optimizer update; ``remat`` recomputes each layer
-in the backward pass as training stacks do to save memory).
+token), ``prefill`` (a chunk of ``seq // 2`` tokens written into the cache at a dynamic offset;
+next token of the last position) and ``train`` (next-token cross-entropy, gradient and optimizer
+update; ``remat`` recomputes each layer in the backward pass).
 
 Everything is lowered from ``jax.ShapeDtypeStruct`` arguments: no parameter or cache is
 allocated, nothing is executed.
