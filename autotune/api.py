@@ -196,6 +196,6 @@ def apply(module, sequence: Sequence[str], cache: str | Path | None = None, work
 
 
 def validate(original, tuned, seed: int = 0, cache: str | Path | None = None, target: str | None = None):
-    """One-shot ``Session(...).validate(...)``; returns ``autotune.core.validation.ValidationReport``."""
+    """One-shot ``Session(...).validate(...)``; returns ``autotune.core.validation.OutputComparison``."""
     with Session(cache, 1, target=target) as s:
         return s.validate(original, tuned, seed=seed)

@@ -48,7 +48,7 @@ def test_levels_are_ordered_and_round_trip():
     v = Validation(COMPILED, "not executed: inputs need 30.1 GiB, 18.0 GiB available", 2)
     again = Validation.from_dict(json.loads(json.dumps(v.to_dict(), allow_nan=False)))
     assert again == v and again.ok and again.describe().startswith("compiled (not executed: inputs need")
-    # a summary stored before levels existed (a bare ValidationReport dict) reads as executed / invalid
+    # a summary stored before levels existed (a bare OutputComparison dict) reads as executed / invalid
     old = {"ok": False, "reason": "output 0 differs", "outputs": [], "seed": 0, "n_inputs": 1, "inputs": "x"}
     assert Validation.from_dict(old).level == INVALID and Validation.from_dict({**old, "ok": True}).level == EXECUTED
 

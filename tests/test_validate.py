@@ -253,4 +253,4 @@ def test_api_function_stays_callable_after_the_module_is_imported():
     import autotune
     import autotune.core.validation as module
 
-    assert callable(autotune.validate) and module.ValidationReport is not None
+    assert callable(autotune.validate) and module.OutputComparison is not None

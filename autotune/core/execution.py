@@ -1,6 +1,6 @@
 """Running the original and the tuned module on the same seeded inputs and comparing what they
 return: the executions every validation level above ``compiled`` rests on (``core/validation.py``
-decides which level to try, ``core/region_check.py`` runs only the changed regions).
+hands them down the chain of checkers in ``core/checks/``, whose ``region.py`` runs only the changed regions).
 
 Inputs that make the original's outputs non-finite make the comparison weak (NaN == NaN passes), so
 the original is retried with other input distributions (``INPUT_LADDER``) and the one with the
@@ -16,7 +16,7 @@ import numpy as np
 
 from autotune.core.backend import supports
 from autotune.core.memory import with_memory
-from autotune.core.outputs import ValidationReport, category, compare_outputs, nonfinite
+from autotune.core.outputs import OutputComparison, category, compare_outputs, nonfinite
 from autotune.core.precision import second_opinion
 from autotune.errors import BadInput, PassFailed
 
@@ -74,7 +74,7 @@ def original_outputs(pipeline, original, seed: int, specs, bound: float | None =
     return outs, floats, int_high
 
 
-def validate(pipeline, original, tuned, seed: int = 0) -> ValidationReport:
+def validate(pipeline, original, tuned, seed: int = 0) -> OutputComparison:
     """Run ``original`` and ``tuned`` (``Module``s) on the same seeded inputs and compare the outputs.
 
     The tuned module failing to compile fully, crashing the compiler or failing to run is a
@@ -91,7 +91,7 @@ def validate(pipeline, original, tuned, seed: int = 0) -> ValidationReport:
     try:
         return compare_tuned(pipeline, tuned, specs, orig_outs, seed, floats, int_high, original=original)
     except BadInput as exc:
-        return ValidationReport(False, f"the tuned module cannot be run: {exc}", (), seed, len(specs),
+        return OutputComparison(False, f"the tuned module cannot be run: {exc}", (), seed, len(specs),
                                 describe_inputs(floats, int_high))
 
 
@@ -161,7 +161,7 @@ def rungs(specs):
 
 
 def compare_tuned(pipeline, tuned, specs, orig_outs, seed, floats, int_high, bound=None,
-                   original=None) -> ValidationReport:
+                   original=None) -> OutputComparison:
     """Run the tuned module on the original's inputs and compare (``BadInput`` when it cannot run here,
     ``Overran`` when its run passes ``bound``).
 
@@ -172,16 +172,16 @@ def compare_tuned(pipeline, tuned, specs, orig_outs, seed, floats, int_high, bou
     try:
         tuned_specs = pipeline.parameter_specs(tuned)
     except BadInput as exc:
-        return ValidationReport(False, f"tuned module: {exc}", (), seed, n_inputs, described)
+        return OutputComparison(False, f"tuned module: {exc}", (), seed, n_inputs, described)
     if [(s.shape, s.dtype) for s in tuned_specs] != [(s.shape, s.dtype) for s in specs]:
-        return ValidationReport(False, "the tuned module's parameters differ from the original's "
+        return OutputComparison(False, "the tuned module's parameters differ from the original's "
                                 f"({len(tuned_specs)} vs {len(specs)} parameter leaves)", (), seed, n_inputs, described)
     try:
         tuned_outs = execute_bounded(pipeline, tuned, seed, floats, int_high, bound)
     except PassFailed as exc:
         kind = {"crash": "crashes the compiler", "timeout": "timed out"}.get(getattr(exc, "status", "error"),
                                                                            "fails to compile or run")
-        return ValidationReport(False, f"the tuned module {kind} with XLA's full pipeline: {exc}", (), seed,
+        return OutputComparison(False, f"the tuned module {kind} with XLA's full pipeline: {exc}", (), seed,
                                 n_inputs, described)
     report = compare_outputs(orig_outs, tuned_outs, seed=seed, n_inputs=n_inputs, inputs=described)
     return second_opinion(pipeline, original, tuned, report, orig_outs, tuned_outs, seed, floats, int_high)

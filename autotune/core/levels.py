@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from autotune.core.outputs import OutputDiff, ValidationReport
+from autotune.core.outputs import OutputDiff, OutputComparison
 from autotune.errors import BadInput
 
 # ---- levels --------------------------------------------------------------------------------------
@@ -71,13 +71,13 @@ class Validation:
     - ``unverified``: not even compiled here (``--no-validate``, or the original itself does not
       compile on this host); ``reason`` says why.
 
-    ``report`` is the output comparison (a ``ValidationReport``) when both modules ran.
+    ``report`` is the output comparison (a ``OutputComparison``) when both modules ran.
     """
 
     level: str
     reason: str | None = None
     stand_ins: int = 0
-    report: ValidationReport | None = None
+    report: OutputComparison | None = None
 
     @property
     def ok(self) -> bool:
@@ -98,7 +98,7 @@ class Validation:
 
     @classmethod
     def from_dict(cls, data: dict | None) -> "Validation | None":
-        """Inverse of ``to_dict``; also reads the pre-level validity dicts (a bare ValidationReport)."""
+        """Inverse of ``to_dict``; also reads the pre-level validity dicts (a bare OutputComparison)."""
         if data is None:
             return None
         report = data.get("report")
@@ -106,7 +106,7 @@ class Validation:
             report = data
         rep = None
         if report is not None:
-            rep = ValidationReport(bool(report.get("ok")), report.get("reason"), tuple(
+            rep = OutputComparison(bool(report.get("ok")), report.get("reason"), tuple(
                 OutputDiff(int(o["index"]), tuple(o["shape"]), o["dtype"],
                            math.inf if o.get("max_abs_diff") is None else float(o["max_abs_diff"]),
                            math.inf if o.get("max_rel_diff") is None else float(o["max_rel_diff"]),

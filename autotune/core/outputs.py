@@ -98,7 +98,7 @@ class OutputDiff:
 
 
 @dataclass(frozen=True)
-class ValidationReport:
+class OutputComparison:
     """The answer to "does the tuned module compute the same thing?".
 
     ``reason`` is one line for a person (None when ok, unless ``precision`` accepted a narrow-float
@@ -178,7 +178,7 @@ def _diff_one(index: int, orig: np.ndarray, tuned: np.ndarray) -> tuple[OutputDi
 
 
 def compare_outputs(original_outputs, tuned_outputs, seed: int = 0, n_inputs: int = 0,
-            inputs: str = "floats=normal,ints=[0,4)") -> ValidationReport:
+            inputs: str = "floats=normal,ints=[0,4)") -> OutputComparison:
     """Compare two lists of output arrays elementwise with ``tolerance(dtype)``.
 
     A different number of outputs, or an output with another shape or dtype, is a mismatch with a
@@ -187,7 +187,7 @@ def compare_outputs(original_outputs, tuned_outputs, seed: int = 0, n_inputs: in
     orig = [np.asarray(x) for x in original_outputs]
     tuned = [np.asarray(x) for x in tuned_outputs]
     if len(orig) != len(tuned):
-        return ValidationReport(False, f"the tuned module has {len(tuned)} outputs, the original {len(orig)}",
+        return OutputComparison(False, f"the tuned module has {len(tuned)} outputs, the original {len(orig)}",
                                 (), seed, n_inputs, inputs)
     diffs, reasons = [], []
     for i, (a, b) in enumerate(zip(orig, tuned)):
@@ -198,7 +198,7 @@ def compare_outputs(original_outputs, tuned_outputs, seed: int = 0, n_inputs: in
     reason = None
     if reasons:
         reason = reasons[0] + (f"; and {len(reasons) - 1} more output(s) differ" if len(reasons) > 1 else "")
-    return ValidationReport(not reasons, reason, tuple(diffs), seed, n_inputs, inputs)
+    return OutputComparison(not reasons, reason, tuple(diffs), seed, n_inputs, inputs)
 
 
 

@@ -126,7 +126,7 @@ def _judgeable(dtype: str) -> bool:
 
 
 def judge(report, default_outputs, tuned_outputs, reference_outputs, margin: float = MARGIN):
-    """``report`` (a failed ``ValidationReport``) re-judged against ``reference_outputs``.
+    """``report`` (a failed ``OutputComparison``) re-judged against ``reference_outputs``.
 
     Every failing output must be a float, integer or bool output whose comparison ran (same
     shape/dtype) and pass ``ReferenceErrors.ok``; otherwise the report stays failed, its reason extended with the

@@ -1,18 +1,32 @@
-"""The ``executed-region`` level: when both whole modules cannot run here, run only the region(s)
-where the tuned final module differs from XLA's default one (the backend cuts them:
-``Backend.regions``; XLA: ``pipelines/xla/region.py``), on the same seeded inputs at their boundary.
+"""``executed-region``: when both whole modules cannot run here, run only the region(s) where the
+tuned final module differs from the default's (the backend cuts them: ``Backend.regions``; XLA:
+``pipelines/xla/region.py``), on the same seeded inputs at their boundary.
 """
 
 from __future__ import annotations
 
 from autotune.core.backend import supports
+from autotune.core.checks import Case, Checker
 from autotune.core.execution import Overran, bounded, describe_inputs, execute_bounded, rungs, stand_in
 from autotune.core.levels import EXECUTED_REGION, INVALID, Validation
-from autotune.core.outputs import OutputDiff, ValidationReport, compare_outputs, nonfinite
+from autotune.core.outputs import OutputDiff, OutputComparison, compare_outputs, nonfinite
 from autotune.core.precision import second_opinion_paired
 from autotune.errors import BadInput, PassFailed
 
-# ---- executing only what changed -------------------------------------------------------------------------
+class Region(Checker):
+    """Answers ``executed-region`` or ``invalid`` (a region computes other values); otherwise records
+    why no region ran (``case.region_note``) for ``compiled``'s reason."""
+
+    def check(self, case: Case) -> Validation | None:
+        case.say("executing only the changed regions")
+        found = establish_region(case.pipeline, case.original, case.tuned, case.seed, case.plan.why, case.finals,
+                                 case.plan.bound_seconds)
+        if isinstance(found, Validation):
+            return found
+        case.region_note = found
+        return None
+
+
 def establish_region(pipeline, original, tuned, seed: int, why_not: str, finals=None,
                      bound_seconds: float | None = None) -> "Validation | str":
     """Execute only the region(s) where the tuned final module differs from XLA's default one.
@@ -71,7 +85,7 @@ def establish_region(pipeline, original, tuned, seed: int, why_not: str, finals=
          "; run on one worker holding every worker's memory share (more than one share needed)"
          if pipeline.exclusive_runs > lifted else ""] + [f"; {note}" for note in rounding])
     return Validation(EXECUTED_REGION, reason, stand_ins,
-                      ValidationReport(True, None, tuple(outputs), int(seed), n_inputs, described or describe_inputs("normal", 4)))
+                      OutputComparison(True, None, tuple(outputs), int(seed), n_inputs, described or describe_inputs("normal", 4)))
 
 
 def _region_reason(cut, whole: int | None, why_not: str) -> str:

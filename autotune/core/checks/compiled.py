@@ -1,0 +1,41 @@
+"""``compiled``: whole execution was declined, and the tuned module passes the full compile.
+
+``TunedCompiles`` comes before the region check (a region of a module that does not compile proves
+nothing); ``Compiled`` ends the chain with every reason a stronger level was not reached.
+"""
+
+from __future__ import annotations
+
+from autotune.core.checks import Case, Checker
+from autotune.core.levels import COMPILED, INVALID, UNVERIFIED, Validation
+from autotune.errors import PassFailed
+
+
+class TunedCompiles(Checker):
+    """``invalid`` when only the tuned module fails the full compile, ``unverified`` when the original
+    fails it too; otherwise the case goes on (skipped when the target's compile already passed)."""
+
+    def check(self, case: Case) -> Validation | None:
+        if case.compiled:
+            return None
+        pipeline, runs = case.pipeline, case.runs
+        case.say(f"compiling the tuned module with {pipeline.compiler}'s full pipeline")
+        try:
+            pipeline.compiles(runs.tuned)
+            return None
+        except PassFailed as exc:
+            tuned_error = str(exc)
+        try:
+            pipeline.compiles(runs.original)
+        except PassFailed as exc:
+            return Validation(UNVERIFIED, f"the original does not compile and run on this host: {exc}{runs.note()}",
+                              runs.n_tuned)
+        return Validation(INVALID, f"the tuned module fails {pipeline.compiler}'s full pipeline (the original "
+                                   f"passes it): {tuned_error}", runs.n_tuned)
+
+
+class Compiled(Checker):
+    """The last answer: ``compiled``, saying why whole execution was declined and why no region ran."""
+
+    def check(self, case: Case) -> Validation | None:
+        return Validation(COMPILED, f"{case.plan.reason}{case.runs.note()}{case.region_note}", case.runs.n_tuned)
