@@ -409,3 +409,20 @@ def test_the_length_and_loop_checkers_catch_a_long_function_and_a_second_loop():
            "    except KeyboardInterrupt:\n        raise BudgetExhausted()\n")
     assert [h.split(":")[0] for h in run_loops(bad)] == ["line 3", "line 5"]
     assert run_loops("from autotune.strategy import BudgetExhausted\nx = minimize\n") == []
+
+
+def test_every_package_on_disk_is_in_the_distribution():
+    """pyproject lists packages by hand (three live outside ``autotune/``): a new subpackage left off
+    the list would work in the editable checkout and be missing from a wheel."""
+    import tomllib
+
+    conf = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    listed = set(conf["packages"])
+    dirs = {pkg: ROOT / path for pkg, path in conf["package-dir"].items()}
+    found = set()
+    for pkg, root in dirs.items():
+        for init in root.rglob("__init__.py"):
+            if "__pycache__" not in init.parts:
+                rel = init.parent.relative_to(root).parts
+                found.add(".".join((pkg, *rel)))
+    assert found - listed == set(), f"add to pyproject's packages: {sorted(found - listed)}"
