@@ -298,3 +298,25 @@ def test_a_backend_without_optional_capabilities_tunes_and_says_what_it_could_no
             tune(ev, ToyBackend.module(TOY_WIN), strategy="random", budget=2, objective="runtime", validate=False)
         e = explain(ev, ev.prepare(ToyBackend.module(TOY_WIN)), list(result.best_sequence))
         assert e.diff.vanished_total == 0 and e.diff.appeared_total == 0 and e.minimal
+
+
+def test_reports_name_the_backends_own_baseline(tmp_path):
+    """The words for the baseline come from the backend: a toy run's table, summary and explain
+    report say "toy's default" and never name XLA."""
+    import json
+
+    from conftest import run_cli
+
+    db = tmp_path / "c.db"
+    prog = tmp_path / "p.toy"
+    prog.write_text(TOY_WIN + "\n")
+    shown = run_cli("run", "--backend", "toy", "--strategy", "greedy", "--budget", "12", "--max-length", "2",
+                    str(prog), "--out", str(tmp_path / "out"), db=db)
+    assert shown.returncode == 0, shown.stderr
+    assert "toy's default" in shown.stdout and "XLA" not in shown.stdout
+    explained = (tmp_path / "out" / "explain.md").read_text()
+    assert "toy's default" in explained and "XLA" not in explained.split("## Reproduce")[0]
+    tie = tmp_path / "tie.toy"
+    tie.write_text("x + y\n")
+    none = run_cli("run", "--backend", "toy", "--strategy", "random", "--budget", "4", str(tie), "--json", db=db)
+    assert json.loads(none.stdout)["target"]["compiler"] == "toy"

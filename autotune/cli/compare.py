@@ -129,7 +129,7 @@ def _summary(comp, files) -> None:
     from autotune.reporting.report import metric_cell, pct
 
     table = Table(title=f"{len(comp.modules)} modules x {len(comp.seeds)} seed(s), budget {comp.budget}, "
-                        f"objective {comp.objective}: improvement over XLA default's reduction (geomean)")
+                        f"objective {comp.objective}: improvement over the reduction of {comp.baseline} (geomean)")
     for col in ("strategy", "raw ops", "final-ops", "win/tie/loss", "invalid", "evals", "time", "cache hits"):
         table.add_column(col, justify="left" if col == "strategy" else "right")
     for s in comp.summaries:
@@ -139,7 +139,7 @@ def _summary(comp, files) -> None:
     out.print(table)
     claims = [r for r in comp.runs if r.claim and r.claim.get("measured")]
     if claims:  # a measured objective: each run's confirmation, with its interval
-        ct = Table(title="runtime claims (interleaved A/B against XLA's default; tuned/default)")
+        ct = Table(title=f"runtime claims (interleaved A/B against {comp.baseline}; tuned/default)")
         for col in ("module", "strategy", "seed", "ratio", "interval", "verdict"):
             ct.add_column(col, justify="right" if col in ("ratio", "interval", "seed") else "left")
         for r in claims:

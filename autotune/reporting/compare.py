@@ -182,6 +182,7 @@ def compare(
         validate=validate, strategies=tuple(label for label, *_ in plan), modules=module_infos,
         runs=tuple(runs), summaries=tuple(summaries), seconds=time.perf_counter() - t0,
         pipeline_version=evaluator.version, status=status, judged_by=evaluator.pipeline.target.judged_by(),
+        baseline=evaluator.pipeline.baseline,
     )
 
 

@@ -12,6 +12,7 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
+from autotune.core.target import Target
 from autotune.errors import BadInput
 from autotune.reporting.metric import PAPER, RATIO_FLOOR, TIE_RTOL, PaperMetric, paper_metric  # noqa: F401
 
@@ -263,6 +264,8 @@ class Comparison:
     notes: tuple[str, ...] = ()
     #: Which pipeline applied and judged the runs, in words (``Target.judged_by``; "" when unknown).
     judged_by: str = ""
+    #: The baseline every run was measured against, in the backend's words (``Backend.baseline``).
+    baseline: str = "XLA's default"
 
     def summary(self, label: str) -> StrategySummary:
         for s in self.summaries:
@@ -283,7 +286,7 @@ class Comparison:
             "runs": [r.to_dict() for r in self.runs],
             "seconds": self.seconds, "pipeline_version": self.pipeline_version, "status": self.status,
             "ratio_floor": self.ratio_floor, "paper": dict(PAPER), "notes": list(self.notes),
-            "judged_by": self.judged_by,
+            "judged_by": self.judged_by, "baseline": self.baseline,
         }
 
     @classmethod
@@ -298,6 +301,7 @@ class Comparison:
             seconds=d.get("seconds", 0.0), pipeline_version=d.get("pipeline_version", ""),
             status=d.get("status", "finished"), ratio_floor=d.get("ratio_floor", RATIO_FLOOR),
             notes=tuple(d.get("notes") or ()), judged_by=d.get("judged_by", ""),
+            baseline=d.get("baseline") or "XLA's default",
         )
 
     def merged(self, other: "Comparison", notes: Sequence[str] = ()) -> "Comparison":
@@ -318,7 +322,7 @@ class Comparison:
             seconds=self.seconds + other.seconds, pipeline_version=self.pipeline_version or other.pipeline_version,
             status="interrupted" if "interrupted" in (self.status, other.status) else "finished",
             ratio_floor=self.ratio_floor, notes=self.notes + other.notes + tuple(notes),
-            judged_by=self.judged_by or other.judged_by,
+            judged_by=self.judged_by or other.judged_by, baseline=self.baseline,
         )
 
 
@@ -412,4 +416,5 @@ def comparison_of_runs(cache, run_ids: Sequence[str]) -> Comparison:
         validate=all(x.validate for x in runs), strategies=tuple(labels), modules=tuple(modules),
         runs=tuple(rows), summaries=tuple(summaries), seconds=sum(r.seconds for r in rows),
         pipeline_version=", ".join(sorted({x.version for x in runs})), notes=notes, judged_by=judges[0],
+        baseline=Target.from_dict(runs[0].summary.get("target")).baseline,
     )

@@ -201,7 +201,7 @@ def paper_table(comp: Comparison) -> Table:
         rows.append((f"ours: {s.strategy}", metric_cell(_family_metric(s, "gpt2", "raw")), metric_cell(s.raw),
                      metric_cell(_family_metric(s, "gpt2", "final")), metric_cell(s.final)))
     return Table(("", "GPT-2, raw ops", "mixed, raw ops", "GPT-2, final-ops", "mixed, final-ops"), tuple(rows),
-                 caption="Geometric mean over modules of (tuned reduction / XLA default's reduction), minus 1. "
+                 caption=f"Geometric mean over modules of (tuned reduction / the reduction of {comp.baseline}), minus 1. "
                          "'mixed' = every module compared (the paper: GPT-2, BERT and ResNet graphs).")
 
 
@@ -214,7 +214,7 @@ def overview_table(comp: Comparison) -> Table:
             f"{s.evaluations} ({s.mean_evaluations:.1f}/run)", f"{s.seconds:.0f}s", f"{s.cache_hit_rate:.0%}",
         ))
     return Table(("strategy", "budget", "paper metric, raw ops", "paper metric, final-ops",
-                  f"win/tie/loss vs XLA ({comp.objective})", "validity failures", "evaluations", "wall time",
+                  f"win/tie/loss vs {comp.baseline} ({comp.objective})", "validity failures", "evaluations", "wall time",
                   "cache hits"), tuple(rows))
 
 
@@ -236,8 +236,8 @@ def strategy_table(comp: Comparison, s: StrategySummary) -> Table:
             rows.append((f"{FAMILY_LABEL[fam]}: raw ops / final-ops",
                          f"{metric_cell(s.by_family[fam]['raw'])} / {metric_cell(s.by_family[fam]['final'])}"))
     rows += [
-        (f"best {comp.objective} / XLA default's (geomean over runs)", _num(s.objective_geomean)),
-        (f"wins / ties / losses vs XLA default ({comp.objective})", f"{s.wins} / {s.ties} / {s.losses}"),
+        (f"best {comp.objective} / that of {comp.baseline} (geomean over runs)", _num(s.objective_geomean)),
+        (f"wins / ties / losses vs {comp.baseline} ({comp.objective})", f"{s.wins} / {s.ties} / {s.losses}"),
         ("validity failures (runs whose best was rejected)", str(s.validity_failures)),
         ("runs left with no sequence (none evaluated ok, or none valid)", str(s.no_valid_best)),
         ("wall time (sum over runs, validation included)", f"{s.seconds:.1f}s"),
@@ -250,7 +250,7 @@ def module_table(comp: Comparison) -> Table:
     """Per module: sizes and each strategy's final-ops (raw ops) improvement, seeds averaged."""
     from autotune.core.validation import rank
 
-    header = ["module", "input", "XLA default", *[f"{s.strategy}" for s in comp.summaries], "validation"]
+    header = ["module", "input", comp.baseline, *[f"{s.strategy}" for s in comp.summaries], "validation"]
     rows = []
     for m in comp.modules:
         cells = [f"`{m.name}`", _int(m.input_ops), _int(m.default_ops)]
@@ -262,7 +262,7 @@ def module_table(comp: Comparison) -> Table:
         cells.append(min(levels, key=rank) if levels else "-")
         rows.append(tuple(cells))
     return Table(tuple(header), tuple(rows),
-                 caption="Improvement over XLA's default reduction per module: final-ops (raw ops in brackets), "
+                 caption=f"Improvement over the reduction of {comp.baseline} per module: final-ops (raw ops in brackets), "
                          "seed-averaged ratio minus 1, floored as described above. Validation: the weakest level "
                          "any run's best reached on that module (identical > executed > executed-with-stand-ins > executed-region > "
                          "compiled > unverified).")
@@ -281,9 +281,9 @@ def claims_table(comp: Comparison) -> Table | None:
     if not rows:
         return None
     return Table(("module", "strategy", "seed", "tuned/default", "interval", "confidence", "rounds", "verdict"),
-                 tuple(rows), caption="Runtime claims: the best candidate and XLA's default re-measured interleaved; "
+                 tuple(rows), caption=f"Runtime claims: the best candidate and {comp.baseline} re-measured interleaved; "
                  "a win only when the whole interval lies below 1 - minimum effect (see docs/runtime.md). Runs "
-                 "without a row had nothing to confirm (their best was XLA's default executable or not faster in "
+                 f"without a row had nothing to confirm (their best was the executable of {comp.baseline} or not faster in "
                  "the search).")
 
 
@@ -310,11 +310,12 @@ def _minimises_raw_ops(objective: str) -> bool:
 
 
 def method_bullets(comp: Comparison) -> tuple[str, ...]:
+    b = comp.baseline
     return (
-        "**Metric** (the 2023 paper's): per module, ratio = (input - tuned) / (input - XLA default) instructions; "
+        f"**Metric** (the 2023 paper's): per module, ratio = (input - tuned) / (input - {b}) instructions; "
         "a strategy's score is the geometric mean of the ratio over modules, minus 1 (so +10% means 10% more "
-        "instructions removed than XLA's default ordering removes). Reported on **raw ops** (right after the "
-        "sequence; the paper's) and on **final-ops** (after the sequence followed by XLA's default pipeline: what "
+        f"instructions removed than {b} ordering removes). Reported on **raw ops** (right after the "
+        f"sequence; the paper's) and on **final-ops** (after the sequence followed by {b} pipeline: what "
         "the backend sees; the honest number).",
         *((f"**Raw ops under `{comp.objective}`**: the search minimised `{comp.objective}`, so the raw-ops figures "
            "are those of the sequences chosen for it (ties on the objective are broken by evaluation order, not by raw "
@@ -324,20 +325,20 @@ def method_bullets(comp: Comparison) -> tuple[str, ...]:
           if comp.judged_by else ()),
         "**Seeds**: each module's ratios are averaged over seeds first.",
         f"**Ratios <= 0** (nothing removed, or more instructions than the input): floored at {comp.ratio_floor:g} "
-        "before averaging, counted as `floored` (a heavy penalty on purpose). **Modules where XLA's default removes "
+        f"before averaging, counted as `floored` (a heavy penalty on purpose). **Modules where {b} removes "
         "nothing** have no ratio: left out and counted as `excl.`. A run with no valid sequence counts as the "
         "untuned module: raw ratio 0 (floored), final-ops ratio 1.",
-        f"**Win / tie / loss**: the run's best `{comp.objective}` against XLA's default ordering's on the same module.",
+        f"**Win / tie / loss**: the run's best `{comp.objective}` against {b} ordering's on the same module.",
         "**Validity failures**: runs whose best candidate failed the validity check (full compile + same outputs on "
         "random inputs) and was replaced by the next best." + ("" if comp.validate else " (Validation was OFF.)"),
         "**Budget**: sequence evaluations per run, cache hits included; all runs share one cache, so a step "
         "compiled once is never compiled again (the strategy order is rotated per module so no strategy always "
         "meets the cold cache). Wall time therefore depends on order; evaluations and results do not.",
-        "**Convergence plot**: best-so-far objective divided by XLA default's objective on the same module "
-        "(1.0 = XLA default, lower is better), mean over modules x seeds (the median is 1.0 wherever most modules "
+        f"**Convergence plot**: best-so-far objective divided by that of {b} on the same module "
+        f"(1.0 = {b}, lower is better), mean over modules x seeds (the median is 1.0 wherever most modules "
         "have no gain, which hides the differences) with the interquartile band; a run that "
         "stopped before its budget keeps its last value, and before its first successful evaluation a run reads 1.0 "
-        "(XLA's default is what would be shipped).",
+        f"({b} is what would be shipped).",
         *(f"**Note**: {n}" for n in comp.notes),
         *_explain_bullets(comp),
     )
@@ -429,9 +430,9 @@ def plot_convergence(comp: Comparison, path: Path) -> None:
         ax.plot(x[valid_cols], med[valid_cols], color=c, lw=2, ls=("-", "--", "-.", ":")[k % 4],
                 label=f"{s.strategy} (n={len(rows)})")
         ax.fill_between(x[valid_cols], q1[valid_cols], q3[valid_cols], color=c, alpha=0.07, lw=0)
-    ax.axhline(1.0, color="black", ls="--", lw=1, label="XLA default")
+    ax.axhline(1.0, color="black", ls="--", lw=1, label=comp.baseline)
     ax.set_xlabel("evaluations (sequences scored, cache hits included)")
-    ax.set_ylabel(f"best-so-far {comp.objective} / XLA default's")
+    ax.set_ylabel(f"best-so-far {comp.objective} / that of {comp.baseline}")
     ax.set_title(f"Best-so-far {comp.objective} vs evaluations\n(mean over modules x seeds, band: interquartile range; lower is better)")
     ax.grid(alpha=0.3)
     ax.legend(loc="best", fontsize=9)
@@ -466,9 +467,9 @@ def plot_per_module(comp: Comparison, path: Path) -> None:
     ax.set_yticks(y)
     ax.set_yticklabels(modules, fontsize=7 if len(modules) > 15 else 8)
     ax.invert_yaxis()
-    ax.set_xlabel("final-ops improvement over XLA default's reduction (%)  [ratio - 1]")
+    ax.set_xlabel(f"final-ops improvement over the reduction of {comp.baseline} (%)  [ratio - 1]")
     ax.set_ylabel("module")
-    ax.set_title("Final-ops improvement per module\n(seed-averaged; 0% = as good as XLA's default ordering; right is better)")
+    ax.set_title(f"Final-ops improvement per module\n(seed-averaged; 0% = as good as {comp.baseline} ordering; right is better)")
     ax.grid(axis="x", alpha=0.3)
     ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, title="strategy")
     fig.tight_layout()
@@ -506,7 +507,7 @@ def plot_families(comp: Comparison, path: Path) -> None:
         ax.set_title(f"{FAMILY_LABEL.get(fam, fam)} ({len(names)} modules)")
         ax.set_xlabel("strategy")
         ax.grid(axis="y", alpha=0.3)
-    axes[0][0].set_ylabel("final-ops improvement over XLA default (%)")
+    axes[0][0].set_ylabel(f"final-ops improvement over {comp.baseline} (%)")
     fig.suptitle("Final-ops improvement per model family\n(box per strategy; one point per module, seed-averaged)")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
