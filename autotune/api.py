@@ -16,6 +16,14 @@ from pathlib import Path
 
 from autotune.core.module import Module, load
 from autotune.core.spec import DEFAULT_MAX_LENGTH, RunSpec
+from autotune.core.engine import open_engine
+from autotune.core.tuner import tune as _tune, validity_of
+from autotune.reporting.progress import RichObserver
+from autotune.core.explore import explore as _explore
+from autotune.reporting.explain import explain as _explain, explain_run
+from autotune.errors import PassFailed
+from autotune.core import stats
+from autotune.core.validation import validate as _validate
 
 
 class Session:
@@ -28,8 +36,6 @@ class Session:
         module runs on (``cpu``, the default, ``h100``, ... or a GpuTargetConfig path; docs/gpu.md);
         ``executor_options``: e.g. ``{"address": "auto"}`` for ray. All values: nothing is read from
         the environment."""
-        from autotune.core.engine import open_engine
-
         self._cm = open_engine(cache, workers=workers, include_target_specific=include_target_specific,
                                step_timeout=step_timeout, backend=backend, executor=executor, target=target,
                                executor_options=executor_options)
@@ -71,8 +77,6 @@ class Session:
         a measured objective's verdict, with its interval, is ``result.claim``. ``validate_seconds``
         bounds each execution of validation (``--validate-seconds``; default 30 s or
         ``$AUTOTUNE_VALIDATE_SECONDS``)."""
-        from autotune.core.tuner import tune as _tune
-        from autotune.reporting.progress import RichObserver
 
         return _tune(self.evaluator, self.load(module), strategy=strategy, budget=budget, objective=objective,
                      seed=seed, max_length=max_length, time_limit=time_limit, options=options,
@@ -82,8 +86,6 @@ class Session:
     def explore(self, module, depth: int = 2, progress: bool = False, validate: bool = True):
         """Every sequence of up to ``depth`` passes, walked over distinct module states; returns
         ``autotune.core.explore.Outcome`` (the best final-ops within reach and a shortest sequence to it)."""
-        from autotune.core.explore import explore as _explore
-        from autotune.reporting.progress import RichObserver
 
         return _explore(self.evaluator, self.load(module), depth, observer=RichObserver() if progress else None,
                         validate=validate)
@@ -95,8 +97,6 @@ class Session:
         """ONE sequence for all ``modules`` (a fleet: a run whose cost aggregates over them, through the
         same loop as ``tune``); ``budget`` counts fleet evaluations. Returns
         ``autotune.core.fleet.FleetResult`` (the sequence, the mean ratio to XLA's default, every member)."""
-        from autotune.core.tuner import tune as _tune
-        from autotune.reporting.progress import RichObserver
 
         spec = RunSpec(strategy=strategy, budget=budget, objective=objective, seed=seed, max_length=max_length,
                        time_limit=time_limit, options=options or {}, validate=validate,
@@ -109,8 +109,6 @@ class Session:
         """Explain a win: ``explain(RUN_ID)`` (a finished run; ``member`` picks a fleet's module) or
         ``explain(module, sequence)``. Returns ``autotune.reporting.explain.Explanation``
         (``.to_markdown()``, ``.to_dict()``, ``.missed_optimization()``)."""
-        from autotune.reporting.explain import explain as _explain, explain_run
-
         if sequence is None:
             return explain_run(self.evaluator, str(target), member=member, minimize=minimize)
         return _explain(self.evaluator, self.normalize(target), list(sequence), minimize=minimize,
@@ -119,8 +117,6 @@ class Session:
 
     def apply(self, module, sequence: Sequence[str]) -> Module:
         """``module`` (normalised) after ``sequence``; raises ``PassFailed`` if a step fails."""
-        from autotune.errors import PassFailed
-
         root = self.normalize(module)
         result = self.evaluator.evaluate(root, list(sequence))
         if not result.ok:
@@ -143,8 +139,6 @@ class Session:
         worker, then the ratio of medians candidate/baseline with a bootstrap confidence interval:
         ``autotune.core.stats.TimeRatio`` (``.faster`` only when the whole interval lies below
         ``1 - min_effect``). The protocol of the ``runtime`` objective's claims (docs/runtime.md)."""
-        from autotune.core import stats
-
         timing = self.evaluator.pipeline.time_ab(self.load(baseline), self.load(candidate), seed=seed,
                                                  rounds=rounds or stats.ROUNDS)
         return stats.time_ratio(timing["a"], timing["b"], confidence or stats.CONFIDENCE,
@@ -152,8 +146,6 @@ class Session:
 
     def validate(self, original, tuned, seed: int = 0):
         """Compile both fully, run both on the same seeded inputs, compare every output."""
-        from autotune.core.validation import validate as _validate
-
         return _validate(self.evaluator.pipeline, self.normalize(original), self.load(tuned), seed=seed)
 
     def validation(self, original, tuned, seed: int = 0, validate_seconds: float | None = None):
@@ -161,8 +153,6 @@ class Session:
         (``autotune.core.validation.Validation``: identical, executed, executed-with-stand-ins, executed-region, compiled,
         unverified, or invalid, with its reason). Never raises because a module cannot be executed here;
         each execution is bounded by ``validate_seconds`` (default 30 s or ``$AUTOTUNE_VALIDATE_SECONDS``)."""
-        from autotune.core.tuner import validity_of
-
         root, tuned = self.normalize(original), self.normalize(tuned)
         return validity_of(self.evaluator, root, tuned.fingerprint, seed, validate_seconds)
 

@@ -43,6 +43,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from autotune.core.record import TuningRecord
+from autotune.pipelines.xla import hlo, loader, targets
+from autotune import policies
+from autotune.rl.train import check_vocabulary, read_sidecar
+from autotune.core.tuner import tune
+from autotune.api import Session
 
 
 @dataclass
@@ -69,8 +74,6 @@ class _PolicyDecider:
     """A policy's zero-shot decision for a module: its roll-out's best sequence, or () for XLA's default."""
 
     def __init__(self, policy, objective: str):
-        from autotune import policies
-        from autotune.rl.train import read_sidecar
 
         self.path = policies.resolve(policy)
         self.meta = read_sidecar(self.path)  # BadInput at use() for a missing or foreign file
@@ -89,12 +92,8 @@ class _PolicyDecider:
             stats.policy_decisions.append((root.fingerprint, sequence, "remembered"))
             return sequence
         if not self.checked:
-            from autotune.rl.train import check_vocabulary
-
             check_vocabulary(self.meta, evaluator.pipeline.passes(), self.path, evaluator.pipeline.target.key)
             self.checked = True
-        from autotune.core.tuner import tune
-
         max_length = int(self.meta.get("max_length", 16))
         result = tune(evaluator, root, strategy="ppo", budget=max_length, objective=self.objective,
                       max_length=max_length, options={"policy": str(self.path), "finetune": False},
@@ -125,8 +124,6 @@ def target_of(backend, devices, explicit: str | None = None) -> str | None:
         return None
     if explicit:
         return explicit
-    from autotune.pipelines.xla import targets
-
     kind = str(getattr(devices[0], "device_kind", "")) if len(devices) else ""
     return targets.for_device(kind)
 
@@ -145,8 +142,6 @@ class _Hook:
     def session(self, target: str = "cpu"):
         """One warm session per target the program compiles for (its pipeline judges that target)."""
         if target not in self._sessions:
-            from autotune.api import Session
-
             self._sessions[target] = Session(self.cache, self.workers, target=None if target == "cpu" else target)
         return self._sessions[target]
 
@@ -179,8 +174,6 @@ class _Hook:
     def _tuned(self, module, target: str) -> bytes | None:
         from jax._src.interpreters import mlir as jax_mlir
         from jax._src.lib import _jax
-
-        from autotune.pipelines.xla import hlo, loader
 
         session = self.session(target)
         proto = hlo.from_mlir(jax_mlir.module_to_bytecode(module))

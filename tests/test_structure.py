@@ -9,7 +9,8 @@ and, so that a checker that can never fail is caught too, over a snippet that br
 * **Core never imports a compiler.** ``autotune/core`` imports no ``jax``/``jaxlib`` and no
   ``autotune.pipelines``: it talks to ``core.backend.Backend`` only.
 * **The Backend contract is declared, not probed.** Nothing outside the backends asks
-  ``getattr(backend, "pool", None)``: every member the engine uses is on ``core.backend.Backend``.
+  ``getattr(backend, "pool", None)``: a required member is always there, ``BackendBase`` gives the
+  plumbing, and an optional capability is asked for with ``supports(backend, name)``.
 * **One run loop, short functions.** In ``autotune/core`` only ``core/loop.py`` calls a strategy's
   ``minimize`` or raises ``BudgetExhausted`` (single modules, fleets and the exhaustive walk all go
   through it), and no function is longer than ``MAX_FUNCTION_LINES`` (a few older ones, listed in
@@ -23,6 +24,11 @@ and, so that a checker that can never fail is caught too, over a snippet that br
 * **No import circles.** The package's modules form no cycle of imports, function-local ones
   included (they hide a dependency, they do not remove it); only imports under ``TYPE_CHECKING``
   are left out, and ``from package import module`` depends on that module, not on the package.
+* **A function-local import has a reason.** Inside a function the package is imported only where
+  the target loads a heavy third-party package (``HEAVY``: jax, torch, ray, matplotlib, ...), is a
+  worker-side module (``WORKER_SIDE``: only worker processes hold the compiler), or the importer is
+  a command (``autotune/cli``: each command loads what it uses when it runs). Everything else is
+  imported at the top, where a reader sees the module's dependencies.
 * **Options are values.** No module writes the process environment to pass a choice on (``os.environ[...]
   =``, ``setdefault``, ``update``, ``putenv``; a worker process configuring its own compiler is the
   exception, ``ENV_WRITERS``), and only the CLI's edge reads the engine options' variables
@@ -265,6 +271,75 @@ def import_cycles(sources: dict[str, str]) -> list[list[str]]:
     return cycles
 
 
+#: Third-party packages too heavy to load where they are not used (seconds of import, GPU plugins,
+#: a cluster client): a package module that pulls one in may be imported inside a function.
+HEAVY = frozenset({"jax", "jaxlib", "torch", "ray", "stable_baselines3", "gymnasium", "matplotlib", "optuna",
+                   "nevergrad", "scipy"})
+#: Modules only a worker process may import (they hold the compiler; ``core/workers.py``).
+WORKER_SIDE = frozenset({"autotune.pipelines.xla.worker", "autotune.pipelines.xla.gpu_worker"})
+
+
+def _targets(node: ast.ImportFrom, sources: dict[str, str]) -> list[str]:
+    return [f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in sources else node.module for a in node.names]
+
+
+def heavy_closure(sources: dict[str, str]) -> dict[str, frozenset[str]]:
+    """Per module, the heavy third-party packages importing it loads (its top-level imports,
+    followed through the package and its parent packages)."""
+    top: dict[str, set[str]] = {}
+    for module, source in sources.items():
+        names = set()
+        for node in ast.parse(source).body:
+            for n in ([node] if not isinstance(node, (ast.If, ast.Try)) else list(ast.walk(node))):
+                if isinstance(n, ast.Import):
+                    names |= {a.name for a in n.names}
+                elif isinstance(n, ast.ImportFrom) and n.module and not n.level:
+                    names |= set(_targets(n, sources))
+        top[module] = names
+    out: dict[str, frozenset[str]] = {}
+
+    def visit(m: str, seen: set[str]) -> set[str]:
+        if m in out:
+            return set(out[m])
+        found: set[str] = set()
+        for name in top.get(m, ()):
+            parts = name.split(".")
+            if parts[0] in HEAVY:
+                found.add(parts[0])
+            for k in range(1, len(parts) + 1):
+                dep = ".".join(parts[:k])
+                if dep in sources and dep != m and dep not in seen:
+                    found |= visit(dep, seen | {dep})
+        return found
+
+    for m in sources:
+        out[m] = frozenset(visit(m, {m}))
+    return out
+
+
+def unreasoned_local_imports(sources: dict[str, str], lazy_prefixes: tuple[str, ...] = ("autotune.cli",)) -> list[str]:
+    """Function-local imports of the package without one of the reasons a module may have for
+    one: the target loads a ``HEAVY`` package, it is a worker-side module, or the importer is a
+    command (``lazy_prefixes``: ``autotune --help`` and every other command start without it)."""
+    heavy = heavy_closure(sources)
+    found = []
+    for module, source in sources.items():
+        if module.startswith(lazy_prefixes):
+            continue
+        for fn in ast.walk(ast.parse(source)):
+            if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            for node in ast.walk(fn):
+                if not (isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("autotune")
+                        and not node.level):
+                    continue
+                targets = _targets(node, sources)
+                if any(t in WORKER_SIDE or heavy.get(t) or t.split(".")[0] in HEAVY for t in targets):
+                    continue
+                found.append(f"{module} line {node.lineno}: {ast.unparse(node)} (import it at the top)")
+    return found
+
+
 def environ_options(source: str, may_write: bool = False, may_read: bool = False) -> list[str]:
     """Writes of the process environment and reads of the engine options' variables."""
     found = []
@@ -295,6 +370,22 @@ def test_core_never_imports_jax_jaxlib_or_a_backend():
 
 def test_the_package_has_no_import_circles():
     assert import_cycles(module_sources()) == []
+
+
+def test_function_local_imports_of_the_package_have_a_reason():
+    assert unreasoned_local_imports(module_sources()) == []
+
+
+def test_the_local_import_checker_catches_a_light_import_and_allows_heavy_ones():
+    sources = {"autotune.light": "X = 1\n",
+               "autotune.heavy": "import torch\n",
+               "autotune.via": "from autotune.heavy import *\n",
+               "autotune.pipelines.xla.worker": "Y = 2\n",
+               "autotune.user": ("def f():\n    from autotune.light import X\n    return X\n"
+                                 "def g():\n    from autotune.via import Z\n    from autotune.pipelines.xla.worker import Y\n"),
+               "autotune.cli.cmd": "def h():\n    from autotune.light import X\n"}
+    found = unreasoned_local_imports(sources)
+    assert found == ["autotune.user line 2: from autotune.light import X (import it at the top)"]
 
 
 def test_the_circle_checker_catches_a_circle_through_a_function_local_import():

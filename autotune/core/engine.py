@@ -6,6 +6,7 @@ from contextlib import contextmanager
 
 from autotune.core.cache import Cache
 from autotune.core.evaluator import Evaluator
+from autotune.core import backend as backends, executors
 
 
 @contextmanager
@@ -22,8 +23,6 @@ def open_engine(db=None, workers: int | None = None, include_target_specific: bo
     here (the CLI reads its defaults there once). The executor is opened before the cache, so a bad
     address costs nothing.
     """
-    from autotune.core import backend as backends
-    from autotune.core import executors
 
     ex = executors.get(executor, **(executor_options or {}))
     options = {"include_target_specific": include_target_specific} if include_target_specific else {}

@@ -34,6 +34,7 @@ from autotune.core.runs import RunStore, TrialRecord
 from autotune.core.spec import RunSpec
 from autotune.errors import AutotuneError
 from autotune.strategy import BudgetExhausted, Evaluate, SearchSpace, Trial
+from autotune.core.validation import COMPILED, EXECUTED_REGION, UNVERIFIED, Validation, establish
 
 if TYPE_CHECKING:
     from autotune.core.validation import Validation
@@ -384,8 +385,6 @@ def validity_of(evaluator: Evaluator, root: Module, state: str, seed: int = 0,
     time. ``bound_seconds`` bounds each execution (``validation.execution_plan``); ``progress``
     hears each step (one line).
     """
-    from autotune.core.validation import COMPILED, EXECUTED_REGION, UNVERIFIED, Validation, establish
-
     key = f"{evaluator.version}|{VALIDATION_VERSION}|{root.fingerprint}|{state}|{seed}"
     stored = evaluator.cache.get_report("validation", key)
     if stored is not None:

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from autotune.errors import BadInput
+from autotune.core import backend as backends
 
 #: Inputs larger than this are refused before parsing (a model graph is far smaller).
 MAX_INPUT_BYTES = 512 * 1024 * 1024
@@ -45,8 +46,6 @@ def _parser(backend):
     """A backend object as given, else a fresh (unstarted) instance of the one named (default: ``$AUTOTUNE_BACKEND``)."""
     if backend is not None and not isinstance(backend, str):
         return backend
-    from autotune.core import backend as backends
-
     return backends.get(backend)
 
 

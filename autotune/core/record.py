@@ -17,6 +17,12 @@ from pathlib import Path
 
 from autotune.errors import BadInput
 from autotune.version import __version__
+from autotune.core.runs import RunStore
+from autotune.core.fleet import FleetResult
+from autotune.core.validation import meets, verified
+from autotune.core.target import check_same
+from autotune.core import objectives
+from autotune.core.tuner import validity_of
 
 FORMAT = 1
 
@@ -111,13 +117,9 @@ class TuningRecord:
 
 def from_run(evaluator, run_id: str) -> TuningRecord:
     """Build a record from a finished run in the cache."""
-    from autotune.core.runs import RunStore
-
     run = RunStore(evaluator.cache).get(run_id)
     if not run.finished:
         raise BadInput(f"run '{run_id}' has not finished (status {run.status}); nothing to export")
-    from autotune.core.fleet import FleetResult
-    from autotune.core.validation import verified
 
     result = run.result  # typed: a TuneResult, or a FleetResult for a fleet run
     if isinstance(result, FleetResult):
@@ -153,8 +155,6 @@ def from_run(evaluator, run_id: str) -> TuningRecord:
 
 def _from_fleet_run(evaluator, run, fleet, run_id: str) -> TuningRecord:
     """A record for every member of a fleet run (its ``FleetResult``): one sequence, per-module figures."""
-
-    from autotune.core.validation import verified
 
     if not fleet.beats_default:
         raise BadInput(f"fleet run '{run_id}' found nothing better than {fleet.target.baseline} ordering; nothing to export "
@@ -212,8 +212,6 @@ def check(evaluator, module, record: TuningRecord, max_regression: float = 0.0, 
           seed: int = 0) -> CheckResult:
     """Re-apply ``record`` to ``module`` with the installed XLA and say whether it still holds.
     A record judged for another target than the evaluator's is refused (``BadInput``)."""
-    from autotune.core.target import check_same
-
     check_same(record.target, evaluator.pipeline.target, "the record")
     root = evaluator.prepare(module)
     matched = root.fingerprint if root.fingerprint in record.applies_to else record.fingerprint
@@ -258,8 +256,6 @@ def _judge_cost(evaluator, root, record: TuningRecord, matched: str, state: str,
                 seed: int, reasons: list[str]):
     """The replayed state's (cost, default cost, regression, confirmation claim) under the record's
     objective; each reason the record no longer holds on cost is appended to ``reasons``."""
-    from autotune.core import objectives
-
     obj = objectives.get(record.objective)
     default = evaluator.default(root)
     cost = default_cost = None
@@ -294,8 +290,6 @@ def _judge_cost(evaluator, root, record: TuningRecord, matched: str, state: str,
 def _judge_validity(evaluator, root, state: str, recorded_validation, seed: int, reasons: list[str]):
     """Re-establish the replayed state's validity here: (verified, level, level's reason); a failed
     check or a level below the recorded one is appended to ``reasons``."""
-    from autotune.core.tuner import validity_of
-    from autotune.core.validation import meets, verified
 
     report = validity_of(evaluator, root, state, seed)
     level, level_reason = report.level, report.reason

@@ -21,6 +21,8 @@ import time
 from dataclasses import dataclass, field
 
 from autotune.errors import BadInput
+from autotune.core.results import FleetResult, TuneResult
+from autotune.core.levels import Validation
 
 
 @dataclass(frozen=True)
@@ -69,8 +71,6 @@ class RunInfo:
         """The finished run's typed result: ``FleetResult`` for a fleet, else ``TuneResult`` (None: unfinished)."""
         if self.summary is None:
             return None
-        from autotune.core.results import FleetResult, TuneResult  # results -> levels -> outputs: no circle
-
         if self.summary.get("fleet"):
             return FleetResult.from_dict(self.summary)
         return TuneResult.from_dict(self.summary)
@@ -80,8 +80,6 @@ class RunInfo:
         """The finished run's ``Validation`` of its best (None: unfinished, or nothing validated).
 
         The one reader of the stored ``validity`` (single runs and fleets store the same shape)."""
-        from autotune.core.levels import Validation
-
         return Validation.from_dict((self.summary or {}).get("validity"))
 
 

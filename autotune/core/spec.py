@@ -10,6 +10,8 @@ import math
 from dataclasses import dataclass, field
 
 from autotune.errors import BadInput
+from autotune.core.limits import validate_seconds
+from autotune.core import objectives
 
 DEFAULT_STRATEGY = "random"
 DEFAULT_BUDGET = 200
@@ -69,14 +71,10 @@ class RunSpec:
         object.__setattr__(self, "options", dict(self.options or {}))
         object.__setattr__(self, "objective_options", dict(self.objective_options or {}))
         if self.validate_seconds is not None:
-            from autotune.core.limits import validate_seconds
-
             object.__setattr__(self, "validate_seconds", validate_seconds(self.validate_seconds))
 
     def make_objective(self):
         """The objective, with its settings (``BadInput`` for a setting it does not take)."""
-        from autotune.core import objectives
-
         obj = objectives.get(self.objective)
         if not self.objective_options:
             return obj

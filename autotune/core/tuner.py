@@ -37,6 +37,7 @@ from autotune.core.levels import Validation, not_checked
 from autotune.core.spec import DEFAULT_MAX_LENGTH, RunSpec
 from autotune.errors import AutotuneError, BadInput
 from autotune.strategy import SearchSpace
+from autotune.core.fleet import FLEET_KEYS, FleetSearch, fleet_fields, fleet_roots, prepare_fleet
 
 __all__ = ["tune", "tune_fleet", "TuneResult", "Candidate", "Interrupted", "evaluation_session", "validity_of", "TrialRecord",
            "DEFAULT_MAX_LENGTH", "ModuleSearch", "PhaseClock", "RunEvaluate", "seed_everything"]
@@ -350,8 +351,6 @@ def _prepared(evaluator: Evaluator, module, clock: PhaseClock, observer: Observe
     if module is None:
         raise BadInput("no module to tune")
     if not isinstance(module, Module):
-        from autotune.core.fleet import prepare_fleet
-
         return prepare_fleet(evaluator, list(module))
     clock.enter("normalise", "XLA's import round trip until the module is stable")
     try:
@@ -363,8 +362,6 @@ def _prepared(evaluator: Evaluator, module, clock: PhaseClock, observer: Observe
 
 def _resumed(evaluator: Evaluator, run_id: str, spec: RunSpec):
     """``(module or fleet, spec, recorded trials, run_id)`` of a recorded run to resume."""
-    from autotune.core.fleet import FLEET_KEYS, fleet_roots
-
     store = RunStore(evaluator.cache)
     run = store.get(run_id)
     if run.version != evaluator.version:
@@ -391,8 +388,6 @@ def _open(evaluator: Evaluator, subject, obj: Objective, spec: RunSpec, run_id: 
           observer: Observer, clock: PhaseClock, created: bool) -> Search:
     """Record the run (``running``) and build its ``Search``: a ``FleetSearch`` for a list of modules,
     else a ``ModuleSearch`` (on a surrogate when ``spec.surrogate`` finds large constants)."""
-    from autotune.core.fleet import FleetSearch, fleet_fields
-
     fields = fleet_fields(subject, spec) if isinstance(subject, list) else {
         "module": subject.fingerprint, "module_name": subject.name, "options": spec.options}
     RunStore(evaluator.cache).save(

@@ -36,6 +36,7 @@ from multiprocessing.connection import Connection, wait
 from autotune.core.worker_memory import (MEMORY_ENV, describe_bytes, memory_message, parse_size,  # noqa: F401
                                           worker_memory_limit)
 from autotune.errors import AutotuneError, PassFailed
+from autotune import errors
 
 # What an allocation failure looks like from the worker: XLA's status, C++'s exception, Python's.
 _MEMORY_SIGNS = re.compile(r"RESOURCE_EXHAUSTED|Out of memory|std::bad_alloc|MemoryError|Cannot allocate memory",
@@ -446,8 +447,6 @@ def rebuild_error(payload) -> AutotuneError:
     cls_name, message, status = payload
     if cls_name == "PassFailed":
         return PassFailed(message, status or "error")
-    from autotune import errors
-
     cls = getattr(errors, cls_name, AutotuneError)
     try:
         return cls(message)

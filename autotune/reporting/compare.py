@@ -65,6 +65,11 @@ from dataclasses import replace
 from autotune.core.spec import DEFAULT_MAX_LENGTH, DEFAULT_OBJECTIVE, check_budget, check_max_length, check_time_limit
 from autotune.errors import BadInput
 from autotune.reporting.comparison import Comparison, ModuleInfo, RunRow, family_of, row_from_result, summarise
+from autotune import strategy as strategy_mod
+from autotune.core import objectives
+from autotune.core.tuner import Interrupted, tune
+from autotune.core.cache import Cache
+from autotune.core.evaluator import Evaluator
 
 #: Keys of ``options_per_strategy[label]`` that configure the comparison, not the strategy.
 RESERVED_OPTIONS = ("strategy", "budget")
@@ -96,8 +101,6 @@ def resolve(strategies: Sequence[str], options_per_strategy: dict | None) -> lis
     ``budget`` overrides the shared budget for that label (e.g. a zero-shot roll-out of a trained
     policy); every other key is passed to the strategy.
     """
-    from autotune import strategy as strategy_mod
-
     if not strategies:
         raise BadInput("no strategies to compare")
     labels = list(strategies)
@@ -188,8 +191,6 @@ def compare(
 
 def _check_settings(modules: list, budget: int, seeds: list[int], objective: str, time_limit, max_length: int) -> None:
     """Every setting of a comparison checked before its first run (``BadInput``, one line)."""
-    from autotune.core import objectives
-
     check_budget(budget)
     check_max_length(max_length)
     check_time_limit(time_limit)
@@ -229,8 +230,6 @@ def _parallel_runs(evaluator) -> int:
 
 def _run_one(evaluator, job, settings: dict, progress, per_evaluation: bool) -> tuple[RunRow | None, bool]:
     """One (module, strategy, seed) run -> (its row or None, whether the comparison must stop)."""
-    from autotune.core.tuner import Interrupted, tune
-
     index, module, seed, label, base, opts, run_budget = job
     progress.run_started(index, label, module.name, seed, run_budget)
     before = (evaluator.stats.steps_compiled, evaluator.stats.steps_cached)
@@ -267,8 +266,6 @@ def _run_concurrently(evaluator, jobs, settings: dict, progress, parallel: int):
     import threading
     from concurrent.futures import ThreadPoolExecutor
 
-    from autotune.core.cache import Cache
-    from autotune.core.evaluator import Evaluator
 
     local = threading.local()
     handles: list = []

@@ -15,6 +15,8 @@ from dataclasses import asdict, dataclass
 from autotune.core.target import Target
 from autotune.errors import BadInput
 from autotune.reporting.metric import PAPER, RATIO_FLOOR, TIE_RTOL, PaperMetric, paper_metric  # noqa: F401
+from autotune.core.validation import UNVERIFIED, Validation
+from autotune.core.runs import RunStore
 
 FAMILIES = ("gpt2", "bert", "resnet", "llm")
 
@@ -337,8 +339,6 @@ def row_from_result(label: str, base: str, result, budget: int, seconds: float, 
 def _row_from_summary(label: str, base: str, s: dict, budget: int, history: tuple[float | None, ...],
                       seconds: float, compiled: int, cached: int) -> RunRow:
     """A ``RunRow`` from a run's summary (``TuneResult.to_dict()``, also what the runs table stores)."""
-    from autotune.core.validation import UNVERIFIED, Validation
-
     best = s.get("best") or None
     validation = Validation.from_dict(s.get("validity"))
     level = validation.level if validation else None
@@ -364,8 +364,6 @@ def row_from_run(cache, run_id: str) -> RunRow:
     The best-so-far history is the running minimum of the recorded trials' costs, as the tuner
     kept it while the run worked.
     """
-    from autotune.core.runs import RunStore
-
     store = RunStore(cache)
     run = store.get(run_id)
     if not run.finished:
@@ -383,8 +381,6 @@ def row_from_run(cache, run_id: str) -> RunRow:
 
 def comparison_of_runs(cache, run_ids: Sequence[str]) -> Comparison:
     """A ``Comparison`` of runs already in the cache, grouped by strategy (one objective only)."""
-    from autotune.core.runs import RunStore
-
     if not run_ids:
         raise BadInput("give the ids of the runs to report on (see `autotune runs`)")
     store = RunStore(cache)

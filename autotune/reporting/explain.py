@@ -28,6 +28,12 @@ from dataclasses import asdict, dataclass, field, replace
 from autotune.core.backend import supports
 from autotune.core.graph import bottom_up, digest
 from autotune.core.metrics import Metrics
+from autotune.core import backend as backends
+from autotune.core.ddmin import ddmin_result
+from autotune.errors import AutotuneError, BadInput
+from autotune.core.module import Module
+from autotune.core.runs import RunStore
+from autotune.core.fleet import FleetResult
 
 #: How many unmatched instructions a report lists per side (a big module can differ in thousands).
 LIST_CAP = 40
@@ -292,8 +298,6 @@ def trace(evaluator, root, sequence) -> tuple[tuple[Step, ...], int]:
 def _reproduce(evaluator, module_name: str, model_path: str | None, minimal: tuple[str, ...]) -> dict:
     """autotune's commands that replay ``minimal``, plus what the backend adds (``Backend.reproduce``:
     for XLA the pinned versions and the per-step ``xla_disable_hlo_passes`` as ``xla_steps``)."""
-    from autotune.core import backend as backends
-
     backend = evaluator.pipeline
     suffix = (backend.suffixes or (".txt",))[0]
     model = model_path or f"{module_name}{suffix}"
@@ -313,8 +317,6 @@ def _reproduce(evaluator, module_name: str, model_path: str | None, minimal: tup
 def explain(evaluator, root, sequence, run_id: str | None = None, model_path: str | None = None,
             minimize: bool = True, cap: int = LIST_CAP) -> Explanation:
     """Explain ``sequence`` on ``root`` (a prepared ``Module``): see the module docstring."""
-    from autotune.core.ddmin import ddmin_result
-    from autotune.errors import AutotuneError
 
     compiled0 = evaluator.stats.steps_compiled
     seq = tuple(evaluator.pipeline.check_passes(sequence))
@@ -362,9 +364,6 @@ def explain_run(evaluator, run_id: str, model_path: str | None = None, minimize:
     """``explain`` for a finished run in the cache: its module and its best (pruned) sequence.
 
     ``member`` picks one module of a fleet run (name or fingerprint; default: its biggest win)."""
-    from autotune.core.module import Module
-    from autotune.core.runs import RunStore
-    from autotune.errors import BadInput
 
     run = RunStore(evaluator.cache).get(run_id)
     if run.version != evaluator.version:
@@ -376,8 +375,6 @@ def explain_run(evaluator, run_id: str, model_path: str | None = None, minimize:
     if not sequence:
         raise BadInput(f"run '{run_id}' found no sequence to explain ({result.target.baseline} ordering is the answer)")
     fingerprint, name = run.module, run.module_name
-    from autotune.core.fleet import FleetResult
-
     if isinstance(result, FleetResult):  # explain one of its modules
         members = result.members
         if member is None:  # the biggest relative win

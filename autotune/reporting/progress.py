@@ -4,6 +4,7 @@ with the best so far, evaluations/s and cache hit rate."""
 from __future__ import annotations
 
 from autotune.core.observer import Observer
+from autotune.core.limits import duration
 
 
 class RichObserver(Observer):
@@ -31,8 +32,6 @@ class RichObserver(Observer):
             self._started = True
 
     def on_phase(self, phase: str, detail: str | None = None, estimate: float | None = None) -> None:
-        from autotune.core.limits import duration
-
         self._start()
         if phase == "search":
             if self._phase is not None:
@@ -53,8 +52,6 @@ class RichObserver(Observer):
         self._total = total
 
     def on_trial(self, done, best, rate, hit_rate) -> None:
-        from autotune.core.limits import duration
-
         left = (self._total - done) / rate if rate > 0 and self._total > done else 0.0
         self._rp.update(self._task, completed=done,
                         info=f"{done}/{self._total}  best [cyan]{'-' if best is None else f'{best:g}'}[/]"

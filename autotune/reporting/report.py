@@ -28,6 +28,8 @@ from pathlib import Path
 
 from autotune.reporting.comparison import Comparison, StrategySummary
 from autotune.reporting.metric import PAPER
+from autotune.core.validation import rank
+from autotune.core import objectives
 
 FAMILY_ORDER = ("gpt2", "bert", "resnet", "llm", "other")
 FAMILY_LABEL = {"gpt2": "GPT-2", "bert": "BERT", "resnet": "ResNet", "llm": "LLM", "other": "other"}
@@ -248,8 +250,6 @@ def strategy_table(comp: Comparison, s: StrategySummary) -> Table:
 
 def module_table(comp: Comparison) -> Table:
     """Per module: sizes and each strategy's final-ops (raw ops) improvement, seeds averaged."""
-    from autotune.core.validation import rank
-
     header = ["module", "input", comp.baseline, *[f"{s.strategy}" for s in comp.summaries], "validation"]
     rows = []
     for m in comp.modules:
@@ -301,8 +301,6 @@ def _int(x) -> str:
 
 def _minimises_raw_ops(objective: str) -> bool:
     """Whether the objective is read right after the sequence (the paper's raw count)."""
-    from autotune.core import objectives
-
     try:
         return getattr(objectives.get(objective), "after_default", True) is False
     except Exception:  # an objective no longer installed: say the conservative thing

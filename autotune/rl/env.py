@@ -104,6 +104,11 @@ from autotune.core.metrics import Metrics
 from autotune.rl import ENV_ID, register_env  # noqa: F401  (ENV_ID: re-exported)
 from autotune.rl.observation import COST_FEATURES, OBS_HIGH, Observation  # noqa: F401 (re-exported)
 from autotune.strategy import Evaluate
+from autotune.zoo.suite import modules as suite_modules
+from autotune.core.spec import DEFAULT_MAX_LENGTH, DEFAULT_OBJECTIVE
+from autotune.core.engine import open_engine
+from autotune.core.module import Module, load
+from autotune.core.tuner import evaluation_session
 
 #: Smallest penalty of a failed step (in units of the episode's starting cost).
 MIN_FAILURE_PENALTY = 0.1
@@ -320,8 +325,6 @@ def module_list(module=None, modules=None, suite=None, split: str | None = "trai
         if not items:
             raise BadInput("modules= is empty")
         return items
-    from autotune.zoo.suite import modules as suite_modules
-
     if split not in (None, "train", "test"):
         raise BadInput(f"split must be 'train', 'test' or None, not {split!r}")
     if not (Path(suite) / "manifest.json").is_file():
@@ -349,8 +352,6 @@ def make_env(module=None, modules=None, suite=None, split: str | None = "train",
     pipeline judges, default cpu; ``backend``: default xla), owned by the env and released by ``close()``. ``references`` (module name -> best known cost) scale the ``reward="best"`` reward. ``options`` go to ``PassOrderingEnv`` (``shaping``, ``gamma``, ...).
     With ``sources`` and ``actions`` instead: the lower-level constructor, nothing opened.
     """
-    from autotune.core.spec import DEFAULT_MAX_LENGTH, DEFAULT_OBJECTIVE
-
     max_length = DEFAULT_MAX_LENGTH if max_length is None else max_length
     if sources is not None:
         if actions is None:
@@ -359,9 +360,6 @@ def make_env(module=None, modules=None, suite=None, split: str | None = "train",
     items = module_list(module, modules, suite, split)
     if budget is not None and budget < 1:
         raise BadInput(f"budget must be positive, not {budget}")
-    from autotune.core.engine import open_engine
-    from autotune.core.module import Module, load
-    from autotune.core.tuner import evaluation_session
 
     loaded = [m if isinstance(m, Module) else load(str(m), backend=backend) for m in items]  # BadInput names a bad file
     stack = contextlib.ExitStack()

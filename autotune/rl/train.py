@@ -39,6 +39,10 @@ from dataclasses import dataclass
 from autotune.core.spec import DEFAULT_MAX_LENGTH, DEFAULT_OBJECTIVE, check_max_length
 from autotune.errors import BadInput
 from autotune.core.module import Module
+from autotune.pipelines.xla.hlo import opcode_vocabulary
+from autotune.pipelines.xla import ENGINE_VERSION, GPU_ENGINE_VERSION, xla_version
+from autotune.core import objectives
+from autotune.core.tuner import evaluation_session
 
 ALGOS = ("ppo", "a2c", "dqn")
 SIDECAR_FORMAT = 1
@@ -147,8 +151,6 @@ def read_sidecar(zip_path: Path) -> dict:
 def vocabulary_mismatch(meta: dict, actions: Sequence[str], target: str = "cpu") -> str | None:
     """Why a policy cannot drive this pipeline (trained for another target, or its action or opcode
     vocabulary differs), or None. A sidecar without a target was trained for the CPU."""
-    from autotune.pipelines.xla.hlo import opcode_vocabulary
-
     theirs_target = str(meta.get("target") or "cpu")
     if theirs_target != target:
         return (f"policy was trained for target '{theirs_target}', not '{target}' (use a policy trained for "
@@ -180,8 +182,6 @@ def other_pipeline_version(meta: dict) -> str | None:
     XLA pipeline's (its compiler build and engine version), else None. The inventory digest part
     of the version is not compared: with the same jaxlib it is the same, and a vocabulary that
     differs is refused by ``vocabulary_mismatch`` anyway."""
-    from autotune.pipelines.xla import ENGINE_VERSION, GPU_ENGINE_VERSION, xla_version
-
     theirs = str(meta.get("pipeline_version") or "")
     ours = f"xla:{xla_version()}:"
     engine = f":engine-{ENGINE_VERSION}"
@@ -246,8 +246,6 @@ def check_training(algo: str, timesteps: int, max_length: int, objective: str,
                    options: dict | None) -> tuple[dict, dict]:
     """Every training argument checked before any worker starts (BadInput names the bad one);
     returns ``check_hyperparams``'s (hyperparameters, environment options)."""
-    from autotune.core import objectives
-
     if timesteps < 1:
         raise BadInput(f"--timesteps must be positive, not {timesteps}")
     check_max_length(max_length)
@@ -355,8 +353,6 @@ def _sidecar(evaluator, envset, roots, algo, shaping, hp, env_opts, references, 
 
 def _opcode_vocabulary():
     """The opcode names the observation counts (XLA's; the policies are trained on HLO modules)."""
-    from autotune.pipelines.xla.hlo import opcode_vocabulary
-
     return opcode_vocabulary()
 
 
@@ -402,7 +398,6 @@ class _TrainingEnvs:
     @classmethod
     def open(cls, evaluator, modules, roots, envs: int, objective: str, max_length: int, shaping: bool, hp: dict,
              env_opts: dict, references) -> "_TrainingEnvs":
-        from autotune.core.tuner import evaluation_session
         from autotune.rl.env import EpisodeSource, PassOrderingEnv, make_env
 
         actions = evaluator.pipeline.passes()

@@ -19,6 +19,7 @@ import random
 from collections.abc import Sequence
 
 from autotune.strategy import BudgetExhausted, Evaluate, SearchSpace, Strategy, Trial, create
+from autotune.core.metrics import Metrics
 
 ACTIONS = tuple(f"pass{i:02d}" for i in range(24))
 POISON = "pass23"
@@ -77,8 +78,6 @@ class FakeEvaluate(Evaluate):
     @property
     def input_metrics(self):
         """Metrics of the synthetic module as it is (learning strategies read module features)."""
-        from autotune.core.metrics import Metrics
-
         return Metrics(instructions=100, flops=1e6, transcendentals=1e3, bytes_accessed=1e5,
                        opcodes=(("add", 60), ("multiply", 40)))
 

@@ -29,6 +29,10 @@ from autotune.pipelines.xla import hlo, loader, targets
 from autotune.pipelines.xla.inventory import PassInventory
 from autotune.pipelines.xla.worker_api import XlaGpuRequests, XlaRequests
 from autotune.core.workers import WorkerPool
+from autotune.core.backend import PassInfo
+from autotune.errors import BadInput
+from autotune.pipelines.xla import region, surrogate
+from autotune.pipelines.xla.runner import parameter_specs
 
 #: Bumped when the meaning of a cached step changes (capture method, fingerprint, metrics).
 ENGINE_VERSION = 6  # 6: Metrics.structure (structural counts for learned policies)
@@ -122,8 +126,6 @@ class XlaPipeline(BackendBase):
         return self.inventory.names()
 
     def describe(self) -> list:
-        from autotune.core.backend import PassInfo
-
         inv = self.inventory
         return [
             PassInfo(a.name, " > ".join(reversed(inv.chain(a.pipeline))) if not a.target_specific else "",
@@ -268,8 +270,6 @@ class XlaPipeline(BackendBase):
         ``BadInput`` with the reason when no sound cut exists, when cutting runs past
         ``region.CUT_SECONDS``, or at the first region whose inputs exceed ``max_input_bytes``.
         Parses and prints only (this process)."""
-        from autotune.errors import BadInput
-        from autotune.pipelines.xla import region
 
         try:
             return region.cut(default_final.proto, tuned_final.proto, max_input_bytes=max_input_bytes)
@@ -278,8 +278,6 @@ class XlaPipeline(BackendBase):
 
     def parameter_specs(self, module: Module) -> list:
         """The entry computation's parameter leaves (``runner.ParamSpec``), read in this process."""
-        from autotune.pipelines.xla.runner import parameter_specs
-
         return parameter_specs(module.proto)
 
     def compiles(self, module: Module) -> bool:
@@ -308,8 +306,6 @@ class XlaPipeline(BackendBase):
     def lift_constants(self, module: Module, min_bytes: int | None = None) -> tuple[Module, int, int] | None:
         """``(surrogate, constants lifted, their bytes)``: ``module`` with its large entry constants as
         parameters (``surrogate.py``), or None when it has none that large. Runs in this process."""
-        from autotune.pipelines.xla import surrogate
-
         lifted = surrogate.lift_constants(module.proto, surrogate.LIFT_MIN_BYTES if min_bytes is None else min_bytes)
         if lifted is None:
             return None

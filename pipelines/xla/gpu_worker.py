@@ -33,6 +33,7 @@ import tempfile
 from autotune.errors import PassFailed
 from autotune.pipelines.xla import gpu_cost, hlo
 from autotune.pipelines.xla.worker import XlaWorker, compiler_message
+from autotune.pipelines.xla.targets import parse_config
 
 #: Where a GPU compile is stopped: the pipeline that autotunes kernels (needs a device), entered
 #: after ``fusion-wrapper`` has turned every remaining instruction into a kernel.
@@ -57,8 +58,6 @@ class XlaGpuWorker(XlaWorker):
         super().__init__(inventory_json, include_target_specific)
         from jax._src.interpreters import mlir as jax_mlir
         from jax.experimental import topologies
-
-        from autotune.pipelines.xla.targets import parse_config
 
         self.spec = parse_config(target_config, target_name, "worker")
         topo = topologies.get_topology_desc(platform="cuda", target_config=target_config, topology="1x1x1")

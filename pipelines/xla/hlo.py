@@ -14,6 +14,7 @@ import hashlib
 import re
 
 from autotune.errors import BadInput
+from autotune.core.backend import Instruction
 
 
 def _hlo():
@@ -463,8 +464,6 @@ def instructions(module) -> list:
     spelled as placeholders), metadata removed and every name replaced: ``%C`` for a called
     computation, ``%?`` for anything else; the loose signature drops layouts too.
     """
-    from autotune.core.backend import Instruction
-
     comps = list(module.computations())
     comp_names = {c.name for c in comps}
     roots = computation_roots(elided_text(module))

@@ -41,6 +41,8 @@ from dataclasses import dataclass
 from autotune.pipelines.xla import hlo
 from autotune.pipelines.xla import matching, standins
 from autotune.pipelines.xla.region_values import Side, element_type, shape_bytes
+from autotune.core.limits import gib
+from autotune.pipelines.xla.loader import module_from_proto
 
 #: Instructions of each side a region's description lists (a region can hold hundreds).
 LIST_CAP = 12
@@ -81,8 +83,6 @@ class Region:
     def modules(self):
         """``(both, tuned)`` as ``Module``s (what validation stands in and runs): the engine handles
         modules, never a backend's bytes."""
-        from autotune.pipelines.xla.loader import module_from_proto
-
         return (module_from_proto(self.both, f"region{self.index}"),
                 module_from_proto(self.tuned, f"region{self.index}-tuned"))
 
@@ -175,8 +175,6 @@ def cut(default_proto: bytes, tuned_proto: bytes, max_seconds: float = CUT_SECON
         members = {"d": _topological(d, parts["d"]), "t": _topological(t, parts["t"])}
         regions.append(_region(n, d, t, members, outs))
         if max_input_bytes is not None and regions[-1].input_bytes > max_input_bytes:
-            from autotune.core.limits import gib
-
             raise CannotCut(f"{regions[-1].describe()} needs {gib(regions[-1].input_bytes)} of inputs, "
                             f"{gib(max_input_bytes)} available (its outputs depend on all of them)")
     return Cut(tuple(regions), len(d.table.order) - len(cd), len(d.table.order), len(t.table.order))

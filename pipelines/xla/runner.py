@@ -37,6 +37,7 @@ from autotune.errors import BadInput, PassFailed
 
 #: Execution memory limit (``AUTOTUNE_MAX_EXEC_BYTES`` or a share of MemAvailable): see core/limits.py.
 from autotune.core.limits import execution_limit, gib  # noqa: E402
+from autotune.pipelines.xla import hlo, standins
 
 
 #: Integer (and unsigned) parameters are drawn from [0, INT_HIGH) by default. Integer entry
@@ -373,8 +374,6 @@ def stand_ins(proto: bytes, extra: tuple[str, ...] = ()) -> tuple[bytes, str, in
     targets replaced)``; the input unchanged (and 0) when nothing needs one. A stand-in that cannot
     be built or parsed is ``PassFailed``.
     """
-    from autotune.pipelines.xla import hlo
-    from autotune.pipelines.xla import standins
 
     module = hlo.parse_proto(proto)
     text = hlo.to_text(module)

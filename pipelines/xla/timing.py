@@ -16,6 +16,7 @@ from collections import OrderedDict
 from autotune.core.stats import summarize
 from autotune.errors import PassFailed
 from autotune.pipelines.xla import runner
+from autotune.pipelines.xla import hlo
 
 
 #: The shortest sample the timing functions aim for (seconds): runs are repeated in an inner loop
@@ -196,8 +197,6 @@ ENTRY main {
 
 def cost_of(worker, proto: bytes) -> dict:
     """XLA's cost analysis of a module as given: ``flops``, ``transcendentals``, ``bytes``."""
-    from autotune.pipelines.xla import hlo
-
     cost = worker.jax_lib.hlo_module_cost_analysis(worker.backend, hlo.parse_proto(proto))
     return {"flops": float(cost.get("flops", 0.0)), "transcendentals": float(cost.get("transcendentals", 0.0)),
             "bytes": float(cost.get("bytes accessed", 0.0))}
@@ -209,8 +208,6 @@ def calibrate_rates(worker) -> dict:
     Each calibration module is compiled and timed (median of 3 samples of >= 50 ms); its rate is
     its dominant cost over its time. Takes well under a second; callers cache it per machine.
     """
-    from autotune.pipelines.xla import hlo
-
     rates = {}
     for kind, text in CALIBRATION_HLO.items():
         proto = hlo.parse_text(text).as_serialized_hlo_module_proto()

@@ -23,6 +23,8 @@ from autotune.core.workers import all_cores
 from autotune.errors import BadInput, PassFailed
 from autotune.pipelines.xla import hlo
 from autotune.pipelines.xla.structure import structure_counts
+from autotune.pipelines.xla.inventory import PassInventory
+from autotune.pipelines.xla import reference, runner, timing
 
 CAPTURE_PASS_NAME = "autotune-capture"
 
@@ -70,8 +72,6 @@ class XlaWorker:
         jex_xla.register_hlo_module_transformation(self._hook, name=CAPTURE_PASS_NAME, platforms="cpu")
         self.inventory = None
         if inventory_json:
-            from autotune.pipelines.xla.inventory import PassInventory
-
             self.inventory = PassInventory.from_json(inventory_json, include_target_specific)
             self._overrides = {
                 name: [("xla_disable_hlo_passes", ",".join(self.inventory.disabled_for(a.keep)))]
@@ -227,15 +227,11 @@ class XlaWorker:
     # ---- full compile and execution (validation, runtime objective; see runner.py) ----------------
     def execute(self, proto: bytes, seed: int = 0, floats: str = "normal", int_high: int = 4) -> list:
         """Full default compile, one run on seeded random inputs; all outputs as numpy arrays."""
-        from autotune.pipelines.xla import runner
-
         with all_cores():
             return runner.execute(self, proto, seed, floats, int_high)
 
     def execute_reference(self, proto: bytes, seed: int = 0, floats: str = "normal", int_high: int = 4):
         """The module with bf16/f16 widened to f32, run on ``execute``'s inputs (see reference.py)."""
-        from autotune.pipelines.xla import reference
-
         with all_cores():
             return reference.execute_reference(self, proto, seed, floats, int_high)
 
@@ -243,8 +239,6 @@ class XlaWorker:
              int_high: int = 4, min_seconds: float = 0.0) -> dict:
         """Full default compile, then ``warmup`` untimed and ``repeats`` timed samples (seconds per
         run; each sample a calibrated loop of at least ``min_seconds``)."""
-        from autotune.pipelines.xla import timing
-
         with all_cores():
             return timing.time_execution(self, proto, seed, repeats, warmup, floats, int_high, min_seconds)
 
@@ -252,35 +246,25 @@ class XlaWorker:
                 floats: str = "normal", int_high: int = 4, min_seconds: float = 0.01, options_a=None,
                 options_b=None) -> dict:
         """Both modules compiled once in this process, then timed interleaved (see timing.time_ab)."""
-        from autotune.pipelines.xla import timing
-
         with all_cores():
             return timing.time_ab(self, proto_a, proto_b, seed, rounds, warmup, floats, int_high, min_seconds,
                                   options_a, options_b)
 
     def calibrate(self) -> dict:
         """This machine's execution rates for validation's time estimate (see timing.calibrate_rates)."""
-        from autotune.pipelines.xla import timing
-
         with all_cores():
             return timing.calibrate_rates(self)
 
     def cost(self, proto: bytes) -> dict:
         """XLA's cost analysis of the module as given (flops, transcendentals, bytes accessed)."""
-        from autotune.pipelines.xla import timing
-
         return timing.cost_of(self, proto)
 
     def stand_ins(self, proto: bytes, extra: tuple = ()) -> tuple:
         """The module with host stand-ins for custom calls the host cannot run (see standins.py)."""
-        from autotune.pipelines.xla import runner
-
         return runner.stand_ins(proto, tuple(extra))
 
     def compiles(self, proto: bytes) -> bool:
         """True if the full default pipeline (codegen included) accepts the module; else PassFailed."""
-        from autotune.pipelines.xla import runner
-
         with all_cores():
             runner.cached_compile(self, proto)  # a later execute/time of the same module reuses it
         return True

@@ -12,6 +12,7 @@ from autotune.core.levels import EXECUTED_REGION, INVALID, Validation
 from autotune.core.outputs import OutputDiff, OutputComparison, compare_outputs, nonfinite
 from autotune.core.precision import second_opinion_paired
 from autotune.errors import BadInput, PassFailed
+from autotune.core.limits import duration, execution_limit, gib
 
 class Region(Checker):
     """Answers ``executed-region`` or ``invalid`` (a region computes other values); otherwise records
@@ -40,8 +41,6 @@ def establish_region(pipeline, original, tuned, seed: int, why_not: str, finals=
     ``invalid`` for a region whose outputs differ (naming the region, listing its instructions), or a
     note (``"; no region check: ..."``: why it could not be done, or was stopped) for ``compiled``.
     """
-    from autotune.core.limits import execution_limit, gib
-
     if not supports(pipeline, "regions"):
         return ""
     limit, _ = execution_limit()
@@ -90,8 +89,6 @@ def establish_region(pipeline, original, tuned, seed: int, why_not: str, finals=
 
 def _region_reason(cut, whole: int | None, why_not: str) -> str:
     """What ``executed-region`` executed: regions, instructions, bytes against the whole module's."""
-    from autotune.core.limits import gib
-
     return (f"{len(cut.regions)} region(s), {sum(r.instructions for r in cut.regions)} instructions "
             f"({sum(r.default_instructions for r in cut.regions)} of XLA's default, "
             f"{sum(r.tuned_instructions for r in cut.regions)} tuned) executed on "
@@ -111,8 +108,6 @@ def _run_region(pipeline, r, seed: int, bound: float | None = None):
         specs = pipeline.parameter_specs(both)
         outs, floats, int_high, empty = _region_outputs(pipeline, both, seed, specs, bound)
     except Overran:
-        from autotune.core.limits import duration
-
         return (f"; no region check: {r.describe()} was stopped at the {duration(bound)} bound "
                 "(--validate-seconds; its worker was replaced)")
     except (BadInput, PassFailed) as exc:

@@ -30,6 +30,7 @@ from typing import ClassVar
 
 from autotune.core import plugins
 from autotune.core.metrics import Metrics
+from autotune.errors import BadInput
 
 ENTRY_POINT_GROUP = "autotune.objectives"
 
@@ -179,8 +180,6 @@ class MetricObjective(Objective):
     def default_cost(self, ctx: ObjectiveContext) -> float:
         # XLA's default module is already the output of the default pipeline: read it as it is.
         if self.requires and ctx.default.metrics.figure(self.requires) is None:
-            from autotune.errors import BadInput
-
             raise BadInput(f"objective {self.name} reads the {self.requires} of the compiled module, which the "
                            f"{ctx.backend.target.name} target does not report (use a GPU target: --target h100)")
         return self.from_metrics(ctx.default.metrics)
