@@ -227,6 +227,31 @@ def test_run_for_h100_says_which_pipeline_judged_and_checks_the_gpu_compile(tmp_
 
 
 @needs_plugin
+def test_a_module_whose_custom_calls_the_gpu_cannot_compile_is_refused_before_anything_is_cached(tmp_path):
+    """A CPU LAPACK custom call (what ``jnp.linalg.cholesky`` lowers to here): steps stop before GPU
+    codegen and would tune it anyway; the input's whole deviceless compile refuses it in one line."""
+    import sqlite3
+
+    import jax
+    import jax.numpy as jnp
+
+    text = jax.jit(lambda a: jnp.linalg.cholesky(a @ a.T + 4 * jnp.eye(8))).lower(
+        jax.ShapeDtypeStruct((8, 8), jnp.float32)).as_text(dialect="hlo", debug_info=False)
+    assert "custom_call_target" in text
+    model = tmp_path / "chol.hlo"
+    model.write_text(text)
+    db = tmp_path / "c.db"
+    out = run_cli("run", str(model), "--target", "h100", "--strategy", "random", "--budget", "3", db=db)
+    assert out.returncode == 2
+    line = [ln for ln in out.stderr.splitlines() if ln.strip() and "cuda drivers" not in ln]
+    assert len(line) == 1 and "cannot compile this module's custom calls" in line[0] and "lapack" in line[0]
+    with sqlite3.connect(db) as con:
+        assert [con.execute(f"select count(*) from {t}").fetchone()[0] for t in ("roots", "states", "runs")] == [0, 0, 0]
+    cpu = run_cli("run", str(model), "--strategy", "random", "--budget", "3", "--json", db=db)
+    assert cpu.returncode == 0, cpu.stderr  # the host CPU has the kernel: the same module tunes there
+
+
+@needs_plugin
 def test_gpu_objectives_on_a_gpu_target_and_a_clear_refusal_on_the_cpu(tmp_path):
     db = tmp_path / "c.db"
     for objective in ("kernels", "roofline"):

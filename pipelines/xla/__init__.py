@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import re
 from collections.abc import Iterable, Iterator, Sequence
 
 from autotune.core.backend import DEFAULT, IDENTITY, BackendBase, remote
@@ -206,14 +207,31 @@ class XlaPipeline(BackendBase):
         return Module(module.name, last.proto, last.fingerprint)
 
     def normalize(self, module: Module, rounds: int = 4) -> Module:
-        """Round-trip through XLA's importer (no HLO pass) until the fingerprint is stable."""
+        """Round-trip through XLA's importer (no HLO pass) until the fingerprint is stable. For a GPU
+        target, a module with custom calls must also compile for it (``_check_custom_calls``)."""
         current = module
         for _ in range(rounds):
             nxt = self.run_one(current, IDENTITY, "XLA's import of this module")
             if nxt.fingerprint == current.fingerprint:
-                return nxt
+                break
             current = nxt
-        return current
+        else:
+            nxt = current
+        if self.gpu is not None and b"custom-call" in nxt.proto:
+            self._check_custom_calls(nxt)
+        return nxt
+
+    def _check_custom_calls(self, module: Module) -> None:
+        """A GPU step stops before codegen, where a custom call with no implementation for the target
+        (a CPU LAPACK kernel, say) would fail: tuned anyway, every answer would be one the target cannot
+        compile. One whole deviceless compile of the input finds out before anything is cached
+        (``PassFailed``: the caller's one-line refusal); a failure for another reason is validation's."""
+        try:
+            self.compiles(module)
+        except PassFailed as exc:
+            if _CUSTOM_CALL_MISSING.search(str(exc)):
+                raise PassFailed(f"XLA's GPU pipeline for {self.target.description or self.target.name} cannot "
+                                 f"compile this module's custom calls (checked without a GPU): {exc}", "error") from None
 
     def default(self, module: Module) -> Module:
         """XLA's own ordering of the same action set (its pre-layout target-independent pipeline)."""
@@ -346,6 +364,9 @@ class XlaPipeline(BackendBase):
         return compute + inputs
 
 
+#: How XLA says a custom call has no implementation for the platform (FFI and legacy registries).
+_CUSTOM_CALL_MISSING = re.compile(r"No FFI handler registered|No registered implementation for custom call|"
+                                  r"custom call target .* not found|Unknown custom-call", re.IGNORECASE)
 #: Real programs reach a fraction of the calibration kernels' rates (a lone large dot, one fused
 #: elementwise loop): measured on ViT, ResNet-50 and DLRM, 1.9x to 11x slower than the raw estimate
 #: (the small ones dominated by fixed costs). Half the rate keeps the large, costly ones close.
