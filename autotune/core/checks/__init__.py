@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from autotune.core.levels import Validation
+from autotune.errors import PassFailed
 
 
 @dataclass
@@ -67,6 +68,21 @@ class Checker:
 
     def finish(self, case: Case, verdict: Validation) -> Validation:
         return verdict
+
+
+def compile_errors(pipeline, tuned, original) -> tuple[str, str | None] | None:
+    """None when ``tuned`` passes the full compile; else ``(its error, the original's or None)``:
+    a tuned module that fails where the original passes is ``invalid``, both failing ``unverified``."""
+    try:
+        pipeline.compiles(tuned)
+        return None
+    except PassFailed as exc:
+        tuned_error = str(exc)
+    try:
+        pipeline.compiles(original)
+    except PassFailed as exc:
+        return tuned_error, str(exc)
+    return tuned_error, None
 
 
 def run_chain(chain: Sequence[Check], case: Case) -> Validation:

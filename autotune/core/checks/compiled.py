@@ -6,9 +6,8 @@ nothing); ``Compiled`` ends the chain with every reason a stronger level was not
 
 from __future__ import annotations
 
-from autotune.core.checks import Case, Checker
+from autotune.core.checks import Case, Checker, compile_errors
 from autotune.core.levels import COMPILED, INVALID, UNVERIFIED, Validation
-from autotune.errors import PassFailed
 
 
 class TunedCompiles(Checker):
@@ -20,16 +19,13 @@ class TunedCompiles(Checker):
             return None
         pipeline, runs = case.pipeline, case.runs
         case.say(f"compiling the tuned module with {pipeline.compiler}'s full pipeline")
-        try:
-            pipeline.compiles(runs.tuned)
+        failed = compile_errors(pipeline, runs.tuned, runs.original)
+        if failed is None:
             return None
-        except PassFailed as exc:
-            tuned_error = str(exc)
-        try:
-            pipeline.compiles(runs.original)
-        except PassFailed as exc:
-            return Validation(UNVERIFIED, f"the original does not compile and run on this host: {exc}{runs.note()}",
-                              runs.n_tuned)
+        tuned_error, original_error = failed
+        if original_error is not None:
+            return Validation(UNVERIFIED, f"the original does not compile and run on this host: {original_error}"
+                                          f"{runs.note()}", runs.n_tuned)
         return Validation(INVALID, f"the tuned module fails {pipeline.compiler}'s full pipeline (the original "
                                    f"passes it): {tuned_error}", runs.n_tuned)
 

@@ -8,9 +8,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from autotune.core.checks import Case, Checker
+from autotune.core.checks import Case, Checker, compile_errors
 from autotune.core.levels import EXECUTED, EXECUTED_REGION, EXECUTED_WITH_STAND_INS, INVALID, UNVERIFIED, Validation
-from autotune.errors import PassFailed
 
 
 class TargetCompile(Checker):
@@ -20,16 +19,13 @@ class TargetCompile(Checker):
     def check(self, case: Case) -> Validation | None:
         pipeline, target = case.pipeline, case.pipeline.target
         case.say(f"compiling the tuned module with {target.judged_by()}")
-        try:
-            pipeline.compiles(case.tuned)
+        failed = compile_errors(pipeline, case.tuned, case.original)
+        if failed is None:
             case.compiled = True
             return None
-        except PassFailed as exc:
-            tuned_error = str(exc)
-        try:
-            pipeline.compiles(case.original)
-        except PassFailed as exc:
-            return Validation(UNVERIFIED, f"the original does not compile for {target.name} either: {exc}")
+        tuned_error, original_error = failed
+        if original_error is not None:
+            return Validation(UNVERIFIED, f"the original does not compile for {target.name} either: {original_error}")
         return Validation(INVALID, f"the tuned module fails {pipeline.compiler}'s GPU pipeline for {target.name} "
                                    f"(the original passes it): {tuned_error}")
 
