@@ -90,6 +90,9 @@ RANDOM_SEEDS = 5
 #: prefers; ``stage_seeds`` rolls the others out on the test modules for the spread).
 SEEDS = (0, 1, 2)
 TRAINING_SEEDS = SEEDS[1:]
+#: Ensembles measured by ``--stage ensemble``: three disjoint draws of three PPO seeds each, so that
+#: "an ensemble of three seeds" is itself measured for luck (seeds 3..8 are trained there if missing).
+ENSEMBLE_DRAWS = ((0, 1, 2), (3, 4, 5), (6, 7, 8))
 #: The --quick test sample of earlier rounds (the first modules of today's stratified sample): the
 #: report says what the policy gets on them, since the sample was enlarged after seeing that figure.
 EARLIER_TEST_MODULES = 12
@@ -655,6 +658,62 @@ def stage_seeds(work: Work) -> dict:
     return out
 
 
+def stage_ensemble(work: Work) -> dict:
+    """The selected variant trained with more PPO seeds, each rolled out alone and as ensembles of three
+    (``ENSEMBLE_DRAWS``: the mean of the members' action probabilities, ``autotune.rl.ensemble``) on the
+    same modules and against the same ceiling as the shipped policy. Why: one seed's policy can be
+    lucky or not (the spread ``--stage seeds`` shows); the question is whether averaging three seeds
+    makes the result not depend on which three. Each roll-out runs on its own cold cache."""
+    selected = work.load("select") or {}
+    chosen, recipe = selected.get("chosen", ""), (selected.get("recipes") or {}).get(selected.get("chosen", ""), {})
+    if not recipe.get("timesteps"):
+        raise SystemExit(f"error: the shipped variant is {chosen or 'unknown'}, not a PPO fine-tuning: no seeds")
+    seeds = sorted({k for draw in ENSEMBLE_DRAWS for k in draw})
+    with open_engine(work.db("train"), workers=2, target=TARGET) as ev:
+        for seed in seeds:
+            if not work.seed_policy(chosen, seed).exists():
+                log(f"ensemble: {chosen} with PPO seed {seed}")
+                fine_tune(ev, work, work.seed_policy(chosen, seed), recipe["timesteps"], recipe["reward"], seed=seed)
+    modules = [(x, "test") for x in work.test_set()] + [(SHARED / f, "shared") for f in SHARED_LLM]
+    shipped = int(selected.get("seed", SEEDS[0]))
+    out = {}
+    for seed in seeds:
+        tag = "policy" if seed == shipped else f"seed{seed}"
+        rows = work.load(f"eval-{tag}") or {}
+        evaluate_modules(work, "seed", modules, work.seed_policy(chosen, seed), None, rows, {}, tag=tag)
+        out[f"seed{seed}"] = rows
+    for draw in ENSEMBLE_DRAWS:
+        tag = "ensemble" + "-".join(map(str, draw))
+        rows = work.load(f"eval-{tag}") or {}
+        members = ",".join(str(work.seed_policy(chosen, k)) for k in draw)
+        evaluate_modules(work, "seed", modules, members, None, rows, {}, tag=tag)
+        out[tag] = rows
+    return out
+
+
+def ensemble_spread(work: Work, summary: dict) -> dict:
+    """Per single seed and per ensemble of ``ENSEMBLE_DRAWS``: mean and pooled fraction of the ceiling
+    on each group, as ``seed_spread`` (empty when ``--stage ensemble`` has not run)."""
+    selected = work.load("select") or {}
+    shipped = int(selected.get("seed", SEEDS[0]))
+    tags = [f"seed{k}" for k in sorted({k for d in ENSEMBLE_DRAWS for k in d})]
+    tags += ["ensemble" + "-".join(map(str, d)) for d in ENSEMBLE_DRAWS]
+    out = {}
+    for tag in tags:
+        rows = work.load("eval-policy" if tag == f"seed{shipped}" else f"eval-{tag}") or {}
+        if not rows:
+            continue
+        per_group = {}
+        for label in ("test", "shared"):
+            entries = [e for e in summary["per_module"] if e["split"] == label and e["module"] in rows]
+            if entries:
+                mean, pooled = fractions((e["default"] - rows[e["module"]]["cost"], e["ceiling_gain"]) for e in entries)
+                per_group[label] = {"mean_fraction": mean, "pooled_fraction": pooled,
+                                    "mean_steps": statistics.mean(rows[e["module"]]["steps"] for e in entries)}
+        out[tag] = per_group
+    return out
+
+
 def seed_spread(work: Work, summary: dict) -> dict:
     """Per training seed, mean and pooled fraction of the ceiling on each group (the shipped seed's
     roll-outs are the policy column's), with the seed's validation score from ``stage_select``."""
@@ -837,6 +896,23 @@ def markdown(data: dict) -> str:
                          f"{_f(sh.get('mean_fraction'))} ({_f(sh.get('pooled_fraction'))}) | "
                          f"{_f(t.get('mean_steps'), '{:.1f}')} |")
         lines.append("")
+    ens = data.get("ensembles") or {}
+    if any(k.startswith("ensemble") for k in ens):
+        lines += ["## Ensembles of seeds", "",
+                  "The same variant trained with PPO seeds 0 to 8, each rolled out alone, and three disjoint "
+                  "ensembles of three seeds (the mean of the members' action probabilities, then the most likely "
+                  "pass: `-O policy=a.zip,b.zip,c.zip`), each rolled out once on the same modules against the same "
+                  "ceiling (`--stage ensemble`):", "",
+                  "| policy | test: mean (pooled) | shared: mean (pooled) | steps per module (test) |",
+                  "|---|---:|---:|---:|"]
+        for tag, groups in ens.items():
+            t, sh = groups.get("test") or {}, groups.get("shared") or {}
+            name = ("ensemble of seeds " + tag[len("ensemble"):].replace("-", ", ")) if tag.startswith("ensemble") \
+                else f"seed {tag[len('seed'):]}"
+            lines.append(f"| {name} | {_f(t.get('mean_fraction'))} ({_f(t.get('pooled_fraction'))}) | "
+                         f"{_f(sh.get('mean_fraction'))} ({_f(sh.get('pooled_fraction'))}) | "
+                         f"{_f(t.get('mean_steps'), '{:.1f}')} |")
+        lines.append("")
     lines += ["Disclosure: every method's answer was brought under the prune (and the bare episode kept as the "
               "`roll-out` column) after a round in which the policy's DeepSeek-V2 roll-out "
               "(`algsimp,cse,dot_decomposer`, 1092) was seen to be one dropped pass from the search's answer "
@@ -967,6 +1043,7 @@ def report(work: Work, out: Path, command: str, quick: bool, policy: Path = POLI
             "train": work.load("train"), "fleet": work.load("fleet"), "summary": s,
             "select": {k: v for k, v in (work.load("select") or {}).items() if k != "rows"}}
     data["seeds"] = seed_spread(work, s)
+    data["ensembles"] = ensemble_spread(work, s)
     data["verdict"] = verdict({**s, "train": data["train"], "select": data["select"], "seeds": data["seeds"]})
     if quick:
         first = {x.stem for x in work.test_set()[:EARLIER_TEST_MODULES]}
@@ -985,7 +1062,8 @@ def report(work: Work, out: Path, command: str, quick: bool, policy: Path = POLI
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[1])
     ap.add_argument("--quick", action="store_true", help="fewer modules and steps, search budget 40 (say so)")
-    ap.add_argument("--stage", choices=("all", "train", "select", "fleet", "eval", "seeds", "report"), default="all")
+    ap.add_argument("--stage", choices=("all", "train", "select", "fleet", "eval", "seeds", "ensemble", "report"),
+                    default="all", help="ensemble: not part of all (trains six more seeds)")
     ap.add_argument("--methods", default=",".join(METHODS), help="eval stage: which methods (comma-separated)")
     ap.add_argument("--work", default=str(ROOT / ".autotune" / "learning"), help="suite, caches and stage results")
     ap.add_argument("--policy", default=str(POLICY), help="where the trained policy is written / read")
@@ -1032,6 +1110,7 @@ def main(argv=None) -> int:
     stale = ["policy", "roll-out", "imitation", "ppo", "random@evals", "random@steps", "random@4xsteps"]  # the old policies'
     stale += [f"random@{k}-s{seed}" for k in ("evals", "steps", "4xsteps") for seed in range(RANDOM_SEEDS)]
     stale += [f"seed{seed}" for seed in TRAINING_SEEDS]
+    stale += [f"seed{seed}" for d in ENSEMBLE_DRAWS for seed in d] + ["ensemble" + "-".join(map(str, d)) for d in ENSEMBLE_DRAWS]
     if args.stage in ("all", "train"):
         stage_train(work, policy)
         for old in work.root.glob("ppo-*.zip*"):  # the previous training's selection candidates
@@ -1047,7 +1126,9 @@ def main(argv=None) -> int:
         stage_eval(work, policy, [m for m in args.methods.split(",") if m])
     if args.stage in ("all", "seeds"):
         stage_seeds(work)
-    if args.stage in ("all", "report"):
+    if args.stage == "ensemble":
+        stage_ensemble(work)
+    if args.stage in ("all", "report", "ensemble"):
         report(work, Path(args.out), command, args.quick, policy)
     return 0
 

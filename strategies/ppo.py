@@ -36,7 +36,9 @@ Determinism: SB3's ``seed=`` (python, numpy, torch and the action space), the en
 seed, one torch thread and a deterministic cache make two runs with the same seed ask the same
 sequences.
 
-Options: ``policy`` (a path, a shipped policy's name, or ``none``), ``finetune`` (bool, default
+Options: ``policy`` (a path, a shipped policy's name, or ``none``; several, comma-separated, roll out as
+an ensemble: the mean of their action probabilities, ``autotune.rl.ensemble``; fine-tuning then
+continues the first), ``finetune`` (bool, default
 true), ``shaping`` (bool; default false, or the policy's own setting), ``n_steps`` (32),
 ``batch_size`` (16), ``n_epochs`` (10), ``learning_rate`` (1e-3), ``gamma`` (0.99, also the shaping discount), ``gae_lambda`` (0.95),
 ``ent_coef`` (0.01), ``clip_range`` (0.2), ``net_arch`` (hidden width, 64), ``w_flops`` and
@@ -52,6 +54,7 @@ from pathlib import Path
 import torch
 from stable_baselines3.common.utils import set_random_seed
 
+from autotune.rl.ensemble import Ensemble, check_members
 from autotune.rl.env import EpisodeSource, PassOrderingEnv
 from autotune.errors import BadInput
 from autotune.strategy import Evaluate, SearchSpace, Strategy
@@ -81,6 +84,8 @@ class PPOStrategy(Strategy):
         self.meta = None
         self.policy: Path | None = None
         self.is_default = False  # the shipped default, not asked for: fall back instead of refusing
+        #: ``policy=a.zip,b.zip,...``: an ensemble (``autotune.rl.ensemble``); the first is ``policy``.
+        self.members: list[Path] = []
         self.notes: list[str] = []
         if policy is None:
             shipped = policies.default()
@@ -90,8 +95,14 @@ class PPOStrategy(Strategy):
                 except BadInput as exc:
                     self._note(f"shipped policy '{policies.DEFAULT}' not used ({exc}); PPO from scratch")
         elif str(policy).lower() not in NO_POLICY:
-            self.policy = policies.resolve(policy)  # a shipped policy's name, or a path
-            self.meta = read_sidecar(self.policy)  # a missing file fails before any compile
+            names = [p.strip() for p in str(policy).split(",") if p.strip()]
+            self.members = [policies.resolve(p) for p in names]  # a shipped policy's name, or a path
+            metas = [read_sidecar(p) for p in self.members]  # a missing file fails before any compile
+            self.policy, self.meta = self.members[0], metas[0]
+            if len(self.members) > 1:
+                check_members(self.members, metas)
+            else:
+                self.members = []
 
     def _note(self, text: str) -> None:
         """One line on stderr (stdout may be --json) and in ``self.notes``."""
@@ -170,7 +181,8 @@ class PPOStrategy(Strategy):
             self._note(f"{self._label()} was {other}: using it (same action vocabulary)")
         rollout_env = self._env(source, policy_space, shaping, gamma, env_options)
         rollout_env.reset(seed=seed)
-        _rollout(model, rollout_env)
+        others = [load_model(p, read_sidecar(p), train_env, seed, overrides) for p in self.members[1:]]
+        _rollout(Ensemble([model, *others]) if others else model, rollout_env)
         if not self.finetune:
             return
         chunk = 2 * int(getattr(model, "n_steps", 0) or self.hyperparams["n_steps"])

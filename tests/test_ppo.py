@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import shutil
 import warnings
 
@@ -437,3 +438,46 @@ def test_notes_for_another_pipeline_version_and_an_unusable_default(tiny_policy_
     # The same foreign policy asked for by name is refused (one line, exit 2), as a path always was.
     proc = run_cli(*args, "--policy", "llm", db=db_path, env={"AUTOTUNE_POLICY_PATH": str(tmp_path / "foreign")})
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "vocabulary differs" in proc.stderr
+
+
+def test_an_ensemble_rolls_out_the_mean_of_its_members_action_probabilities(engine, tiny_policy_dir, tmp_path):
+    """Two members whose action distributions are set by hand (the observation ignored): A prefers
+    pass x (0.6 against y's 0.4), B prefers y strongly (0.9 against 0.1). A majority vote would tie;
+    the mean (x 0.35, y 0.65) picks y, and the run's first pass is y. Members of another MDP are refused."""
+    from stable_baselines3 import PPO
+
+    from autotune import strategy
+    from autotune.core.runs import RunStore
+    from autotune.core.tuner import tune
+    from autotune.rl.ensemble import Ensemble
+
+    actions = engine.pipeline.passes()
+    x, y = actions.index("cse"), actions.index("dce")
+
+    def member(name: str, px: float, py: float):
+        model = PPO.load(tiny_policy_dir / "tiny.zip", device="cpu")
+        logits = torch.full((model.action_space.n,), -1e4)
+        logits[x], logits[y] = math.log(px), math.log(py)
+        with torch.no_grad():
+            model.policy.action_net.weight.zero_()
+            model.policy.action_net.bias.copy_(logits)
+        model.save(tmp_path / f"{name}.zip")
+        shutil.copy(tiny_policy_dir / "tiny.zip.json", tmp_path / f"{name}.zip.json")
+        return model
+
+    a, b = member("a", 0.6, 0.4), member("b", 0.1, 0.9)
+    obs = a.observation_space.sample()
+    probs = Ensemble([a, b]).probabilities(obs)
+    assert probs[x] == pytest.approx(0.35, abs=1e-4) and probs[y] == pytest.approx(0.65, abs=1e-4)
+    assert int(a.predict(obs, deterministic=True)[0]) == x and int(Ensemble([a, b]).predict(obs)[0]) == y
+    run = tune(engine, autotune.load(SMALL), strategy="ppo", budget=1, max_length=3, validate=False, prune=False,
+               options={"policy": f"{tmp_path / 'a.zip'},{tmp_path / 'b.zip'}", "finetune": False})
+    alone = tune(engine, autotune.load(SMALL), strategy="ppo", budget=1, max_length=3, validate=False, prune=False,
+                 options={"policy": str(tmp_path / "a.zip"), "finetune": False})
+    first = [RunStore(engine.cache).trials(r.run_id)[0].sequence[0] for r in (run, alone)]
+    assert first == ["dce", "cse"]
+    meta = json.loads((tmp_path / "b.zip.json").read_text())
+    meta["max_length"] = 7
+    (tmp_path / "b.zip.json").write_text(json.dumps(meta))
+    with pytest.raises(BadInput, match="another max_length"):
+        strategy.create("ppo", policy=f"{tmp_path / 'a.zip'},{tmp_path / 'b.zip'}")
