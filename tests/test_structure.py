@@ -334,7 +334,9 @@ def unreasoned_local_imports(sources: dict[str, str], lazy_prefixes: tuple[str, 
                         and not node.level):
                     continue
                 targets = _targets(node, sources)
-                if any(t in WORKER_SIDE or heavy.get(t) or t.split(".")[0] in HEAVY for t in targets):
+                # importing a.b.c runs a/__init__ and a/b/__init__ first: their imports count too
+                loads = {".".join(t.split(".")[:k]) for t in targets for k in range(1, t.count(".") + 2)}
+                if any(t in WORKER_SIDE or heavy.get(t) or t.split(".")[0] in HEAVY for t in loads):
                     continue
                 found.append(f"{module} line {node.lineno}: {ast.unparse(node)} (import it at the top)")
     return found

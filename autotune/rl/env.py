@@ -104,7 +104,6 @@ from autotune.core.metrics import Metrics
 from autotune.rl import ENV_ID, register_env  # noqa: F401  (ENV_ID: re-exported)
 from autotune.rl.observation import COST_FEATURES, OBS_HIGH, Observation  # noqa: F401 (re-exported)
 from autotune.strategy import Evaluate
-from autotune.zoo.suite import modules as suite_modules
 from autotune.core.spec import DEFAULT_MAX_LENGTH, DEFAULT_OBJECTIVE
 from autotune.core.engine import open_engine
 from autotune.core.module import Module, load
@@ -329,6 +328,8 @@ def module_list(module=None, modules=None, suite=None, split: str | None = "trai
         raise BadInput(f"split must be 'train', 'test' or None, not {split!r}")
     if not (Path(suite) / "manifest.json").is_file():
         raise BadInput(f"{suite}: not a suite directory (no manifest.json; see `autotune suite generate`)")
+    from autotune.zoo.suite import modules as suite_modules  # the zoo package imports jax
+
     try:
         found = suite_modules(suite, split)
     except (OSError, ValueError, KeyError, TypeError) as exc:
