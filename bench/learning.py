@@ -912,7 +912,7 @@ def markdown(data: dict) -> str:
             lines.append(f"| {name} | {_f(t.get('mean_fraction'))} ({_f(t.get('pooled_fraction'))}) | "
                          f"{_f(sh.get('mean_fraction'))} ({_f(sh.get('pooled_fraction'))}) | "
                          f"{_f(t.get('mean_steps'), '{:.1f}')} |")
-        lines.append("")
+        lines += ["", ensemble_verdict(ens), ""]
     lines += ["Disclosure: every method's answer was brought under the prune (and the bare episode kept as the "
               "`roll-out` column) after a round in which the policy's DeepSeek-V2 roll-out "
               "(`algsimp,cse,dot_decomposer`, 1092) was seen to be one dropped pass from the search's answer "
@@ -937,6 +937,26 @@ def markdown(data: dict) -> str:
         lines.append(f"| {e['module']} | {e['split']} | {e['default']:.0f} | " + " | ".join(cells) + " |")
     lines += ["", "![fraction of the ceiling and compiled steps per method](learning.png)", ""]
     return "\n".join(lines)
+
+
+def ensemble_verdict(ens: dict) -> str:
+    """Single seeds against ensembles: the range and mean of each on the test split and the shared steps."""
+    def span(tags, group):
+        vals = [(ens[t].get(group) or {}).get("mean_fraction") for t in tags]
+        vals = [v for v in vals if v is not None]
+        return (f"{min(vals):.0%} to {max(vals):.0%} (mean {statistics.mean(vals):.0%})" if vals else "n/a"), vals
+
+    singles = [t for t in ens if t.startswith("seed")]
+    groups = [t for t in ens if t.startswith("ensemble")]
+    parts = []
+    for group, label in (("test", "test split"), ("shared", "real LLM steps")):
+        (s_text, s_vals), (e_text, e_vals) = span(singles, group), span(groups, group)
+        parts.append(f"on the {label}, single seeds {s_text}, ensembles {e_text}")
+        if s_vals and e_vals:
+            narrower = (max(e_vals) - min(e_vals)) < 0.5 * (max(s_vals) - min(s_vals))
+            parts[-1] += " (narrower)" if narrower else " (not narrower)"
+    return ("Mean of per-module fractions, " + "; ".join(parts) + ". An ensemble is worth shipping only where "
+            "it narrows the spread: one draw of three seeds must not matter as one seed does.")
 
 
 def goals(groups: list[dict], method: str) -> dict[str, bool]:
