@@ -85,7 +85,7 @@ def whole_figures(ev, state: str) -> dict:
     """The same figures of the module XLA's whole deviceless GPU compile leaves (scheduled, copies in)."""
     from autotune.pipelines.xla import gpu_cost, hlo
 
-    proto = ev.pipeline.pool.call("gpu_module", ev.module(state).proto, timeout=600)
+    proto = ev.pipeline.remote(600).gpu_module(ev.module(state).proto)
     module = hlo.parse_proto(hlo.unwrap_hlo_proto(proto))
     cost = gpu_cost.analyse(hlo.elided_text(module), ev.pipeline.gpu)
     return {"instructions": hlo.instruction_count(module), "kernels": cost.kernels, "estimate_us": cost.estimate_us}
