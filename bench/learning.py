@@ -941,12 +941,24 @@ def markdown(data: dict) -> str:
                       "figures from the table above):", "",
                       "| draw | validation (pooled) of each seed | chosen | test: mean | shared: mean |",
                       "|---|---|---:|---:|---:|"]
+            picked = []
             for draw in ENSEMBLE_DRAWS:
                 pick = max(draw, key=lambda k: (round(val.get(str(k), 0.0), 6), -k))
                 t = (ens.get(f"seed{pick}") or {}).get("test") or {}
                 sh = (ens.get(f"seed{pick}") or {}).get("shared") or {}
+                picked.append((t.get("mean_fraction"), sh.get("mean_fraction"),
+                               max(val.get(str(k), 0.0) for k in draw) - sorted(val.get(str(k), 0.0) for k in draw)[-2]))
                 lines.append(f"| {', '.join(map(str, draw))} | " + ", ".join(f"{k}: {_f(val.get(str(k)))}" for k in draw)
                              + f" | {pick} | {_f(t.get('mean_fraction'))} | {_f(sh.get('mean_fraction'))} |")
+            tests = [p[0] for p in picked if p[0] is not None]
+            shared = [p[1] for p in picked if p[1] is not None]
+            close = sum(p[2] < 0.01 for p in picked)
+            if tests and shared:
+                lines += ["", f"The chosen seeds recover {min(tests):.0%} to {max(tests):.0%} on the test split and "
+                              f"{min(shared):.0%} to {max(shared):.0%} on the real LLM steps across the "
+                              f"{len(picked)} draws"
+                          + (f"; in {close} draw(s) the best validation score leads the next by less than one "
+                             "point, so that choice is close to a toss between its seeds" if close else "") + "."]
             lines.append("")
     lines += ["Disclosure: every method's answer was brought under the prune (and the bare episode kept as the "
               "`roll-out` column) after a round in which the policy's DeepSeek-V2 roll-out "
