@@ -6,7 +6,9 @@ take at most 64 MiB of files:
 
 ``python bench/gpu.py prepare`` (here, with autotune installed): for every module, XLA's default, the
 answer tuned for ``--target`` (default h100; nevergrad at ``--budget`` 40, the run's validation), the
-CPU target's answer at the same budget, and extra orderings that spread the ranking (``simplification``,
+CPU target's answer at the same budget, the target's shipped policy's zero-shot answer (``policy``:
+``llm-h100``, one roll-out, as ``--strategy ppo --budget 4`` returns it), and extra orderings that
+spread the ranking (``simplification``,
 ``simplification,cse``, one seeded random sequence), each written as the module *after* its sequence
 (what XLA's own pipeline then compiles) to ``bench/gpu_bundle/`` (gzipped HLO text + ``manifest.json``
 with every compile-only figure the target's deviceless pipeline gives: instructions, kernels, roofline).
@@ -112,6 +114,21 @@ def tuned(session, text: str, budget: int, seed: int) -> dict:
             "cost": r.best_cost, "default_cost": r.default_cost, "seconds": round(r.seconds, 1)}
 
 
+def zero_shot(session, text: str, seed: int) -> dict | None:
+    """The target's shipped policy (``llm-h100`` for an H100) as ``autotune run --strategy ppo
+    --budget 4 -O finetune=false`` returns it: one deterministic roll-out, pruned, validated; None
+    when this installation ships no policy for the target."""
+    from autotune import policies
+
+    name = policies.default_name(session.target.key)
+    if policies.find(name) is None:
+        return None
+    r = session.tune(text, strategy="ppo", budget=4, max_length=4, seed=seed,
+                     options={"policy": name, "finetune": False})
+    return {"sequence": list(r.best_sequence), "validation": r.validation_level, "run_id": r.run_id, "policy": name,
+            "cost": r.best_cost, "default_cost": r.default_cost, "seconds": round(r.seconds, 1)}
+
+
 def variant_text(session, text: str, sequence) -> str:
     """The module after ``sequence`` (applied by the session's target's pipeline), as HLO text."""
     module = session.apply(text, list(sequence)) if sequence else session.normalize(text)
@@ -124,8 +141,11 @@ def prepare_module(gpu, cpu, name: str, group: str, text: str, args, out: Path) 
     answer_gpu = tuned(gpu, text, args.budget, args.seed)
     answer_cpu = tuned(cpu, text, args.budget, args.seed)
     rng = random.Random(f"{args.seed}:{name}")
+    answer_policy = zero_shot(gpu, text, args.seed)
     plan = [("default", (), gpu), (args.target, tuple(answer_gpu["sequence"]), gpu),
             ("cpu", tuple(answer_cpu["sequence"]), cpu)]
+    if answer_policy is not None:
+        plan.append(("policy", tuple(answer_policy["sequence"]), gpu))
     plan += [(",".join(seq), seq, gpu) for seq in EXTRAS]
     plan.append(("random", tuple(rng.sample(gpu.passes(), 3)), gpu))
     seen: dict[str, str] = {}
@@ -138,14 +158,17 @@ def prepare_module(gpu, cpu, name: str, group: str, text: str, args, out: Path) 
         digest = __import__("hashlib").sha256(body.encode()).hexdigest()[:12]
         file = f"{name}.{digest}.hlo.gz"
         if digest not in seen:
-            with gzip.open(out / file, "wt", compresslevel=9) as fh:
-                fh.write(body)
+            # mtime=0: the same module gives the same bytes, so a re-prepared bundle changes only where it differs
+            with gzip.GzipFile(out / file, "wb", compresslevel=9, mtime=0) as fh:
+                fh.write(body.encode())
         variant = {"label": label, "sequence": list(seq), "file": file, "same_as": seen.get(digest),
                    "judged_by": session.target.key, **figures(gpu, body)}
         if label == args.target:
             variant["search"] = answer_gpu
         elif label == "cpu":
             variant["search"] = answer_cpu
+        elif label == "policy":
+            variant["search"] = answer_policy
         seen.setdefault(digest, label)
         entry["variants"].append(variant)
     shown = ", ".join(f"{v['label']}={v.get('final_ops')}" for v in entry["variants"])
@@ -418,13 +441,20 @@ def run_module(api: Api, entry: dict, bundle: Path, args, deadline: float) -> di
     row["compile_s"] = round(time.perf_counter() - t0, 2)
     reference = outputs_of(api, base_exe, leaves, args.seed)
     base_runner = Runner(api, base_exe, api.inputs(leaves, args.seed), alias)
+    timed: dict[str, dict] = {}  # file -> the first variant's result: the same module is timed once
     for v in variants:
         if v["label"] == "default":
+            continue
+        if v["file"] in timed:
+            first = timed[v["file"]]
+            row["variants"].append({**first, "label": v["label"], "sequence": v["sequence"], "same_as": first["label"]})
             continue
         if time.time() > deadline:
             row["variants"].append({"label": v["label"], "skipped": "deadline"})
             continue
         out = {"label": v["label"], "sequence": v["sequence"]}
+        if v["file"] != base["file"]:
+            timed[v["file"]] = out
         try:
             exe = base_exe if v["file"] == base["file"] else api.compile(api.proto(texts[v["file"]]))
             out["same_outputs"], out["excess"] = same_outputs(outputs_of(api, exe, leaves, args.seed), reference)
@@ -465,7 +495,7 @@ def correlations(manifest: dict, rows: list[dict]) -> dict:
         base = figures_of.get((row["name"], "default"), {})
         for v in row.get("variants", []):
             fig = figures_of.get((row["name"], v["label"]), {})
-            if "ratio" in v and base:
+            if "ratio" in v and base and not v.get("same_as"):  # one pair per distinct module timed
                 pairs.append((fig, base, v["ratio"]))
     out = {"pairs": len(pairs)}
     for name in FIGURES:
