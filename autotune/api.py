@@ -77,7 +77,6 @@ class Session:
         a measured objective's verdict, with its interval, is ``result.claim``. ``validate_seconds``
         bounds each execution of validation (``--validate-seconds``; default 30 s or
         ``$AUTOTUNE_VALIDATE_SECONDS``)."""
-
         return _tune(self.evaluator, self.load(module), strategy=strategy, budget=budget, objective=objective,
                      seed=seed, max_length=max_length, time_limit=time_limit, options=options,
                      observer=RichObserver() if progress else None, validate=validate,
@@ -86,7 +85,6 @@ class Session:
     def explore(self, module, depth: int = 2, progress: bool = False, validate: bool = True):
         """Every sequence of up to ``depth`` passes, walked over distinct module states; returns
         ``autotune.core.explore.Outcome`` (the best final-ops within reach and a shortest sequence to it)."""
-
         return _explore(self.evaluator, self.load(module), depth, observer=RichObserver() if progress else None,
                         validate=validate)
 
@@ -97,7 +95,6 @@ class Session:
         """ONE sequence for all ``modules`` (a fleet: a run whose cost aggregates over them, through the
         same loop as ``tune``); ``budget`` counts fleet evaluations. Returns
         ``autotune.core.fleet.FleetResult`` (the sequence, the mean ratio to XLA's default, every member)."""
-
         spec = RunSpec(strategy=strategy, budget=budget, objective=objective, seed=seed, max_length=max_length,
                        time_limit=time_limit, options=options or {}, validate=validate,
                        allow_regressions=allow_regressions, validate_seconds=validate_seconds)

@@ -74,7 +74,6 @@ class _PolicyDecider:
     """A policy's zero-shot decision for a module: its roll-out's best sequence, or () for XLA's default."""
 
     def __init__(self, policy, objective: str):
-
         self.path = policies.resolve(policy)
         self.meta = read_sidecar(self.path)  # BadInput at use() for a missing or foreign file
         self.digest = hashlib.sha256(self.path.read_bytes()).hexdigest()[:16]

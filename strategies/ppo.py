@@ -84,8 +84,9 @@ class PPOStrategy(Strategy):
         self.meta = None
         self.policy: Path | None = None
         self.is_default = False  # the shipped default, not asked for: fall back instead of refusing
-        #: ``policy=a.zip,b.zip,...``: an ensemble (``autotune.rl.ensemble``); the first is ``policy``.
-        self.members: list[Path] = []
+        #: ``policy=a.zip,b.zip,...``: an ensemble (``autotune.rl.ensemble``), each member with its
+        #: sidecar; the first is ``policy``.
+        self.members: list[tuple[Path, dict]] = []
         self.notes: list[str] = []
         if policy is None:
             shipped = policies.default()
@@ -96,13 +97,12 @@ class PPOStrategy(Strategy):
                     self._note(f"shipped policy '{policies.DEFAULT}' not used ({exc}); PPO from scratch")
         elif str(policy).lower() not in NO_POLICY:
             names = [p.strip() for p in str(policy).split(",") if p.strip()]
-            self.members = [policies.resolve(p) for p in names]  # a shipped policy's name, or a path
-            metas = [read_sidecar(p) for p in self.members]  # a missing file fails before any compile
-            self.policy, self.meta = self.members[0], metas[0]
-            if len(self.members) > 1:
-                check_members(self.members, metas)
-            else:
-                self.members = []
+            paths = [policies.resolve(p) for p in names]  # a shipped policy's name, or a path
+            metas = [read_sidecar(p) for p in paths]  # a missing file fails before any compile
+            self.policy, self.meta = paths[0], metas[0]
+            if len(paths) > 1:
+                check_members(paths, metas)
+                self.members = list(zip(paths, metas))
 
     def _note(self, text: str) -> None:
         """One line on stderr (stdout may be --json) and in ``self.notes``."""
@@ -181,7 +181,7 @@ class PPOStrategy(Strategy):
             self._note(f"{self._label()} was {other}: using it (same action vocabulary)")
         rollout_env = self._env(source, policy_space, shaping, gamma, env_options)
         rollout_env.reset(seed=seed)
-        others = [load_model(p, read_sidecar(p), train_env, seed, overrides) for p in self.members[1:]]
+        others = [load_model(p, meta, train_env, seed, overrides) for p, meta in self.members[1:]]
         _rollout(Ensemble([model, *others]) if others else model, rollout_env)
         if not self.finetune:
             return

@@ -38,6 +38,7 @@ nothing: workers start on first use, so ``load`` can parse a file with a fresh i
 
 from __future__ import annotations
 
+import functools
 import inspect
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
@@ -249,15 +250,17 @@ def supports(backend, capability: str) -> bool:
     return capability in backend.capabilities
 
 
-def members(api: type) -> list[str]:
-    """The public members a protocol (or handler class) declares, its bases' included, in definition order."""
+@functools.cache
+def members(api: type) -> tuple[str, ...]:
+    """The public members a protocol (or handler class) declares, its bases' included, in definition
+    order (cached: ``remote`` asks for its interface's on every request)."""
     names: list[str] = []
     for klass in reversed(api.__mro__):
         if klass is object or klass.__module__ in ("typing", "typing_extensions", "abc"):
             continue
         names += list(vars(klass).get("__annotations__", {}))
         names += [n for n, v in vars(klass).items() if not n.startswith("_") and (callable(v) or isinstance(v, property))]
-    return list(dict.fromkeys(names))
+    return tuple(dict.fromkeys(names))
 
 
 def signature_problems(impl, api: type) -> list[str]:
@@ -268,10 +271,10 @@ def signature_problems(impl, api: type) -> list[str]:
     cls = impl if isinstance(impl, type) else type(impl)
     for name in members(api):
         want = getattr(api, name, None)
-        have = getattr(cls, name, None) if isinstance(impl, type) else getattr(impl, name, getattr(cls, name, None))
-        if have is None and not hasattr(impl, name):
+        if not hasattr(impl, name):
             problems.append(f"{cls.__name__} lacks {api.__name__}.{name}")
             continue
+        have = getattr(impl, name)
         if not callable(want) or isinstance(want, property):
             continue
         if not callable(have):
@@ -370,9 +373,10 @@ class BackendBase:
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
-        missing = [f"{cap}: {m}" for cap in cls.capabilities for m in members(CAPABILITIES[cap])
-                   if not callable(getattr(cls, m, None))] if set(cls.capabilities) <= set(CAPABILITIES) else \
-            [f"unknown capability {sorted(set(cls.capabilities) - set(CAPABILITIES))}"]
+        unknown = sorted(set(cls.capabilities) - set(CAPABILITIES))
+        missing = [f"unknown capability {unknown}"] if unknown else [
+            f"{cap}: {m}" for cap in cls.capabilities for m in members(CAPABILITIES[cap])
+            if not callable(getattr(cls, m, None))]
         if missing:
             raise TypeError(f"backend {cls.__name__} declares what it does not implement: {', '.join(missing)}")
 
@@ -492,7 +496,7 @@ class _Remote:
 
     def __init__(self, pool, api: type, timeout: float):
         self._pool, self._api, self._timeout = pool, api, float(timeout)
-        self._names = set(members(api))
+        self._names = members(api)
 
     def __getattr__(self, name: str):
         if name.startswith("_") or name not in self._names:

@@ -23,7 +23,6 @@ def open_engine(db=None, workers: int | None = None, include_target_specific: bo
     here (the CLI reads its defaults there once). The executor is opened before the cache, so a bad
     address costs nothing.
     """
-
     ex = executors.get(executor, **(executor_options or {}))
     options = {"include_target_specific": include_target_specific} if include_target_specific else {}
     if target is not None:

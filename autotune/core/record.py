@@ -290,7 +290,6 @@ def _judge_cost(evaluator, root, record: TuningRecord, matched: str, state: str,
 def _judge_validity(evaluator, root, state: str, recorded_validation, seed: int, reasons: list[str]):
     """Re-establish the replayed state's validity here: (verified, level, level's reason); a failed
     check or a level below the recorded one is appended to ``reasons``."""
-
     report = validity_of(evaluator, root, state, seed)
     level, level_reason = report.level, report.reason
     if not report.ok:

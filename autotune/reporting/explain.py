@@ -317,7 +317,6 @@ def _reproduce(evaluator, module_name: str, model_path: str | None, minimal: tup
 def explain(evaluator, root, sequence, run_id: str | None = None, model_path: str | None = None,
             minimize: bool = True, cap: int = LIST_CAP) -> Explanation:
     """Explain ``sequence`` on ``root`` (a prepared ``Module``): see the module docstring."""
-
     compiled0 = evaluator.stats.steps_compiled
     seq = tuple(evaluator.pipeline.check_passes(sequence))
     default = evaluator.default(root)
@@ -364,7 +363,6 @@ def explain_run(evaluator, run_id: str, model_path: str | None = None, minimize:
     """``explain`` for a finished run in the cache: its module and its best (pruned) sequence.
 
     ``member`` picks one module of a fleet run (name or fingerprint; default: its biggest win)."""
-
     run = RunStore(evaluator.cache).get(run_id)
     if run.version != evaluator.version:
         raise BadInput(f"run '{run_id}' was made with {run.version}, not {evaluator.version}")

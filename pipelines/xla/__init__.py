@@ -21,19 +21,16 @@ import platform
 import re
 from collections.abc import Iterable, Iterator, Sequence
 
-from autotune.core.backend import DEFAULT, IDENTITY, BackendBase, remote
-from autotune.core.target import CPU
-from autotune.errors import PassFailed, UnknownName
+from autotune.core.backend import DEFAULT, IDENTITY, BackendBase, PassInfo, remote
 from autotune.core.metrics import Metrics
 from autotune.core.module import Module
-from autotune.pipelines.xla import hlo, loader, targets
-from autotune.pipelines.xla.inventory import PassInventory
-from autotune.pipelines.xla.worker_api import XlaGpuRequests, XlaRequests
+from autotune.core.target import CPU
 from autotune.core.workers import WorkerPool
-from autotune.core.backend import PassInfo
-from autotune.errors import BadInput
-from autotune.pipelines.xla import region, surrogate
+from autotune.errors import BadInput, PassFailed, UnknownName
+from autotune.pipelines.xla import hlo, loader, region, surrogate, targets
+from autotune.pipelines.xla.inventory import PassInventory
 from autotune.pipelines.xla.runner import parameter_specs
+from autotune.pipelines.xla.worker_api import XlaGpuRequests, XlaRequests
 
 #: Bumped when the meaning of a cached step changes (capture method, fingerprint, metrics).
 ENGINE_VERSION = 6  # 6: Metrics.structure (structural counts for learned policies)
@@ -212,14 +209,12 @@ class XlaPipeline(BackendBase):
         current = module
         for _ in range(rounds):
             nxt = self.run_one(current, IDENTITY, "XLA's import of this module")
-            if nxt.fingerprint == current.fingerprint:
+            stable, current = nxt.fingerprint == current.fingerprint, nxt
+            if stable:
                 break
-            current = nxt
-        else:
-            nxt = current
-        if self.gpu is not None and b"custom-call" in nxt.proto:
-            self._check_custom_calls(nxt)
-        return nxt
+        if self.gpu is not None and b"custom-call" in current.proto:
+            self._check_custom_calls(current)
+        return current
 
     def _check_custom_calls(self, module: Module) -> None:
         """A GPU step stops before codegen, where a custom call with no implementation for the target
@@ -288,7 +283,6 @@ class XlaPipeline(BackendBase):
         ``BadInput`` with the reason when no sound cut exists, when cutting runs past
         ``region.CUT_SECONDS``, or at the first region whose inputs exceed ``max_input_bytes``.
         Parses and prints only (this process)."""
-
         try:
             return region.cut(default_final.proto, tuned_final.proto, max_input_bytes=max_input_bytes)
         except region.CannotCut as exc:

@@ -38,8 +38,7 @@ import re
 import time
 from dataclasses import dataclass
 
-from autotune.pipelines.xla import hlo
-from autotune.pipelines.xla import matching, standins
+from autotune.pipelines.xla import hlo, matching, standins
 from autotune.pipelines.xla.region_values import Side, element_type, shape_bytes
 from autotune.core.limits import gib
 from autotune.pipelines.xla.loader import module_from_proto

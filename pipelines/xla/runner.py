@@ -374,7 +374,6 @@ def stand_ins(proto: bytes, extra: tuple[str, ...] = ()) -> tuple[bytes, str, in
     targets replaced)``; the input unchanged (and 0) when nothing needs one. A stand-in that cannot
     be built or parsed is ``PassFailed``.
     """
-
     module = hlo.parse_proto(proto)
     text = hlo.to_text(module)
     if " custom-call(" not in text:

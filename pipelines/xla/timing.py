@@ -15,8 +15,7 @@ from collections import OrderedDict
 
 from autotune.core.stats import summarize
 from autotune.errors import PassFailed
-from autotune.pipelines.xla import runner
-from autotune.pipelines.xla import hlo
+from autotune.pipelines.xla import hlo, runner
 
 
 #: The shortest sample the timing functions aim for (seconds): runs are repeated in an inner loop

@@ -21,10 +21,9 @@ from collections import OrderedDict
 from autotune.core.backend import StepOut
 from autotune.core.workers import all_cores
 from autotune.errors import BadInput, PassFailed
-from autotune.pipelines.xla import hlo
-from autotune.pipelines.xla.structure import structure_counts
+from autotune.pipelines.xla import hlo, reference, runner, timing
 from autotune.pipelines.xla.inventory import PassInventory
-from autotune.pipelines.xla import reference, runner, timing
+from autotune.pipelines.xla.structure import structure_counts
 
 CAPTURE_PASS_NAME = "autotune-capture"
 

@@ -24,7 +24,7 @@ found travels inside it (``outputs.OutputComparison``).
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Protocol
 
 from autotune.core.levels import Validation
@@ -52,7 +52,6 @@ class Case:
     plan: object = None
     #: Why the changed regions were not executed (``region.Region``), for ``compiled``'s reason.
     region_note: str = ""
-    notes: list[str] = field(default_factory=list)
 
 
 class Check(Protocol):

@@ -145,8 +145,7 @@ class Runtime(Objective):
         common = dict(confidence=self.confidence, min_effect=self.min_effect)
         base = ctx.backend.baseline
         if not final.ok:
-            return Claim(False, math.nan, default, f"{base} pipeline fails after this sequence: {final.message}",
-                         rounds=0, **common)
+            return Claim(False, math.nan, default, self.failure(state, ctx), rounds=0, **common)
         if final.state == ctx.default.state:
             return Claim(False, default, default, f"no difference: the compiled module is {base}'s own; keep "
                          f"{base}", ratio=1.0, low=1.0, high=1.0, rounds=0, **common)
