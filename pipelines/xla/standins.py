@@ -34,14 +34,18 @@ from __future__ import annotations
 import math
 import re
 
-#: Custom-call targets that XLA's compiler itself lowers or removes (sharding annotations, host
-#: offloading markers, dynamic-shape helpers): the host compiles them, so they keep their place.
-COMPILER_HANDLED = frozenset({
+#: Partitioning and placement markers: XLA's own passes remove them on every platform before
+#: codegen (the LLM steps dumped from GPU runs carry dozens of ``Sharding`` calls).
+PARTITIONING_MARKERS = frozenset({
     "Sharding", "SPMDFullToShardShape", "SPMDShardToFullShape", "MoveToHost", "MoveToDevice",
-    "annotate_device_placement", "LayoutConstraint", "PadToStatic", "SliceToDynamic", "SetBound",
-    "TopK", "AllocateBuffer", "X64Combine", "X64SplitLow", "X64SplitHigh", "InspectSharding",
-    "local_sharding", "xla.sdy.GlobalToLocalShape", "xla.sdy.LocalToGlobalShape", "xla.sdy.FuncResultSharding",
-    "xla_python_cpu_callback", "xla_ffi_python_cpu_callback", "xla_buffer_python_cpu_callback",
+    "annotate_device_placement", "LayoutConstraint", "InspectSharding", "local_sharding",
+    "xla.sdy.GlobalToLocalShape", "xla.sdy.LocalToGlobalShape", "xla.sdy.FuncResultSharding",
+})
+#: Custom-call targets that XLA's compiler itself lowers or removes (the markers above, dynamic-shape
+#: helpers, the host's callbacks): the host compiles them, so they keep their place.
+COMPILER_HANDLED = PARTITIONING_MARKERS | frozenset({
+    "PadToStatic", "SliceToDynamic", "SetBound", "TopK", "AllocateBuffer", "X64Combine", "X64SplitLow",
+    "X64SplitHigh", "xla_python_cpu_callback", "xla_ffi_python_cpu_callback", "xla_buffer_python_cpu_callback",
 })
 
 _FLOATS = ("f16", "bf16", "f32", "f64")
