@@ -14,6 +14,9 @@ for all" baseline a policy must beat).
 ``--target h100`` judges with XLA's GPU pipeline for that GPU, compiled without one
 (``results/llm_headroom_h100.md``): is there headroom for the GPU target too?
 
+``--family llm_spmd``: the partitioned steps (``autotune.zoo.llm_spmd``), stratified by kind x
+parallel style (18 strata), into ``results/llm_headroom_spmd.md``.
+
 ``--quick``: 2 modules per stratum (24), budget 40. Default: 4 per stratum (48), budget 40. The
 suite is generated into ``--suite`` when it has no manifest yet. One shared cache database serves
 every module; per-module rows are also kept next to it, so an interrupted run resumes where it
@@ -44,6 +47,8 @@ STRATEGY = "random"
 
 def stratum(entry: suite.ManifestEntry) -> str:
     cfg = entry.config
+    if "parallel" in cfg:
+        return f"{entry.kind}/{cfg['parallel']}"
     return f"{entry.kind}/{'scan' if cfg['scan'] else 'unrolled'}/{'moe' if cfg['experts'] else 'dense'}"
 
 
@@ -65,15 +70,15 @@ def sample(manifest: suite.Manifest, per_stratum: int) -> list[suite.ManifestEnt
     return out
 
 
-def ensure_suite(directory: Path) -> suite.Manifest:
-    """The llm family in ``directory``, generated when missing or generated from another grid."""
+def ensure_suite(directory: Path, family: str = "llm") -> suite.Manifest:
+    """The family in ``directory``, generated when missing or generated from another grid."""
     manifest = suite.load_manifest(directory) if (directory / "manifest.json").exists() else None
-    if manifest is None or not suite.is_current(manifest, ["llm"]):
-        print(f"generating the llm family into {directory} ...", file=sys.stderr, flush=True)
-        suite.generate(directory, families=["llm"])
+    if manifest is None or not suite.is_current(manifest, [family]):
+        print(f"generating the {family} family into {directory} ...", file=sys.stderr, flush=True)
+        suite.generate(directory, families=[family])
         manifest = suite.load_manifest(directory)
-    if not any(e.family == "llm" for e in manifest.entries):
-        raise SystemExit(f"error: {directory} holds no llm modules")
+    if not any(e.family == family for e in manifest.entries):
+        raise SystemExit(f"error: {directory} holds no {family} modules")
     return manifest
 
 
@@ -157,14 +162,16 @@ def markdown(data: dict) -> str:
     g = s["gain_pct_of_wins"]
     target = data.get("target", "cpu")
     lines = [
-        "# Headroom of the LLM family" + (f" for {target.split('-')[0]}" if target != "cpu" else ""),
+        f"# Headroom of the {'partitioned ' if data.get('family') == 'llm_spmd' else ''}LLM family"
+        + (f" for {target.split('-')[0]}" if target != "cpu" else ""),
         "",
         f"Judged by {data.get('judged_by', 'XLA' + chr(39) + 's CPU pipeline')} (target `{target}`); nothing was "
         "timed: final-ops are instruction counts.",
         "",
         f"Made by `{data['command']}` ({data['cpus']} CPUs, shared machine: times are indicative). "
         f"Sample: {s['modules']} of the family's {data['family_size']} modules, {data['per_stratum']} per stratum "
-        "(kind x scan/unrolled x dense/MoE), both sides of the split. Each module: `autotune run --strategy "
+        f"({'kind x parallel style' if data.get('family') == 'llm_spmd' else 'kind x scan/unrolled x dense/MoE'}), "
+        "both sides of the split. Each module: `autotune run --strategy "
         f"{STRATEGY} --budget {data['budget']}` through the Python API (`Session.tune`, one shared cache). "
         "final-ops = instructions after the sequence followed by XLA's default pipeline; a module has headroom "
         "when the validated best sequence ends below the default's final-ops.",
@@ -217,21 +224,27 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--budget", type=int, default=40, help="random-search evaluations per module (default 40)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--fixed", type=int, default=3, help="most frequent winning sequences to apply to all (default 3)")
-    p.add_argument("--suite", type=Path, default=ROOT / ".autotune" / "llm-suite",
-                   help="generated llm family (generated here when missing)")
-    p.add_argument("--db", type=Path, default=ROOT / ".autotune" / "llm_headroom.db", help="shared cache database")
+    p.add_argument("--family", default="llm", choices=("llm", "llm_spmd"),
+                   help="llm (single device, default) or llm_spmd (partitioned over 2-8 devices)")
+    p.add_argument("--suite", type=Path, default=None,
+                   help="generated family (default .autotune/<family>-suite; generated there when missing)")
+    p.add_argument("--db", type=Path, default=None, help="shared cache database (default .autotune/llm_headroom.db)")
     p.add_argument("--workers", type=int, default=None, help="compiler worker processes")
     p.add_argument("--out", type=Path, default=ROOT / "results")
     p.add_argument("--target", default=None, help="judge for this target (default cpu; e.g. h100)")
     args = p.parse_args(argv)
-    tag = "" if args.target in (None, "cpu") else f"_{args.target}"
-    if tag:
-        args.db = args.db.with_name(args.db.stem + tag + args.db.suffix)
+    target_tag = "" if args.target in (None, "cpu") else f"_{args.target}"
+    spmd = "_spmd" if args.family == "llm_spmd" else ""
+    args.suite = args.suite or ROOT / ".autotune" / f"{args.family.replace('_', '-')}-suite"
+    args.db = args.db or ROOT / ".autotune" / f"llm_headroom{spmd}.db"
+    if target_tag:
+        args.db = args.db.with_name(args.db.stem + target_tag + args.db.suffix)
+    tag = spmd + target_tag
     per = args.per_stratum or (2 if args.quick else 4)
     if per < 1 or args.budget < 1:
         print("error: --per-stratum and --budget must be >= 1", file=sys.stderr)
         return 2
-    manifest = ensure_suite(args.suite)
+    manifest = ensure_suite(args.suite, args.family)
     chosen = sample(manifest, per)
     paths = {e.name: args.suite / e.file for e in chosen}
     args.db.parent.mkdir(parents=True, exist_ok=True)
@@ -257,16 +270,18 @@ def main(argv: list[str] | None = None) -> int:
             print(f"[{i}/{len(chosen)}] {row['module']}: {row['default_final_ops']} -> {row['best_final_ops']} "
                   f"({row['gain_pct']}%) {row['sequence']} {row['seconds']}s", file=sys.stderr, flush=True)
         fixed = fixed_sequences(session, rows, paths, args.fixed) if args.fixed else []
-    command = "python bench/llm_headroom.py" + (" --quick" if args.quick else "") \
+    command = "python bench/llm_headroom.py" + (" --family llm_spmd" if spmd else "") \
+        + (" --quick" if args.quick else "") \
         + (f" --per-stratum {args.per_stratum}" if args.per_stratum else "") \
         + (f" --budget {args.budget}" if args.budget != 40 else "") + (f" --seed {args.seed}" if args.seed else "") \
-        + (f" --target {args.target}" if tag else "")
+        + (f" --target {args.target}" if args.target not in (None, "cpu") else "")
     by_stratum = {k: summary([r for r in rows if r["stratum"] == k]) for k in sorted({r["stratum"] for r in rows})}
     by_split = {k: summary([r for r in rows if r["split"] == k]) for k in ("train", "test")}
     wins = [r for r in rows if r["sequence"]]
     data = {
         "command": command, "target": target, "judged_by": judged_by, "cpus": os.cpu_count(), "strategy": STRATEGY, "budget": args.budget, "seed": args.seed,
-        "per_stratum": per, "family_size": sum(e.family == "llm" for e in manifest.entries),
+        "family": args.family, "per_stratum": per,
+        "family_size": sum(e.family == args.family for e in manifest.entries),
         "summary": summary(rows), "by_stratum": by_stratum, "by_split": by_split,
         "first_passes": Counter(r["sequence"][0] for r in wins).most_common(),
         "sequences": [[list(s), n] for s, n in Counter(tuple(r["sequence"]) for r in wins).most_common()],

@@ -17,7 +17,8 @@ import jax
 import pytest
 
 from autotune.zoo import (
-    CONFIGS, FAMILIES, BertConfig, GPT2Config, LLMConfig, ResNetConfig, count_instructions, kinds, lower, module_name, program,
+    CONFIGS, FAMILIES, BertConfig, GPT2Config, LLMConfig, ResNetConfig, SpmdConfig, count_instructions, kinds, lower,
+    module_name, program,
 )
 from autotune.zoo import suite
 from autotune.zoo.common import lower_to_hlo, sha256_text
@@ -30,6 +31,8 @@ SMALL = {
     "bert": BertConfig(layers=1, d_model=32, heads=2, seq=16, batch=2, vocab=64),
     "resnet": ResNetConfig(stages=2, blocks=1, width=4, image=8, batch=2),
     "llm": LLMConfig(layers=2, d_model=32, heads=4, kv_heads=2, ffn=64, vocab=64, seq=16, batch=2),
+    "llm_spmd": SpmdConfig(layers=1, d_model=32, heads=4, kv_heads=2, ffn=64, vocab=64, seq=16, batch=2,
+                           parallel="tp", devices=2),
 }
 
 #: Lowered in a fresh interpreter: the same configs must give the same bytes as in this process.
@@ -94,15 +97,17 @@ def test_bundled_modules_are_what_generate_writes():
 def test_every_family_and_kind_lowers(family, kind):
     cfg = SMALL[family]
     prog = program(family, kind, cfg)
-    text = lower_to_hlo(prog)
+    text = lower(family, kind, cfg)  # a partitioned program is lowered in a process with the devices
     name = module_name(family, kind, cfg)
     assert name == prog.name and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name)
     assert text.startswith(f"HloModule {name}, ")
     assert suite.MIN_INSTRUCTIONS <= count_instructions(text) <= suite.MAX_INSTRUCTIONS
-    # Parameters are arguments, never baked-in arrays: every constant in the module is a scalar.
+    # Parameters are arguments, never baked-in arrays: every constant in the module is a scalar (the SPMD
+    # partitioner adds tables of one offset per device, s32[devices]).
     for line in text.splitlines():
         if " constant(" in line:
-            assert re.search(r"= \w+\[\] constant\(", line), line
+            table = re.search(r"= s32\[(\d+)\]\{0\} constant\(", line)
+            assert re.search(r"= \w+\[\] constant\(", line) or (table and int(table[1]) <= prog.devices), line
     # Each leaf of the abstract arguments is one entry parameter (none dropped, none added).
     entry = text[text.index("\nENTRY ") :]
     assert entry.count(" parameter(") == len(jax.tree.leaves(prog.args))

@@ -11,17 +11,20 @@ from autotune.cli.common import json_option, print_json
 
 @cli.group()
 def suite() -> None:
-    """The benchmark suite of GPT-2, BERT, ResNet and LLM step modules (generated, never downloaded)."""
+    """The benchmark suite of GPT-2, BERT, ResNet and LLM step modules, single-device and partitioned
+    (generated, never downloaded)."""
 
 
 @suite.command("generate")
 @click.argument("out_dir", type=click.Path(file_okay=False))
 @click.option("--limit", type=click.IntRange(min=1), default=None, help="Only the first N modules.")
-@click.option("--family", "families", multiple=True, help="Only these families (gpt2, bert, resnet, llm); repeatable.")
+@click.option("--family", "families", multiple=True, help="Only these families (gpt2, bert, resnet, llm, llm_spmd); repeatable.")
 @click.option("--jobs", type=click.IntRange(min=1), default=None, help="Parallel lowering processes.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the train/test split.")
+@click.option("--devices", type=int, default=None,
+              help="Partition the llm_spmd family's steps over this many devices instead of the grid's 2, 4 and 8.")
 @json_option
-def generate(out_dir, limit, families, jobs, seed, as_json) -> None:
+def generate(out_dir, limit, families, jobs, seed, devices, as_json) -> None:
     """Lower every suite configuration to DIR/<name>.hlo and write DIR/manifest.json with the split."""
     from rich.progress import Progress
 
@@ -35,7 +38,7 @@ def generate(out_dir, limit, families, jobs, seed, as_json) -> None:
 
         try:
             manifest = zoo_suite.generate(out_dir, limit=limit, families=families or None, progress=tick, jobs=jobs,
-                                          seed=seed)
+                                          seed=seed, devices=devices)
         except ValueError as exc:
             raise BadInput(str(exc)) from None
     data = manifest.to_json()

@@ -20,23 +20,36 @@ Example::
 from __future__ import annotations
 
 import dataclasses
+import os
+import pickle
+import subprocess
+import sys
 from types import ModuleType
 from typing import Any
 
-from autotune.zoo import bert, gpt2, llm, resnet
+import jax
+from jax._src import xla_bridge
+
+from autotune.zoo import bert, gpt2, llm, llm_spmd, resnet
 from autotune.zoo.bert import BertConfig
 from autotune.zoo.common import Program, count_instructions, lower_to_hlo
 from autotune.zoo.gpt2 import GPT2Config
 from autotune.zoo.llm import LLMConfig
+from autotune.zoo.llm_spmd import SpmdConfig
 from autotune.zoo.resnet import ResNetConfig
 
 #: Family name -> module implementing it.
-FAMILIES: dict[str, ModuleType] = {"gpt2": gpt2, "bert": bert, "resnet": resnet, "llm": llm}
+FAMILIES: dict[str, ModuleType] = {"gpt2": gpt2, "bert": bert, "resnet": resnet, "llm": llm, "llm_spmd": llm_spmd}
 
 #: Family name -> its config dataclass.
-CONFIGS: dict[str, type] = {"gpt2": GPT2Config, "bert": BertConfig, "resnet": ResNetConfig, "llm": LLMConfig}
+CONFIGS: dict[str, type] = {"gpt2": GPT2Config, "bert": BertConfig, "resnet": ResNetConfig, "llm": LLMConfig,
+                            "llm_spmd": SpmdConfig}
 
-Config = GPT2Config | BertConfig | ResNetConfig | LLMConfig
+Config = GPT2Config | BertConfig | ResNetConfig | LLMConfig | SpmdConfig
+
+#: CPU devices of a process that lowers partitioned programs: the largest mesh anything here asks for
+#: is checked against it (:func:`lower`).
+LOWERING_DEVICES = 16
 
 
 def family(name: str) -> ModuleType:
@@ -74,12 +87,60 @@ def module_name(name: str, kind: str, cfg: Config) -> str:
 
 
 def lower(name: str, kind: str, cfg: Config) -> str:
-    """HLO text of one family/kind/config (lowering only, no compile)."""
-    return lower_to_hlo(program(name, kind, cfg))
+    """HLO text of one family/kind/config (lowering only, no compile; a partitioned program is
+    compiled over CPU devices to read the partitioner's output, see ``llm_spmd``).
+
+    A partitioned program needs as many CPU devices as its mesh, which a jax process fixes when
+    its backend starts: unless this process already has them, the program is lowered in a fresh
+    process started with :data:`LOWERING_DEVICES` (:func:`init_lowering_process`).
+    """
+    prog = program(name, kind, cfg)
+    if prog.devices > LOWERING_DEVICES:
+        raise ValueError(f"{prog.name} asks for {prog.devices} devices; at most {LOWERING_DEVICES} are lowered here")
+    if prog.devices > 1 and not _has_cpu_devices(prog.devices):
+        return _lower_in_child(name, kind, cfg)
+    return lower_to_hlo(prog)
+
+
+def _lower_in_child(name: str, kind: str, cfg: Config) -> str:
+    """:func:`lower` in a fresh ``python`` (a subprocess, not multiprocessing: no ``__main__`` guard
+    is asked of the caller's script); its errors come back as this process's ``ValueError``."""
+    env = dict(os.environ, JAX_PLATFORMS="cpu", TF_CPP_MIN_LOG_LEVEL="2")
+    proc = subprocess.run([sys.executable, "-c", "from autotune.zoo import _child_main; _child_main()"],
+                          input=pickle.dumps((name, kind, cfg)), capture_output=True, env=env)
+    if proc.returncode:
+        tail = proc.stderr.decode("utf-8", "replace").strip().splitlines()[-1:] or ["no output"]
+        raise RuntimeError(f"lowering {module_name(name, kind, cfg)} failed in its process: {tail[0]}")
+    ok, payload = pickle.loads(proc.stdout)
+    if not ok:
+        raise ValueError(payload)
+    return payload
+
+
+def _child_main() -> None:
+    init_lowering_process()
+    name, kind, cfg = pickle.loads(sys.stdin.buffer.read())
+    try:
+        result = (True, lower_to_hlo(program(name, kind, cfg)))
+    except ValueError as exc:
+        result = (False, str(exc))
+    sys.stdout.buffer.write(pickle.dumps(result))
+
+
+def _has_cpu_devices(n: int) -> bool:
+    """Whether this process's jax already runs with ``n`` CPU devices (never starts a backend)."""
+    return xla_bridge.backends_are_initialized() and len(jax.devices("cpu")) >= n
+
+
+def init_lowering_process() -> None:
+    """Start-up of a process that lowers partitioned programs: CPU only, :data:`LOWERING_DEVICES` devices."""
+    jax.config.update("jax_platforms", "cpu")
+    jax.config.update("jax_num_cpu_devices", LOWERING_DEVICES)
+    jax.devices("cpu")  # started now: lower() in this process sees the devices and lowers here
 
 
 __all__ = [
-    "CONFIGS", "FAMILIES", "BertConfig", "Config", "GPT2Config", "LLMConfig", "Program", "ResNetConfig",
-    "config_from_dict", "count_instructions", "family", "kinds", "lower", "lower_to_hlo",
-    "module_name", "program",
+    "CONFIGS", "FAMILIES", "LOWERING_DEVICES", "BertConfig", "Config", "GPT2Config", "LLMConfig", "Program",
+    "ResNetConfig", "SpmdConfig", "config_from_dict", "count_instructions", "family", "init_lowering_process",
+    "kinds", "lower", "lower_to_hlo", "module_name", "program",
 ]

@@ -22,13 +22,18 @@ import dataclasses
 import hashlib
 import math
 import re
+import tempfile
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import lax
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
+from jaxlib import _hlo
 
 PyTree = Any
 
@@ -368,6 +373,15 @@ class Program:
     name: str
     fn: Callable[..., Any]
     args: tuple[Any, ...]
+    #: A multi-device program: the device mesh as ``((axis, size), ...)`` and a pytree of
+    #: ``PartitionSpec`` matching ``args`` (how ``jax.jit`` in_shardings place each argument).
+    #: Empty: a single-device program.
+    mesh: tuple[tuple[str, int], ...] = ()
+    in_specs: tuple[Any, ...] | None = None
+
+    @property
+    def devices(self) -> int:
+        return math.prod(size for _, size in self.mesh) if self.mesh else 1
 
 
 _NAME_BAD = re.compile(r"[^A-Za-z0-9_]+")
@@ -409,15 +423,66 @@ def lower_to_hlo(program: Program) -> str:
 
     Lowering only (no XLA compile): fast, and exactly the unoptimized module the autotuner starts
     from. ``debug_info=False`` keeps source paths out of the text; the ``HloModule`` line is
-    renamed from ``jit_<fn>`` to the sanitized program name.
+    renamed from ``jit_<fn>`` to the sanitized program name. A multi-device program (``mesh``)
+    goes through :func:`partitioned_text` instead.
     """
-    lowered = jax.jit(program.fn).lower(*program.args)
-    text = lowered.as_text(dialect="hlo", debug_info=False)
+    if program.mesh:
+        text = partitioned_text(program)
+    else:
+        lowered = jax.jit(program.fn).lower(*program.args)
+        text = lowered.as_text(dialect="hlo", debug_info=False)
     name = sanitize_name(program.name)
     renamed, n = _MODULE_LINE.subn(f"HloModule {name}", text, count=1)
     if n != 1:
         raise RuntimeError(f"unexpected HLO text header: {text[:80]!r}")
     return renamed
+
+
+#: XLA names the module it dumps right after SPMD partitioning so (GSPMD and Shardy alike).
+_PARTITIONED_DUMP = "*.after_spmd-partitioning.*.txt"
+
+
+def partitioned_text(program: Program) -> str:
+    """The per-device module XLA's SPMD partitioner makes of a multi-device ``program``, as HLO text.
+
+    Why this module and not the lowered one: a multi-device step as it runs (and as a dump of a
+    real multi-GPU job shows it) is the partitioner's output, one program per device with its
+    collectives (all-gather, reduce-scatter, all-reduce, collective-permute, all-to-all) and
+    partition-id arithmetic, and that is what XLA's optimization pipeline (the part the autotuner
+    orders) works on; the lowered module carries only sharding annotations. jax exposes no
+    partitioner on its own, so the program is compiled over a mesh of this process's CPU devices
+    with a dump of the pass's output, which is read back and printed without metadata (no source
+    paths: the text is the same on every machine). Needs ``mesh``'s device count in this process
+    (``jax_num_cpu_devices``; :func:`autotune.zoo.lower` provides a process that has them).
+    """
+    have = jax.devices()
+    if len(have) < program.devices:
+        raise ValueError(f"{program.name} is partitioned over {program.devices} devices; this process has "
+                         f"{len(have)} (set jax_num_cpu_devices before jax starts)")
+    names = tuple(axis for axis, _ in program.mesh)
+    mesh = Mesh(np.array(have[: program.devices]).reshape([size for _, size in program.mesh]), names)
+    shardings = jax.tree.map(lambda s: NamedSharding(mesh, s), program.in_specs,
+                             is_leaf=lambda x: isinstance(x, PartitionSpec))
+    lowered = jax.jit(program.fn, in_shardings=shardings).lower(*program.args)
+    with tempfile.TemporaryDirectory(prefix="autotune-spmd-") as tmp:
+        # The compile after the dump is the price of the dump; the cheapest LLVM settings keep it small.
+        # What fails after the partitioner (a later pass, jax reading back output shardings) does not
+        # touch the module wanted here.
+        failure = None
+        try:
+            lowered.compile(compiler_options={
+                "xla_dump_to": tmp, "xla_dump_hlo_as_text": True, "xla_dump_hlo_pass_re": "spmd-partitioning",
+                "xla_llvm_disable_expensive_passes": True, "xla_backend_optimization_level": 0,
+            })
+        except Exception as exc:  # noqa: BLE001 - any failure; reported below if no module was written
+            failure = exc
+        dumps = sorted(Path(tmp).glob(_PARTITIONED_DUMP))
+        if not dumps:
+            raise RuntimeError(f"XLA wrote no module after SPMD partitioning for {program.name}: {failure}")
+        text = dumps[0].read_text(encoding="utf-8")
+    options = _hlo.HloPrintOptions()
+    options.print_metadata = False
+    return _hlo.hlo_module_from_text(text).to_string(options)
 
 
 def count_instructions(hlo_text: str) -> int:
@@ -426,8 +491,6 @@ def count_instructions(hlo_text: str) -> int:
     Same definition as the autotuner's ``instructions`` metric, so suite size limits mean the same
     thing the tuner measures.
     """
-    from jaxlib import _hlo
-
     module = _hlo.hlo_module_from_text(hlo_text)
     return sum(len(c.instructions()) for c in module.computations())
 

@@ -34,7 +34,7 @@ import jax.numpy as jnp
 from jax import lax
 
 from autotune.zoo import common
-from autotune.zoo.common import Program, PyTree
+from autotune.zoo.common import Program
 
 FAMILY = "llm"
 
@@ -129,10 +129,15 @@ _SLUG = {
 }
 
 
+def slug(cfg: LLMConfig) -> str:
+    """The model's part of a module name (a knob at its default is left out)."""
+    return common.config_slug(cfg, _SLUG, _DEFAULT)
+
+
 def module_name(cfg: LLMConfig, kind: str) -> str:
     """Module/file name, e.g. ``llm_decode_l4_d64_h4_kv2_f128_v256_s32_b2_rope_rms_swiglu_scan_bf16``; a
     KV cache updated by scatter adds ``_scatter``."""
-    return common.sanitize_name(f"{FAMILY}_{kind}_{common.config_slug(cfg, _SLUG, _DEFAULT)}")
+    return common.sanitize_name(f"{FAMILY}_{kind}_{slug(cfg)}")
 
 
 def supports(cfg: LLMConfig, kind: str) -> bool:

@@ -41,7 +41,7 @@ OPTIMIZERS = ("adam", "sgd", "adam_flat", "sgd_flat")
 DTYPES = ("f32", "bf16")
 
 #: Families split on their own rather than in the shared pool of the original three families.
-OWN_SPLIT = frozenset({"llm"})
+OWN_SPLIT = frozenset({"llm", "llm_spmd"})
 
 
 @dataclass(frozen=True)
@@ -237,6 +237,44 @@ def _llm_configs() -> list[Any]:
     return out
 
 
+# The partitioned LLM steps (autotune.zoo.llm_spmd): every parallel style over two or three device
+# counts, each _SPMD_REPEATS times with another model (attention, feed-forward, scan, cache update,
+# style, dtype and size cycle independently). Shapes are chosen so that 8 devices divide what every
+# style splits (batch, heads, feed-forward, half the sequence, d_model); ep's models have 8 experts.
+_SPMD_MESHES = (("dp", 2), ("dp", 8), ("fsdp", 4), ("fsdp", 8), ("tp", 2), ("tp", 4), ("tp", 8), ("sp", 2),
+                ("sp", 4), ("sp", 8), ("dp_tp", 4), ("dp_tp", 8), ("ep", 4), ("ep", 8))
+_SPMD_REPEATS = 2
+_SPMD_SHAPES: tuple[dict[str, int], ...] = (
+    {"d_model": 64, "heads": 8, "ffn": 128, "vocab": 256, "seq": 32, "batch": 8},
+    {"d_model": 128, "heads": 8, "ffn": 256, "vocab": 512, "seq": 64, "batch": 8},
+    {"d_model": 96, "heads": 8, "ffn": 192, "vocab": 384, "seq": 32, "batch": 16},
+)
+_SPMD_ATTENTION = ({"kv_heads": 2}, {"kv_heads": 8}, {"kv_heads": 4, "kv_repeat": True}, {"kv_heads": 1},
+                   {"kv_heads": 8, "latent": 32})
+_SPMD_EXPERTS = ((0, 2), (4, 1), (0, 2))
+
+
+def _llm_spmd_configs() -> list[Any]:
+    """The partitioned LLM grid (see the comment above)."""
+    from autotune.zoo import SpmdConfig
+
+    out = []
+    for j, (rep, (style, devices)) in enumerate(itertools.product(range(_SPMD_REPEATS), _SPMD_MESHES)):
+        experts, top_k = (8, 2) if style == "ep" else _SPMD_EXPERTS[j % len(_SPMD_EXPERTS)]
+        scan = (j + rep) % 2 == 0
+        attention = dict(_SPMD_ATTENTION[j % len(_SPMD_ATTENTION)])
+        style_knobs = dict(_LLM_STYLE[j % len(_LLM_STYLE)])
+        if attention.get("latent"):
+            style_knobs["positions"] = "rope"
+        out.append(SpmdConfig(
+            layers=((2, 4) if scan else (1, 2))[(j // 3) % 2], **_SPMD_SHAPES[j % len(_SPMD_SHAPES)], **attention,
+            experts=experts, top_k=top_k, scan=scan, cache=_LLM_CACHE[(j // 2) % 2], **style_knobs,
+            remat=j % 3 == 1, optimizer=OPTIMIZERS[j % len(OPTIMIZERS)], dtype=_LLM_DTYPES[j % len(_LLM_DTYPES)],
+            parallel=style, devices=devices,
+        ))
+    return out
+
+
 def _excluded(family_name: str, cfg: Any, kind: str) -> bool:
     """Grid points left out because they fall below MIN_INSTRUCTIONS by construction.
 
@@ -278,6 +316,7 @@ def _model_configs() -> list[tuple[str, Any]]:
             out.append(("resnet", ResNetConfig(stages=stages, blocks=blocks, **shape, **_cycle(j))))
             j += 1
     out.extend(("llm", cfg) for cfg in _llm_configs())
+    out.extend(("llm_spmd", cfg) for cfg in _llm_spmd_configs())
     return out
 
 
@@ -381,7 +420,10 @@ def _lowered(entries: Sequence[SuiteEntry], jobs: int) -> Iterable[tuple[SuiteEn
 
     # spawn: forking a process that has already initialized JAX's runtime threads is unsafe.
     ctx = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(max_workers=jobs, mp_context=ctx) as pool:
+    from autotune.zoo import init_lowering_process
+
+    # Every worker starts with the CPU devices partitioned programs are lowered over.
+    with ProcessPoolExecutor(max_workers=jobs, mp_context=ctx, initializer=init_lowering_process) as pool:
         futures = [pool.submit(lower_entry, *_lower_args(e)) for e in entries]
         for e, fut in zip(entries, futures, strict=True):
             yield e, fut.result()
@@ -395,6 +437,7 @@ def generate(
     jobs: int | None = None,
     seed: int = 0,
     test_fraction: float = 0.25,
+    devices: int | None = None,
 ) -> Manifest:
     """Write ``<name>.hlo`` for each suite entry plus ``manifest.json`` into ``out_dir``.
 
@@ -403,13 +446,15 @@ def generate(
     which subset was generated. An entry whose instruction count falls outside
     [MIN_INSTRUCTIONS, MAX_INSTRUCTIONS] (possible only with another jax version) is not written
     and is listed under ``skipped``. ``progress(done, total, name)`` is called after each module.
+    ``devices`` partitions every partitioned entry (``llm_spmd``) over that many devices instead of
+    its grid's; an entry it cannot partition (the count does not divide what its style splits) is a
+    ``ValueError`` naming it, raised before anything is written.
     """
     import jax
 
     start = time.perf_counter()
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    everything = configs()
+    everything = configs() if devices is None else _repartitioned(configs(), devices)
     sides = split(everything, seed=seed, test_fraction=test_fraction)
     side_of = {n: side for side, names in sides.items() for n in names}
     chosen = everything
@@ -424,6 +469,7 @@ def generate(
     if limit is not None:
         chosen = chosen[: max(limit, 0)]
     jobs = min(os.cpu_count() or 1, 4) if jobs is None else jobs
+    out.mkdir(parents=True, exist_ok=True)
 
     from autotune.zoo.common import count_instructions, sha256_text
 
@@ -447,6 +493,24 @@ def generate(
     text = json.dumps(manifest.to_json(), indent=1) + "\n"
     (out / "manifest.json").write_text(text, encoding="utf-8")
     return manifest
+
+
+def _repartitioned(entries: Sequence[SuiteEntry], devices: int) -> list[SuiteEntry]:
+    """``entries`` with every partitioned one moved to ``devices`` devices (see :func:`generate`)."""
+    from autotune.zoo import LOWERING_DEVICES, family
+
+    if not 2 <= devices <= LOWERING_DEVICES:
+        raise ValueError(f"devices must be within 2..{LOWERING_DEVICES} for a partitioned step, got {devices}")
+    out = []
+    for e in entries:
+        if hasattr(e.config, "devices"):
+            try:
+                cfg = dataclasses.replace(e.config, devices=devices)
+            except ValueError as exc:
+                raise ValueError(f"{e.name} cannot be partitioned over {devices} devices: {exc}") from None
+            e = SuiteEntry(family(e.family).module_name(cfg, e.kind), e.family, e.kind, cfg)
+        out.append(e)
+    return out
 
 
 def is_current(manifest: Manifest, families: Iterable[str]) -> bool:

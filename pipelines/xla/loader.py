@@ -19,7 +19,7 @@ import sys
 
 from autotune.core.module import Module
 from autotune.errors import BadInput
-from autotune.pipelines.xla import hlo
+from autotune.pipelines.xla import hlo, replica_groups
 
 #: An array shape larger than this (2**57 bytes = 128 PiB) is a malformed or hostile input, not a model.
 #: Tuning never allocates a module's arrays (applying passes works on shapes), so a shape too large
@@ -136,7 +136,9 @@ def _from_text(text: str, name: str | None, hint: str) -> Module:
         return _from_mlir(text.encode(), name)
     if not stripped.startswith("HloModule"):
         raise BadInput(f"not HLO text: expected it to start with 'HloModule'{hint}")
-    return _checked(hlo.parse_text(text), name)
+    # A partitioned module from jax's Shardy writes collectives' groups over its mesh; every compile
+    # path here needs them as lists (see replica_groups).
+    return _checked(hlo.parse_text(replica_groups.expand(text)), name)
 
 
 def _from_proto(data: bytes, name: str | None) -> Module:

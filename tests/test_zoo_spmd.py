@@ -1,0 +1,129 @@
+"""The partitioned LLM family (``llm_spmd``): real SPMD partitioner output, tuned end to end.
+
+One small tensor-parallel training step is lowered over 2 CPU devices (in its own process, as
+``autotune.zoo.lower`` does for any partitioned program), checked to be the partitioner's per-device
+program (collectives, partition ids, ``num_partitions``), and tuned by the real CLI. The mesh-form
+device groups that jax's Shardy partitioner writes are checked against groups worked out by hand, and
+through a compile. Bad family options are one line and exit 2 with nothing written.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+
+import pytest
+
+from conftest import run_cli
+from autotune.errors import BadInput
+from autotune.pipelines.xla import replica_groups
+from autotune.zoo import SpmdConfig, llm_spmd, lower, suite
+
+SMALL = dict(layers=1, d_model=32, heads=4, kv_heads=2, ffn=64, vocab=64, seq=16, batch=4)
+
+
+@pytest.fixture(scope="module")
+def tp_train(tmp_path_factory):
+    """A tensor-parallel training step over 2 devices, as HLO text on disk."""
+    text = lower("llm_spmd", "train", SpmdConfig(**SMALL, parallel="tp", devices=2))
+    path = tmp_path_factory.mktemp("spmd") / "tp_train.hlo"
+    path.write_text(text)
+    return path
+
+
+def test_partitioned_step_is_the_per_device_program(tp_train):
+    text = tp_train.read_text()
+    assert re.search(r"num_partitions=2\b", text.splitlines()[0])
+    assert " all-reduce(" in text  # the row-parallel projections' partial sums
+    assert " partition-id(" in text
+    # per device: the column-parallel query projection [layers, d, heads * head_dim] holds half the columns
+    assert re.search(r"bf16\[1,32,16\]\{2,1,0\} parameter\(\d+\), sharding=\{devices=\[1,1,2\]", text)
+    assert "metadata=" not in text and "FileNames" not in text  # machine-independent text
+
+
+def test_partitioned_step_tunes_end_to_end(tp_train, tmp_path):
+    proc = run_cli("run", "--strategy", "random", "--budget", "6", "--json", str(tp_train), db=tmp_path / "c.db")
+    assert proc.returncode == 0, proc.stderr
+    run = json.loads(proc.stdout)
+    assert run["evaluations"] == 6 and run["judged_by"] == "XLA's CPU pipeline"
+    # XLA's default pipeline keeps the collectives (they are the program, not a detail of it)
+    assert run["default"]["opcodes"]["all-reduce"] > 0 and run["default"]["opcodes"]["partition-id"] == 1
+    assert run["best"]["cost"] <= run["default_cost"]
+
+
+def test_mesh_groups_expand_as_worked_out_by_hand():
+    # mesh [2,4] whose position (i, j) holds device ids [4,2]T(1,0) = 0 2 4 6 / 1 3 5 7
+    text = "x = f32[4] all-reduce(p), replica_groups=mesh['axis_0'=2,'axis_1'=4], device_ids=([4,2]T(1,0)) {'axis_0'}, to_apply=add"
+    assert "replica_groups={{0,1},{2,3},{4,5},{6,7}}, to_apply" in replica_groups.expand(text)
+    assert replica_groups.mesh_groups("'a'=2,'b'=4", "[4,2]T(1,0)", "'b'") == [[0, 2, 4, 6], [1, 3, 5, 7]]
+    assert replica_groups.mesh_groups("'a'=2,'b'=2,'c'=2", None, "'a','c'") == [[0, 1, 4, 5], [2, 3, 6, 7]]
+    with pytest.raises(BadInput, match="not understood"):
+        replica_groups.expand("replica_groups=mesh['a':(1)2=2] {'a'}")
+
+
+def test_mesh_form_module_compiles(tmp_path):
+    """XLA's conversion for compiling rejects the mesh form ("Unknown axis"); after expansion it compiles."""
+    path = tmp_path / "mesh.hlo"
+    path.write_text("""HloModule mesh_groups, num_partitions=4
+
+add {
+  x = f32[] parameter(0)
+  y = f32[] parameter(1)
+  ROOT s = f32[] add(x, y)
+}
+
+ENTRY e {
+  p = f32[8] parameter(0)
+  n = f32[8] negate(p)
+  m = f32[8] negate(n)
+  ROOT r = f32[8] all-reduce(m), channel_id=1, replica_groups=mesh['axis_0'=2,'axis_1'=2] {'axis_1'}, use_global_device_ids=true, to_apply=add
+}
+""")
+    proc = run_cli("apply", "--passes", "algsimp", "-o", str(tmp_path / "out.hlo"), str(path), db=tmp_path / "c.db")
+    assert proc.returncode == 0, proc.stderr
+    out = (tmp_path / "out.hlo").read_text()
+    assert "replica_groups={{0,1},{2,3}}" in out and "negate" not in out
+
+
+def test_config_refuses_a_mesh_that_does_not_divide():
+    with pytest.raises(ValueError, match="splits batch 8 ways, but batch is 4"):
+        SpmdConfig(**SMALL, parallel="dp", devices=8)
+    with pytest.raises(ValueError, match="mixture of experts"):
+        SpmdConfig(**SMALL, parallel="ep", devices=2)
+    with pytest.raises(ValueError, match="unknown parallel style"):
+        SpmdConfig(**SMALL, parallel="pp")
+
+
+def test_suite_devices_option_bad_input_writes_nothing(tmp_path):
+    out = tmp_path / "suite"
+    for devices in ("16", "3", "64"):
+        proc = run_cli("suite", "generate", str(out), "--family", "llm_spmd", "--devices", devices)
+        assert proc.returncode == 2, proc.stderr
+        lines = [ln for ln in proc.stderr.splitlines() if ln.startswith("autotune:")]
+        assert len(lines) == 1 and "Traceback" not in proc.stderr
+        assert "cannot be partitioned" in lines[0] or "devices must be within" in lines[0]
+        assert not out.exists()
+
+
+def test_split_keeps_every_partitioning_of_a_model_on_one_side():
+    entries = suite.configs()
+    spmd = [e for e in entries if e.family == "llm_spmd"]
+    assert len({(e.config.parallel, e.config.devices) for e in spmd}) == len(suite._SPMD_MESHES)
+    sides = suite.split(entries)
+    side = {n: s for s, names in sides.items() for n in names}
+    by_model: dict[str, set[str]] = {}
+    for e in spmd:
+        by_model.setdefault(e.group(), set()).add(side[e.name])
+    assert all(len(s) == 1 for s in by_model.values())
+    # the single-device family's split is its own: unchanged by the partitioned one
+    llm_only = [e for e in entries if e.family == "llm"]
+    assert sorted(n for n in suite.split(llm_only)["test"]) == sorted(n for n in sides["test"] if n.startswith("llm_")
+                                                                     and not n.startswith("llm_spmd_"))
+
+
+def test_module_name_says_style_and_devices():
+    cfg = SpmdConfig(**SMALL, parallel="dp_tp", devices=4)
+    assert llm_spmd.module_name(cfg, "decode").endswith("_dp_tp4")
+    assert cfg.mesh == (("data", 2), ("model", 2))
+    assert dataclasses.replace(cfg, devices=2).mesh == (("data", 1), ("model", 2))
