@@ -15,7 +15,8 @@ import re
 
 import pytest
 
-from conftest import run_cli
+from conftest import SMALL as SMALL_MODULE, run_cli
+from autotune.core.module import load
 from autotune.errors import BadInput
 from autotune.pipelines.xla import replica_groups
 from autotune.zoo import SpmdConfig, llm_spmd, lower, suite
@@ -50,6 +51,17 @@ def test_partitioned_step_tunes_end_to_end(tp_train, tmp_path):
     # XLA's default pipeline keeps the collectives (they are the program, not a detail of it)
     assert run["default"]["opcodes"]["all-reduce"] > 0 and run["default"]["opcodes"]["partition-id"] == 1
     assert run["best"]["cost"] <= run["default_cost"]
+
+
+def test_partitioned_step_is_not_executed_alone(tp_train, pipeline, engine):
+    """Its collectives wait for a device that is not there: no inputs are drawn for it (validation then
+    says ``compiled`` with this reason, or runs the changed regions that hold no collective)."""
+    module = engine.prepare(load(tp_train))
+    assert pipeline.devices_spanned(module) == 2
+    with pytest.raises(BadInput, match="one device's program of a step partitioned over 2 devices"):
+        pipeline.parameter_specs(module)
+    single = engine.prepare(load(SMALL_MODULE))
+    assert pipeline.devices_spanned(single) == 1 and pipeline.parameter_specs(single)
 
 
 def test_mesh_groups_expand_as_worked_out_by_hand():

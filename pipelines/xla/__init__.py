@@ -27,7 +27,7 @@ from autotune.core.module import Module
 from autotune.core.target import CPU
 from autotune.core.workers import WorkerPool
 from autotune.errors import BadInput, PassFailed, UnknownName
-from autotune.pipelines.xla import hlo, loader, region, standins, surrogate, targets
+from autotune.pipelines.xla import hlo, loader, region, replica_groups, standins, surrogate, targets
 from autotune.pipelines.xla.inventory import PassInventory
 from autotune.pipelines.xla.runner import parameter_specs
 from autotune.pipelines.xla.worker_api import XlaGpuRequests, XlaRequests
@@ -292,8 +292,27 @@ class XlaPipeline(BackendBase):
             raise BadInput(str(exc)) from None
 
     def parameter_specs(self, module: Module) -> list:
-        """The entry computation's parameter leaves (``runner.ParamSpec``), read in this process."""
+        """The entry computation's parameter leaves (``runner.ParamSpec``), read in this process.
+
+        ``BadInput`` for one device's program of a partitioned step: its collectives wait for devices
+        this host does not run it with, so it takes no inputs here (validation then says so and
+        checks the changed regions that hold no collective; ``--objective runtime`` refuses it).
+        """
+        spanned = self.devices_spanned(module)
+        if spanned > 1:
+            others = f"{spanned - 1} other device{'s' if spanned > 2 else ''}"
+            raise BadInput(f"it is one device's program of a step partitioned over {spanned} devices: its "
+                           f"collectives exchange data with {others}, which do not run here")
         return parameter_specs(module.proto)
+
+    def devices_spanned(self, module: Module) -> int:
+        """How many devices ``module``'s collectives name (``replica_groups.devices_spanned``; cached)."""
+        cache = self.__dict__.setdefault("_spanned", {})
+        if module.fingerprint not in cache:
+            parsed = hlo.parse_proto(module.proto)
+            collective = replica_groups.COLLECTIVES & set(hlo.opcode_histogram(parsed))
+            cache[module.fingerprint] = replica_groups.devices_spanned(hlo.elided_text(parsed)) if collective else 1
+        return cache[module.fingerprint]
 
     def compiles(self, module: Module) -> bool:
         """True if the full default pipeline compiles ``module``; raises ``PassFailed`` otherwise."""
