@@ -123,12 +123,19 @@ def rel(path: Path) -> str:
     return str(path)  # outside the repository: the whole path, which says where it is
 
 
+#: The families trained on: the single-device ``llm`` family, and with ``--spmd`` its partitioned steps
+#: (``llm_spmd``) too (an experiment of issue 31, into its own work directory and policy file).
+FAMILIES = ["llm"]
+
+
 def stratified(entries, n: int) -> list:
-    """``n`` entries spread over (kind, scan, moe) strata, in a fixed hash order within each."""
+    """``n`` entries spread over (kind, scan, moe) strata (and the family, with ``--spmd``), in a fixed
+    hash order within each."""
     strata: dict[str, list] = {}
     for e in entries:
         c = e.config
-        strata.setdefault(f"{e.kind}/{c['scan']}/{bool(c['experts'])}", []).append(e)
+        family = f"{e.family}/" if len(FAMILIES) > 1 else ""
+        strata.setdefault(f"{family}{e.kind}/{c['scan']}/{bool(c['experts'])}", []).append(e)
     for key in strata:
         strata[key].sort(key=lambda e: hashlib.sha256(e.name.encode()).hexdigest())
     out = []
@@ -169,10 +176,10 @@ class Work:
         """The llm family, generated when missing or generated from another grid (stages already
         run on the old one are then stale: the caller starts a fresh ``--work``)."""
         if not (self.suite / "manifest.json").exists():
-            log(f"generating the llm family into {self.suite}")
-            return suite.generate(self.suite, families=["llm"], jobs=2)
+            log(f"generating the {' and '.join(FAMILIES)} families into {self.suite}")
+            return suite.generate(self.suite, families=FAMILIES, jobs=2)
         manifest = suite.load_manifest(self.suite)
-        if not suite.is_current(manifest, ["llm"]):
+        if not suite.is_current(manifest, FAMILIES):
             raise SystemExit(f"error: {self.suite} holds another grid of the llm family than this code's; "
                              "start a fresh --work directory (its stages were computed on the old modules)")
         return manifest
@@ -358,7 +365,8 @@ def stage_train(work: Work, policy: Path) -> dict:
             f"({bc['stop_samples']} STOP)")
     log(f"train: PPO from the imitation weights, {p['timesteps']} timesteps, {p['envs']} envs")
     with open_engine(work.db("train"), workers=1, target=TARGET) as ev:
-        training_set = {"suite": "autotune suite generate --family llm", "split": "train", "modules": len(paths),
+        training_set = {"suite": "autotune suite generate" + "".join(f" --family {f}" for f in FAMILIES),
+                        "split": "train", "modules": len(paths),
                         "command": "python bench/learning.py"}
         stats = fine_tune(ev, work, policy, p["timesteps"], references=demos["references"],
                           training_set=training_set)
@@ -1145,9 +1153,20 @@ def main(argv=None) -> int:
     ap.add_argument("--target", default=None,
                     help="learn for this target (e.g. h100): its own work directory, policy (autotune/policies/"
                          "llm-TARGET.zip) and reports (results/learning-TARGET/) unless given")
+    ap.add_argument("--spmd", action="store_true",
+                    help="train on the partitioned steps (llm_spmd) too: .autotune/learning-spmd, its llm-spmd.zip "
+                         "(not shipped), results/learning-spmd/ unless given")
     args = ap.parse_args(argv)
     global TARGET
     given_policy = args.policy
+    if args.spmd:
+        FAMILIES.append("llm_spmd")
+        if args.work == str(ROOT / ".autotune" / "learning"):
+            args.work = str(ROOT / ".autotune" / "learning-spmd")
+        if Path(args.policy).resolve() == POLICY.resolve():
+            args.policy = str(Path(args.work) / "llm-spmd.zip")
+        if Path(args.out).resolve() == (ROOT / "results").resolve():
+            args.out = str(ROOT / "results" / "learning-spmd")
     if args.target not in (None, "cpu"):
         TARGET = args.target
         tag = args.target.lower()
@@ -1174,7 +1193,7 @@ def main(argv=None) -> int:
         if v) + (" --no-stop-labels" if args.no_stop_labels else "") + (
         f" --obs-noise {args.obs_noise}" if args.obs_noise else "") + (f" --policy {given_policy}" if Path(given_policy).resolve() != POLICY.resolve() else "") + (
         f" --out {args.out}" if Path(args.out).resolve() != (ROOT / "results").resolve() and not TARGET else "") + (
-        f" --target {args.target}" if TARGET else "")
+        f" --target {args.target}" if TARGET else "") + (" --spmd" if args.spmd else "")
     stale = ["policy", "roll-out", "imitation", "ppo", "random@evals", "random@steps", "random@4xsteps"]  # the old policies'
     stale += [f"random@{k}-s{seed}" for k in ("evals", "steps", "4xsteps") for seed in range(RANDOM_SEEDS)]
     stale += [f"seed{seed}" for seed in TRAINING_SEEDS]

@@ -209,6 +209,10 @@ def _report(result, as_json: bool, out_dir) -> None:
     out.print(table)
     out.print(f"target {result.target.key}: passes applied and judged by {result.target.judged_by()}"
               + ("; not timed on a GPU" if result.target.is_gpu and not (result.claim and result.claim.measured) else ""))
+    if result.input.collectives:
+        out.print(f"{result.input.collectives} collectives: judged as one device's program of a partitioned step, "
+                  "compiled for one partition (a proxy for the step's compile over all its devices, "
+                  "docs/llm-family.md)")
     if result.best and result.beats_default:
         n = len(result.best_sequence)
         out.print(f"best sequence ({n} pass{'es' if n != 1 else ''}): {','.join(result.best_sequence)}")

@@ -6,6 +6,12 @@ import json
 import math
 from dataclasses import dataclass, field
 
+#: HLO opcodes that exchange data between devices (and their asynchronous halves).
+COLLECTIVE_OPCODES = frozenset({
+    "all-reduce", "all-gather", "reduce-scatter", "all-to-all", "collective-permute", "collective-broadcast",
+    "ragged-all-to-all", "all-reduce-start", "all-gather-start", "collective-permute-start",
+})
+
 
 @dataclass(frozen=True)
 class Metrics:
@@ -67,6 +73,12 @@ class Metrics:
     @property
     def opcode_counts(self) -> dict[str, int]:
         return dict(self.opcodes)
+
+    @property
+    def collectives(self) -> int:
+        """Instructions that exchange data between devices (``COLLECTIVE_OPCODES``): a module with any
+        is one device's program of a partitioned step, and runs say how it is judged."""
+        return sum(n for op, n in self.opcodes if op in COLLECTIVE_OPCODES)
 
     @property
     def structure_counts(self) -> dict[str, int] | None:

@@ -24,6 +24,7 @@ import re
 
 import numpy as np
 
+from autotune.core.metrics import COLLECTIVE_OPCODES as COLLECTIVES
 from autotune.errors import BadInput
 
 _MESH_GROUPS = re.compile(
@@ -87,11 +88,6 @@ def device_ids(text: str | None, n: int) -> np.ndarray:
     return ids
 
 
-#: Opcodes that exchange data between devices (and their asynchronous halves).
-COLLECTIVES = frozenset({
-    "all-reduce", "all-gather", "reduce-scatter", "all-to-all", "collective-permute", "collective-broadcast",
-    "ragged-all-to-all", "all-reduce-start", "all-gather-start", "collective-permute-start",
-})
 _LIST_GROUPS = re.compile(r"(?:replica_groups|source_target_pairs)=\{((?:\{[\d,]*\},?)*)\}")
 _IOTA_GROUPS = re.compile(r"replica_groups=\[(\d+),(\d+)\]<=")
 

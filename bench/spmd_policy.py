@@ -1,0 +1,144 @@
+#!/usr/bin/env python
+"""A policy, zero-shot, on the partitioned LLM steps (``llm_spmd``) against a search's ceiling.
+
+    python bench/spmd_policy.py [--policy PATH] [--split test|train|all] [--budget 40]
+
+Why: issue 31 asks that the zero-shot policy reach 80% of a search's gain on the multi-device part
+of the family's test split, and the shipped ``llm`` policy has never seen a partitioned program.
+For every module of the chosen split: the policy's ONE deterministic roll-out, pruned (what
+``autotune run --strategy ppo --budget 4 -O finetune=false --no-validate`` returns) and random search
+at ``--budget`` evaluations (the ceiling), each on its own cold cache so that its compiled steps are
+what it costs alone. Judged by XLA's CPU pipeline (final-ops, instruction counts; nothing timed).
+Writes ``results/spmd_policy.md`` and ``results/spmd_policy.json`` (``--tag`` names another pair).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from autotune.api import Session  # noqa: E402
+from llm_headroom import ensure_suite  # noqa: E402
+
+POLICY = ROOT / "autotune" / "policies" / "llm.zip"
+
+
+def run_method(session: Session, path: Path, method: str, policy: Path, budget: int) -> dict:
+    t0 = time.perf_counter()
+    if method == "policy":
+        r = session.tune(path, strategy="ppo", budget=4, max_length=4, validate=False,
+                         options={"policy": str(policy), "finetune": False})
+    else:
+        r = session.tune(path, strategy="random", budget=budget, validate=False)
+    best = r.best.cost if r.best and r.beats_default else r.default_cost
+    return {"final_ops": int(best), "default": int(r.default_cost), "steps": r.steps_compiled,
+            "sequence": list(r.best_sequence) if r.beats_default else [], "seconds": round(time.perf_counter() - t0, 1)}
+
+
+def fraction(row: dict) -> float | None:
+    ceiling = row["default"] - row["search"]["final_ops"]
+    return None if ceiling <= 0 else (row["default"] - row["policy"]["final_ops"]) / ceiling
+
+
+def markdown(data: dict) -> str:
+    s = data["summary"]
+    lines = [
+        "# A policy zero-shot on the partitioned LLM steps", "",
+        f"Made by `{data['command']}` ({data['cpus']} CPUs, shared machine). Judged by XLA's CPU pipeline "
+        "(final-ops: instructions after the sequence and XLA's default pipeline); nothing was timed, nothing "
+        "validated (`--no-validate`: a partitioned step cannot execute on one device here).", "",
+        f"Policy `{data['policy']}` (trained on: {data['trained_on']}), one roll-out pruned, against random search at "
+        f"budget {data['budget']} (the ceiling), on the `{data['split']}` split of `llm_spmd` "
+        f"({s['modules']} modules, {s['with_headroom']} where the search beats XLA's default).", "",
+        f"**The policy recovers {s['mean_fraction']:.0%} of the ceiling's gain on average ({s['pooled']:.0%} pooled) "
+        f"at {s['policy_steps']:.1f} compiled steps per module; the search costs {s['search_steps']:.1f}.** "
+        f"It beats the default on {s['policy_wins']} modules and is worse than it on none (an answer is never "
+        "worse than the default: a run returns the default when nothing beats it).", "",
+        "| style | modules | with headroom | mean fraction |", "|---|---:|---:|---:|",
+    ]
+    for style, sub in data["by_style"].items():
+        mean = "-" if sub["mean_fraction"] is None else f"{sub['mean_fraction']:.0%}"
+        lines.append(f"| {style} | {sub['modules']} | {sub['with_headroom']} | {mean} |")
+    lines += ["", "| module | default | policy | search | policy sequence | search sequence |",
+              "|---|---:|---:|---:|---|---|"]
+    for r in data["rows"]:
+        lines.append(f"| {r['module']} | {r['default']} | {r['policy']['final_ops']} | {r['search']['final_ops']} | "
+                     f"`{','.join(r['policy']['sequence']) or '(default)'}` | "
+                     f"`{','.join(r['search']['sequence']) or '(default)'}` |")
+    return "\n".join(lines) + "\n"
+
+
+def summarize(rows: list[dict]) -> dict:
+    fr = [f for f in (fraction(r) for r in rows) if f is not None]
+    gained = [r for r in rows if r["default"] > r["search"]["final_ops"]]
+    pooled_ceiling = sum(r["default"] - r["search"]["final_ops"] for r in gained)
+    pooled = sum(r["default"] - r["policy"]["final_ops"] for r in gained) / pooled_ceiling if pooled_ceiling else 0.0
+    return {
+        "modules": len(rows), "with_headroom": len(gained),
+        "mean_fraction": round(statistics.mean(fr), 3) if fr else None, "pooled": round(pooled, 3),
+        "policy_wins": sum(r["policy"]["final_ops"] < r["default"] for r in rows),
+        "policy_steps": statistics.mean(r["policy"]["steps"] for r in rows) if rows else 0.0,
+        "search_steps": statistics.mean(r["search"]["steps"] for r in rows) if rows else 0.0,
+    }
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--policy", type=Path, default=POLICY)
+    p.add_argument("--split", choices=("test", "train", "all"), default="test")
+    p.add_argument("--budget", type=int, default=40, help="random search evaluations (the ceiling)")
+    p.add_argument("--suite", type=Path, default=ROOT / ".autotune" / "llm-spmd-suite")
+    p.add_argument("--work", type=Path, default=ROOT / ".autotune" / "spmd_policy")
+    p.add_argument("--tag", default="", help="suffix of the result files (results/spmd_policy<tag>.md)")
+    p.add_argument("--out", type=Path, default=ROOT / "results")
+    args = p.parse_args(argv)
+    if not args.policy.exists():
+        print(f"error: no policy at {args.policy}", file=sys.stderr)
+        return 2
+    manifest = ensure_suite(args.suite, "llm_spmd")
+    entries = [e for e in manifest.entries if args.split == "all" or e.split == args.split]
+    args.work.mkdir(parents=True, exist_ok=True)
+    policy_db = args.work / f"policy-{args.policy.stem}{args.tag}.db"
+    rows = []
+    with Session(cache=policy_db) as pol, Session(cache=args.work / "search.db") as search:
+        for i, e in enumerate(entries, 1):
+            path = args.suite / e.file
+            row = {"module": e.name, "split": e.split, "style": e.config["parallel"], "devices": e.config["devices"],
+                   "policy": run_method(pol, path, "policy", args.policy, args.budget),
+                   "search": run_method(search, path, "search", args.policy, args.budget)}
+            row["default"] = row["policy"]["default"]
+            rows.append(row)
+            print(f"[{i}/{len(entries)}] {e.name}: default {row['default']}, policy {row['policy']['final_ops']} "
+                  f"{row['policy']['sequence']}, search {row['search']['final_ops']} {row['search']['sequence']}",
+                  file=sys.stderr, flush=True)
+    sidecar = Path(str(args.policy) + ".json")
+    meta = json.loads(sidecar.read_text()) if sidecar.exists() else {}
+    trained = (meta.get("training_set") or {}).get("suite", "?")
+    command = "python bench/spmd_policy.py" + (f" --policy {os.path.relpath(args.policy, ROOT)}"
+                                              if args.policy != POLICY else "") \
+        + (f" --split {args.split}" if args.split != "test" else "") \
+        + (f" --budget {args.budget}" if args.budget != 40 else "") + (f" --tag {args.tag}" if args.tag else "")
+    styles = sorted({r["style"] for r in rows})
+    data = {"command": command, "cpus": os.cpu_count(), "policy": os.path.relpath(args.policy, ROOT),
+            "trained_on": trained, "split": args.split, "budget": args.budget, "summary": summarize(rows),
+            "by_style": {s: summarize([r for r in rows if r["style"] == s]) for s in styles}, "rows": rows}
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / f"spmd_policy{args.tag}.json").write_text(json.dumps(data, indent=1) + "\n")
+    (args.out / f"spmd_policy{args.tag}.md").write_text(markdown(data))
+    s = data["summary"]
+    print(f"policy: {s['mean_fraction']} of the ceiling (pooled {s['pooled']}) on {s['modules']} modules; "
+          f"wrote {args.out / f'spmd_policy{args.tag}.md'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
