@@ -22,7 +22,7 @@ import re
 from collections.abc import Iterable, Iterator, Sequence
 
 from autotune.core.backend import DEFAULT, IDENTITY, BackendBase, PassInfo, remote
-from autotune.core.metrics import Metrics
+from autotune.core.metrics import COLLECTIVE_OPCODES, Metrics
 from autotune.core.module import Module
 from autotune.core.target import CPU
 from autotune.core.workers import WorkerPool
@@ -310,7 +310,7 @@ class XlaPipeline(BackendBase):
         cache = self.__dict__.setdefault("_spanned", {})
         if module.fingerprint not in cache:
             parsed = hlo.parse_proto(module.proto)
-            collective = replica_groups.COLLECTIVES & set(hlo.opcode_histogram(parsed))
+            collective = COLLECTIVE_OPCODES & set(hlo.opcode_histogram(parsed))
             cache[module.fingerprint] = replica_groups.devices_spanned(hlo.elided_text(parsed)) if collective else 1
         return cache[module.fingerprint]
 

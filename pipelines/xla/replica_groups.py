@@ -24,7 +24,6 @@ import re
 
 import numpy as np
 
-from autotune.core.metrics import COLLECTIVE_OPCODES as COLLECTIVES
 from autotune.errors import BadInput
 
 _MESH_GROUPS = re.compile(

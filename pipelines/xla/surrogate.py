@@ -41,10 +41,10 @@ def lift_constants(proto: bytes, min_bytes: int = LIFT_MIN_BYTES) -> tuple[bytes
     if next(hlo.constant_literals(proto, min_bytes), None) is None:  # a scan of the bytes: no printing
         return None
     lines = hlo.to_text(hlo.parse_proto(proto)).split("\n")
-    in_entry, entry_at, params, lifted = False, None, -1, []
+    in_entry, params, lifted = False, -1, []
     for i, line in enumerate(lines):
         if _ENTRY.match(line):
-            in_entry, entry_at = True, i
+            in_entry = True
             continue
         if not in_entry:
             continue
