@@ -2,9 +2,11 @@
 
 One small tensor-parallel training step is lowered over 2 CPU devices (in its own process, as
 ``autotune.zoo.lower`` does for any partitioned program), checked to be the partitioner's per-device
-program (collectives, partition ids, ``num_partitions``), and tuned by the real CLI. The mesh-form
-device groups that jax's Shardy partitioner writes are checked against groups worked out by hand, and
-through a compile. Bad family options are one line and exit 2 with nothing written.
+program (collectives, partition ids, ``num_partitions``), and tuned by the real CLI. A per-device
+program is validated as partitions on several CPU devices, with real collectives: a dropped all-reduce
+is caught. The mesh-form device groups that jax's Shardy partitioner writes are checked against groups
+worked out by hand, and through a compile. Bad family options are one line and exit 2 with nothing
+written.
 """
 
 from __future__ import annotations
@@ -56,13 +58,55 @@ def test_partitioned_step_tunes_end_to_end(tp_train, tmp_path):
     assert run["best"]["cost"] <= run["default_cost"]
 
 
-def test_partitioned_step_is_not_executed_alone(tp_train, pipeline, engine):
-    """Its collectives wait for a device that is not there: no inputs are drawn for it (validation then
-    says ``compiled`` with this reason, or runs the changed regions that hold no collective)."""
+AR = """HloModule ar, num_partitions=2
+
+add {
+  x = f32[] parameter(0)
+  y = f32[] parameter(1)
+  ROOT s = f32[] add(x, y)
+}
+
+ENTRY e {
+  p = f32[4] parameter(0)
+  pid = u32[] partition-id()
+  c = f32[] convert(pid)
+  b = f32[4] broadcast(c), dimensions={}
+  q = f32[4] add(p, b)
+  ROOT r = f32[4] %s
+}
+"""
+
+
+def test_partitioned_program_runs_with_its_peers(tmp_path):
+    """Run alone, an all-reduce over {0,1} would sum one participant (the identity) and dropping it
+    would look harmless; run as 2 partitions with their own inputs and partition ids, it is caught."""
+    original, dropped, same = (tmp_path / n for n in ("ar.hlo", "dropped.hlo", "same.hlo"))
+    collective = "all-reduce(q), channel_id=1, replica_groups={{0,1}}, use_global_device_ids=true, to_apply=add"
+    original.write_text(AR % collective)
+    dropped.write_text(AR % "copy(q)")
+    sums = ("  sum_p = f32[4] all-reduce(p), channel_id=1, replica_groups={{0,1}}, use_global_device_ids=true, to_apply=add\n"
+            "  sum_b = f32[4] all-reduce(b), channel_id=2, replica_groups={{0,1}}, use_global_device_ids=true, to_apply=add")
+    same.write_text((AR % "add(sum_p, sum_b)").replace("  q = f32[4] add(p, b)", sums))  # the same values, another program
+    proc = run_cli("validate", str(original), str(dropped), db=tmp_path / "c.db")
+    assert proc.returncode == 1 and "MISMATCH" in proc.stdout + proc.stderr, proc.stdout + proc.stderr
+    proc = run_cli("validate", "--json", str(original), str(same), db=tmp_path / "c.db")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    report = json.loads(proc.stdout)
+    assert report["level"] == "executed", report
+
+
+def test_partitioned_step_specs_and_limits(tp_train, pipeline, engine, tmp_path):
     module = engine.prepare(load(tp_train))
     assert pipeline.devices_spanned(module) == 2
-    with pytest.raises(BadInput, match="one device's program of a step partitioned over 2 devices"):
-        pipeline.parameter_specs(module)
+    specs = pipeline.parameter_specs(module)
+    assert len(specs) % 2 == 0 and specs[: len(specs) // 2] == specs[len(specs) // 2:]  # one set per device
+    with pytest.raises(BadInput, match="run time here says nothing"):
+        pipeline.time(module)
+    wide = tmp_path / "wide.hlo"
+    wide.write_text((AR % ("all-reduce(q), channel_id=1, replica_groups={{0,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15}}, "
+                           "use_global_device_ids=true, to_apply=add")).replace("num_partitions=2", "num_partitions=16"))
+    with pytest.raises(BadInput, match="at most 8"):
+        pipeline.parameter_specs(engine.prepare(load(wide)))
     single = engine.prepare(load(SMALL_MODULE))
     assert pipeline.devices_spanned(single) == 1 and pipeline.parameter_specs(single)
 

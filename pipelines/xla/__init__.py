@@ -22,12 +22,12 @@ import re
 from collections.abc import Iterable, Iterator, Sequence
 
 from autotune.core.backend import DEFAULT, IDENTITY, BackendBase, PassInfo, remote
-from autotune.core.metrics import COLLECTIVE_OPCODES, Metrics
+from autotune.core.metrics import Metrics
 from autotune.core.module import Module
 from autotune.core.target import CPU
 from autotune.core.workers import WorkerPool
 from autotune.errors import BadInput, PassFailed, UnknownName
-from autotune.pipelines.xla import hlo, loader, region, replica_groups, standins, surrogate, targets
+from autotune.pipelines.xla import hlo, loader, partitioned, region, standins, surrogate, targets
 from autotune.pipelines.xla.inventory import PassInventory
 from autotune.pipelines.xla.runner import parameter_specs
 from autotune.pipelines.xla.worker_api import XlaGpuRequests, XlaRequests
@@ -39,7 +39,10 @@ GPU_ENGINE_VERSION = 1
 
 WORKER = "autotune.pipelines.xla.worker:XlaWorker"
 GPU_WORKER = "autotune.pipelines.xla.gpu_worker:XlaGpuWorker"
-WORKER_ENV = {"JAX_PLATFORMS": "cpu", "XLA_FLAGS": "", "TF_CPP_MIN_LOG_LEVEL": "1"}
+#: Workers start with ``partitioned.DEVICES`` CPU devices: one is used, except to run one device's
+#: program of a partitioned step with its peers (validation).
+WORKER_ENV = {"JAX_PLATFORMS": "cpu", "XLA_FLAGS": f"--xla_force_host_platform_device_count={partitioned.DEVICES}",
+              "TF_CPP_MIN_LOG_LEVEL": "1"}
 #: A GPU worker compiles deviceless: the CUDA plugin must not insist on a driver and libraries.
 GPU_WORKER_ENV = {**WORKER_ENV, "JAX_SKIP_CUDA_CONSTRAINTS_CHECK": "1", "TF_CPP_MIN_LOG_LEVEL": "3"}
 
@@ -292,27 +295,31 @@ class XlaPipeline(BackendBase):
             raise BadInput(str(exc)) from None
 
     def parameter_specs(self, module: Module) -> list:
-        """The entry computation's parameter leaves (``runner.ParamSpec``), read in this process.
-
-        ``BadInput`` for one device's program of a partitioned step: its collectives wait for devices
-        this host does not run it with, so it takes no inputs here (validation then says so and
-        checks the changed regions that hold no collective; ``--objective runtime`` refuses it).
-        """
-        spanned = self.devices_spanned(module)
-        if spanned > 1:
-            others = f"{spanned - 1} other device{'s' if spanned > 2 else ''}"
-            raise BadInput(f"it is one device's program of a step partitioned over {spanned} devices: its "
-                           f"collectives exchange data with {others}, which do not run here")
-        return parameter_specs(module.proto)
+        """The entry computation's parameter leaves (``runner.ParamSpec``), read in this process; for
+        one device's program of a partitioned step, one set per device its collectives name (each
+        device draws its own inputs, ``partitioned``), and ``BadInput`` beyond the devices a worker
+        runs (``partitioned.DEVICES``): it cannot run here at all."""
+        specs = parameter_specs(module.proto)
+        n = self.devices_spanned(module)
+        if n > partitioned.DEVICES:
+            raise BadInput(f"it is one device's program of a step partitioned over {n} devices; this host runs "
+                           f"partitioned programs on at most {partitioned.DEVICES}")
+        return specs * n
 
     def devices_spanned(self, module: Module) -> int:
-        """How many devices ``module``'s collectives name (``replica_groups.devices_spanned``; cached)."""
+        """How many devices ``module``'s collectives name (``partitioned.partitions``; cached)."""
         cache = self.__dict__.setdefault("_spanned", {})
         if module.fingerprint not in cache:
-            parsed = hlo.parse_proto(module.proto)
-            collective = COLLECTIVE_OPCODES & set(hlo.opcode_histogram(parsed))
-            cache[module.fingerprint] = replica_groups.devices_spanned(hlo.elided_text(parsed)) if collective else 1
+            cache[module.fingerprint] = partitioned.partitions(hlo.parse_proto(module.proto))
         return cache[module.fingerprint]
+
+    def _single_device(self, module: Module) -> None:
+        """``BadInput`` for a partitioned step's per-device program: its time on CPU devices standing in
+        for the step's is no measure of anything."""
+        n = self.devices_spanned(module)
+        if n > 1:
+            raise BadInput(f"it is one device's program of a step partitioned over {n} devices: its run time "
+                           "here says nothing about the step's (use final-ops or a GPU target)")
 
     def compiles(self, module: Module) -> bool:
         """True if the full default pipeline compiles ``module``; raises ``PassFailed`` otherwise."""
@@ -322,6 +329,7 @@ class XlaPipeline(BackendBase):
              floats: str = "normal", int_high: int = 4) -> dict:
         """Run time of the fully compiled module: ``seconds`` per run for each sample, ``median``,
         ``min``, ``mad``, ``iqr``, ``p90``; each sample a calibrated loop of >= ``min_seconds``."""
+        self._single_device(module)
         return self.remote(self.run_timeout).time(module.proto, int(seed), int(repeats), int(warmup), floats,
                                                   int(int_high), float(min_seconds))
 
@@ -332,6 +340,7 @@ class XlaPipeline(BackendBase):
         """``a`` and ``b`` timed interleaved in ONE worker (one request: both compiled once, then
         ``rounds`` alternating samples): per-run seconds per round in ``a`` and ``b``. ``options_*``
         compile an arm with XLA debug options (``[("xla_disable_hlo_passes", "fusion")]``)."""
+        self._single_device(a)
         return self.remote(self.run_timeout).time_ab(a.proto, b.proto, int(seed), int(rounds), int(warmup), floats,
                                                      int(int_high), float(min_seconds), list(options_a or []) or None,
                                                      list(options_b or []) or None)

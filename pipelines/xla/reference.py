@@ -30,7 +30,7 @@ import re
 import numpy as np
 
 from autotune.errors import BadInput, PassFailed
-from autotune.pipelines.xla import hlo, runner
+from autotune.pipelines.xla import hlo, partitioned, runner
 
 #: The narrow float types widened for the reference (what XLA CPU emulates through f32).
 NARROW = ("bf16", "f16")
@@ -104,5 +104,9 @@ def execute_reference(worker, proto: bytes, seed: int = 0, floats: str = "normal
     wide = widened_proto(proto)
     if wide is None:
         return None
+    n = partitioned.partitions(hlo.parse_proto(proto))
+    if n > 1:  # every device's inputs, as runner.execute draws them
+        per_device = runner.device_inputs(proto, seed, floats, int_high, n)
+        return runner.execute_on_devices(worker, wide, [[_widen_input(x) for x in xs] for xs in per_device])
     inputs = [_widen_input(x) for x in runner.random_inputs(proto, seed, floats, int_high)]
     return runner.execute_on(worker, wide, inputs)

@@ -86,22 +86,3 @@ def device_ids(text: str | None, n: int) -> np.ndarray:
         raise BadInput(f"mesh device ids {text!r} are not a permutation of the mesh's {n} devices")
     return ids
 
-
-_LIST_GROUPS = re.compile(r"(?:replica_groups|source_target_pairs)=\{((?:\{[\d,]*\},?)*)\}")
-_IOTA_GROUPS = re.compile(r"replica_groups=\[(\d+),(\d+)\]<=")
-
-
-def devices_spanned(text: str) -> int:
-    """How many devices the collectives of a module's text name (1 when they name none or only device 0).
-
-    A per-device program of a partitioned step (``llm_spmd``, a dump of a multi-GPU job) exchanges data
-    with the devices its groups list: it runs only with all of them present. Groups left empty
-    (``replica_groups={}``: every device there is) count as one.
-    """
-    most = 0
-    for m in _LIST_GROUPS.finditer(expand(text)):
-        ids = [int(x) for x in re.findall(r"\d+", m[1])]
-        most = max(most, max(ids, default=0))
-    for m in _IOTA_GROUPS.finditer(text):
-        most = max(most, int(m[1]) * int(m[2]) - 1)
-    return most + 1

@@ -37,7 +37,7 @@ from autotune.errors import BadInput, PassFailed
 
 #: Execution memory limit (``AUTOTUNE_MAX_EXEC_BYTES`` or a share of MemAvailable): see core/limits.py.
 from autotune.core.limits import execution_limit, gib  # noqa: E402
-from autotune.pipelines.xla import hlo, standins
+from autotune.pipelines.xla import hlo, partitioned, standins
 
 
 #: Integer (and unsigned) parameters are drawn from [0, INT_HIGH) by default. Integer entry
@@ -232,24 +232,45 @@ def random_inputs(proto: bytes, seed: int = 0, floats: str = "normal", int_high:
 
 
 # ---- compile and run (worker side) --------------------------------------------------------------------
-def compile_full(worker, proto: bytes):
+def compile_full(worker, proto: bytes, partitions: int = 1):
     """Compile ``proto`` with XLA's complete default CPU pipeline (incl. codegen) -> LoadedExecutable.
 
     Any conversion or compile error becomes ``PassFailed(<XLA's first line>, "error")``: passes
     applied out of their usual context can leave a module that later stages reject, and that is a
-    fact about the tuned module, not a bug of the tool.
+    fact about the tuned module, not a bug of the tool. ``partitions`` > 1: one device's program of a
+    partitioned step, compiled to run as that many partitions (``partitioned``).
     """
     if getattr(worker, "_capturing", False):  # a probe compile in progress would abort this one
         raise PassFailed("internal: full compile requested while a capture is active", "error")
     jax_ = worker._jax
+    options, devices = jax_.CompileOptions(), worker.devices
+    if partitions > 1:
+        proto, options, devices = _partitioned_compile(worker, proto, partitions)
     try:
         mlir = jax_.mlir.hlo_to_stablehlo(proto)
     except Exception as exc:
         raise PassFailed(f"XLA cannot convert the module for compilation: {compiler_message(exc)}", "error") from None
     try:
-        return worker.backend.compile_and_load(mlir, worker.devices, jax_.CompileOptions())
+        return worker.backend.compile_and_load(mlir, devices, options)
     except Exception as exc:
         raise PassFailed(compiler_message(exc), "error") from None
+
+
+def _partitioned_compile(worker, proto: bytes, n: int):
+    """(the manual-marked proto, compile options for ``n`` partitions, ``n`` of the worker's devices)."""
+    have = worker.backend.devices()
+    if n > len(have):
+        raise BadInput(f"it is one device's program of a step partitioned over {n} devices; this host runs "
+                       f"partitioned programs on at most {len(have)}")
+    try:
+        manual = hlo.parse_text(partitioned.manual_text(hlo.to_text(hlo.parse_proto(proto))))
+    except Exception as exc:
+        raise PassFailed(f"the partitioned program cannot be marked manual: {compiler_message(exc)}", "error") from None
+    options = worker._jax.CompileOptions()
+    build = options.executable_build_options
+    build.num_replicas, build.num_partitions, build.use_spmd_partitioning = 1, n, True
+    build.device_assignment = worker._jax.DeviceAssignment.create(np.arange(n, dtype=np.int32).reshape(1, n))
+    return manual.as_serialized_hlo_module_proto(), options, worker._jax.DeviceList(tuple(have[:n]))
 
 
 #: Executables kept per worker. Validation runs the same original once per candidate and may
@@ -258,20 +279,20 @@ def compile_full(worker, proto: bytes):
 EXE_CACHE_SIZE = 4
 
 
-def cached_compile(worker, proto: bytes):
-    """``compile_full`` through a small per-worker LRU keyed by the proto's hash.
+def cached_compile(worker, proto: bytes, partitions: int = 1):
+    """``compile_full`` through a small per-worker LRU keyed by the proto's hash (and partitions).
 
     Returns ``(executable, seconds the compile took when it was built)``. Failures are not cached.
     """
     cache = getattr(worker, "_runner_exe_cache", None)
     if cache is None:
         cache = worker._runner_exe_cache = OrderedDict()
-    key = hashlib.sha256(proto).hexdigest()
+    key = f"{hashlib.sha256(proto).hexdigest()}:{partitions}"
     if key in cache:
         cache.move_to_end(key)
         return cache[key]
     t0 = time.perf_counter()
-    exe = compile_full(worker, proto)
+    exe = compile_full(worker, proto, partitions)
     cache[key] = (exe, time.perf_counter() - t0)
     while len(cache) > EXE_CACHE_SIZE:
         cache.popitem(last=False)
@@ -298,10 +319,34 @@ def device_put(worker, arrays: list[np.ndarray], copy: bool = True) -> list:
     ]
 
 
-def run(exe, args: list) -> list:
+def device_put_partitioned(worker, per_device: list[list[np.ndarray]]) -> list:
+    """Each device's own inputs as one array per parameter whose shard on device ``d`` is device
+    ``d``'s input (the executable of a manual program reads exactly those shards)."""
+    from jax._src import core
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+    devices = worker.backend.devices()[: len(per_device)]
+    sharding = NamedSharding(Mesh(np.array(devices), ("partition",)), PartitionSpec())
+    return [
+        worker._jax.batched_device_put(core.ShapedArray(arrays[0].shape, arrays[0].dtype), sharding, list(arrays),
+                                       list(devices), True, True, enable_x64=True)
+        for arrays in zip(*per_device)
+    ]
+
+
+def device_inputs(proto: bytes, seed: int, floats: str, int_high: int, n: int) -> list[list[np.ndarray]]:
+    """Inputs of each of ``n`` devices: device 0 gets ``random_inputs(proto, seed, ...)`` (what a
+    single-device run gets), device ``d`` its own draw."""
+    return [random_inputs(proto, seed if d == 0 else (int(seed) * 1_000_003 + d) % (1 << 63), floats, int_high)
+            for d in range(n)]
+
+
+def run(exe, args: list, devices: int = 1) -> list:
+    """Run once; the outputs (tuples flattened), for each output every device's in device order."""
     try:
         results = exe.execute_sharded(args)
-        outs = [per_device[0] for per_device in results.disassemble_into_single_device_arrays()]
+        outs = [per_device[d] for per_device in results.disassemble_into_single_device_arrays()
+                for d in range(devices)]
         for out in outs:
             out.block_until_ready()
     except Exception as exc:
@@ -320,16 +365,17 @@ def check_arity(exe, inputs: list) -> None:
                          f"parameter leaves", "error")
 
 
-def check_memory(exe) -> None:
+def check_memory(exe, devices: int = 1) -> None:
     """Refuse (``BadInput``) to run an executable whose buffers exceed ``execution_limit()``.
 
     XLA's buffer assignment knows what a run needs: arguments + outputs + temporaries, less what
-    outputs alias from arguments. Checked after the compile, before any input is built.
+    outputs alias from arguments (per device: ``devices`` times that). Checked after the compile,
+    before any input is built.
     """
     try:
         stats = exe.get_compiled_memory_stats()
-        need = (stats.argument_size_in_bytes + stats.output_size_in_bytes + stats.temp_size_in_bytes
-                - stats.alias_size_in_bytes)
+        need = devices * (stats.argument_size_in_bytes + stats.output_size_in_bytes + stats.temp_size_in_bytes
+                          - stats.alias_size_in_bytes)
     except Exception:  # no statistics from this backend: the input check alone applies
         return
     limit, _ = execution_limit()
@@ -343,10 +389,13 @@ def execute(worker, proto: bytes, seed: int = 0, floats: str = "normal", int_hig
     Too little memory for the inputs or for the compiled executable's buffers is ``BadInput``
     (the module cannot be executed here); a compile or run error is ``PassFailed``.
     """
-    specs_total = sum(s.nbytes for s in parameter_specs(proto))  # an unusable signature fails first
+    n = partitioned.partitions(hlo.parse_proto(proto))
+    specs_total = n * sum(s.nbytes for s in parameter_specs(proto))  # an unusable signature fails first
     limit, _ = execution_limit()
     if specs_total > limit:
         raise BadInput(f"inputs need {gib(specs_total)}, {gib(limit)} available")
+    if n > 1:
+        return execute_on_devices(worker, proto, device_inputs(proto, seed, floats, int_high, n))
     exe, _ = cached_compile(worker, proto)
     check_memory(exe)
     inputs = random_inputs(proto, seed, floats, int_high)
@@ -404,3 +453,13 @@ def execute_on(worker, proto: bytes, inputs: list[np.ndarray]) -> list[np.ndarra
     check_memory(exe)
     check_arity(exe, inputs)
     return [np.array(o) for o in run(exe, device_put(worker, inputs, copy=False))]
+
+
+def execute_on_devices(worker, proto: bytes, per_device: list[list[np.ndarray]]) -> list[np.ndarray]:
+    """One device's program of a partitioned step run as ``len(per_device)`` partitions, each device on
+    its own inputs (``partitioned``); every output of every device, as ``run`` orders them."""
+    n = len(per_device)
+    exe, _ = cached_compile(worker, proto, n)
+    check_memory(exe, n)
+    check_arity(exe, per_device[0])
+    return [np.array(o) for o in run(exe, device_put_partitioned(worker, per_device), n)]
