@@ -123,6 +123,8 @@ def rel(path: Path) -> str:
     return str(path)  # outside the repository: the whole path, which says where it is
 
 
+#: The command that retrains a policy this run writes (its sidecar says so); main() sets it.
+RETRAIN = "python bench/learning.py"
 #: The families trained on: the single-device ``llm`` family, and with ``--spmd`` its partitioned steps
 #: (``llm_spmd``) too (an experiment of issue 31, into its own work directory and policy file).
 FAMILIES = ["llm"]
@@ -482,7 +484,7 @@ def stage_select(work: Work, policy: Path) -> dict:
         else:  # another seed's own sidecar, with the training stage's records of how its start was made
             side = {**meta, **{k: side[k] for k in ("imitation", "training_set") if k in side}}
         side["note"] = (f"{chosen} (PPO seed {seed}), the variant and seed selected on held-out train-split modules "
-                        "(bench/learning.py --stage select); python bench/learning.py retrains it")
+                        f"(bench/learning.py --stage select); {RETRAIN} retrains it")
     side["selection"] = {k: v for k, v in data.items() if k != "rows"}
     sidecar_path(policy).write_text(json.dumps(side, indent=2))
     # The longest PPO fine-tuning (the report's `ppo` column) ships too, as ``llm-ppo``, when it is not
@@ -497,8 +499,8 @@ def stage_select(work: Work, policy: Path) -> dict:
         alt_side = dict(side, timesteps=p["timesteps"], seed=SEEDS[0],
                         note=f"PPO fine-tuned ({p['timesteps']} steps) from the imitation policy; selection "
                              f"score {scores[longest]:.0%} pooled ({means[longest]:.0%} mean) against the shipped "
-                             f"{chosen}'s {scores[chosen]:.0%}. Use with -O policy={alt.stem}; python "
-                             "bench/learning.py retrains it.")
+                             f"{chosen}'s {scores[chosen]:.0%}. Use with -O policy={alt.stem}; {RETRAIN} "
+                             "retrains it.")
         sidecar_path(alt).write_text(json.dumps(alt_side, indent=2))
     work.save("select", data)
     return data
@@ -1194,6 +1196,8 @@ def main(argv=None) -> int:
         f" --obs-noise {args.obs_noise}" if args.obs_noise else "") + (f" --policy {given_policy}" if Path(given_policy).resolve() != POLICY.resolve() else "") + (
         f" --out {args.out}" if Path(args.out).resolve() != (ROOT / "results").resolve() and not TARGET else "") + (
         f" --target {args.target}" if TARGET else "") + (" --spmd" if args.spmd else "")
+    global RETRAIN
+    RETRAIN = command
     stale = ["policy", "roll-out", "imitation", "ppo", "random@evals", "random@steps", "random@4xsteps"]  # the old policies'
     stale += [f"random@{k}-s{seed}" for k in ("evals", "steps", "4xsteps") for seed in range(RANDOM_SEEDS)]
     stale += [f"seed{seed}" for seed in TRAINING_SEEDS]

@@ -13,7 +13,10 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import re
+import subprocess
+import sys
 
 import pytest
 
@@ -168,7 +171,7 @@ def test_suite_devices_option_bad_input_writes_nothing(tmp_path):
 def test_split_keeps_every_partitioning_of_a_model_on_one_side():
     entries = suite.configs()
     spmd = [e for e in entries if e.family == "llm_spmd"]
-    assert len({(e.config.parallel, e.config.devices) for e in spmd}) == len(suite._SPMD_MESHES)
+    assert len({(e.config.parallel, e.config.devices) for e in spmd}) == len(suite._SPMD_MESHES) + len(suite._SPMD_MANUAL)
     sides = suite.split(entries)
     side = {n: s for s, names in sides.items() for n in names}
     by_model: dict[str, set[str]] = {}
@@ -186,3 +189,39 @@ def test_module_name_says_style_and_devices():
     assert llm_spmd.module_name(cfg, "decode").endswith("_dp_tp4")
     assert cfg.mesh == (("data", 2), ("model", 2))
     assert dataclasses.replace(cfg, devices=2).mesh == (("data", 1), ("model", 2))
+
+
+_CP_CHECK = """
+import dataclasses, jax
+jax.config.update("jax_platforms", "cpu"); jax.config.update("jax_num_cpu_devices", 2)
+import numpy as np, jax.numpy as jnp
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
+from autotune.zoo import LLMConfig, SpmdConfig, llm, program
+cfg = SpmdConfig(layers=1, d_model=32, heads=4, kv_heads=2, ffn=64, vocab=64, seq=16, batch=2, dtype="f32", optimizer="sgd",
+                 parallel="cp", devices=2)
+base = LLMConfig(**{f.name: getattr(cfg, f.name) for f in dataclasses.fields(LLMConfig)})
+rng = np.random.default_rng(0)
+for kind in ("train", "prefill"):
+    prog = program("llm_spmd", kind, cfg)
+    args = jax.tree.map(lambda s: jnp.asarray(rng.integers(0, 8, s.shape), s.dtype) if jnp.issubdtype(s.dtype, jnp.integer)
+                        else jnp.asarray(rng.normal(size=s.shape) * 0.1, s.dtype), prog.args)
+    mesh = Mesh(np.array(jax.devices()[:2]), ("seq",))
+    shardings = jax.tree.map(lambda s: NamedSharding(mesh, s), prog.in_specs, is_leaf=lambda x: isinstance(x, PartitionSpec))
+    with jax.set_mesh(mesh):
+        got = jax.jit(prog.fn, in_shardings=shardings)(*args)
+    want = jax.jit(llm.program(base, kind).fn)(*args)
+    print(kind, max(float(jnp.max(jnp.abs(a - b))) for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(want))))
+"""
+
+
+def test_context_parallel_attention_computes_the_single_device_step():
+    """``cp`` writes attention by hand in shard_map (keys and values all-gathered along the sequence):
+    run over 2 devices, its training and prefill steps give what the unpartitioned step gives."""
+    proc = subprocess.run([sys.executable, "-c", _CP_CHECK], capture_output=True, text=True, timeout=300,
+                          env=dict(os.environ, JAX_PLATFORMS="cpu", TF_CPP_MIN_LOG_LEVEL="2"))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    diffs = dict(line.split() for line in proc.stdout.splitlines())
+    assert set(diffs) == {"train", "prefill"} and all(float(d) < 1e-4 for d in diffs.values()), diffs
+    with pytest.raises(ValueError, match="not latent"):
+        SpmdConfig(**SMALL, latent=8, parallel="cp", devices=2)
+    assert not llm_spmd.supports(SpmdConfig(**SMALL, parallel="cp", devices=2), "decode")

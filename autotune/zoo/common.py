@@ -463,7 +463,8 @@ def partitioned_text(program: Program) -> str:
     mesh = Mesh(np.array(have[: program.devices]).reshape([size for _, size in program.mesh]), names)
     shardings = jax.tree.map(lambda s: NamedSharding(mesh, s), program.in_specs,
                              is_leaf=lambda x: isinstance(x, PartitionSpec))
-    lowered = jax.jit(program.fn, in_shardings=shardings).lower(*program.args)
+    with jax.set_mesh(mesh):  # the mesh a shard_map inside the step (``cp``) partitions over
+        lowered = jax.jit(program.fn, in_shardings=shardings).lower(*program.args)
     with tempfile.TemporaryDirectory(prefix="autotune-spmd-") as tmp:
         # The compile after the dump is the price of the dump; the cheapest LLVM settings keep it small.
         # What fails after the partitioner (a later pass, jax reading back output shardings) does not

@@ -105,6 +105,11 @@ class LLMConfig:
     def head_dim(self) -> int:
         return self.d_model // self.heads
 
+    def attention(self, q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array) -> jax.Array:
+        """The (non-latent) attention of a layer: :func:`attend`; a partitioned config may write it
+        another way (``llm_spmd``'s context parallelism gathers keys and values in ``shard_map``)."""
+        return attend(q, k, v, mask, self)
+
     @property
     def rope_dim(self) -> int:
         """Latent attention: the per-head width of the decoupled rotary part of queries and keys."""
@@ -458,7 +463,7 @@ def cached_layer(
     key_pos = jnp.arange(cfg.seq, dtype=jnp.int32)
     mask = key_pos[None, None, :] <= positions[:, :, None]  # [b, s, S]
     attn = (_latent_attend(p, q, k_cache, v_cache, mask, cfg) if cfg.latent
-            else attend(q, k_cache, v_cache, mask, cfg))
+            else cfg.attention(q, k_cache, v_cache, mask))
     x = x + attn @ p["wo"]
     x = x + ffn(p, _norm(p, "mlp_norm", x, cfg), cfg)
     return x, k_cache, v_cache
@@ -476,7 +481,7 @@ def train_layer(p: dict[str, jax.Array], x: jax.Array, cfg: LLMConfig) -> jax.Ar
     else:
         q, k, v = _qkv(p, h, positions, cfg)
     mask = jnp.broadcast_to(common.causal_mask(s)[None], (b, s, s))
-    attn = _latent_attend(p, q, c, k_rope, mask, cfg) if cfg.latent else attend(q, k, v, mask, cfg)
+    attn = _latent_attend(p, q, c, k_rope, mask, cfg) if cfg.latent else cfg.attention(q, k, v, mask)
     x = x + attn @ p["wo"]
     return x + ffn(p, _norm(p, "mlp_norm", x, cfg), cfg)
 

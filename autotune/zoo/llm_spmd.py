@@ -23,6 +23,10 @@ Styles (the axis names are the mesh's):
   replicated: attention over a sharded sequence needs the other devices' keys and values.
 * ``ep``: expert parallel (MoE only): experts' weights split by expert, tokens by batch, so the
   routed tokens travel to their experts' devices (all-to-all or gathers, as the partitioner picks).
+* ``cp``: context parallel as MaxText writes it: sharded like ``sp``, with the attention written
+  by hand in ``jax.shard_map`` (each device's queries against keys and values all-gathered along
+  the sequence); a manual region inside an automatically partitioned step. Train and prefill only
+  (a decode step has one query), and not latent attention.
 * ``dp_tp``: a 2-D mesh, ``data`` (devices / 2) x ``model`` (2), ``dp`` and ``tp`` at once.
 
 ``devices`` must divide what it splits (batch, heads, feed-forward, sequence, experts); a config
@@ -43,7 +47,7 @@ from autotune.zoo.common import Program
 
 FAMILY = "llm_spmd"
 KINDS = llm.KINDS
-STYLES = ("dp", "fsdp", "tp", "sp", "ep", "dp_tp")
+STYLES = ("dp", "fsdp", "tp", "sp", "cp", "ep", "dp_tp")
 
 #: Weights split by output columns (tensor parallel), and by input rows; the rest is replicated.
 _COLUMN = frozenset({"wq", "wk", "wv", "w_up", "w_gate", "w_ukv", "head"})
@@ -79,7 +83,9 @@ class SpmdConfig(llm.LLMConfig):
             return [("batch", self.batch, n // 2), ("heads", self.heads, 2), ("ffn", self.ffn, 2)]
         if style == "tp":
             return [("heads", self.heads, n), ("ffn", self.ffn, n)]
-        if style == "sp":  # prefill writes seq // 2 tokens, split as well
+        if style in ("sp", "cp"):  # prefill writes seq // 2 tokens, split as well
+            if style == "cp" and self.latent:
+                raise ValueError("context parallelism (cp) is written for grouped/multi-head attention, not latent")
             return [("seq // 2", self.seq // 2, n)]
         if style == "ep":
             if not self.experts:
@@ -89,6 +95,20 @@ class SpmdConfig(llm.LLMConfig):
             return [("batch", self.batch, n), ("d_model", self.d_model, n)]
         return [("batch", self.batch, n)]
 
+    def attention(self, q, k, v, mask):
+        """``cp``: each device's queries against the keys and values of the whole sequence, gathered in
+        ``shard_map`` (the rest of the step is partitioned automatically); otherwise ``llm.attend``."""
+        if self.parallel != "cp":
+            return super().attention(q, k, v, mask)
+        seq = P(None, "seq")
+
+        def local(q, k, v, mask):
+            k = jax.lax.all_gather(k, "seq", axis=1, tiled=True)
+            v = jax.lax.all_gather(v, "seq", axis=1, tiled=True)
+            return llm.attend(q, k, v, mask, self)
+
+        return jax.shard_map(local, in_specs=(seq, seq, seq, seq), out_specs=seq)(q, k, v, mask)
+
     @property
     def mesh(self) -> tuple[tuple[str, int], ...]:
         if self.parallel == "dp_tp":
@@ -96,7 +116,7 @@ class SpmdConfig(llm.LLMConfig):
         return ((_AXIS[self.parallel], self.devices),)
 
 
-_AXIS = {"dp": "data", "fsdp": "fsdp", "tp": "model", "sp": "seq", "ep": "expert"}
+_AXIS = {"dp": "data", "fsdp": "fsdp", "tp": "model", "sp": "seq", "cp": "seq", "ep": "expert"}
 
 
 def module_name(cfg: SpmdConfig, kind: str) -> str:
@@ -105,7 +125,8 @@ def module_name(cfg: SpmdConfig, kind: str) -> str:
 
 
 def supports(cfg: SpmdConfig, kind: str) -> bool:
-    return llm.supports(cfg, kind)
+    """Every kind, except a decode step under context parallelism (one query: no sequence to split)."""
+    return llm.supports(cfg, kind) and not (cfg.parallel == "cp" and kind == "decode")
 
 
 def canonical(cfg: SpmdConfig, kind: str) -> SpmdConfig:
@@ -162,7 +183,7 @@ def _cache_spec(shape: tuple[int, ...], cfg: SpmdConfig) -> P:
     spec: list[Any] = [None] * len(shape)
     batch, seq, heads = len(shape) - 4, len(shape) - 3, len(shape) - 2
     spec[batch] = _batch_axis(cfg)
-    if cfg.parallel == "sp" and shape[seq] % cfg.devices == 0:
+    if cfg.parallel in ("sp", "cp") and shape[seq] % cfg.devices == 0:
         spec[seq] = "seq"
     ways = 2 if cfg.parallel == "dp_tp" else cfg.devices
     if cfg.parallel in ("tp", "dp_tp") and not cfg.latent and shape[heads] % ways == 0:
@@ -175,7 +196,7 @@ def _token_spec(shape: tuple[int, ...], cfg: SpmdConfig) -> P:
     if not shape:
         return P()
     spec: list[Any] = [_batch_axis(cfg)] + [None] * (len(shape) - 1)
-    if cfg.parallel == "sp" and len(shape) == 2:
+    if cfg.parallel in ("sp", "cp") and len(shape) == 2:
         spec[1] = "seq"
     return P(*spec)
 
