@@ -1194,7 +1194,8 @@ def main(argv=None) -> int:
         f" --{k.replace('_', '-')} {v}" for k, v in (("timesteps", args.timesteps), ("train_modules", args.train_modules))
         if v) + (" --no-stop-labels" if args.no_stop_labels else "") + (
         f" --obs-noise {args.obs_noise}" if args.obs_noise else "") + (f" --policy {given_policy}" if Path(given_policy).resolve() != POLICY.resolve() else "") + (
-        f" --out {args.out}" if Path(args.out).resolve() != (ROOT / "results").resolve() and not TARGET else "") + (
+        f" --out {args.out}" if Path(args.out).resolve() != (ROOT / "results").resolve() and not TARGET
+        and not args.spmd else "") + (
         f" --target {args.target}" if TARGET else "") + (" --spmd" if args.spmd else "")
     global RETRAIN
     RETRAIN = command
