@@ -299,12 +299,9 @@ class XlaPipeline(BackendBase):
         one device's program of a partitioned step, one set per device its collectives name (each
         device draws its own inputs, ``partitioned``), and ``BadInput`` beyond the devices a worker
         runs (``partitioned.DEVICES``): it cannot run here at all."""
-        specs = parameter_specs(module.proto)
         n = self.devices_spanned(module)
-        if n > partitioned.DEVICES:
-            raise BadInput(f"it is one device's program of a step partitioned over {n} devices; this host runs "
-                           f"partitioned programs on at most {partitioned.DEVICES}")
-        return specs * n
+        partitioned.check_devices(n)
+        return parameter_specs(module.proto) * n
 
     def devices_spanned(self, module: Module) -> int:
         """How many devices ``module``'s collectives name (``partitioned.partitions``; cached)."""

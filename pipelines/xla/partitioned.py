@@ -21,6 +21,7 @@ from __future__ import annotations
 import re
 
 from autotune.core.metrics import COLLECTIVE_OPCODES
+from autotune.errors import BadInput
 from autotune.pipelines.xla import hlo, replica_groups
 
 #: CPU devices every XLA worker starts with (``--xla_force_host_platform_device_count``): the largest
@@ -44,6 +45,13 @@ def devices_spanned(text: str) -> int:
     for m in _IOTA_GROUPS.finditer(text):
         most = max(most, int(m[1]) * int(m[2]) - 1)
     return most + 1
+
+
+def check_devices(n: int, available: int = DEVICES) -> None:
+    """``BadInput`` when a program whose collectives name ``n`` devices cannot run on ``available``."""
+    if n > available:
+        raise BadInput(f"it is one device's program of a step partitioned over {n} devices; this host runs "
+                       f"partitioned programs on at most {available}")
 
 
 def partitions(module) -> int:

@@ -259,9 +259,7 @@ def compile_full(worker, proto: bytes, partitions: int = 1):
 def _partitioned_compile(worker, proto: bytes, n: int):
     """(the manual-marked proto, compile options for ``n`` partitions, ``n`` of the worker's devices)."""
     have = worker.backend.devices()
-    if n > len(have):
-        raise BadInput(f"it is one device's program of a step partitioned over {n} devices; this host runs "
-                       f"partitioned programs on at most {len(have)}")
+    partitioned.check_devices(n, len(have))
     try:
         manual = hlo.parse_text(partitioned.manual_text(hlo.to_text(hlo.parse_proto(proto))))
     except Exception as exc:
@@ -394,13 +392,16 @@ def execute(worker, proto: bytes, seed: int = 0, floats: str = "normal", int_hig
     limit, _ = execution_limit()
     if specs_total > limit:
         raise BadInput(f"inputs need {gib(specs_total)}, {gib(limit)} available")
+    exe, _ = cached_compile(worker, proto, n)
+    check_memory(exe, n)
     if n > 1:
-        return execute_on_devices(worker, proto, device_inputs(proto, seed, floats, int_high, n))
-    exe, _ = cached_compile(worker, proto)
-    check_memory(exe)
-    inputs = random_inputs(proto, seed, floats, int_high)
-    check_arity(exe, inputs)
-    outs = run(exe, device_put(worker, inputs, copy=False))
+        per_device = device_inputs(proto, seed, floats, int_high, n)
+        check_arity(exe, per_device[0])
+        outs = run(exe, device_put_partitioned(worker, per_device), n)
+    else:
+        inputs = random_inputs(proto, seed, floats, int_high)
+        check_arity(exe, inputs)
+        outs = run(exe, device_put(worker, inputs, copy=False))
     return [np.array(o) for o in outs]
 
 
