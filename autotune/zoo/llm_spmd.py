@@ -157,13 +157,12 @@ def _weight_spec(name: str | None, shape: tuple[int, ...], cfg: SpmdConfig) -> P
     rank = len(shape)
     spec: list[Any] = [None] * rank
     style = cfg.parallel
-    model = "model" if style in ("tp", "dp_tp") else None
-    ways = 2 if style == "dp_tp" else cfg.devices
-    if model and rank >= 2 and name in _COLUMN and shape[-1] % ways == 0:
+    ways = _axis_size(cfg, "model")  # 0 without a model axis
+    if ways and rank >= 2 and name in _COLUMN and shape[-1] % ways == 0:
         if not (name in ("wk", "wv") and cfg.kv_heads % ways):  # too few KV heads: replicated
-            spec[-1] = model
-    elif model and rank >= 2 and name in _ROW and shape[-2] % ways == 0:
-        spec[-2] = model
+            spec[-1] = "model"
+    elif ways and rank >= 2 and name in _ROW and shape[-2] % ways == 0:
+        spec[-2] = "model"
     elif style == "ep" and name in _EXPERT and cfg.experts and rank >= 3:
         spec[-3] = "expert"
     elif style == "fsdp" and rank >= 1:
@@ -174,8 +173,14 @@ def _weight_spec(name: str | None, shape: tuple[int, ...], cfg: SpmdConfig) -> P
     return P(*spec)
 
 
+def _axis_size(cfg: SpmdConfig, axis: str) -> int:
+    """How many ways ``cfg``'s mesh splits along ``axis`` (0 when it has no such axis)."""
+    return dict(cfg.mesh).get(axis, 0)
+
+
 def _batch_axis(cfg: SpmdConfig) -> str | None:
-    return {"dp": "data", "dp_tp": "data", "fsdp": "fsdp", "ep": "expert"}.get(cfg.parallel)
+    """The mesh axis the batch is split along (the data-parallel one, in its style's name), if any."""
+    return next((axis for axis, _ in cfg.mesh if axis in ("data", "fsdp", "expert")), None)
 
 
 def _cache_spec(shape: tuple[int, ...], cfg: SpmdConfig) -> P:
@@ -185,8 +190,8 @@ def _cache_spec(shape: tuple[int, ...], cfg: SpmdConfig) -> P:
     spec[batch] = _batch_axis(cfg)
     if cfg.parallel in ("sp", "cp") and shape[seq] % cfg.devices == 0:
         spec[seq] = "seq"
-    ways = 2 if cfg.parallel == "dp_tp" else cfg.devices
-    if cfg.parallel in ("tp", "dp_tp") and not cfg.latent and shape[heads] % ways == 0:
+    ways = _axis_size(cfg, "model")
+    if ways and not cfg.latent and shape[heads] % ways == 0:
         spec[heads] = "model"
     return P(*spec)
 
