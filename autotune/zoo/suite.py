@@ -451,15 +451,15 @@ def generate(
     which subset was generated. An entry whose instruction count falls outside
     [MIN_INSTRUCTIONS, MAX_INSTRUCTIONS] (possible only with another jax version) is not written
     and is listed under ``skipped``. ``progress(done, total, name)`` is called after each module.
-    ``devices`` partitions every partitioned entry (``llm_spmd``) over that many devices instead of
-    its grid's; an entry it cannot partition (the count does not divide what its style splits) is a
+    ``devices`` partitions every chosen partitioned entry (``llm_spmd``) over that many devices instead
+    of its grid's; an entry it cannot partition (the count does not divide what its style splits) is a
     ``ValueError`` naming it, raised before anything is written.
     """
     import jax
 
     start = time.perf_counter()
     out = Path(out_dir)
-    everything = configs() if devices is None else _repartitioned(configs(), devices)
+    everything = configs()
     sides = split(everything, seed=seed, test_fraction=test_fraction)
     side_of = {n: side for side, names in sides.items() for n in names}
     chosen = everything
@@ -473,6 +473,10 @@ def generate(
         chosen = [e for e in chosen if e.family in wanted]
     if limit is not None:
         chosen = chosen[: max(limit, 0)]
+    if devices is not None:  # a model's side does not depend on its devices (SuiteEntry.group)
+        moved = _repartitioned(chosen, devices)
+        side_of |= {new.name: side_of[old.name] for old, new in zip(chosen, moved, strict=True)}
+        chosen = moved
     jobs = min(os.cpu_count() or 1, 4) if jobs is None else jobs
     out.mkdir(parents=True, exist_ok=True)
 
