@@ -407,7 +407,8 @@ def time_pair(base: Runner, other: Runner, rounds: int) -> dict:
         ratios.append(b / a)
     ratio, low, high = bootstrap_median(ratios)
     return {"ratio": ratio, "low": low, "high": high, "rounds": rounds, "inner": inner,
-            "base_us": 1e6 * sorted(ta)[len(ta) // 2], "variant_us": 1e6 * sorted(tb)[len(tb) // 2]}
+            "base_us": 1e6 * sorted(ta)[len(ta) // 2], "variant_us": 1e6 * sorted(tb)[len(tb) // 2],
+            "ratios": [round(x, 5) for x in ratios]}
 
 
 def input_bytes(leaves) -> int:
@@ -423,7 +424,10 @@ def outputs_of(api: Api, exe, leaves, seed: int) -> list:
 
 
 def run_module(api: Api, entry: dict, bundle: Path, args, deadline: float) -> dict:
-    """Compile, compare and time every variant of one module against its default."""
+    """Compile, compare and time every variant of one module against its default, until ``deadline``.
+
+    Each variant's outputs are checked on fresh inputs that are freed before the timing inputs are drawn,
+    so a module never holds its inputs twice (the shared LLM steps need 30-78 GiB of them)."""
     variants = [v for v in entry["variants"] if "file" in v]
     texts = {v["file"]: gzip.open(bundle / v["file"], "rt").read() for v in variants}
     base = next(v for v in variants if v["label"] == "default")
@@ -440,7 +444,26 @@ def run_module(api: Api, entry: dict, bundle: Path, args, deadline: float) -> di
     base_exe = api.compile(proto)
     row["compile_s"] = round(time.perf_counter() - t0, 2)
     reference = outputs_of(api, base_exe, leaves, args.seed)
-    base_runner = Runner(api, base_exe, api.inputs(leaves, args.seed), alias)
+    # The floors a variant is read against: the default against itself, timed (the same executable in both
+    # arms), and run twice on the same inputs (a GPU reduction by atomics, e.g. a scatter-add in a
+    # gradient, is not deterministic, so even the default's outputs move from run to run).
+    _, row["default_excess"] = same_outputs(outputs_of(api, base_exe, leaves, args.seed), reference)
+    inputs = api.inputs(leaves, args.seed)
+    runner = Runner(api, base_exe, inputs, alias)
+    row["noise"] = time_pair(runner, runner, args.rounds)
+    del inputs, runner
+    log(f"  {entry['name']} default vs itself: {row['noise']['ratio']:.3f} [{row['noise']['low']:.3f}, "
+        f"{row['noise']['high']:.3f}], outputs run to run {row['default_excess']:.2f}")
+    if args.recompile:  # the default compiled a second time: a GPU compile autotunes its GEMMs by timing them
+        again = api.compile(proto)
+        inputs = api.inputs(leaves, args.seed)
+        row["recompiled"] = time_pair(Runner(api, base_exe, inputs, alias), Runner(api, again, inputs, alias),
+                                      args.rounds)
+        del again, inputs
+        log(f"  {entry['name']} default recompiled: {row['recompiled']['ratio']:.3f} "
+            f"[{row['recompiled']['low']:.3f}, {row['recompiled']['high']:.3f}]")
+    if args.labels:
+        variants = [v for v in variants if v["label"] in ("default", *args.labels.split(","))]
     timed: dict[str, dict] = {}  # file -> the first variant's result: the same module is timed once
     for v in variants:
         if v["label"] == "default":
@@ -450,22 +473,25 @@ def run_module(api: Api, entry: dict, bundle: Path, args, deadline: float) -> di
             row["variants"].append({**first, "label": v["label"], "sequence": v["sequence"], "same_as": first["label"]})
             continue
         if time.time() > deadline:
-            row["variants"].append({"label": v["label"], "skipped": "deadline"})
+            row["variants"].append({"label": v["label"], "skipped": "time share"})
             continue
         out = {"label": v["label"], "sequence": v["sequence"]}
         if v["file"] != base["file"]:
             timed[v["file"]] = out
         try:
+            t0 = time.perf_counter()
             exe = base_exe if v["file"] == base["file"] else api.compile(api.proto(texts[v["file"]]))
+            out["compile_s"] = round(time.perf_counter() - t0, 2)
             out["same_outputs"], out["excess"] = same_outputs(outputs_of(api, exe, leaves, args.seed), reference)
-            out.update(time_pair(base_runner, Runner(api, exe, base_runner.inputs, alias), args.rounds))
-            del exe
+            inputs = api.inputs(leaves, args.seed)
+            out.update(time_pair(Runner(api, base_exe, inputs, alias), Runner(api, exe, inputs, alias), args.rounds))
+            del exe, inputs
         except Exception as exc:
             out["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}"
         row["variants"].append(out)
         log(f"  {entry['name']} {v['label']}: " + (f"{out['ratio']:.3f} [{out['low']:.3f}, {out['high']:.3f}]"
                                                   if "ratio" in out else out.get("error", "")))
-    del reference, base_runner, base_exe
+    del reference, base_exe
     return row
 
 
@@ -508,6 +534,12 @@ def correlations(manifest: dict, rows: list[dict]) -> dict:
     return out
 
 
+#: Order and weight of a group in the run: the small modules first (most of the ranked pairs, seconds each),
+#: the shared LLM steps last with three shares of the time each (30-78 GiB of inputs, slower compiles).
+GROUP_ORDER = {"bundled": 0, "dlrm": 1, "llm-family": 2, "shared-llm": 3}
+GROUP_WEIGHT = {"shared-llm": 3.0}
+
+
 def run(args) -> int:
     bundle = Path(args.bundle)
     if not (bundle / "manifest.json").is_file():
@@ -519,33 +551,45 @@ def run(args) -> int:
         os.environ.setdefault("JAX_PLATFORMS", "cpu")  # the dry run: no CUDA plugin probing
     api = Api(args.platform)
     gpu_name = getattr(api.device, "device_kind", args.platform)
-    log(f"{len(manifest['modules'])} modules on {gpu_name} (jax {api.jax.__version__}), deadline {args.deadline} s")
-    rows = []
-    for entry in manifest["modules"]:
-        if time.time() > deadline:
-            rows.append({"name": entry["name"], "group": entry["group"], "skipped": "deadline"})
-            continue
-        log(entry["name"])
-        try:
-            rows.append(run_module(api, entry, bundle, args, deadline))
-            if rows[-1].get("skipped"):
-                log(f"  skipped: {rows[-1]['skipped']}")
-        except Exception as exc:
-            log(f"  {entry['name']}: {type(exc).__name__}: {str(exc).splitlines()[0][:300]}")
-            rows.append({"name": entry["name"], "group": entry["group"], "error": str(exc).splitlines()[0][:300]})
-        gc.collect()
-        api.jax.clear_caches()
+    # gpt-oss (78 GiB of inputs) last: were it to take the process down, the others are already written
+    chosen = [m for m in manifest["modules"] if not args.groups or m["group"] in args.groups.split(",")]
+    modules = sorted(chosen, key=lambda m: (GROUP_ORDER.get(m["group"], 9), "gpt_oss" in m["name"]))
+    log(f"{len(modules)} modules on {gpu_name} (jax {api.jax.__version__}), deadline {args.deadline} s")
     data = {"command": "python bench/gpu.py" + "".join(f" {a}" for a in sys.argv[1:]), "device": gpu_name,
             "platform": args.platform, "jax": api.jax.__version__, "bundle": manifest.get("command"),
-            "target": manifest.get("target"), "rows": rows, "correlation": correlations(manifest, rows),
-            "date": time.strftime("%Y-%m-%d")}
-    out = Path(args.out)
+            "target": manifest.get("target"), "rows": [], "date": time.strftime("%Y-%m-%d")}
+    for i, entry in enumerate(modules):
+        now = time.time()
+        if now > deadline:
+            data["rows"].append({"name": entry["name"], "group": entry["group"], "skipped": "deadline"})
+            continue
+        # A fair share of the time left: a slow module cannot starve the ones after it, and time a module
+        # leaves unused goes to the rest.
+        weights = [GROUP_WEIGHT.get(m["group"], 1.0) for m in modules[i:]]
+        share = now + (deadline - now) * weights[0] / sum(weights)
+        log(f"{entry['name']} ({share - now:.0f} s)")
+        try:
+            data["rows"].append(run_module(api, entry, bundle, args, share))
+            if data["rows"][-1].get("skipped"):
+                log(f"  skipped: {data['rows'][-1]['skipped']}")
+        except Exception as exc:
+            log(f"  {entry['name']}: {type(exc).__name__}: {str(exc).splitlines()[0][:300]}")
+            data["rows"].append({"name": entry["name"], "group": entry["group"],
+                                 "error": str(exc).splitlines()[0][:300]})
+        gc.collect()
+        api.jax.clear_caches()
+        write(data, manifest, Path(args.out))  # after every module: a run cut short keeps what it measured
+    log(f"wrote {write(data, manifest, Path(args.out))}")
+    return 0
+
+
+def write(data: dict, manifest: dict, out: Path) -> Path:
+    data["correlation"] = correlations(manifest, data["rows"])
     out.mkdir(parents=True, exist_ok=True)
-    stem = "gpu" if args.platform != "cpu" else "gpu-dryrun-cpu"
+    stem = "gpu" if data["platform"] != "cpu" else "gpu-dryrun-cpu"
     (out / f"{stem}.json").write_text(json.dumps(data, indent=1) + "\n")
     (out / f"{stem}.md").write_text(markdown(data, manifest))
-    log(f"wrote {out / stem}.md")
-    return 0
+    return out / f"{stem}.md"
 
 
 def markdown(data: dict, manifest: dict) -> str:
@@ -564,15 +608,23 @@ def markdown(data: dict, manifest: dict) -> str:
               "within autotune's validation tolerances (f32: rtol 1e-3, atol 1e-4; bf16: 5e-2, 1e-2; integers "
               "exact); `!out` they do not (bf16 arithmetic inside an f32 output is not given autotune's f32 second "
               "opinion here). Outputs over 16 MiB, e.g. a KV cache, are compared by sum, absolute sum and largest "
-              "absolute value.", "",
-              "| module | group | inputs | " + " | ".join(_labels(manifest)) + " |",
-              "|---|---|---:|" + "---|" * len(_labels(manifest))]
+              "absolute value. `~out`: outside the tolerance, but no further from the default's outputs than twice "
+              "the default's own run-to-run difference on the same inputs (column `run to run`, in units of the "
+              "tolerance: a GPU reduction by atomics is not deterministic). `itself`: the default timed against "
+              "itself, the noise floor of the ratios in that row; `recompiled` (with `--recompile`): against a "
+              "second compile of itself (the GPU compile autotunes its GEMMs by timing them).", "",
+              "| module | group | inputs | itself | recompiled | run to run | " + " | ".join(_labels(manifest)) + " |",
+              "|---|---|---:|---|---|---:|" + "---|" * len(_labels(manifest))]
     for row in data["rows"]:
-        cells = {v["label"]: _cell(v) for v in row.get("variants", [])}
+        floor = row.get("default_excess")
+        cells = {v["label"]: _cell(v, floor) for v in row.get("variants", [])}
         why = row.get("skipped") or row.get("error")
         labels = _labels(manifest)
         values = [cells.get(lb, "") for lb in labels] if not why else [why] + [""] * (len(labels) - 1)
-        lines.append(f"| {row['name']} | {row['group']} | {row.get('input_gib', '')} GiB | " + " | ".join(values) + " |")
+        noise = _cell(row["noise"]) if "noise" in row else ""
+        again = _cell(row["recompiled"]) if "recompiled" in row else ""
+        lines.append(f"| {row['name']} | {row['group']} | {row.get('input_gib', '')} GiB | {noise} | {again} | "
+                     f"{'' if floor is None else format(floor, '.2f')} | " + " | ".join(values) + " |")
     c = data["correlation"]
     lines += ["", f"Rank correlation (Spearman) of each compile-only figure (its ratio to the default, from the "
                   f"target's deviceless pipeline) with the measured time ratio, over {c['pairs']} (module, ordering) "
@@ -590,10 +642,12 @@ def _labels(manifest: dict) -> list[str]:
     return seen
 
 
-def _cell(v: dict) -> str:
+def _cell(v: dict, floor: float | None = None) -> str:
     if "ratio" not in v:
         return v.get("error", v.get("skipped", ""))[:60]
     mark = {True: " =out", False: " !out"}.get(v.get("same_outputs"), "")
+    if mark == " !out" and floor and v.get("excess", math.inf) <= 2 * floor:
+        mark = " ~out"
     return f"{v['ratio']:.3f} [{v['low']:.3f}, {v['high']:.3f}]{mark}"
 
 
@@ -619,6 +673,10 @@ def main(argv=None) -> int:
     r.add_argument("--max-input-gib", type=float, default=None,
                    help="skip modules whose inputs need more (default: 0.85 x the device's memory; 2 on the CPU)")
     r.add_argument("--out", default=str(ROOT / "results"))
+    r.add_argument("--recompile", action="store_true",
+                   help="also time the default against a second compile of itself (GEMM autotuning's spread)")
+    r.add_argument("--labels", default=None, help="time only these orderings (comma-separated labels)")
+    r.add_argument("--groups", default=None, help="only modules of these groups (comma-separated)")
     args = ap.parse_args(argv)
     if args.what == "prepare":
         return prepare(args)
