@@ -208,7 +208,9 @@ def _report(result, as_json: bool, out_dir) -> None:
         table.add_row("best found", "-", "-", "-", f"= {base}")
     out.print(table)
     out.print(f"target {result.target.key}: passes applied and judged by {result.target.judged_by()}"
-              + ("; not timed on a GPU" if result.target.is_gpu and not (result.claim and result.claim.measured) else ""))
+              + ("; not timed on a GPU (timed on an H200, such answers for 16 modules ran within noise of XLA's "
+                 "default: docs/gpu.md)" if result.target.is_gpu and not (result.claim and result.claim.measured)
+                 else ""))
     if result.input.collectives:
         out.print(f"{result.input.collectives} collectives: judged as one device's program of a partitioned step, "
                   "compiled for one partition (a proxy for the step's compile over all its devices, "
