@@ -39,7 +39,8 @@ sequences.
 Options: ``policy`` (a path, a shipped policy's name, or ``none``; several, comma-separated, roll out as
 an ensemble: the mean of their action probabilities, ``autotune.rl.ensemble``; fine-tuning then
 continues the first), ``finetune`` (bool, default
-true), ``shaping`` (bool; default false, or the policy's own setting), ``n_steps`` (32),
+true), ``branches`` (int, default 1: after the roll-out, also roll out from the policy's next
+``branches - 1`` most likely first passes, before any fine-tuning; PPO and A2C policies), ``shaping`` (bool; default false, or the policy's own setting), ``n_steps`` (32),
 ``batch_size`` (16), ``n_epochs`` (10), ``learning_rate`` (1e-3), ``gamma`` (0.99, also the shaping discount), ``gae_lambda`` (0.95),
 ``ent_coef`` (0.01), ``clip_range`` (0.2), ``net_arch`` (hidden width, 64), ``w_flops`` and
 ``w_transcendentals`` (shaping weights, 0.5 each), ``reward`` (``step`` or ``best``: the reward
@@ -70,13 +71,17 @@ class PPOStrategy(Strategy):
     name = "ppo"
     description = "PPO over the pass-ordering MDP; --policy for a trained policy (zero-shot + fine-tune)"
 
-    def __init__(self, policy: str | None = None, finetune: bool = True, shaping: bool | None = None, **rest):
+    def __init__(self, policy: str | None = None, finetune: bool = True, shaping: bool | None = None,
+                 branches: int = 1, **rest):
         if policy is not None and not isinstance(policy, (str, Path)):
             raise BadInput(f"ppo: policy must be a path, not {policy!r}")
         if not isinstance(finetune, bool):
             raise BadInput(f"ppo: finetune must be true or false, not {finetune!r}")
         if shaping is not None and not isinstance(shaping, bool):
             raise BadInput(f"ppo: shaping must be true or false, not {shaping!r}")
+        if isinstance(branches, bool) or not isinstance(branches, int) or not 1 <= branches <= 16:
+            raise BadInput(f"ppo: branches must be an integer from 1 to 16, not {branches!r}")
+        self.branches = branches
         self.hyperparams, self.env_options = check_hyperparams("ppo", rest)  # BadInput on unknown options
         self.given = set(rest)
         self.finetune = finetune
@@ -183,6 +188,11 @@ class PPOStrategy(Strategy):
         rollout_env.reset(seed=seed)
         others = [load_model(p, meta, train_env, seed, overrides) for p, meta in self.members[1:]]
         _rollout(Ensemble([model, *others]) if others else model, rollout_env)
+        if self.branches > 1:
+            if meta["algo"] not in ("ppo", "a2c"):
+                raise BadInput(f"ppo: branches needs a policy's action probabilities; {self.policy} is a "
+                               f"{meta['algo']} policy")
+            _branch(Ensemble([model, *others]), rollout_env, self.branches)
         if not self.finetune:
             return
         chunk = 2 * int(getattr(model, "n_steps", 0) or self.hyperparams["n_steps"])
@@ -218,6 +228,29 @@ def _rollout(model, env: PassOrderingEnv) -> None:
         action, _ = model.predict(obs, deterministic=True)
         obs, _, terminated, truncated, _ = env.step(int(action))
         done = terminated or truncated
+
+
+def _branch(policy: Ensemble, env: PassOrderingEnv, branches: int) -> None:
+    """Roll out from the policy's next most likely first passes, ``branches - 1`` of them, each then
+    continued deterministically (each appended pass is one evaluation; the budget ends it).
+
+    Why: a deterministic roll-out commits to the first pass the policy ranks highest, and on modules
+    unlike its training set its second or third choice is often the one a search finds (a single
+    `cse_barrier_expander` or `post_scatter_expansion_simplification` where the roll-out takes
+    `algsimp`). Trying those first costs a few compiled steps, and the evaluations a small budget
+    leaves after one roll-out are otherwise spent on fine-tuning, which on so few steps learns little.
+    """
+    obs, _ = env.reset()
+    probs = policy.probabilities(obs)
+    order = [int(a) for a in probs.argsort(kind="stable")[::-1] if int(a) != env.stop]
+    for first in order[1:branches]:
+        obs, _ = env.reset()
+        obs, _, terminated, truncated, _ = env.step(first)
+        done = terminated or truncated
+        while not done:
+            action, _ = policy.predict(obs, deterministic=True)
+            obs, _, terminated, truncated, _ = env.step(int(action))
+            done = terminated or truncated
 
 
 def _learn_until_spent(model, evaluate: Evaluate, chunk: int | None, after=None) -> None:

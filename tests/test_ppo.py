@@ -481,3 +481,40 @@ def test_an_ensemble_rolls_out_the_mean_of_its_members_action_probabilities(engi
     (tmp_path / "b.zip.json").write_text(json.dumps(meta))
     with pytest.raises(BadInput, match="another max_length"):
         strategy.create("ppo", policy=f"{tmp_path / 'a.zip'},{tmp_path / 'b.zip'}")
+
+
+def test_branches_roll_out_the_policys_next_most_likely_first_passes(engine, tiny_policy_dir, tmp_path):
+    """A policy set by hand (the observation ignored): cse 0.5, STOP 0.3, dce 0.15, algsimp 0.05.
+    Its roll-out is cse,cse,cse; ``branches=3`` also starts from dce and from algsimp (STOP is skipped:
+    the empty sequence is the default), each continued by the policy, before any fine-tuning."""
+    from stable_baselines3 import PPO
+
+    from autotune import strategy
+    from autotune.core.runs import RunStore
+    from autotune.core.tuner import tune
+
+    actions = engine.pipeline.passes()
+    model = PPO.load(tiny_policy_dir / "tiny.zip", device="cpu")
+    logits = torch.full((model.action_space.n,), -1e4)
+    for name, p in (("cse", 0.5), ("dce", 0.15), ("algsimp", 0.05)):
+        logits[actions.index(name)] = math.log(p)
+    logits[model.action_space.n - 1] = math.log(0.3)
+    with torch.no_grad():
+        model.policy.action_net.weight.zero_()
+        model.policy.action_net.bias.copy_(logits)
+    model.save(tmp_path / "hand.zip")
+    shutil.copy(tiny_policy_dir / "tiny.zip.json", tmp_path / "hand.zip.json")
+
+    def sequences(branches: int) -> list[tuple[str, ...]]:
+        run = tune(engine, autotune.load(SMALL), strategy="ppo", budget=20, max_length=3, validate=False,
+                   prune=False, options={"policy": str(tmp_path / "hand.zip"), "finetune": False,
+                                         "branches": branches})
+        return [tuple(t.sequence) for t in RunStore(engine.cache).trials(run.run_id)]
+
+    assert {s[0] for s in sequences(1)} == {"cse"}
+    seen = sequences(3)
+    assert {s[0] for s in seen} == {"cse", "dce", "algsimp"}
+    assert ("dce", "cse", "cse") in seen and ("algsimp", "cse", "cse") in seen
+    for bad in (0, 17, "2", True):
+        with pytest.raises(BadInput, match="branches"):
+            strategy.create("ppo", branches=bad)
