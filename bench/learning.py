@@ -79,6 +79,9 @@ POLICY = ROOT / "autotune" / "policies" / "llm.zip"
 METHODS = ("policy", "roll-out", "imitation", "ppo", "random@evals", "random@steps", "random@4xsteps", "fixed",
            "search")
 MAX_LENGTH = 4
+#: ``--methods branches``: the policy's roll-out and its next most likely first passes (``-O branches``)
+#: within ``--budget BRANCH_BUDGET``: the evaluations one roll-out leaves unused, spent on its 2nd-4th choices.
+BRANCHES, BRANCH_BUDGET = 4, 8
 BEAM = 3  # width of the demonstrations' beam search
 #: PPO fine-tuning lengths tried by model selection (``stage_select``), besides imitation alone.
 SELECT_TIMESTEPS = (256, 512, 1536)
@@ -316,14 +319,14 @@ def fine_tune(ev, work: Work, out: Path, steps: int, reward: str = REWARD, seed:
                         init=work.root / "imitation.zip", references=references, **extra)
 
 
-def rollout(ev, module, policy: Path, prune: bool = True):
+def rollout(ev, module, policy: Path, prune: bool = True, branches: int = 1, budget: int = MAX_LENGTH):
     """ONE deterministic episode of ``policy`` on ``module``, no fine-tuning, and its best sequence
     pruned as every run's is (``loop.prune``: one backward sweep dropping passes whose removal does
     not worsen final-ops; at most one evaluation per pass, counted in the run's compiled steps): what
     ``autotune run --strategy ppo --budget 4 --max-length 4 -O finetune=false`` returns, validation
     aside. ``prune=False`` is the bare roll-out (``--no-prune``, the report's ``roll-out`` column)."""
-    return tune(ev, module, strategy="ppo", budget=MAX_LENGTH, max_length=MAX_LENGTH, validate=False,
-                prune=prune, options={"policy": str(policy), "finetune": False})
+    return tune(ev, module, strategy="ppo", budget=budget, max_length=MAX_LENGTH, validate=False,
+                prune=prune, options={"policy": str(policy), "finetune": False, "branches": branches})
 
 
 def pruned(session, seqs: list, costs: list) -> tuple[tuple[str, ...] | None, float | None]:
@@ -567,6 +570,9 @@ def evaluate_modules(work: Work, method: str, modules: list[tuple[Path, str]], p
                 use = {"policy": policy, "roll-out": policy, "seed": policy, "imitation": work.root / "imitation.zip",
                        "ppo": work.root / f"ppo-{p['timesteps']}.zip"}[method]
                 row = _tuned(rollout(ev, module, use, prune=method != "roll-out"), path.stem, split)
+            elif method == "branches":
+                row = _tuned(rollout(ev, module, policy, branches=p.get("branches", BRANCHES),
+                                     budget=p.get("branch_budget", BRANCH_BUDGET)), path.stem, split)
             elif method == "random@evals" and done_policy[path.stem]["evaluations"] > 0:
                 n = done_policy[path.stem]["evaluations"]
                 r = tune(ev, module, strategy="random", budget=n, max_length=MAX_LENGTH, validate=False, seed=seed)
@@ -614,10 +620,16 @@ def stage_eval(work: Work, policy: Path, methods=METHODS) -> dict:
             continue
         if method.startswith("random@"):
             # Random search is one draw: averaged over RANDOM_SEEDS seeds, each on its own cold cache.
-            done_policy = out.get("policy") or work.load("eval-policy") or {}
+            # random@branches: at the compiled steps the branches method spent (run it first).
+            done_policy = (work.load(f"eval-{branches_tag(work, policy)}") or {} if method == "random@branches"
+                           else out.get("policy") or work.load("eval-policy") or {})
+            if method == "random@branches" and not done_policy:
+                log("random@branches: no branches rows for this policy yet (run --methods branches first)")
+                continue
+            base = f"random@{branches_tag(work, policy)}" if method == "random@branches" else method
             per_seed = []
             for seed in range(RANDOM_SEEDS):
-                tag = f"{method}-s{seed}"
+                tag = f"{base}-s{seed}"
                 seed_rows = work.load(f"eval-{tag}") or {}
                 evaluate_modules(work, method, modules, policy, None, seed_rows, done_policy, seed=seed, tag=tag)
                 per_seed.append(seed_rows)
@@ -631,11 +643,44 @@ def stage_eval(work: Work, policy: Path, methods=METHODS) -> dict:
                                 "seconds": statistics.mean(r["seconds"] for r in runs),
                                 "sequence": [f"{len(runs)} seeds: " + " / ".join(f"{r['cost']:.0f}" for r in runs)],
                                 "seeds": runs}
-            work.save(f"eval-{method}", rows)
+            work.save(f"eval-{base}", rows)
+        elif method == "branches":  # per policy: the shipped one and the run's own are compared this way
+            tag = branches_tag(work, policy)
+            rows = work.load(f"eval-{tag}") or {}
+            evaluate_modules(work, method, modules, policy, None, rows, {}, tag=tag)
         else:
             evaluate_modules(work, method, modules, policy, fleet["sequence"] if fleet else None, rows,
                              out.get("policy", {}))
         out[method] = rows
+    for method, rows in out.items():
+        for group, g in eval_groups(work, rows).items():
+            log(f"{method}{f' ({branches_tag(work, policy)})' if 'branches' in method else ''}: {group} ({g['modules']}): "
+                f"{_f(g['mean_fraction'])} of the search's gain ({_f(g['pooled_fraction'])} pooled), "
+                f"{g['steps']:.1f} compiled steps per module")
+    return out
+
+
+def branches_tag(work: Work, policy: Path) -> str:
+    """Where the branches method keeps one policy's rows (and random@branches its own, per seed)."""
+    b, bb = work.params.get("branches", BRANCHES), work.params.get("branch_budget", BRANCH_BUDGET)
+    return f"branches-{policy.stem}" + ("" if (b, bb) == (BRANCHES, BRANCH_BUDGET) else f"-{b}b{bb}")
+
+
+def eval_groups(work: Work, rows: dict) -> dict:
+    """A method's rows against the search's, by group (the test modules of each family, the shared real
+    steps): the figures the tables of docs/policies.md quote."""
+    search = work.load("eval-search") or {}
+    groups: dict[str, list] = {}
+    for name, ref in search.items():
+        if name in rows:
+            group = "shared" if ref["split"] == "shared" else "llm_spmd" if name.startswith("llm_spmd_") else "llm"
+            groups.setdefault(group, []).append((ref["default"] - rows[name]["cost"], ref["default"] - ref["cost"],
+                                                 rows[name]["steps"]))
+    out = {}
+    for group, v in groups.items():
+        mean, pooled = fractions((g, c) for g, c, _ in v)
+        out[group] = {"modules": len(v), "mean_fraction": mean, "pooled_fraction": pooled,
+                      "steps": statistics.mean(st for _, _, st in v)}
     return out
 
 
@@ -1142,9 +1187,12 @@ def main(argv=None) -> int:
     ap.add_argument("--quick", action="store_true", help="fewer modules and steps, search budget 40 (say so)")
     ap.add_argument("--stage", choices=("all", "train", "select", "fleet", "eval", "seeds", "ensemble", "report"),
                     default="all", help="ensemble: not part of all (trains six more seeds)")
-    ap.add_argument("--methods", default=",".join(METHODS), help="eval stage: which methods (comma-separated)")
+    ap.add_argument("--branches", type=int, default=BRANCHES, help="the branches method's -O branches")
+    ap.add_argument("--branch-budget", type=int, default=BRANCH_BUDGET, help="the branches method's --budget")
+    ap.add_argument("--methods", default=",".join(METHODS), help="eval stage: which methods (comma-separated; also `branches`)")
     ap.add_argument("--work", default=str(ROOT / ".autotune" / "learning"), help="suite, caches and stage results")
-    ap.add_argument("--policy", default=str(POLICY), help="where the trained policy is written / read")
+    ap.add_argument("--policy", default=None,
+                    help="where the trained policy is written / read (default: the shipped one of the run's kind)")
     ap.add_argument("--out", default=str(ROOT / "results"))
     ap.add_argument("--timesteps", type=int, default=None, help="override the training steps")
     ap.add_argument("--train-modules", type=int, default=None, help="override the number of training modules")
@@ -1160,12 +1208,14 @@ def main(argv=None) -> int:
                          "(not shipped), results/learning-spmd/ unless given")
     args = ap.parse_args(argv)
     global TARGET
-    given_policy = args.policy
+    given_policy = args.policy or str(POLICY)
+    asked = args.policy is not None  # an explicit --policy (even the shipped llm.zip) is never replaced
+    args.policy = given_policy
     if args.spmd:
         FAMILIES.append("llm_spmd")
         if args.work == str(ROOT / ".autotune" / "learning"):
             args.work = str(ROOT / ".autotune" / "learning-spmd")
-        if Path(args.policy).resolve() == POLICY.resolve():
+        if not asked:
             args.policy = str(Path(args.work) / "llm-spmd.zip")
         if Path(args.out).resolve() == (ROOT / "results").resolve():
             args.out = str(ROOT / "results" / "learning-spmd")
@@ -1174,7 +1224,7 @@ def main(argv=None) -> int:
         tag = args.target.lower()
         if args.work == str(ROOT / ".autotune" / "learning"):
             args.work = str(ROOT / ".autotune" / f"learning-{tag}")
-        if Path(args.policy).resolve() == POLICY.resolve():
+        if not asked:
             args.policy = str(POLICY.with_name(f"llm-{tag}.zip"))
         if Path(args.out).resolve() == (ROOT / "results").resolve():
             args.out = str(ROOT / "results" / f"learning-{tag}")
@@ -1186,6 +1236,7 @@ def main(argv=None) -> int:
     if args.train_modules:
         params["train_modules"] = args.train_modules
     params["stop_labels"] = not args.no_stop_labels
+    params["branches"], params["branch_budget"] = args.branches, args.branch_budget
     if args.obs_noise:
         params["obs_noise"] = args.obs_noise
     work = Work(Path(args.work) / ("quick" if args.quick else "full"), params)
@@ -1193,7 +1244,7 @@ def main(argv=None) -> int:
     command = "python bench/learning.py" + (" --quick" if args.quick else "") + "".join(
         f" --{k.replace('_', '-')} {v}" for k, v in (("timesteps", args.timesteps), ("train_modules", args.train_modules))
         if v) + (" --no-stop-labels" if args.no_stop_labels else "") + (
-        f" --obs-noise {args.obs_noise}" if args.obs_noise else "") + (f" --policy {given_policy}" if Path(given_policy).resolve() != POLICY.resolve() else "") + (
+        f" --obs-noise {args.obs_noise}" if args.obs_noise else "") + (f" --policy {rel(Path(given_policy))}" if asked else "") + (
         f" --out {args.out}" if Path(args.out).resolve() != (ROOT / "results").resolve() and not TARGET
         and not args.spmd else "") + (
         f" --target {args.target}" if TARGET else "") + (" --spmd" if args.spmd else "")

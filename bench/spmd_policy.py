@@ -2,11 +2,13 @@
 """A policy, zero-shot, on the partitioned LLM steps (``llm_spmd``) against a search's ceiling.
 
     python bench/spmd_policy.py [--policy PATH] [--split test|train|all] [--budget 40]
+                                [--branches N] [--policy-budget B]
 
 Why: issue 31 asks that the zero-shot policy reach 80% of a search's gain on the multi-device part
 of the family's test split, and the shipped ``llm`` policy has never seen a partitioned program.
 For every module of the chosen split: the policy's ONE deterministic roll-out, pruned (what
-``autotune run --strategy ppo --budget 4 -O finetune=false --no-validate`` returns) and random search
+``autotune run --strategy ppo --budget 4 -O finetune=false --no-validate`` returns; ``--branches``
+adds roll-outs from its next most likely first passes within ``--policy-budget``) and random search
 at ``--budget`` evaluations (the ceiling), each on its own cold cache so that its compiled steps are
 what it costs alone (the search's rows are kept in the work directory and reused by the next policy
 measured, with the steps they cost the first time). Judged by XLA's CPU pipeline (final-ops, instruction counts; nothing timed).
@@ -33,11 +35,12 @@ from llm_headroom import ensure_suite  # noqa: E402
 POLICY = ROOT / "autotune" / "policies" / "llm.zip"
 
 
-def run_method(session: Session, path: Path, method: str, policy: Path, budget: int) -> dict:
+def run_method(session: Session, path: Path, method: str, policy: Path, budget: int, branches: int = 1,
+               policy_budget: int = 4, finetune: bool = False) -> dict:
     t0 = time.perf_counter()
     if method == "policy":
-        r = session.tune(path, strategy="ppo", budget=4, max_length=4, validate=False,
-                         options={"policy": str(policy), "finetune": False})
+        r = session.tune(path, strategy="ppo", budget=policy_budget, max_length=4, validate=False,
+                         options={"policy": str(policy), "finetune": finetune, "branches": branches})
     else:
         r = session.tune(path, strategy="random", budget=budget, validate=False)
     best = r.best.cost if r.best and r.beats_default else r.default_cost
@@ -58,7 +61,13 @@ def markdown(data: dict) -> str:
         "(final-ops: instructions after the sequence and XLA's default pipeline); nothing was timed, and the "
         "answers were not validated here (`autotune run` validates a partitioned step by running it as N "
         "partitions on N CPU devices).", "",
-        f"Policy `{data['policy']}` (trained on: {data['trained_on']}), one roll-out pruned, against random search at "
+        f"Policy `{data['policy']}` (trained on: {data['trained_on']}), "
+        + ("one roll-out" if data.get("branches", 1) == 1 else
+           f"its roll-out and its next {data['branches'] - 1} most likely first passes (`-O branches="
+           f"{data['branches']}`)")
+        + f" at `--budget {data.get('policy_budget', 4)}`"
+        + (", fine-tuned on the module with the evaluations left" if data.get("finetune") else "")
+        + ", pruned, against random search at "
         f"budget {data['budget']} (the ceiling), on the `{data['split']}` split of `llm_spmd` "
         f"({s['modules']} modules, {s['with_headroom']} where the search beats XLA's default).", "",
         f"**The policy recovers {s['mean_fraction']:.0%} of the ceiling's gain on average ({s['pooled']:.0%} pooled) "
@@ -100,6 +109,10 @@ def main(argv=None) -> int:
     p.add_argument("--budget", type=int, default=40, help="random search evaluations (the ceiling)")
     p.add_argument("--suite", type=Path, default=ROOT / ".autotune" / "llm-spmd-suite")
     p.add_argument("--work", type=Path, default=ROOT / ".autotune" / "spmd_policy")
+    p.add_argument("--branches", type=int, default=1,
+                   help="the policy's roll-out, then its next most likely first passes (ppo option branches)")
+    p.add_argument("--policy-budget", type=int, default=4, help="the policy's evaluations (--budget of its run)")
+    p.add_argument("--finetune", action="store_true", help="fine-tune the policy on the module with the budget left")
     p.add_argument("--tag", default="", help="suffix of the result files (results/spmd_policy<tag>.md)")
     p.add_argument("--out", type=Path, default=ROOT / "results")
     args = p.parse_args(argv)
@@ -126,7 +139,8 @@ def main(argv=None) -> int:
                 with searched_file.open("a") as f:
                     f.write(json.dumps({"sha256": e.sha256, "search": searched[e.sha256]}) + "\n")
             row = {"module": e.name, "split": e.split, "style": e.config["parallel"], "devices": e.config["devices"],
-                   "policy": run_method(pol, path, "policy", args.policy, args.budget), "search": searched[e.sha256]}
+                   "policy": run_method(pol, path, "policy", args.policy, args.budget, args.branches,
+                                        args.policy_budget, args.finetune), "search": searched[e.sha256]}
             row["default"] = row["policy"]["default"]
             rows.append(row)
             print(f"[{i}/{len(entries)}] {e.name}: default {row['default']}, policy {row['policy']['final_ops']} "
@@ -138,10 +152,15 @@ def main(argv=None) -> int:
     command = "python bench/spmd_policy.py" + (f" --policy {os.path.relpath(args.policy, ROOT)}"
                                               if args.policy != POLICY else "") \
         + (f" --split {args.split}" if args.split != "test" else "") \
-        + (f" --budget {args.budget}" if args.budget != 40 else "") + (f" --tag {args.tag}" if args.tag else "")
+        + (f" --budget {args.budget}" if args.budget != 40 else "") \
+        + (f" --branches {args.branches}" if args.branches != 1 else "") \
+        + (f" --policy-budget {args.policy_budget}" if args.policy_budget != 4 else "") \
+        + (" --finetune" if args.finetune else "") \
+        + (f" --tag {args.tag}" if args.tag else "")
     styles = sorted({r["style"] for r in rows})
     data = {"command": command, "cpus": os.cpu_count(), "policy": os.path.relpath(args.policy, ROOT),
-            "trained_on": trained, "split": args.split, "budget": args.budget, "summary": summarize(rows),
+            "trained_on": trained, "split": args.split, "budget": args.budget, "branches": args.branches,
+            "policy_budget": args.policy_budget, "finetune": args.finetune, "summary": summarize(rows),
             "by_style": {s: summarize([r for r in rows if r["style"] == s]) for s in styles}, "rows": rows}
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / f"spmd_policy{args.tag}.json").write_text(json.dumps(data, indent=1) + "\n")
