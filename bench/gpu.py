@@ -234,9 +234,14 @@ class Api:
     def proto(self, text: str) -> bytes:
         return self._hlo.hlo_module_from_text(text).as_serialized_hlo_module_proto()
 
-    def compile(self, proto: bytes):
+    def compile(self, proto: bytes, options: dict | None = None):
+        """XLA's default pipeline for this backend; ``options``: compiler flags set for this compile only
+        (``CompileOptions.env_option_overrides``, what ``jax.jit(compiler_options=...)`` sets)."""
         mlir = self._jax.mlir.hlo_to_stablehlo(proto)
-        return self.backend.compile_and_load(mlir, self.devices, self._jax.CompileOptions())
+        opts = self._jax.CompileOptions()
+        if options:
+            opts.env_option_overrides = list(options.items())
+        return self.backend.compile_and_load(mlir, self.devices, opts)
 
     def params(self, proto: bytes) -> list[tuple[tuple[int, ...], object]]:
         """(shape, numpy dtype) of every entry parameter leaf, tuples flattened depth-first."""
@@ -491,8 +496,46 @@ def run_module(api: Api, entry: dict, bundle: Path, args, deadline: float) -> di
         row["variants"].append(out)
         log(f"  {entry['name']} {v['label']}: " + (f"{out['ratio']:.3f} [{out['low']:.3f}, {out['high']:.3f}]"
                                                   if "ratio" in out else out.get("error", "")))
+    if args.compiler_options:
+        row["options"] = time_options(api, entry, proto, leaves, alias, base_exe, reference, args, deadline)
     del reference, base_exe
     return row
+
+
+#: ``--compiler-options``: XLA GPU flags, each set alone on the default ordering and timed against the
+#: default (issue 30 item 7: options as a second search dimension is worth building only where they move
+#: measured time). Command buffers (CUDA graphs) off, GEMMs without Triton or autotuning, and schedules
+#: and fusions the default leaves off. A flag the installed XLA does not know is an error for that row.
+COMPILER_OPTIONS = (("xla_gpu_enable_command_buffer", ""), ("xla_gpu_enable_triton_gemm", False),
+                    ("xla_gpu_autotune_level", 0), ("xla_gpu_enable_latency_hiding_scheduler", True),
+                    ("xla_gpu_enable_cublaslt", True), ("xla_gpu_enable_while_loop_double_buffering", True),
+                    ("xla_gpu_enable_dynamic_slice_fusion", True))
+
+
+def time_options(api: Api, entry: dict, proto: bytes, leaves, alias, base_exe, reference, args,
+                 deadline: float) -> list[dict]:
+    """The default ordering compiled with each of ``COMPILER_OPTIONS`` alone, checked and timed like a
+    variant (until ``deadline``)."""
+    rows = []
+    for flag, value in COMPILER_OPTIONS:
+        out = {"label": f"{flag}={value!r}", "flag": flag, "value": value}
+        if time.time() > deadline:
+            rows.append({**out, "skipped": "time share"})
+            continue
+        try:
+            t0 = time.perf_counter()
+            exe = api.compile(proto, {flag: value})
+            out["compile_s"] = round(time.perf_counter() - t0, 2)
+            out["same_outputs"], out["excess"] = same_outputs(outputs_of(api, exe, leaves, args.seed), reference)
+            inputs = api.inputs(leaves, args.seed)
+            out.update(time_pair(Runner(api, base_exe, inputs, alias), Runner(api, exe, inputs, alias), args.rounds))
+            del exe, inputs
+        except Exception as exc:
+            out["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}"
+        rows.append(out)
+        log(f"  {entry['name']} {out['label']}: " + (f"{out['ratio']:.3f} [{out['low']:.3f}, {out['high']:.3f}]"
+                                                    if "ratio" in out else out.get("error", "")))
+    return rows
 
 
 def spearman(xs: list[float], ys: list[float]) -> float | None:
@@ -625,6 +668,15 @@ def markdown(data: dict, manifest: dict) -> str:
         again = _cell(row["recompiled"]) if "recompiled" in row else ""
         lines.append(f"| {row['name']} | {row['group']} | {row.get('input_gib', '')} GiB | {noise} | {again} | "
                      f"{'' if floor is None else format(floor, '.2f')} | " + " | ".join(values) + " |")
+    opt_rows = [r for r in data["rows"] if r.get("options")]
+    if opt_rows:
+        flags = [o["label"] for o in opt_rows[0]["options"]]
+        lines += ["", "Compiler options (`--compiler-options`): XLA's default ordering compiled with one flag set, "
+                  "time ratio against the default compile:", "",
+                  "| module | " + " | ".join(f"`{f}`" for f in flags) + " |", "|---|" + "---|" * len(flags)]
+        for r in opt_rows:
+            cells = {o["label"]: _cell(o, r.get("default_excess")) for o in r["options"]}
+            lines.append(f"| {r['name']} | " + " | ".join(cells.get(f, "") for f in flags) + " |")
     c = data["correlation"]
     lines += ["", f"Rank correlation (Spearman) of each compile-only figure (its ratio to the default, from the "
                   f"target's deviceless pipeline) with the measured time ratio, over {c['pairs']} (module, ordering) "
@@ -677,6 +729,8 @@ def main(argv=None) -> int:
                    help="also time the default against a second compile of itself (GEMM autotuning's spread)")
     r.add_argument("--labels", default=None, help="time only these orderings (comma-separated labels)")
     r.add_argument("--groups", default=None, help="only modules of these groups (comma-separated)")
+    r.add_argument("--compiler-options", action="store_true",
+                   help="also time the default ordering under each of COMPILER_OPTIONS (GPU flags)")
     args = ap.parse_args(argv)
     if args.what == "prepare":
         return prepare(args)
