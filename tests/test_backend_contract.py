@@ -236,6 +236,7 @@ def test_every_registered_backend_keeps_the_contract_signatures_included():
     if targets.plugin_available():
         gpu = get("xla", target="h100")
         assert contract_problems(gpu) == [] and not supports(gpu, "regions") and supports(gpu, "execute")
+        assert not supports(gpu, "memory")  # the device's memory, which the host's compile does not give
 
 
 def test_the_contract_check_names_what_a_bad_backend_breaks():

@@ -251,6 +251,10 @@ def _report(result, as_json: bool, out_dir) -> None:
     if result.validation is not None:
         out.print(f"validation: {result.validation.describe()}"
                       + ("" if result.beats_default else f" (of the best candidate, which does not beat {base})"))
+    if result.memory is not None:
+        m = result.memory
+        out.print(f"[yellow]{m.describe()}: the answer needs more memory than XLA's default, which final-ops does "
+                  "not count (docs/guarantees.md)[/]" if m.grows else m.describe())
     for seq, reason in result.invalid:
         out.print(f"[yellow]rejected (invalid):[/] {','.join(seq)}: {reason}")
     out.print(f"run {result.run_id} ({result.status}): {result.seconds:.1f}s, steps compiled {result.steps_compiled}, "

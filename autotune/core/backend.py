@@ -237,9 +237,19 @@ class LiftsConstants(Protocol):
 #: Optional capability -> the members it promises. A backend lists the ones it has in
 #: ``capabilities``; the engine asks ``supports(backend, name)`` and does without the rest (no
 #: execution: validation stops at ``compiled``; no regions: no ``executed-region``; and so on).
+class MeasuresMemory(Protocol):
+    """``memory``: what the fully compiled module needs, from the compiler's buffer assignment (nothing
+    runs): a run's answer is checked against XLA's default for memory, which final-ops cannot see."""
+
+    def memory(self, module) -> dict:
+        """Bytes per device: ``arguments``, ``outputs``, ``temporaries``, ``aliased``, ``total``;
+        ``PassFailed`` when the module does not compile."""
+
+
 CAPABILITIES: dict[str, type] = {
     "execute": Executes, "bounded-execution": BoundsExecution, "time": Times, "reference": ComputesReference,
     "regions": CutsRegions, "stand-ins": HasStandIns, "explain": Explains, "surrogate": LiftsConstants,
+    "memory": MeasuresMemory,
 }
 
 

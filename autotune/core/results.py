@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
 from autotune.core.levels import Validation, rank
+from autotune.core.footprint import MemoryChange
 from autotune.core.metrics import Metrics
 from autotune.core.objectives import Claim
 from autotune.core.target import CPU, Target
@@ -63,6 +64,8 @@ class TuneResult:
     surrogate: dict | None = None
     #: The machine the run judged for: its pipeline applied and judged every sequence (``core/target.py``).
     target: Target = CPU
+    #: Memory per device of the default and of ``best`` (``core/footprint.py``), when validated and measurable.
+    memory: MemoryChange | None = None
 
     @property
     def validation_level(self) -> str | None:
@@ -132,6 +135,7 @@ class TuneResult:
             "phases": dict(self.phases),
             "surrogate": self.surrogate,
             "target": self.target.to_dict(), "judged_by": self.target.judged_by(),
+            "memory": self.memory.to_dict() if self.memory else None,
         }
 
     @classmethod
@@ -155,6 +159,7 @@ class TuneResult:
             claim=Claim.from_dict(data.get("claim")), executor=data.get("executor"),
             phases=tuple((str(k), float(v)) for k, v in (data.get("phases") or {}).items()),
             surrogate=data.get("surrogate"), target=Target.from_dict(data.get("target")),
+            memory=MemoryChange.from_dict(data.get("memory")),
         )
 
 

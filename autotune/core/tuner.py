@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from autotune import strategy as strategy_mod
+from autotune.core import footprint
 from autotune.core import objectives as objectives_mod
 from autotune.core.backend import supports
 from autotune.core.evaluator import Evaluator, Result
@@ -220,6 +221,10 @@ class ModuleSearch(Search):
                              final.metrics if final.ok else None, rec.cost, choice.found, choice.found_cost)
             if not (claim.win if claim is not None else best.cost < self.default_cost):
                 best = replace(best, sequence=())  # nothing beats the default: apply nothing (``found`` keeps it)
+        memory = None
+        if best is not None and best.sequence and self.spec.validate and status != "interrupted":
+            self.phases.enter("validation", "memory: both modules' buffer assignments")
+            memory = footprint.compare(self.ev.pipeline, self.root, self.ev.module(best.state, self.root.name))
         compiled, cached = self.steps()
         return TuneResult(
             run_id=self.run_id, module=self.root.name, fingerprint=self.root.fingerprint,
@@ -229,7 +234,7 @@ class ModuleSearch(Search):
             invalid=invalid, seconds=time.perf_counter() - self.t0, steps_compiled=compiled,
             steps_cached=cached, history=tuple(self.best_history), claim=claim,
             executor=self.ev.pipeline.executor.describe(), phases=self.phases.result(), surrogate=self.real_info,
-            target=self.ev.pipeline.target,
+            target=self.ev.pipeline.target, memory=memory,
         )
 
 

@@ -66,7 +66,7 @@ class XlaPipeline(BackendBase):
     #: bounded-execution: cost-analysis estimates, and a run stopped at its bound; regions: region.py
     #: cuts the changed regions of two final modules; surrogate: surrogate.py; reference: reference.py.
     capabilities = frozenset({"execute", "bounded-execution", "time", "reference", "regions", "stand-ins",
-                              "explain", "surrogate"})
+                              "explain", "surrogate", "memory"})
 
     def __init__(self, workers: int = 1, cache=None, include_target_specific: bool = False,
                  step_timeout: float = 120.0, inventory: PassInventory | None = None, executor=None,
@@ -78,7 +78,8 @@ class XlaPipeline(BackendBase):
             self.worker, self.worker_api, self.worker_env = GPU_WORKER, XlaGpuRequests, GPU_WORKER_ENV
             # A GPU-compiled final module is fused and laid out for the device: the CPU cannot run
             # its regions (whole tuned modules still run on the CPU, see gpu_worker.py).
-            self.capabilities = self.capabilities - {"regions"}
+            # Its memory is the device's, which the host's compile does not give: not offered.
+            self.capabilities = self.capabilities - {"regions", "memory"}
             # Executions (validation's output comparison) run on the host CPU: nothing is timed on the GPU.
             self.runs_on_target = False
         self.target = self.gpu.target if self.gpu is not None else CPU
@@ -317,6 +318,11 @@ class XlaPipeline(BackendBase):
         if n > 1:
             raise BadInput(f"it is one device's program of a step partitioned over {n} devices: its run time "
                            "here says nothing about the step's (use final-ops or a GPU target)")
+
+    def memory(self, module: Module) -> dict:
+        """Bytes per device the fully compiled module needs (``runner.memory``); ``PassFailed`` when
+        it does not compile."""
+        return dict(self.remote(self.run_timeout).memory(module.proto))
 
     def compiles(self, module: Module) -> bool:
         """True if the full default pipeline compiles ``module``; raises ``PassFailed`` otherwise."""

@@ -381,6 +381,20 @@ def check_memory(exe, devices: int = 1) -> None:
         raise BadInput(f"running it needs {gib(need)} (inputs, outputs, temporaries), {gib(limit)} available")
 
 
+def memory(worker, proto: bytes) -> dict:
+    """Bytes per device XLA's buffer assignment gives the fully compiled module: ``arguments``,
+    ``outputs``, ``temporaries``, ``aliased`` (outputs living in argument buffers) and ``total``
+    (what a run holds at once: arguments + outputs + temporaries - aliased). A partitioned program is
+    compiled as its N partitions, as validation runs it. ``PassFailed`` when it does not compile."""
+    n = partitioned.partitions(hlo.parse_proto(proto))
+    exe, _ = cached_compile(worker, proto, n)
+    stats = exe.get_compiled_memory_stats()
+    out = {"arguments": int(stats.argument_size_in_bytes), "outputs": int(stats.output_size_in_bytes),
+           "temporaries": int(stats.temp_size_in_bytes), "aliased": int(stats.alias_size_in_bytes)}
+    out["total"] = out["arguments"] + out["outputs"] + out["temporaries"] - out["aliased"]
+    return out
+
+
 def execute(worker, proto: bytes, seed: int = 0, floats: str = "normal", int_high: int = INT_HIGH) -> list[np.ndarray]:
     """Full compile (cached), run once on ``random_inputs(...)``; all outputs (tuples flattened) as numpy.
 

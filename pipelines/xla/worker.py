@@ -262,6 +262,12 @@ class XlaWorker:
         """The module with host stand-ins for custom calls the host cannot run (see standins.py)."""
         return runner.stand_ins(proto, tuple(extra))
 
+    def memory(self, proto: bytes) -> dict:
+        """What the fully compiled module needs per device, from XLA's buffer assignment (see
+        runner.memory); the compile is cached, as validation's is."""
+        with all_cores():
+            return runner.memory(self, proto)
+
     def compiles(self, proto: bytes) -> bool:
         """True if the full default pipeline (codegen included) accepts the module; else PassFailed."""
         with all_cores():

@@ -53,6 +53,9 @@ class XlaRequests(StepRequests, Protocol):
     def compiles(self, proto: bytes) -> bool:
         """True when the full pipeline, codegen included, accepts the module; ``PassFailed`` if not."""
 
+    def memory(self, proto: bytes) -> dict:
+        """Bytes per device the fully compiled module needs (XLA's buffer assignment), nothing run."""
+
 
 class XlaGpuRequests(XlaRequests, Protocol):
     """A GPU target's worker (``gpu_worker.XlaGpuWorker``): the CPU worker's requests, compiled for
