@@ -483,19 +483,8 @@ def run_module(api: Api, entry: dict, bundle: Path, args, deadline: float) -> di
         out = {"label": v["label"], "sequence": v["sequence"]}
         if v["file"] != base["file"]:
             timed[v["file"]] = out
-        try:
-            t0 = time.perf_counter()
-            exe = base_exe if v["file"] == base["file"] else api.compile(api.proto(texts[v["file"]]))
-            out["compile_s"] = round(time.perf_counter() - t0, 2)
-            out["same_outputs"], out["excess"] = same_outputs(outputs_of(api, exe, leaves, args.seed), reference)
-            inputs = api.inputs(leaves, args.seed)
-            out.update(time_pair(Runner(api, base_exe, inputs, alias), Runner(api, exe, inputs, alias), args.rounds))
-            del exe, inputs
-        except Exception as exc:
-            out["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}"
-        row["variants"].append(out)
-        log(f"  {entry['name']} {v['label']}: " + (f"{out['ratio']:.3f} [{out['low']:.3f}, {out['high']:.3f}]"
-                                                  if "ratio" in out else out.get("error", "")))
+        build = None if v["file"] == base["file"] else (lambda text=texts[v["file"]]: api.compile(api.proto(text)))
+        row["variants"].append(measure(api, out, build, base_exe, leaves, alias, reference, args, entry["name"]))
     if args.compiler_options:
         row["options"] = time_options(api, entry, proto, leaves, alias, base_exe, reference, args, deadline)
     del reference, base_exe
@@ -522,20 +511,28 @@ def time_options(api: Api, entry: dict, proto: bytes, leaves, alias, base_exe, r
         if time.time() > deadline:
             rows.append({**out, "skipped": "time share"})
             continue
-        try:
-            t0 = time.perf_counter()
-            exe = api.compile(proto, {flag: value})
-            out["compile_s"] = round(time.perf_counter() - t0, 2)
-            out["same_outputs"], out["excess"] = same_outputs(outputs_of(api, exe, leaves, args.seed), reference)
-            inputs = api.inputs(leaves, args.seed)
-            out.update(time_pair(Runner(api, base_exe, inputs, alias), Runner(api, exe, inputs, alias), args.rounds))
-            del exe, inputs
-        except Exception as exc:
-            out["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}"
-        rows.append(out)
-        log(f"  {entry['name']} {out['label']}: " + (f"{out['ratio']:.3f} [{out['low']:.3f}, {out['high']:.3f}]"
-                                                    if "ratio" in out else out.get("error", "")))
+        build = lambda flag=flag, value=value: api.compile(proto, {flag: value})  # noqa: E731
+        rows.append(measure(api, out, build, base_exe, leaves, alias, reference, args, entry["name"]))
     return rows
+
+
+def measure(api: Api, out: dict, build, base_exe, leaves, alias, reference, args, module: str) -> dict:
+    """``build()`` compiles a variant (None: the default's own executable); its outputs are compared with ``reference`` on fresh inputs (freed
+    before the timing inputs are drawn), then it is timed interleaved against ``base_exe``; all into
+    ``out``, an error as that row's (logged)."""
+    try:
+        t0 = time.perf_counter()
+        exe = base_exe if build is None else build()
+        out["compile_s"] = round(time.perf_counter() - t0, 2)
+        out["same_outputs"], out["excess"] = same_outputs(outputs_of(api, exe, leaves, args.seed), reference)
+        inputs = api.inputs(leaves, args.seed)
+        out.update(time_pair(Runner(api, base_exe, inputs, alias), Runner(api, exe, inputs, alias), args.rounds))
+        del exe, inputs
+    except Exception as exc:
+        out["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}"
+    log(f"  {module} {out['label']}: " + (f"{out['ratio']:.3f} [{out['low']:.3f}, {out['high']:.3f}]"
+                                         if "ratio" in out else out.get("error", "")))
+    return out
 
 
 def spearman(xs: list[float], ys: list[float]) -> float | None:
