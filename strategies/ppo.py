@@ -242,8 +242,9 @@ def _branch(policy: Ensemble, env: PassOrderingEnv, branches: int) -> None:
     """
     obs, _ = env.reset()
     probs = policy.probabilities(obs)
-    order = [int(a) for a in probs.argsort(kind="stable")[::-1] if int(a) != env.stop]
-    for first in order[1:branches]:
+    taken = int(probs.argmax())  # the roll-out's first action (STOP: it tried nothing)
+    order = [int(a) for a in probs.argsort(kind="stable")[::-1] if int(a) not in (env.stop, taken)]
+    for first in order[:branches - 1]:
         obs, _ = env.reset()
         obs, _, terminated, truncated, _ = env.step(first)
         done = terminated or truncated

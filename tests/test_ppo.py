@@ -515,6 +515,12 @@ def test_branches_roll_out_the_policys_next_most_likely_first_passes(engine, tin
     seen = sequences(3)
     assert {s[0] for s in seen} == {"cse", "dce", "algsimp"}
     assert ("dce", "cse", "cse") in seen and ("algsimp", "cse", "cse") in seen
+    # When STOP is the most likely, the roll-out tries nothing and the first branch is the top pass.
+    logits[model.action_space.n - 1] = math.log(0.9)
+    with torch.no_grad():
+        model.policy.action_net.bias.copy_(logits)
+    model.save(tmp_path / "hand.zip")
+    assert {s[0] for s in sequences(2)} == {"cse"}
     for bad in (0, 17, "2", True):
         with pytest.raises(BadInput, match="branches"):
             strategy.create("ppo", branches=bad)
