@@ -135,9 +135,41 @@ def variant_text(session, text: str, sequence) -> str:
     return session.evaluator.pipeline.to_text(module)
 
 
+def spread_plan(gpu, name: str, text: str, n: int, seed: int) -> tuple[list, dict]:
+    """``--spread N``: of ``n`` random sequences (1-4 passes) judged by the target's deviceless pipeline,
+    the two that lower its launches (``kernels``) most and the two that raise them most, labelled by
+    rank (``spread-1`` lowest), and how far the launches moved over all of them. Why: on the modules of the first runs the orderings barely moved the
+    compile-only figures (launches by at most 4.4%), so GPU time had nothing to rank; pairs that differ
+    most are where a figure's ranking can be checked against time."""
+    rng = random.Random(f"spread:{seed}:{name}")
+    passes = gpu.passes()
+    seqs = list({tuple(rng.sample(passes, rng.randint(1, 4))) for _ in range(n)})
+    ev = gpu.evaluator
+    root = gpu.normalize(text)
+    base = ev.default(root).metrics.figure("kernels")
+    scored = []
+    for seq, res in zip(seqs, ev.evaluate_many(root, seqs)):
+        final = ev.final(res.state) if res.ok else None
+        if final is not None and final.ok:
+            scored.append((final.metrics.figure("kernels") / base, seq))
+    scored.sort()
+    low = [(f"spread-{i + 1}", seq) for i, (r, seq) in enumerate(scored[:2]) if r < 1]
+    high = [(f"spread+{i + 1}", seq) for i, (r, seq) in enumerate(reversed(scored[-2:])) if r > 1]
+    log(f"{name}: {len(scored)} random sequences, launches x{scored[0][0]:.3f} .. x{scored[-1][0]:.3f} of the default"
+        if scored else f"{name}: no random sequence compiled")
+    stats = {"sequences": len(scored), "kernels_min": scored[0][0] if scored else None,
+             "kernels_max": scored[-1][0] if scored else None,
+             "moved": sum(abs(r - 1) > 1e-9 for r, _ in scored)}
+    return low + high, stats
+
+
 def prepare_module(gpu, cpu, name: str, group: str, text: str, args, out: Path) -> dict:
     t0 = time.perf_counter()
     entry = {"name": name, "group": group, "variants": []}
+    if args.spread:
+        plan, entry["spread"] = spread_plan(gpu, name, text, args.spread, args.seed)
+        return write_variants(entry, [("default", (), gpu)] + [(label, seq, gpu) for label, seq in plan],
+                              gpu, name, text, args, out, {}, t0)
     answer_gpu = tuned(gpu, text, args.budget, args.seed)
     answer_cpu = tuned(cpu, text, args.budget, args.seed)
     rng = random.Random(f"{args.seed}:{name}")
@@ -148,6 +180,13 @@ def prepare_module(gpu, cpu, name: str, group: str, text: str, args, out: Path) 
         plan.append(("policy", tuple(answer_policy["sequence"]), gpu))
     plan += [(",".join(seq), seq, gpu) for seq in EXTRAS]
     plan.append(("random", tuple(rng.sample(gpu.passes(), 3)), gpu))
+    searches = {args.target: answer_gpu, "cpu": answer_cpu, "policy": answer_policy}
+    return write_variants(entry, plan, gpu, name, text, args, out, searches, t0)
+
+
+def write_variants(entry: dict, plan, gpu, name: str, text: str, args, out: Path, searches: dict, t0: float) -> dict:
+    """Each (label, sequence, session) of ``plan`` written as the module after its sequence (one file per
+    distinct module), with the target's compile-only figures, into ``entry``."""
     seen: dict[str, str] = {}
     for label, seq, session in plan:
         try:
@@ -163,12 +202,8 @@ def prepare_module(gpu, cpu, name: str, group: str, text: str, args, out: Path) 
                 fh.write(body.encode())
         variant = {"label": label, "sequence": list(seq), "file": file, "same_as": seen.get(digest),
                    "judged_by": session.target.key, **figures(gpu, body)}
-        if label == args.target:
-            variant["search"] = answer_gpu
-        elif label == "cpu":
-            variant["search"] = answer_cpu
-        elif label == "policy":
-            variant["search"] = answer_policy
+        if searches.get(label) is not None:
+            variant["search"] = searches[label]
         seen.setdefault(digest, label)
         entry["variants"].append(variant)
     shown = ", ".join(f"{v['label']}={v.get('final_ops')}" for v in entry["variants"])
@@ -713,6 +748,9 @@ def main(argv=None) -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--bundle", default=str(BUNDLE))
     p.add_argument("--db", default=str(ROOT / ".autotune" / "gpu-bench.db"))
+    p.add_argument("--spread", type=int, default=0, metavar="N",
+                   help="instead of the answers: per module, the default and the random sequences (of N) that "
+                        "move the target's launch count most either way (e.g. --bundle bench/gpu_bundle_spread)")
     r = sub.add_parser("run", help="compile and time the bundle here (plain jax)")
     r.add_argument("--bundle", default=str(BUNDLE))
     r.add_argument("--platform", default="gpu", choices=("gpu", "cuda", "cpu"))
