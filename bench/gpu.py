@@ -573,7 +573,7 @@ def measure(api: Api, out: dict, build, base_exe, leaves, alias, reference, args
 def spearman(xs: list[float], ys: list[float]) -> float | None:
     import numpy as np
 
-    if len(xs) < 3:
+    if len(xs) < 3 or len(set(xs)) < 2 or len(set(ys)) < 2:  # a constant side ranks nothing
         return None
     try:
         from scipy.stats import spearmanr

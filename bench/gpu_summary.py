@@ -28,7 +28,8 @@ import math
 import sys
 from pathlib import Path
 
-from scipy.stats import spearmanr
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from gpu import spearman as rho  # noqa: E402  (the run's own Spearman: scipy's, None on a constant side)
 
 ROOT = Path(__file__).resolve().parent.parent
 RUNS = ("results/gpu-run1.json", "results/gpu.json", "results/gpu-run3.json")
@@ -45,12 +46,6 @@ def measured(run: dict) -> dict[tuple[str, str], dict]:
 def verdict(v: dict) -> int:
     """+1 slower (interval above 1), -1 faster (below), 0 within noise."""
     return 1 if v["low"] > 1 else -1 if v["high"] < 1 else 0
-
-
-def rho(xs: list[float], ys: list[float]) -> float | None:
-    if len(xs) < 3 or len(set(xs)) < 2 or len(set(ys)) < 2:
-        return None
-    return float(spearmanr(xs, ys).statistic)
 
 
 def fmt(x: float | None, spec: str = ".2f") -> str:

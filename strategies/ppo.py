@@ -187,12 +187,13 @@ class PPOStrategy(Strategy):
         rollout_env = self._env(source, policy_space, shaping, gamma, env_options)
         rollout_env.reset(seed=seed)
         others = [load_model(p, meta, train_env, seed, overrides) for p, meta in self.members[1:]]
-        _rollout(Ensemble([model, *others]) if others else model, rollout_env)
+        ensemble = Ensemble([model, *others])
+        _rollout(ensemble if others else model, rollout_env)
         if self.branches > 1:
             if meta["algo"] not in ("ppo", "a2c"):
                 raise BadInput(f"ppo: branches needs a policy's action probabilities; {self.policy} is a "
                                f"{meta['algo']} policy")
-            _branch(Ensemble([model, *others]), rollout_env, self.branches)
+            _branch(ensemble, rollout_env, self.branches)
         if not self.finetune:
             return
         chunk = 2 * int(getattr(model, "n_steps", 0) or self.hyperparams["n_steps"])
@@ -220,10 +221,14 @@ def _overrides(algo: str, hp: dict, given: set[str]) -> dict:
     return out
 
 
-def _rollout(model, env: PassOrderingEnv) -> None:
-    """One deterministic episode of the current policy (each appended pass is one evaluation)."""
+def _rollout(model, env: PassOrderingEnv, first: int | None = None) -> None:
+    """One deterministic episode of the current policy (each appended pass is one evaluation), from
+    ``first`` when given (``_branch``)."""
     obs, _ = env.reset()
     done = False
+    if first is not None:
+        obs, _, terminated, truncated, _ = env.step(first)
+        done = terminated or truncated
     while not done:
         action, _ = model.predict(obs, deterministic=True)
         obs, _, terminated, truncated, _ = env.step(int(action))
@@ -245,13 +250,7 @@ def _branch(policy: Ensemble, env: PassOrderingEnv, branches: int) -> None:
     taken = int(probs.argmax())  # the roll-out's first action (STOP: it tried nothing)
     order = [int(a) for a in probs.argsort(kind="stable")[::-1] if int(a) not in (env.stop, taken)]
     for first in order[:branches - 1]:
-        obs, _ = env.reset()
-        obs, _, terminated, truncated, _ = env.step(first)
-        done = terminated or truncated
-        while not done:
-            action, _ = policy.predict(obs, deterministic=True)
-            obs, _, terminated, truncated, _ = env.step(int(action))
-            done = terminated or truncated
+        _rollout(policy, env, first)
 
 
 def _learn_until_spent(model, evaluate: Evaluate, chunk: int | None, after=None) -> None:

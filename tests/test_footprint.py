@@ -5,7 +5,7 @@ from __future__ import annotations
 import autotune
 from autotune.core.footprint import MemoryChange, compare
 from autotune.core.results import TuneResult
-from conftest import DATA, SMALL
+from conftest import DATA
 
 MAML = DATA / "real" / "hloenv_maml_train_step.hlo"  # tree_reduction_rewriter: 126 -> 125 final-ops
 

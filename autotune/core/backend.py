@@ -234,9 +234,6 @@ class LiftsConstants(Protocol):
         """``(surrogate, constants lifted, their bytes)``; None when there is nothing to lift."""
 
 
-#: Optional capability -> the members it promises. A backend lists the ones it has in
-#: ``capabilities``; the engine asks ``supports(backend, name)`` and does without the rest (no
-#: execution: validation stops at ``compiled``; no regions: no ``executed-region``; and so on).
 class MeasuresMemory(Protocol):
     """``memory``: what the fully compiled module needs, from the compiler's buffer assignment (nothing
     runs): a run's answer is checked against XLA's default for memory, which final-ops cannot see."""
@@ -246,6 +243,9 @@ class MeasuresMemory(Protocol):
         ``PassFailed`` when the module does not compile."""
 
 
+#: Optional capability -> the members it promises. A backend lists the ones it has in
+#: ``capabilities``; the engine asks ``supports(backend, name)`` and does without the rest (no
+#: execution: validation stops at ``compiled``; no regions: no ``executed-region``; and so on).
 CAPABILITIES: dict[str, type] = {
     "execute": Executes, "bounded-execution": BoundsExecution, "time": Times, "reference": ComputesReference,
     "regions": CutsRegions, "stand-ins": HasStandIns, "explain": Explains, "surrogate": LiftsConstants,

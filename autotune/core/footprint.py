@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from autotune.core.backend import supports
+from autotune.core.limits import gib
 from autotune.errors import BadInput, PassFailed
 
 #: More than this much more memory than XLA's default is said as a warning.
@@ -41,9 +42,9 @@ class MemoryChange:
 
     def describe(self) -> str:
         change = f" ({self.ratio - 1:+.0%})" if self.ratio is not None else ""
-        return (f"memory per device (XLA's buffer assignment, nothing run): default {_size(self.default_total)}, "
-                f"tuned {_size(self.tuned_total)}{change}; temporaries {_size(self.default_temporaries)} -> "
-                f"{_size(self.tuned_temporaries)}")
+        return (f"memory per device (XLA's buffer assignment, nothing run): default {gib(self.default_total)}, "
+                f"tuned {gib(self.tuned_total)}{change}; temporaries {gib(self.default_temporaries)} -> "
+                f"{gib(self.tuned_temporaries)}")
 
     def to_dict(self) -> dict:
         return {"default_total": self.default_total, "tuned_total": self.tuned_total,
@@ -69,9 +70,3 @@ def compare(pipeline, original, tuned) -> MemoryChange | None:
         return None
     return MemoryChange(a["total"], b["total"], a["temporaries"], b["temporaries"])
 
-
-def _size(n: int) -> str:
-    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if n >= scale:
-            return f"{n / scale:.1f} {unit}"
-    return f"{n} B"

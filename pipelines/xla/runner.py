@@ -371,9 +371,7 @@ def check_memory(exe, devices: int = 1) -> None:
     before any input is built.
     """
     try:
-        stats = exe.get_compiled_memory_stats()
-        need = devices * (stats.argument_size_in_bytes + stats.output_size_in_bytes + stats.temp_size_in_bytes
-                          - stats.alias_size_in_bytes)
+        need = devices * buffer_bytes(exe)["total"]
     except Exception:  # no statistics from this backend: the input check alone applies
         return
     limit, _ = execution_limit()
@@ -381,18 +379,22 @@ def check_memory(exe, devices: int = 1) -> None:
         raise BadInput(f"running it needs {gib(need)} (inputs, outputs, temporaries), {gib(limit)} available")
 
 
-def memory(worker, proto: bytes) -> dict:
-    """Bytes per device XLA's buffer assignment gives the fully compiled module: ``arguments``,
-    ``outputs``, ``temporaries``, ``aliased`` (outputs living in argument buffers) and ``total``
-    (what a run holds at once: arguments + outputs + temporaries - aliased). A partitioned program is
-    compiled as its N partitions, as validation runs it. ``PassFailed`` when it does not compile."""
-    n = partitioned.partitions(hlo.parse_proto(proto))
-    exe, _ = cached_compile(worker, proto, n)
+def buffer_bytes(exe) -> dict:
+    """Bytes per device XLA's buffer assignment gives a compiled executable: ``arguments``, ``outputs``,
+    ``temporaries``, ``aliased`` (outputs living in argument buffers) and ``total`` (what a run holds at
+    once: arguments + outputs + temporaries - aliased)."""
     stats = exe.get_compiled_memory_stats()
     out = {"arguments": int(stats.argument_size_in_bytes), "outputs": int(stats.output_size_in_bytes),
            "temporaries": int(stats.temp_size_in_bytes), "aliased": int(stats.alias_size_in_bytes)}
     out["total"] = out["arguments"] + out["outputs"] + out["temporaries"] - out["aliased"]
     return out
+
+
+def memory(worker, proto: bytes) -> dict:
+    """:func:`buffer_bytes` of the fully compiled module (cached); a partitioned program is compiled as
+    its N partitions, as validation runs it. ``PassFailed`` when it does not compile."""
+    exe, _ = cached_compile(worker, proto, partitioned.partitions(hlo.parse_proto(proto)))
+    return buffer_bytes(exe)
 
 
 def execute(worker, proto: bytes, seed: int = 0, floats: str = "normal", int_high: int = INT_HIGH) -> list[np.ndarray]:
