@@ -203,6 +203,35 @@ def test_gpu_steps_change_the_module_and_the_default_reports_kernels(gpu_engine)
 
 
 @needs_plugin
+def test_the_next_step_gets_exactly_the_module_the_last_pass_left(gpu_engine):
+    """No MLIR round trip between steps: reading a step's result back unchanged (``<identity>``) gives
+    the same program. Through jax's compile-only client it did not: the round trip folded the
+    identity transposes ``dot_decomposer`` leaves in the decode step (docs/gpu.md)."""
+    from autotune.core.module import load
+
+    root = gpu_engine.prepare(load(DECODE))
+    after = gpu_engine.evaluate(root, ["dot_decomposer"])
+    assert after.ok and after.state != root.fingerprint
+    [out] = gpu_engine.pipeline.run_steps(gpu_engine.module(after.state), ["<identity>"])
+    assert out.status == "ok" and out.fingerprint == after.state
+
+
+def test_the_c_api_binding_refuses_a_table_it_does_not_know():
+    """``pjrt_hlo`` reads function pointers by position: a plugin whose table is laid out otherwise
+    (another major version, or too short to hold ``PJRT_Compile``) is refused before any call."""
+    import ctypes
+
+    from autotune.pipelines.xla.pjrt_hlo import PjrtHloCompiler, Unavailable
+
+    table = (ctypes.c_size_t * 8)()
+    table[0], table[2], table[4] = 8 * 200, 24, 1 | (40 << 32)  # struct_size; version {size, priv, 1.40}
+    with pytest.raises(Unavailable, match="PJRT C API 1.40"):
+        PjrtHloCompiler("", api=ctypes.addressof(table))
+    table[0], table[4] = 64, 0 | (60 << 32)  # major 0, but no room for PJRT_Compile
+    with pytest.raises(Unavailable, match="PJRT C API 0.60 \\(table of 64 bytes\\)"):
+        PjrtHloCompiler("", api=ctypes.addressof(table))
+
+@needs_plugin
 def test_a_target_is_part_of_every_cache_key(gpu_engine, engine):
     assert gpu_engine.version != engine.version and "h100-" in gpu_engine.version
     assert engine.pipeline.target.key == "cpu"

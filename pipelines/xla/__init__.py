@@ -34,8 +34,9 @@ from autotune.pipelines.xla.worker_api import XlaGpuRequests, XlaRequests
 
 #: Bumped when the meaning of a cached step changes (capture method, fingerprint, metrics).
 ENGINE_VERSION = 6  # 6: Metrics.structure (structural counts for learned policies)
-#: The same for a GPU target's steps (per-pass dumps, the stop at autotuning, Metrics.compiled).
-GPU_ENGINE_VERSION = 1
+#: The same for a GPU target's steps (per-pass dumps, the stop at autotuning, Metrics.compiled, how the
+#: module reaches XLA).
+GPU_ENGINE_VERSION = 2  # 2: the module handed to XLA as HLO (pjrt_hlo.py), no MLIR round trip
 
 WORKER = "autotune.pipelines.xla.worker:XlaWorker"
 GPU_WORKER = "autotune.pipelines.xla.gpu_worker:XlaGpuWorker"

@@ -1,11 +1,11 @@
 """The XLA side of a worker that tunes for a GPU: XLA's GPU pipeline, compiled without a GPU.
 
-jax's CUDA plugin compiles for the device a ``GpuTargetConfig`` describes through a compile-only
-client (``jax.experimental.topologies.get_topology_desc``); no GPU, driver or CUDA runtime is needed.
-Two things differ from the CPU worker (``worker.py``), both checked on jaxlib 0.10.2:
+jax's CUDA plugin compiles for the device a ``GpuTargetConfig`` describes without one (a topology,
+not a client: ``pjrt_hlo.py``); no GPU, driver or CUDA runtime is needed. Two things differ from the
+CPU worker (``worker.py``), both checked on jaxlib 0.10.2:
 
 * **No capture hook.** ``register_hlo_module_transformation`` registers on clients the jax backend
-  initialises; the compile-only client refuses it ("implemented for a PjRt-compatible backend
+  initialises; jax's compile-only client for a topology refuses it ("implemented for a PjRt-compatible backend
   only"). XLA's per-pass dump works instead: a compile with ``xla_dump_to``,
   ``xla_dump_hlo_pass_re=^PASS$`` and ``xla_dump_hlo_as_proto`` writes the module after every run
   of that pass as a serialized ``HloModuleProto`` (exact: large constants included, unlike text
@@ -21,6 +21,11 @@ and reads the last dump of P in its pipeline; ``<default>`` disables nothing and
 entering the autotuning stage (after ``fusion-wrapper``: every kernel is an instruction of it);
 ``<identity>`` reads ``before_optimizations``. Execution still happens on this process's CPU client
 (``XlaWorker``): the tuned module's semantics do not depend on the device (``docs/gpu.md``).
+
+Every GPU compile here hands XLA the serialized ``HloModuleProto`` itself (``pjrt_hlo.py``), not the
+MLIR that jax's compile-only client takes: a third of the cost, no round trip that changes the module
+between steps, and SPMD-partitioned steps compile. jax's topology is still made first: it checks the
+target config with jax's own messages and initialises the plugin.
 """
 
 from __future__ import annotations
@@ -30,8 +35,9 @@ import re
 import shutil
 import tempfile
 
-from autotune.errors import PassFailed
+from autotune.errors import BadInput, PassFailed
 from autotune.pipelines.xla import gpu_cost, hlo
+from autotune.pipelines.xla.pjrt_hlo import PjrtHloCompiler, Unavailable
 from autotune.pipelines.xla.worker import XlaWorker, compiler_message
 from autotune.pipelines.xla.targets import parse_config
 
@@ -56,46 +62,41 @@ class XlaGpuWorker(XlaWorker):
                  target_config: str = "", target_name: str = "gpu"):
         os.environ.setdefault("JAX_SKIP_CUDA_CONSTRAINTS_CHECK", "1")
         super().__init__(inventory_json, include_target_specific)
-        from jax._src.interpreters import mlir as jax_mlir
         from jax.experimental import topologies
 
         self.spec = parse_config(target_config, target_name, "worker")
-        topo = topologies.get_topology_desc(platform="cuda", target_config=target_config, topology="1x1x1")
-        self.gpu_device = topo.devices[0]
-        self.gpu_client = self.gpu_device.client
-        self.gpu_devices = self._jax.DeviceList((self.gpu_device,))
-        self._ir_context = jax_mlir.make_ir_context()
+        topologies.get_topology_desc(platform="cuda", target_config=target_config, topology="1x1x1")
+        try:
+            self.compiler = PjrtHloCompiler(target_config)
+        except Unavailable as exc:
+            raise BadInput(f"--target {target_name}: the installed CUDA plugin cannot be driven ({exc}); "
+                           "install autotune[gpu] with the pinned jax") from None
         if self.inventory is not None:
             self._overrides["<default>"] = []  # XLA's own GPU pipeline, every pass on
 
     # ---- compiling for the GPU ---------------------------------------------------------------------
-    def _ir(self, mlir: bytes):
-        from jax._src.lib.mlir import ir
+    def program(self, proto: bytes, key: str | None) -> bytes:
+        """A GPU step compiles the serialized module itself (no MLIR: see the module docstring)."""
+        return proto
 
-        with self._ir_context:
-            return ir.Module.parse(mlir)
-
-    def gpu_compile(self, mlir: bytes, overrides: list, dump_re: str | None, stop: bool = True):
-        """Compile for the target with ``overrides``; with ``dump_re`` the per-pass proto dump goes to
-        a fresh directory. Returns ``(directory or None, executable or None, error or None)``."""
+    def gpu_compile(self, proto: bytes, overrides: list, dump_re: str | None, stop: bool = True,
+                    dump_final: bool = False) -> tuple[str | None, str | None]:
+        """Compile for the target with ``overrides``; with ``dump_re`` (or ``dump_final``: the module
+        the whole compile leaves) the proto dump goes to a fresh directory. Returns
+        ``(directory or None, XLA's error message or None)``."""
         options = self._jax.CompileOptions()
         extra = [STOP_FLAG] if stop else []
         tmp = None
-        if dump_re is not None:
+        if dump_re is not None or dump_final:
             tmp = tempfile.mkdtemp(prefix="autotune-gpu-", dir=dump_root())
-            extra += [("xla_dump_to", tmp), ("xla_dump_hlo_pass_re", dump_re), ("xla_dump_hlo_as_proto", True),
-                      ("xla_dump_hlo_as_text", False)]
+            extra += [("xla_dump_to", tmp), ("xla_dump_hlo_pass_re", dump_re or "^autotune-nothing$"),
+                      ("xla_dump_hlo_as_proto", True), ("xla_dump_hlo_as_text", False)]
         options.env_option_overrides = list(overrides) + extra
-        exe = error = None
-        try:
-            exe = self.gpu_client.compile(self._ir(mlir), self.gpu_devices, options)
-        except Exception as exc:
-            error = exc
-        return tmp, exe, error
+        return tmp, self.compiler.compile(proto, options.SerializeAsString())
 
-    def _read_dump(self, mlir: bytes, overrides: list, dump_re: str, pick) -> bytes:
+    def _read_dump(self, proto: bytes, overrides: list, dump_re: str, pick) -> bytes:
         """Compile, then the bytes of the dump file ``pick(files)`` names; ``PassFailed`` if none."""
-        tmp, _, error = self.gpu_compile(mlir, overrides, dump_re)
+        tmp, error = self.gpu_compile(proto, overrides, dump_re)
         try:
             chosen = pick(os.listdir(tmp))
             if chosen is None:
@@ -107,13 +108,13 @@ class XlaGpuWorker(XlaWorker):
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
 
-    def step(self, mlir: bytes, action: str, overrides: list[tuple[str, str]]) -> bytes:
+    def step(self, proto: bytes, action: str, overrides: list[tuple[str, str]]) -> bytes:
         if action == "<identity>":
-            return self._read_dump(mlir, overrides, "^autotune-nothing$", _before_optimizations)
+            return self._read_dump(proto, overrides, "^autotune-nothing$", _before_optimizations)
         if action == "<default>":
-            return self._read_dump(mlir, [], f"^{re.escape(STOP_PASS)}$", lambda fs: _last(fs, STOP_PIPELINE, STOP_PASS))
+            return self._read_dump(proto, [], f"^{re.escape(STOP_PASS)}$", lambda fs: _last(fs, STOP_PIPELINE, STOP_PASS))
         pipeline = self.inventory.actions[action].pipeline
-        return self._read_dump(mlir, overrides, f"^{re.escape(action)}$", lambda fs: _last(fs, pipeline, action))
+        return self._read_dump(proto, overrides, f"^{re.escape(action)}$", lambda fs: _last(fs, pipeline, action))
 
     def metrics_of(self, module, final: bool = False) -> dict:
         metrics = super().metrics_of(module)
@@ -126,37 +127,44 @@ class XlaGpuWorker(XlaWorker):
         """The GPU pipeline's per-pass dump names for the probe module (text names, as the CPU's)."""
         from autotune.pipelines.xla.worker import PROBE_HLO
 
-        proto = hlo.parse_text(PROBE_HLO).as_serialized_hlo_module_proto()
-        tmp, _, _ = self.gpu_compile(self._jax.mlir.hlo_to_stablehlo(proto), [], ".+")
-        try:
-            return sorted(f.removesuffix(".hlo.pb") + ".txt" for f in os.listdir(tmp) if f.endswith(".hlo.pb"))
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
+        return self._dump_names(hlo.parse_text(PROBE_HLO).as_serialized_hlo_module_proto(), [],
+                                lambda f: f.endswith(".hlo.pb"))
 
     def trace(self, proto: bytes, action: str) -> list[str]:
         """The passes of the pre-layout region that ran when ``action`` ran alone (isolation proof)."""
-        tmp, _, _ = self.gpu_compile(self.to_mlir(proto, None), self._overrides[action], ".+")
+        return self._dump_names(proto, self._overrides[action], lambda f: _in_region(f, self.inventory))
+
+    def _dump_names(self, proto: bytes, overrides: list, keep) -> list[str]:
+        tmp, _ = self.gpu_compile(proto, overrides, ".+")
         try:
-            return sorted(f.removesuffix(".hlo.pb") + ".txt" for f in os.listdir(tmp) if _in_region(f, self.inventory))
+            return sorted(f.removesuffix(".hlo.pb") + ".txt" for f in os.listdir(tmp) if keep(f))
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
 
     def compiles(self, proto: bytes) -> bool:
         """True if XLA's whole GPU pipeline, codegen included, accepts the module for the target."""
-        _, _, error = self.gpu_compile(self.to_mlir(proto, None), [], None, stop=False)
+        _, error = self.gpu_compile(proto, [], None, stop=False)
         if error is not None:
             raise PassFailed(compiler_message(error))
         return True
 
     def gpu_module(self, proto: bytes) -> bytes:
-        """The module as the full deviceless compile leaves it (scheduled, copies inserted)."""
-        _, exe, error = self.gpu_compile(self.to_mlir(proto, None), [], None, stop=False)
-        if error is not None:
-            raise PassFailed(compiler_message(error))
-        return exe.hlo_modules()[0].as_serialized_hlo_module_proto()
+        """The module as the full deviceless compile leaves it (XLA's ``after_optimizations`` dump:
+        scheduled, copies inserted)."""
+        tmp, error = self.gpu_compile(proto, [], None, stop=False, dump_final=True)
+        try:
+            if error is not None:
+                raise PassFailed(compiler_message(error))
+            found = sorted(f for f in os.listdir(tmp) if f.endswith("_after_optimizations.hlo.pb"))
+            if not found:
+                raise PassFailed("XLA's GPU compile wrote no after_optimizations module")
+            with open(os.path.join(tmp, found[0]), "rb") as fh:
+                return hlo.unwrap_hlo_proto(fh.read())
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
 
 
-def _is_stop(error: BaseException) -> bool:
+def _is_stop(error: str) -> bool:
     text = str(error)
     return "autotune_cache_hit_required" in text or "Failed to get configs" in text or "No cached config" in text
 

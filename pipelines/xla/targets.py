@@ -1,13 +1,13 @@
 """XLA targets: the host CPU, or a GPU named by XLA's ``GpuTargetConfig``, compiled deviceless.
 
-XLA compiles for a named GPU without one present: jax's CUDA plugin
-(``jax.experimental.topologies.get_topology_desc(platform="cuda", target_config=TEXT)``) gives a
-compile-only client whose ``compile`` runs XLA's whole GPU pipeline for the device the config
-describes. The configs shipped in ``gpu_specs/`` (``a100``, ``h100``, ``h200``, ``b200``) have the
+XLA compiles for a named GPU without one present: jax's CUDA plugin compiles for a topology made
+from the config (``jax.experimental.topologies.get_topology_desc(platform="cuda", target_config=TEXT)``;
+the GPU worker calls the plugin's ``PJRT_Compile`` on such a topology itself, ``pjrt_hlo.py``) and
+runs XLA's whole GPU pipeline for the device the config describes. The configs shipped in ``gpu_specs/`` (``a100``, ``h100``, ``h200``, ``b200``) have the
 form of XLA's own ``xla/tools/hlo_opt/gpu_specs``; a user's own config is given as a path.
 
 What the GPU target needs that the CPU one does not: jax's CUDA plugin (``pip install
-'autotune[gpu]'``; no GPU, driver or CUDA runtime libraries: the compile-only client needs none).
+'autotune[gpu]'``; no GPU, driver or CUDA runtime libraries: a compile needs none).
 """
 
 from __future__ import annotations

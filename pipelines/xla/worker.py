@@ -124,14 +124,20 @@ class XlaWorker:
                 self._mlir_cache.popitem(last=False)
         return mlir
 
+    def program(self, proto: bytes, key: str | None) -> bytes:
+        """What a step compiles from: StableHLO (the CPU client takes nothing else); the GPU worker
+        overrides this to hand XLA the proto itself."""
+        return self.to_mlir(proto, key)
+
     def flags(self, action: str) -> list[tuple[str, str]]:
         """The debug-option overrides (``xla_disable_hlo_passes``) one step of ``action`` compiles with."""
         return list(self._overrides[action])
 
-    def step(self, mlir: bytes, action: str, overrides: list[tuple[str, str]]) -> bytes:
-        """One step: the module after ``action`` (its ``overrides``), as a serialized HloModuleProto.
-        The CPU captures it with the pre-scheduler hook; the GPU worker reads XLA's per-pass dump."""
-        return self.capture(mlir, overrides)
+    def step(self, program: bytes, action: str, overrides: list[tuple[str, str]]) -> bytes:
+        """One step: the module after ``action`` (its ``overrides``), as a serialized HloModuleProto,
+        from ``program`` (``self.program``'s form of the module). The CPU captures it with the
+        pre-scheduler hook; the GPU worker reads XLA's per-pass dump."""
+        return self.capture(program, overrides)
 
     def metrics_of(self, module, final: bool = False) -> dict:
         """``Metrics.to_dict()``-shaped metrics of a jaxlib ``HloModule`` (counts, XLA's cost analysis).
@@ -203,14 +209,14 @@ class XlaWorker:
         leave the module unchanged reuse the MLIR too: most passes are no-ops on a given module.
         A failing step ends the stream (later steps have no defined input).
         """
-        mlir = self.to_mlir(proto, key)
+        program = self.program(proto, key)
         for i, action in enumerate(actions):
             overrides = self._overrides.get(action)
             if overrides is None:
                 raise BadInput(f"unknown pass '{action}'")
             t0 = time.perf_counter()
             try:
-                out = self.step(mlir, action, overrides)
+                out = self.step(program, action, overrides)
             except PassFailed as exc:
                 yield StepOut(action, "error", message=str(exc), seconds=time.perf_counter() - t0)
                 return
@@ -219,7 +225,7 @@ class XlaWorker:
             metrics = self.metrics_of(module, final=action == "<default>")
             changed = fp != key
             if i + 1 < len(actions) and changed:
-                mlir = self.to_mlir(out, fp)
+                program = self.program(out, fp)
             key = fp
             yield StepOut(action, "ok", fp, out if changed else None, metrics, seconds=time.perf_counter() - t0)
 
