@@ -85,19 +85,24 @@ def _args(struct_type, *values):
 
 
 def cuda_api() -> int:
-    """The address of the ``PJRT_Api`` jax loaded for its ``cuda`` plugin (jax initialises it)."""
-    from jax._src import xla_bridge
+    """The address of the CUDA plugin's ``PJRT_Api``: the library jax loaded (a topology made through
+    ``jax.experimental.topologies`` loads it), initialised as jax initialises it."""
+    from pathlib import Path
+
     from jax._src.lib import xla_client
 
-    xla_bridge._discover_and_register_pjrt_plugins()
-    factory = xla_bridge._backend_factories.get("cuda")
-    if factory is None or factory.c_api is None:
-        raise Unavailable("jax has no CUDA plugin loaded (install autotune[gpu])")
+    try:
+        import jax_plugins.xla_cuda12 as plugin
+    except ImportError:
+        raise Unavailable("jax's CUDA plugin is not installed (install autotune[gpu])") from None
+    library = Path(plugin.__file__).resolve().parent / "xla_cuda_plugin.so"
+    if not library.is_file() or not xla_client.pjrt_plugin_loaded("cuda"):
+        raise Unavailable(f"jax has not loaded the CUDA plugin ({library})")
     if not xla_client.pjrt_plugin_initialized("cuda"):
         xla_client.initialize_pjrt_plugin("cuda")
-    get = C.pythonapi.PyCapsule_GetPointer
-    get.restype, get.argtypes = C.c_void_p, [C.py_object, C.c_char_p]
-    return get(factory.c_api, b"pjrt_c_api")
+    get_api = C.CDLL(str(library)).GetPjrtApi  # dlopen of a loaded library: the same one, the same table
+    get_api.restype = C.c_void_p
+    return get_api()
 
 
 class PjrtHloCompiler:
