@@ -253,17 +253,20 @@ def main(argv: list[str] | None = None) -> int:
     if done_file.exists():
         for line in done_file.read_text().splitlines():
             row = json.loads(line)
-            done[(row["sha256"], row["budget"], row["seed"])] = row
+            done[(row["sha256"], row["budget"], row["seed"], row.get("engine"))] = row
     rows: list[dict] = []
     with Session(cache=args.db, workers=args.workers, target=args.target) as session:
         target, judged_by = session.target.key, session.target.judged_by()
+        engine = session.evaluator.pipeline.version  # XLA, target, inventory and engine versions
         for i, e in enumerate(chosen, 1):
-            key = (e.sha256, args.budget, args.seed)  # the db (and so this file) is per target
+            # the db (and so this file) is per target; a row counts only for the engine that judged it
+            key = (e.sha256, args.budget, args.seed, engine)
             if key in done:
                 row = done[key]
             else:
                 row = tune_row(session, paths[e.name], e, args.budget, args.seed) | {"budget": args.budget,
-                                                                                    "seed": args.seed}
+                                                                                    "seed": args.seed,
+                                                                                    "engine": engine}
                 with done_file.open("a") as f:
                     f.write(json.dumps(row) + "\n")
             rows.append(row)
