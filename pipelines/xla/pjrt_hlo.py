@@ -9,7 +9,7 @@ could not import SPMD-partitioned steps at all ("CHLO => StableHLO failed"). The
 also takes a program in format ``"hlo"``: the serialized module as it is, with the same compile options
 and the same topology. ``docs/gpu.md`` has the measurements.
 
-This is a ctypes binding of the five entry points it needs, laid out as ``xla/pjrt/c/pjrt_c_api.h``
+This is a ctypes binding of the six entry points it needs, laid out as ``xla/pjrt/c/pjrt_c_api.h``
 declares them: the ``PJRT_Api`` table only ever grows at its end (a reordering bumps the major
 version, checked here), and every argument struct starts with its own size, so a plugin reads only
 the fields this caller knows. ``PjrtHloCompiler`` checks the version and that the topology it made
