@@ -5,8 +5,8 @@ not a client: ``pjrt_hlo.py``); no GPU, driver or CUDA runtime is needed. Two th
 CPU worker (``worker.py``), both checked on jaxlib 0.10.2:
 
 * **No capture hook.** ``register_hlo_module_transformation`` registers on clients the jax backend
-  initialises; jax's compile-only client for a topology refuses it ("implemented for a PjRt-compatible backend
-  only"). XLA's per-pass dump works instead: a compile with ``xla_dump_to``,
+  initialises; jax's compile-only client for a topology refuses it ("implemented for a
+  PjRt-compatible backend only"). XLA's per-pass dump works instead: a compile with ``xla_dump_to``,
   ``xla_dump_hlo_pass_re=^PASS$`` and ``xla_dump_hlo_as_proto`` writes the module after every run
   of that pass as a serialized ``HloModuleProto`` (exact: large constants included, unlike text
   dumps), named ``module_N.NAME.SEQ.<pipeline>.after_<pass>.before_<next>.hlo.pb``.
