@@ -17,6 +17,19 @@ SMALL = DATA / "small_redundant.hlo"
 REAL = sorted((DATA / "real").glob("*.hlo"))
 
 
+def _gpu_plugin_available() -> bool:
+    from autotune.pipelines.xla.targets import plugin_available
+
+    return plugin_available()
+
+
+#: GPU-target tests need jax's CUDA plugin (the ``gpu`` extra, which ``make test`` installs); skipped
+#: without it, except where ``AUTOTUNE_REQUIRE_GPU_TESTS`` is set (``.ci/run`` sets it: CI must run them).
+needs_plugin = pytest.mark.skipif(
+    not _gpu_plugin_available() and not os.environ.get("AUTOTUNE_REQUIRE_GPU_TESTS"),
+    reason="jax's CUDA plugin is not installed (pip install 'autotune[gpu]')")
+
+
 @pytest.fixture(scope="session")
 def db_path(tmp_path_factory) -> Path:
     return tmp_path_factory.mktemp("cache") / "cache.db"

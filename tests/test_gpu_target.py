@@ -9,18 +9,14 @@ from __future__ import annotations
 
 import json
 import math
-import os
 
 import pytest
 
 from autotune.errors import BadInput, UnknownName
 from autotune.pipelines.xla import gpu_cost, targets
 
-from conftest import EXAMPLES, SMALL, run_cli
+from conftest import EXAMPLES, SMALL, needs_plugin, run_cli
 
-needs_plugin = pytest.mark.skipif(
-    not targets.plugin_available() and not os.environ.get("AUTOTUNE_REQUIRE_GPU_TESTS"),
-    reason="jax's CUDA plugin is not installed (pip install 'autotune[gpu]')")
 DECODE = EXAMPLES / "llm_decode_step.hlo"
 
 
@@ -230,6 +226,7 @@ def test_the_c_api_binding_refuses_a_table_it_does_not_know():
     table[0], table[4] = 64, 0 | (60 << 32)  # major 0, but no room for PJRT_Compile
     with pytest.raises(Unavailable, match="PJRT C API 0.60 \\(table of 64 bytes\\)"):
         PjrtHloCompiler("", api=ctypes.addressof(table))
+
 
 @needs_plugin
 def test_a_target_is_part_of_every_cache_key(gpu_engine, engine):

@@ -14,7 +14,7 @@ import signal
 
 import pytest
 
-from tests.conftest import GPT2, SMALL, run_cli
+from tests.conftest import GPT2, SMALL, needs_plugin, run_cli
 
 ray = pytest.importorskip("ray")
 
@@ -63,16 +63,13 @@ def test_the_toy_backend_runs_on_ray_like_xla(cluster, tmp_path):
     assert (on_ray.best_sequence, on_ray.evaluations) == (local.best_sequence, local.evaluations)
 
 
+@needs_plugin
 def test_a_gpu_target_runs_on_ray_like_locally(cluster, tmp_path):
     """The deviceless GPU worker is just another worker for Ray: its target travels with it (worker
     arguments and environment), and a seeded run finds on the actors what it finds locally."""
     from autotune.core.engine import open_engine
     from autotune.core.module import load
     from autotune.core.tuner import tune
-    from autotune.pipelines.xla.targets import plugin_available
-
-    if not plugin_available() and not os.environ.get("AUTOTUNE_REQUIRE_GPU_TESTS"):
-        pytest.skip("jax's CUDA plugin is not installed (pip install 'autotune[gpu]')")
     args = dict(strategy="random", budget=8, seed=3, max_length=3, validate=False)
     with open_engine(tmp_path / "ray.db", workers=2, executor="ray", target="h100") as ev:
         on_ray = tune(ev, load(SMALL), **args)

@@ -20,10 +20,10 @@ import sys
 
 import pytest
 
-from conftest import SMALL as SMALL_MODULE, run_cli
+from conftest import SMALL as SMALL_MODULE, needs_plugin, run_cli
 from autotune.core.module import load
 from autotune.errors import BadInput
-from autotune.pipelines.xla import replica_groups, targets
+from autotune.pipelines.xla import replica_groups
 from autotune.zoo import SpmdConfig, llm_spmd, lower, suite
 
 SMALL = dict(layers=1, d_model=32, heads=4, kv_heads=2, ffn=64, vocab=64, seq=16, batch=4)
@@ -61,9 +61,7 @@ def test_partitioned_step_tunes_end_to_end(tp_train, tmp_path):
     assert run["best"]["cost"] <= run["default_cost"]
 
 
-
-@pytest.mark.skipif(not targets.plugin_available() and not os.environ.get("AUTOTUNE_REQUIRE_GPU_TESTS"),
-                    reason="jax's CUDA plugin is not installed (pip install 'autotune[gpu]')")
+@needs_plugin
 def test_partitioned_step_tunes_for_a_gpu(tp_train, tmp_path):
     """XLA's GPU pipeline takes the partitioned step as HLO (jax's compile-only client could not import
     it through MLIR: "CHLO => StableHLO failed", docs/gpu.md)."""
@@ -75,6 +73,7 @@ def test_partitioned_step_tunes_for_a_gpu(tp_train, tmp_path):
     # the collectives survive the GPU pipeline (made asynchronous: all-reduce-start / -done)
     assert sum(n for op, n in run["default"]["opcodes"].items() if op.startswith("all-reduce")) > 0
     assert run["best"]["cost"] <= run["default_cost"]
+
 
 AR = """HloModule ar, num_partitions=2
 

@@ -46,6 +46,8 @@ from autotune.pipelines.xla.targets import parse_config
 STOP_PIPELINE = "autotuner"
 STOP_PASS = "fusion-wrapper"
 STOP_FLAG = ("xla_gpu_require_complete_aot_autotune_results", True)
+#: ``xla_dump_hlo_pass_re`` matching no pass: only the module-level dumps are written.
+NO_PASS = "^autotune-nothing$"
 _DUMP = re.compile(r"^module_(?P<id>\d+)\.(?P<module>.+?)\.(?P<seq>\d+)\.(?P<pipeline>[^.]+)\.after_(?P<after>.+?)"
                    r"\.before_(?P<before>.+)\.hlo\.pb$")
 
@@ -89,7 +91,7 @@ class XlaGpuWorker(XlaWorker):
         tmp = None
         if dump_re is not None or dump_final:
             tmp = tempfile.mkdtemp(prefix="autotune-gpu-", dir=dump_root())
-            extra += [("xla_dump_to", tmp), ("xla_dump_hlo_pass_re", dump_re or "^autotune-nothing$"),
+            extra += [("xla_dump_to", tmp), ("xla_dump_hlo_pass_re", dump_re or NO_PASS),
                       ("xla_dump_hlo_as_proto", True), ("xla_dump_hlo_as_text", False)]
         options.env_option_overrides = list(overrides) + extra
         return tmp, self.compiler.compile(proto, options.SerializeAsString())
@@ -110,7 +112,7 @@ class XlaGpuWorker(XlaWorker):
 
     def step(self, proto: bytes, action: str, overrides: list[tuple[str, str]]) -> bytes:
         if action == "<identity>":
-            return self._read_dump(proto, overrides, "^autotune-nothing$", _before_optimizations)
+            return self._read_dump(proto, overrides, NO_PASS, _before_optimizations)
         if action == "<default>":
             return self._read_dump(proto, [], f"^{re.escape(STOP_PASS)}$", lambda fs: _last(fs, STOP_PIPELINE, STOP_PASS))
         pipeline = self.inventory.actions[action].pipeline

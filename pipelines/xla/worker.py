@@ -205,8 +205,9 @@ class XlaWorker:
     def run_steps(self, proto: bytes, key: str | None, actions: list[str]):
         """Apply ``actions`` one compile each, starting from ``proto``; yield a StepOut per step.
 
-        ``key`` is the start state's fingerprint (lets the worker reuse its MLIR). Steps that
-        leave the module unchanged reuse the MLIR too: most passes are no-ops on a given module.
+        ``key`` is the start state's fingerprint (lets the worker reuse its ``program``, the MLIR on
+        the CPU). Steps that leave the module unchanged reuse it too: most passes are no-ops on a
+        given module.
         A failing step ends the stream (later steps have no defined input).
         """
         program = self.program(proto, key)
