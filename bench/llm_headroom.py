@@ -17,6 +17,10 @@ for all" baseline a policy must beat).
 ``--family llm_spmd``: the partitioned steps (``autotune.zoo.llm_spmd``), stratified by kind x
 parallel style (18 strata), into ``results/llm_headroom_spmd.md``.
 
+``--family t5`` / ``vit`` / ``diffusion``: the encoder-decoder, vision-transformer and diffusion
+families (``autotune.zoo.t5`` / ``vit`` / ``diffusion``), stratified by kind x the structural knobs
+of :data:`STRATA`, into ``results/headroom_<family>.md``.
+
 ``--quick``: 2 modules per stratum (24), budget 40. Default: 4 per stratum (48), budget 40. The
 suite is generated into ``--suite`` when it has no manifest yet. One shared cache database serves
 every module; per-module rows are also kept next to it, so an interrupted run resumes where it
@@ -45,8 +49,20 @@ from autotune.zoo import suite  # noqa: E402
 STRATEGY = "random"
 
 
+#: Config fields the sample of each non-LLM family is stratified by (with the kind): its structural axes.
+STRATA = {"t5": ("scan", "ffn_kind"), "vit": ("patch_embed", "pool", "scan"),
+          "diffusion": ("arch", "guidance", "dtype")}
+
+
 def stratum(entry: suite.ManifestEntry) -> str:
     cfg = entry.config
+    if entry.family in STRATA:
+        def word(field: str) -> str:
+            value = cfg[field]
+            return (field if value else f"no{field}") if isinstance(value, bool) else str(value)
+
+        fields = [f for f in STRATA[entry.family] if not (entry.kind == "train" and f == "guidance")]
+        return "/".join([entry.kind, *map(word, fields)])
     if "parallel" in cfg:
         return f"{entry.kind}/{cfg['parallel']}"
     return f"{entry.kind}/{'scan' if cfg['scan'] else 'unrolled'}/{'moe' if cfg['experts'] else 'dense'}"
@@ -161,8 +177,12 @@ def markdown(data: dict) -> str:
     rows, s = data["rows"], data["summary"]
     g = s["gain_pct_of_wins"]
     target = data.get("target", "cpu")
+    family = data.get("family", "llm")
+    strata = {"llm": "kind x scan/unrolled x dense/MoE", "llm_spmd": "kind x parallel style"}.get(
+        family, " x ".join(("kind", *STRATA.get(family, ()))))
+    title = {"llm": "LLM family", "llm_spmd": "partitioned LLM family"}.get(family, f"`{family}` family")
     lines = [
-        f"# Headroom of the {'partitioned ' if data.get('family') == 'llm_spmd' else ''}LLM family"
+        f"# Headroom of the {title}"
         + (f" for {target.split('-')[0]}" if target != "cpu" else ""),
         "",
         f"Judged by {data.get('judged_by', 'XLA' + chr(39) + 's CPU pipeline')} (target `{target}`); nothing was "
@@ -170,7 +190,7 @@ def markdown(data: dict) -> str:
         "",
         f"Made by `{data['command']}` ({data['cpus']} CPUs, shared machine: times are indicative). "
         f"Sample: {s['modules']} of the family's {data['family_size']} modules, {data['per_stratum']} per stratum "
-        f"({'kind x parallel style' if data.get('family') == 'llm_spmd' else 'kind x scan/unrolled x dense/MoE'}), "
+        f"({strata}), "
         "both sides of the split. Each module: `autotune run --strategy "
         f"{STRATEGY} --budget {data['budget']}` through the Python API (`Session.tune`, one shared cache). "
         "final-ops = instructions after the sequence followed by XLA's default pipeline; a module has headroom "
@@ -224,8 +244,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--budget", type=int, default=40, help="random-search evaluations per module (default 40)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--fixed", type=int, default=3, help="most frequent winning sequences to apply to all (default 3)")
-    p.add_argument("--family", default="llm", choices=("llm", "llm_spmd"),
-                   help="llm (single device, default) or llm_spmd (partitioned over 2-8 devices)")
+    p.add_argument("--family", default="llm", choices=("llm", "llm_spmd", *STRATA),
+                   help="llm (single device, default), llm_spmd (partitioned over 2-8 devices), or the "
+                        "encoder-decoder / vision / diffusion families t5, vit, diffusion")
     p.add_argument("--suite", type=Path, default=None,
                    help="generated family (default .autotune/<family>-suite; generated there when missing)")
     p.add_argument("--db", type=Path, default=None, help="shared cache database (default .autotune/llm_headroom.db)")
@@ -234,7 +255,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--target", default=None, help="judge for this target (default cpu; e.g. h100)")
     args = p.parse_args(argv)
     target_tag = "" if args.target in (None, "cpu") else f"_{args.target}"
-    spmd = "_spmd" if args.family == "llm_spmd" else ""
+    spmd = {"llm": "", "llm_spmd": "_spmd"}.get(args.family, f"_{args.family}")
+    stem = "llm_headroom" if args.family in ("llm", "llm_spmd") else "headroom"
     args.suite = args.suite or ROOT / ".autotune" / f"{args.family.replace('_', '-')}-suite"
     args.db = args.db or ROOT / ".autotune" / f"llm_headroom{spmd}.db"
     if target_tag:
@@ -273,7 +295,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"[{i}/{len(chosen)}] {row['module']}: {row['default_final_ops']} -> {row['best_final_ops']} "
                   f"({row['gain_pct']}%) {row['sequence']} {row['seconds']}s", file=sys.stderr, flush=True)
         fixed = fixed_sequences(session, rows, paths, args.fixed) if args.fixed else []
-    command = "python bench/llm_headroom.py" + (" --family llm_spmd" if spmd else "") \
+    command = "python bench/llm_headroom.py" + (f" --family {args.family}" if spmd else "") \
         + (" --quick" if args.quick else "") \
         + (f" --per-stratum {args.per_stratum}" if args.per_stratum else "") \
         + (f" --budget {args.budget}" if args.budget != 40 else "") + (f" --seed {args.seed}" if args.seed else "") \
@@ -292,10 +314,10 @@ def main(argv: list[str] | None = None) -> int:
     }
     data["real_llm_command"], data["real_llm"] = real_llm_rows() if not tag else (None, [])
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / f"llm_headroom{tag}.json").write_text(json.dumps(data, indent=1) + "\n")
-    (args.out / f"llm_headroom{tag}.md").write_text(markdown(data))
+    (args.out / f"{stem}{tag}.json").write_text(json.dumps(data, indent=1) + "\n")
+    (args.out / f"{stem}{tag}.md").write_text(markdown(data))
     s = data["summary"]
-    print(f"{s['with_headroom']}/{s['modules']} modules with headroom; wrote {args.out / f'llm_headroom{tag}.md'}")
+    print(f"{s['with_headroom']}/{s['modules']} modules with headroom; wrote {args.out / f'{stem}{tag}.md'}")
     return 0
 
 

@@ -17,8 +17,8 @@ import jax
 import pytest
 
 from autotune.zoo import (
-    CONFIGS, FAMILIES, BertConfig, GPT2Config, LLMConfig, ResNetConfig, SpmdConfig, count_instructions, kinds, lower,
-    module_name, program,
+    CONFIGS, FAMILIES, BertConfig, DiffusionConfig, GPT2Config, LLMConfig, ResNetConfig, SpmdConfig, T5Config,
+    ViTConfig, count_instructions, kinds, lower, module_name, program,
 )
 from autotune.zoo import suite
 from autotune.zoo.common import lower_to_hlo, sha256_text
@@ -33,6 +33,9 @@ SMALL = {
     "llm": LLMConfig(layers=2, d_model=32, heads=4, kv_heads=2, ffn=64, vocab=64, seq=16, batch=2),
     "llm_spmd": SpmdConfig(layers=1, d_model=32, heads=4, kv_heads=2, ffn=64, vocab=64, seq=16, batch=2,
                            parallel="tp", devices=2),
+    "t5": T5Config(enc_layers=1, dec_layers=1, d_model=32, heads=2, ffn=64, vocab=64, seq=16, tgt=8, batch=2),
+    "vit": ViTConfig(layers=1, d_model=32, heads=2, image=16, patch=8, batch=2),
+    "diffusion": DiffusionConfig(layers=1, width=32, heads=2, image=8, batch=2),
 }
 
 #: Lowered in a fresh interpreter: the same configs must give the same bytes as in this process.

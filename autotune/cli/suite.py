@@ -18,7 +18,7 @@ def suite() -> None:
 @suite.command("generate")
 @click.argument("out_dir", type=click.Path(file_okay=False))
 @click.option("--limit", type=click.IntRange(min=1), default=None, help="Only the first N modules.")
-@click.option("--family", "families", multiple=True, help="Only these families (gpt2, bert, resnet, llm, llm_spmd); repeatable.")
+@click.option("--family", "families", multiple=True, help="Only these families (gpt2, bert, resnet, llm, llm_spmd, t5, vit, diffusion); repeatable.")
 @click.option("--jobs", type=click.IntRange(min=1), default=None, help="Parallel lowering processes.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the train/test split.")
 @click.option("--devices", type=int, default=None,

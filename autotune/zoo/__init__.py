@@ -1,9 +1,11 @@
-"""Model zoo: GPT-2, BERT, ResNet and LLM (decode/prefill/train step) models in plain JAX, lowered to HLO text.
+"""Model zoo: GPT-2, BERT, ResNet, LLM (decode/prefill/train step), T5, ViT and diffusion models in plain JAX,
+lowered to HLO text.
 
 Why it exists: the autotuner needs realistic, reproducible HLO modules to tune and to train/test
 search strategies on, in numbers, without downloading models. Each family module
 (:mod:`~autotune.zoo.gpt2`, :mod:`~autotune.zoo.bert`, :mod:`~autotune.zoo.resnet`,
-:mod:`~autotune.zoo.llm`) exposes the
+:mod:`~autotune.zoo.llm`, :mod:`~autotune.zoo.llm_spmd`, :mod:`~autotune.zoo.t5`, :mod:`~autotune.zoo.vit`,
+:mod:`~autotune.zoo.diffusion`) exposes the
 same small interface, which this package dispatches on:
 
 * a frozen config dataclass (sizes, dtype, optimizer),
@@ -30,22 +32,26 @@ from typing import Any
 import jax
 from jax._src import xla_bridge
 
-from autotune.zoo import bert, gpt2, llm, llm_spmd, resnet
+from autotune.zoo import bert, diffusion, gpt2, llm, llm_spmd, resnet, t5, vit
 from autotune.zoo.bert import BertConfig
 from autotune.zoo.common import Program, count_instructions, lower_to_hlo
+from autotune.zoo.diffusion import DiffusionConfig
 from autotune.zoo.gpt2 import GPT2Config
 from autotune.zoo.llm import LLMConfig
 from autotune.zoo.llm_spmd import SpmdConfig
 from autotune.zoo.resnet import ResNetConfig
+from autotune.zoo.t5 import T5Config
+from autotune.zoo.vit import ViTConfig
 
 #: Family name -> module implementing it.
-FAMILIES: dict[str, ModuleType] = {"gpt2": gpt2, "bert": bert, "resnet": resnet, "llm": llm, "llm_spmd": llm_spmd}
+FAMILIES: dict[str, ModuleType] = {"gpt2": gpt2, "bert": bert, "resnet": resnet, "llm": llm, "llm_spmd": llm_spmd,
+                                   "t5": t5, "vit": vit, "diffusion": diffusion}
 
 #: Family name -> its config dataclass.
 CONFIGS: dict[str, type] = {"gpt2": GPT2Config, "bert": BertConfig, "resnet": ResNetConfig, "llm": LLMConfig,
-                            "llm_spmd": SpmdConfig}
+                            "llm_spmd": SpmdConfig, "t5": T5Config, "vit": ViTConfig, "diffusion": DiffusionConfig}
 
-Config = GPT2Config | BertConfig | ResNetConfig | LLMConfig | SpmdConfig
+Config = GPT2Config | BertConfig | ResNetConfig | LLMConfig | SpmdConfig | T5Config | ViTConfig | DiffusionConfig
 
 #: CPU devices of a process that lowers partitioned programs: the largest mesh anything here asks for
 #: is checked against it (:func:`lower`).
@@ -140,7 +146,7 @@ def init_lowering_process() -> None:
 
 
 __all__ = [
-    "CONFIGS", "FAMILIES", "LOWERING_DEVICES", "BertConfig", "Config", "GPT2Config", "LLMConfig", "Program",
-    "ResNetConfig", "SpmdConfig", "config_from_dict", "count_instructions", "family", "init_lowering_process",
+    "CONFIGS", "FAMILIES", "LOWERING_DEVICES", "BertConfig", "Config", "DiffusionConfig", "GPT2Config", "LLMConfig",
+    "Program", "ResNetConfig", "SpmdConfig", "T5Config", "ViTConfig", "config_from_dict", "count_instructions", "family", "init_lowering_process",
     "kinds", "lower", "lower_to_hlo", "module_name", "program",
 ]

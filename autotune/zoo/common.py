@@ -96,6 +96,12 @@ def gelu(x: jax.Array) -> jax.Array:
     return jax.nn.gelu(x, approximate=True)
 
 
+def cast_floats(tree: Any, dtype: Any) -> Any:
+    """Every floating-point array of ``tree`` in ``dtype`` (weights stored in f32 and computed with in
+    bf16, as mixed-precision models do: the converts are part of the graph)."""
+    return jax.tree.map(lambda a: a.astype(dtype) if jnp.issubdtype(a.dtype, jnp.floating) else a, tree)
+
+
 def dense(x: jax.Array, w: jax.Array, b: jax.Array | None = None) -> jax.Array:
     """``x @ w + b`` contracting the last axis of ``x``; batch axes are kept as they are."""
     y = jnp.einsum("...i,io->...o", x, w)

@@ -41,7 +41,7 @@ OPTIMIZERS = ("adam", "sgd", "adam_flat", "sgd_flat")
 DTYPES = ("f32", "bf16")
 
 #: Families split on their own rather than in the shared pool of the original three families.
-OWN_SPLIT = frozenset({"llm", "llm_spmd"})
+OWN_SPLIT = frozenset({"llm", "llm_spmd", "t5", "vit", "diffusion"})
 
 
 @dataclass(frozen=True)
@@ -280,6 +280,88 @@ def _llm_spmd_configs() -> list[Any]:
     return out
 
 
+# The encoder-decoder, vision and diffusion families (autotune.zoo.t5 / vit / diffusion): each family's
+# structural axes crossed, _OTHER_REPEATS times, with shapes, depths, dtypes and optimizers cycling
+# independently. Why they exist: issue 31 (learning that generalises beyond decoder-only LLM steps).
+_OTHER_REPEATS = 3
+_T5_SHAPES: tuple[dict[str, int], ...] = (
+    {"d_model": 64, "heads": 4, "ffn": 128, "vocab": 256, "seq": 32, "tgt": 16, "batch": 2},
+    {"d_model": 128, "heads": 8, "ffn": 256, "vocab": 512, "seq": 64, "tgt": 32, "batch": 1},
+    {"d_model": 96, "heads": 6, "ffn": 192, "vocab": 384, "seq": 48, "tgt": 16, "batch": 4},
+    {"d_model": 48, "heads": 4, "ffn": 128, "vocab": 200, "seq": 24, "tgt": 24, "batch": 3},
+    {"d_model": 160, "heads": 8, "ffn": 320, "vocab": 320, "seq": 40, "tgt": 20, "batch": 2},
+)
+_T5_LAYERS_SCAN = ((2, 2), (4, 4), (6, 2), (8, 8), (3, 6))
+_T5_LAYERS_UNROLLED = ((1, 1), (2, 2), (3, 1), (2, 3))
+_T5_BUCKETS = ({"buckets": 32, "max_distance": 128}, {"buckets": 16, "max_distance": 64})
+_VIT_SHAPES: tuple[dict[str, int], ...] = (
+    {"image": 32, "patch": 8, "d_model": 64, "heads": 4, "batch": 4},
+    {"image": 32, "patch": 4, "d_model": 96, "heads": 6, "batch": 2, "classes": 100},
+    {"image": 64, "patch": 16, "d_model": 128, "heads": 8, "batch": 2},
+    {"image": 48, "patch": 8, "d_model": 48, "heads": 3, "batch": 8, "channels": 1},
+    {"image": 56, "patch": 14, "d_model": 192, "heads": 6, "batch": 2, "classes": 1000},
+)
+_VIT_LAYERS_SCAN = (2, 4, 6, 8, 12)
+_VIT_LAYERS_UNROLLED = (1, 2, 3, 4)
+_DIT_SHAPES: tuple[dict[str, int], ...] = (
+    {"image": 16, "channels": 4, "patch": 2, "width": 64, "heads": 4, "batch": 2},
+    {"image": 32, "channels": 4, "patch": 4, "width": 96, "heads": 6, "batch": 4, "classes": 1000},
+    {"image": 8, "channels": 8, "patch": 2, "width": 128, "heads": 8, "batch": 2},
+)
+_UNET_SHAPES: tuple[dict[str, int], ...] = (
+    {"image": 16, "channels": 4, "width": 32, "groups": 8, "heads": 4, "batch": 2},
+    {"image": 32, "channels": 3, "width": 16, "groups": 4, "heads": 2, "batch": 2, "classes": 1000},
+    {"image": 8, "channels": 4, "width": 64, "groups": 16, "heads": 8, "batch": 4},
+)
+_UNET_DEPTHS = ((2, 1), (2, 2), (3, 1))  # (levels, residual blocks per level)
+
+
+def _t5_configs() -> list[Any]:
+    """Scan x feed-forward x tied head, each _OTHER_REPEATS times with another shape and depth."""
+    from autotune.zoo import T5Config
+
+    out = []
+    grid = itertools.product(range(_OTHER_REPEATS), (True, False), ("gated_gelu", "relu"), (False, True))
+    for j, (_, scan, ffn_kind, tied) in enumerate(grid):
+        layers = _T5_LAYERS_SCAN if scan else _T5_LAYERS_UNROLLED
+        enc, dec = layers[(j // 2) % len(layers)]
+        out.append(T5Config(enc_layers=enc, dec_layers=dec, **_T5_SHAPES[j % len(_T5_SHAPES)],
+                            **_T5_BUCKETS[(j // 3) % 2], ffn_kind=ffn_kind, tied=tied, scan=scan,
+                            optimizer=OPTIMIZERS[j % len(OPTIMIZERS)], dtype=_LLM_DTYPES[(j // 5) % len(_LLM_DTYPES)]))
+    return out
+
+
+def _vit_configs() -> list[Any]:
+    """Patch embedding x pooling x scan, each _OTHER_REPEATS times with another shape and depth."""
+    from autotune.zoo import ViTConfig
+
+    out = []
+    grid = itertools.product(range(_OTHER_REPEATS), ("conv", "linear"), ("cls", "gap"), (True, False))
+    for j, (_, patch_embed, pool, scan) in enumerate(grid):
+        layers = _VIT_LAYERS_SCAN if scan else _VIT_LAYERS_UNROLLED
+        out.append(ViTConfig(layers=layers[(j // 2) % len(layers)], **_VIT_SHAPES[j % len(_VIT_SHAPES)],
+                             mlp_ratio=(4, 4, 2)[(j // 3) % 3], patch_embed=patch_embed, pool=pool, scan=scan,
+                             **_cycle(j)))
+    return out
+
+
+def _diffusion_configs() -> list[Any]:
+    """DiT (guidance x scan) and UNet (guidance x depth), each _OTHER_REPEATS times with another shape."""
+    from autotune.zoo import DiffusionConfig
+
+    out = []
+    dit = itertools.product(range(_OTHER_REPEATS), (True, False), (True, False))
+    for j, (_, guidance, scan) in enumerate(dit):
+        out.append(DiffusionConfig(arch="dit", layers=(2, 4, 3, 6)[(j // 3) % 4] * (1 + scan),
+                                   **_DIT_SHAPES[j % len(_DIT_SHAPES)], guidance=guidance, scan=scan, **_cycle(j)))
+    unet = itertools.product(range(2 * _OTHER_REPEATS), (True, False))
+    for j, (_, guidance) in enumerate(unet):
+        levels, blocks = _UNET_DEPTHS[(j // 2) % len(_UNET_DEPTHS)]
+        out.append(DiffusionConfig(arch="unet", layers=blocks, levels=levels, **_UNET_SHAPES[j % len(_UNET_SHAPES)],
+                                   guidance=guidance, **_cycle(j + 1)))
+    return out
+
+
 def _excluded(family_name: str, cfg: Any, kind: str) -> bool:
     """Grid points left out because they fall below MIN_INSTRUCTIONS by construction.
 
@@ -322,6 +404,9 @@ def _model_configs() -> list[tuple[str, Any]]:
             j += 1
     out.extend(("llm", cfg) for cfg in _llm_configs())
     out.extend(("llm_spmd", cfg) for cfg in _llm_spmd_configs())
+    out.extend(("t5", cfg) for cfg in _t5_configs())
+    out.extend(("vit", cfg) for cfg in _vit_configs())
+    out.extend(("diffusion", cfg) for cfg in _diffusion_configs())
     return out
 
 
