@@ -96,6 +96,24 @@ def gelu(x: jax.Array) -> jax.Array:
     return jax.nn.gelu(x, approximate=True)
 
 
+class MixedPrecision:
+    """``param_dtype`` / ``compute_dtype`` of a config whose ``dtype`` may be ``mixed``: weights stored
+    in f32 and cast to bf16 where they are used, activations in bf16 (Flax's ``param_dtype=float32,
+    dtype=bfloat16``, MaxText's default); otherwise both are ``dtype``."""
+
+    dtype: str
+
+    @property
+    def param_dtype(self) -> Any:
+        """What weights are stored in (f32 for ``mixed``)."""
+        return jnp.float32 if self.dtype == "mixed" else dtype_of(self.dtype)
+
+    @property
+    def compute_dtype(self) -> Any:
+        """What activations, caches and the weights at their use are in (bf16 for ``mixed``)."""
+        return jnp.bfloat16 if self.dtype == "mixed" else dtype_of(self.dtype)
+
+
 def cast_floats(tree: Any, dtype: Any) -> Any:
     """Every floating-point array of ``tree`` in ``dtype`` (weights stored in f32 and computed with in
     bf16, as mixed-precision models do: the converts are part of the graph)."""

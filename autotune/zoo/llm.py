@@ -52,7 +52,7 @@ LLM_DTYPES = ("f32", "bf16", "mixed")
 
 
 @dataclass(frozen=True)
-class LLMConfig:
+class LLMConfig(common.MixedPrecision):
     """Size and structure of a decoder-only LLM and of the batch it is stepped on."""
 
     layers: int = 4
@@ -114,16 +114,6 @@ class LLMConfig:
     def rope_dim(self) -> int:
         """Latent attention: the per-head width of the decoupled rotary part of queries and keys."""
         return self.head_dim // 2
-
-    @property
-    def param_dtype(self) -> Any:
-        """What weights are stored in (f32 for ``mixed``)."""
-        return jnp.float32 if self.dtype == "mixed" else common.dtype_of(self.dtype)
-
-    @property
-    def compute_dtype(self) -> Any:
-        """What activations, caches and the weights at their use are in (bf16 for ``mixed``)."""
-        return jnp.bfloat16 if self.dtype == "mixed" else common.dtype_of(self.dtype)
 
 
 _DEFAULT = LLMConfig()

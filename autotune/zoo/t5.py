@@ -46,7 +46,7 @@ FFNS = ("gated_gelu", "relu")
 
 
 @dataclass(frozen=True)
-class T5Config:
+class T5Config(common.MixedPrecision):
     """Size and structure of a T5-style encoder-decoder and of the batch it is stepped on."""
 
     enc_layers: int = 2
@@ -80,14 +80,6 @@ class T5Config:
     @property
     def head_dim(self) -> int:
         return self.d_model // self.heads
-
-    @property
-    def param_dtype(self) -> Any:
-        return jnp.float32 if self.dtype == "mixed" else common.dtype_of(self.dtype)
-
-    @property
-    def compute_dtype(self) -> Any:
-        return jnp.bfloat16 if self.dtype == "mixed" else common.dtype_of(self.dtype)
 
 
 _DEFAULT = T5Config()
