@@ -258,7 +258,7 @@ def main(argv: list[str] | None = None) -> int:
     spmd = {"llm": "", "llm_spmd": "_spmd"}.get(args.family, f"_{args.family}")
     stem = "llm_headroom" if args.family in ("llm", "llm_spmd") else "headroom"
     args.suite = args.suite or ROOT / ".autotune" / f"{args.family.replace('_', '-')}-suite"
-    args.db = args.db or ROOT / ".autotune" / f"llm_headroom{spmd}.db"
+    args.db = args.db or ROOT / ".autotune" / f"{stem}{spmd}.db"
     if target_tag:
         args.db = args.db.with_name(args.db.stem + target_tag + args.db.suffix)
     tag = spmd + target_tag

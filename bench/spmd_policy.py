@@ -2,7 +2,11 @@
 """A policy, zero-shot, on the partitioned LLM steps (``llm_spmd``) against a search's ceiling.
 
     python bench/spmd_policy.py [--policy PATH] [--split test|train|all] [--budget 40]
-                                [--branches N] [--policy-budget B]
+                                [--branches N] [--policy-budget B] [--family llm_spmd|t5|vit|diffusion]
+
+``--family t5`` (or ``vit``, ``diffusion``): the same measurement on a family no shipped policy was
+trained on (encoder-decoder, vision transformer, diffusion), into ``results/policy_<family><tag>.md``:
+how far a policy learned on LLM steps carries to other architectures.
 
 Why: issue 31 asks that the zero-shot policy reach 80% of a search's gain on the multi-device part
 of the family's test split, and the shipped ``llm`` policy has never seen a partitioned program.
@@ -30,7 +34,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 from autotune.api import Session  # noqa: E402
-from llm_headroom import ensure_suite  # noqa: E402
+from llm_headroom import ensure_suite, stratum  # noqa: E402
 
 POLICY = ROOT / "autotune" / "policies" / "llm.zip"
 
@@ -55,12 +59,15 @@ def fraction(row: dict) -> float | None:
 
 def markdown(data: dict) -> str:
     s = data["summary"]
+    family = data.get("family", "llm_spmd")
     lines = [
-        "# A policy zero-shot on the partitioned LLM steps", "",
+        "# A policy zero-shot on the " + ("partitioned LLM steps" if family == "llm_spmd" else f"`{family}` family"),
+        "",
         f"Made by `{data['command']}` ({data['cpus']} CPUs, shared machine). Judged by XLA's CPU pipeline "
         "(final-ops: instructions after the sequence and XLA's default pipeline); nothing was timed, and the "
-        "answers were not validated here (`autotune run` validates a partitioned step by running it as N "
-        "partitions on N CPU devices).", "",
+        "answers were not validated here" + (" (`autotune run` validates a partitioned step by running it as N "
+                                             "partitions on N CPU devices)" if family == "llm_spmd" else "")
+        + ".", "",
         f"Policy `{data['policy']}` (trained on: {data['trained_on']}), "
         + ("one roll-out" if data.get("branches", 1) == 1 else
            f"its roll-out and its next {data['branches'] - 1} most likely first passes (`-O branches="
@@ -68,13 +75,14 @@ def markdown(data: dict) -> str:
         + f" at `--budget {data.get('policy_budget', 4)}`"
         + (", fine-tuned on the module with the evaluations left" if data.get("finetune") else "")
         + ", pruned, against random search at "
-        f"budget {data['budget']} (the ceiling), on the `{data['split']}` split of `llm_spmd` "
+        f"budget {data['budget']} (the ceiling), on the `{data['split']}` split of `{family}` "
         f"({s['modules']} modules, {s['with_headroom']} where the search beats XLA's default).", "",
         f"**The policy recovers {s['mean_fraction']:.0%} of the ceiling's gain on average ({s['pooled']:.0%} pooled) "
         f"at {s['policy_steps']:.1f} compiled steps per module; the search costs {s['search_steps']:.1f}.** "
         f"It beats the default on {s['policy_wins']} modules and is worse than it on none (an answer is never "
         "worse than the default: a run returns the default when nothing beats it).", "",
-        "| style | modules | with headroom | mean fraction |", "|---|---:|---:|---:|",
+        f"| {'style' if family == 'llm_spmd' else 'stratum'} | modules | with headroom | mean fraction |",
+        "|---|---:|---:|---:|",
     ]
     for style, sub in data["by_style"].items():
         mean = "-" if sub["mean_fraction"] is None else f"{sub['mean_fraction']:.0%}"
@@ -107,8 +115,10 @@ def main(argv=None) -> int:
     p.add_argument("--policy", type=Path, default=POLICY)
     p.add_argument("--split", choices=("test", "train", "all"), default="test")
     p.add_argument("--budget", type=int, default=40, help="random search evaluations (the ceiling)")
-    p.add_argument("--suite", type=Path, default=ROOT / ".autotune" / "llm-spmd-suite")
-    p.add_argument("--work", type=Path, default=ROOT / ".autotune" / "spmd_policy")
+    p.add_argument("--family", default="llm_spmd", choices=("llm_spmd", "llm", "t5", "vit", "diffusion"),
+                   help="the family whose split is measured (default llm_spmd)")
+    p.add_argument("--suite", type=Path, default=None, help="generated family (default .autotune/<family>-suite)")
+    p.add_argument("--work", type=Path, default=None, help="caches and search rows (default .autotune/<family>_policy)")
     p.add_argument("--branches", type=int, default=1,
                    help="the policy's roll-out, then its next most likely first passes (ppo option branches)")
     p.add_argument("--policy-budget", type=int, default=4, help="the policy's evaluations (--budget of its run)")
@@ -116,11 +126,15 @@ def main(argv=None) -> int:
     p.add_argument("--tag", default="", help="suffix of the result files (results/spmd_policy<tag>.md)")
     p.add_argument("--out", type=Path, default=ROOT / "results")
     args = p.parse_args(argv)
+    args.suite = args.suite or ROOT / ".autotune" / f"{args.family.replace('_', '-')}-suite"
+    args.work = args.work or ROOT / ".autotune" / ("spmd_policy" if args.family == "llm_spmd"
+                                                   else f"{args.family}_policy")
+    stem = "spmd_policy" if args.family == "llm_spmd" else f"policy_{args.family}"
     if not args.policy.exists():
         print(f"error: no policy at {args.policy}", file=sys.stderr)
         return 2
-    manifest = ensure_suite(args.suite, "llm_spmd")
-    entries = [e for e in manifest.entries if args.split == "all" or e.split == args.split]
+    manifest = ensure_suite(args.suite, args.family)
+    entries = [e for e in manifest.entries if e.family == args.family and (args.split == "all" or e.split == args.split)]
     args.work.mkdir(parents=True, exist_ok=True)
     policy_db = args.work / f"policy-{args.policy.stem}{args.tag}.db"
     policy_db.unlink(missing_ok=True)  # cold: its compiled steps are what it costs alone
@@ -138,7 +152,8 @@ def main(argv=None) -> int:
                 searched[e.sha256] = run_method(search, path, "search", args.policy, args.budget)
                 with searched_file.open("a") as f:
                     f.write(json.dumps({"sha256": e.sha256, "search": searched[e.sha256]}) + "\n")
-            row = {"module": e.name, "split": e.split, "style": e.config["parallel"], "devices": e.config["devices"],
+            style = e.config["parallel"] if args.family == "llm_spmd" else stratum(e)
+            row = {"module": e.name, "split": e.split, "style": style, "devices": e.config.get("devices", 1),
                    "policy": run_method(pol, path, "policy", args.policy, args.budget, args.branches,
                                         args.policy_budget, args.finetune), "search": searched[e.sha256]}
             row["default"] = row["policy"]["default"]
@@ -149,7 +164,8 @@ def main(argv=None) -> int:
     sidecar = Path(str(args.policy) + ".json")
     meta = json.loads(sidecar.read_text()) if sidecar.exists() else {}
     trained = (meta.get("training_set") or {}).get("suite", "?")
-    command = "python bench/spmd_policy.py" + (f" --policy {os.path.relpath(args.policy, ROOT)}"
+    command = "python bench/spmd_policy.py" + (f" --family {args.family}" if args.family != "llm_spmd" else "") \
+        + (f" --policy {os.path.relpath(args.policy, ROOT)}"
                                               if args.policy != POLICY else "") \
         + (f" --split {args.split}" if args.split != "test" else "") \
         + (f" --budget {args.budget}" if args.budget != 40 else "") \
@@ -158,16 +174,17 @@ def main(argv=None) -> int:
         + (" --finetune" if args.finetune else "") \
         + (f" --tag {args.tag}" if args.tag else "")
     styles = sorted({r["style"] for r in rows})
-    data = {"command": command, "cpus": os.cpu_count(), "policy": os.path.relpath(args.policy, ROOT),
+    data = {"command": command, "family": args.family, "cpus": os.cpu_count(),
+            "policy": os.path.relpath(args.policy, ROOT),
             "trained_on": trained, "split": args.split, "budget": args.budget, "branches": args.branches,
             "policy_budget": args.policy_budget, "finetune": args.finetune, "summary": summarize(rows),
             "by_style": {s: summarize([r for r in rows if r["style"] == s]) for s in styles}, "rows": rows}
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / f"spmd_policy{args.tag}.json").write_text(json.dumps(data, indent=1) + "\n")
-    (args.out / f"spmd_policy{args.tag}.md").write_text(markdown(data))
+    (args.out / f"{stem}{args.tag}.json").write_text(json.dumps(data, indent=1) + "\n")
+    (args.out / f"{stem}{args.tag}.md").write_text(markdown(data))
     s = data["summary"]
     print(f"policy: {s['mean_fraction']} of the ceiling (pooled {s['pooled']}) on {s['modules']} modules; "
-          f"wrote {args.out / f'spmd_policy{args.tag}.md'}")
+          f"wrote {args.out / f'{stem}{args.tag}.md'}")
     return 0
 
 

@@ -382,3 +382,26 @@ def test_the_default_policy_is_the_targets_own():
     sidecar = json.loads(shipped.with_name(shipped.name + ".json").read_text())
     assert sidecar["target"].startswith("h100-")  # trained and judged for the H100's pipeline
     assert policies.default("a100-0000") is None  # no policy for that target: the CPU's is not used
+
+
+@needs_plugin
+def test_validate_for_h100_compares_values_where_deviceless_codegen_rejects_the_original_too(tmp_path):
+    """XLA's GPU codegen compiled without a GPU (no autotuning) rejects this small LLM training step
+    outright ("Couldn't find output tile sizes" for an f32 dot), the original as much as any tuned
+    form: the target's whole compile cannot tell them apart, the host can still compare their values,
+    and the verdict says both. ``autotune validate`` honours ``--target`` (it used to judge for the CPU)."""
+    from autotune.zoo import LLMConfig, lower
+
+    model, tuned = tmp_path / "train.hlo", tmp_path / "tuned.hlo"
+    model.write_text(lower("llm", "train", LLMConfig(
+        layers=1, d_model=48, heads=4, kv_heads=4, ffn=64, vocab=64, seq=24, batch=3, positions="rope", norm="rms",
+        mlp="gelu", scan=False, optimizer="sgd", dtype="f32")))
+    db = tmp_path / "c.db"
+    applied = run_cli("apply", str(model), "--target", "h100", "--passes", "algsimp,cse", "-o", str(tuned), db=db)
+    assert applied.returncode == 0, applied.stderr
+    out = run_cli("validate", str(model), str(tuned), "--target", "h100", "--json", db=db)
+    assert out.returncode == 0, out.stderr
+    verdict = json.loads(out.stdout)
+    assert verdict["level"] == "executed", verdict
+    assert "rejects the original as well" in verdict["reason"] and "output tile sizes" in verdict["reason"]
+    assert "outputs compared on the host CPU" in verdict["reason"]

@@ -7,7 +7,7 @@ import sys
 import click
 
 from autotune.cli import cli
-from autotune.cli.common import console, db_option, json_option, load_model, print_json
+from autotune.cli.common import console, db_option, engine_choices, json_option, load_model, print_json
 
 
 @cli.command()
@@ -25,14 +25,18 @@ def validate(original, tuned, seed, all_outputs, validate_seconds, db, as_json) 
     compile both with XLA's full CPU pipeline and run them on the same seeded random inputs (dtype-aware:
     valid integer indices, finite floats), comparing every output with dtype-aware tolerances; where
     the whole modules cannot run here (memory, or longer than --validate-seconds), only the regions
-    that differ, or compile only. Prints the level (identical, executed, executed-region, compiled,
-    ...). Exit 0 when nothing was found wrong, 1 when outputs differ or TUNED does not compile."""
+    that differ, or compile only. With a GPU --target, TUNED must first pass that GPU's whole
+    pipeline (compiled without a GPU); the outputs are still compared on this host's CPU. Prints
+    the level (identical, executed, executed-region, compiled, ...). Exit 0 when nothing was found
+    wrong, 1 when outputs differ or TUNED does not compile."""
     from autotune.api import Session
     from autotune.core.limits import validate_seconds as bound
 
     original_module, tuned_module = load_model(original), load_model(tuned)
     seconds = bound(validate_seconds)  # a bad value is one line and exit 2, before anything runs
-    with Session(db, workers=1) as session:
+    choices = engine_choices()
+    with Session(db, workers=1, backend=choices.get("backend"), target=choices.get("target"),
+                 executor=choices.get("executor")) as session:
         result = session.validation(original_module, tuned_module, seed=seed, validate_seconds=seconds)
     if as_json:
         print_json(result.to_dict())

@@ -177,6 +177,10 @@ class BoundsExecution(Protocol):
     def execution_estimate(self, module) -> float | None:
         """Seconds one run of ``module`` should take on this machine; None when it cannot tell."""
 
+    def warm(self, module) -> None:
+        """Compile ``module`` as ``execute`` will run it, so that the bounded run after it is timed
+        alone (for a target the host does not run, the host's compile, not ``compiles``)."""
+
 
 class Times(Protocol):
     """``time``: wall time of the fully compiled module (``--objective runtime``, claims)."""

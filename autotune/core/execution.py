@@ -138,10 +138,12 @@ def execute_bounded(pipeline, module, seed, floats, int_high, bound):
 
 def execute_once(pipeline, module, seed, floats, int_high, bound):
     """One run of ``module``; with ``bound``, the full compile first (not counted: the worker keeps
-    the executable) and then the run alone within ``bound`` seconds, else ``Overran``."""
+    the executable) and then the run alone within ``bound`` seconds, else ``Overran``. The compile
+    first is the one the run uses (``warm``: the host's, also for a GPU target, whose own compile
+    is ``compiles`` and has been checked before by ``checks.target``)."""
     if bound is None or not bounded(pipeline):
         return pipeline.execute(module, seed=seed, floats=floats, int_high=int_high)
-    pipeline.compiles(module)
+    pipeline.warm(module)
     try:
         return pipeline.execute(module, seed=seed, floats=floats, int_high=int_high, timeout=bound)
     except PassFailed as exc:

@@ -329,6 +329,12 @@ class XlaPipeline(BackendBase):
         """True if the full default pipeline compiles ``module``; raises ``PassFailed`` otherwise."""
         return bool(self.remote(self.run_timeout).compiles(module.proto))
 
+    def warm(self, module: Module) -> None:
+        """Compile ``module`` the way ``execute`` runs it (the host CPU's pipeline, whatever the
+        target), so that a bounded run that follows is timed alone. For a GPU target this is not
+        ``compiles`` (the GPU's pipeline): validation's executions happen on the host."""
+        self.remote(self.run_timeout).host_compiles(module.proto)
+
     def time(self, module: Module, seed: int = 0, repeats: int = 5, warmup: int = 1, min_seconds: float = 0.0,
              floats: str = "normal", int_high: int = 4) -> dict:
         """Run time of the fully compiled module: ``seconds`` per run for each sample, ``median``,

@@ -277,8 +277,14 @@ class XlaWorker:
 
     def compiles(self, proto: bytes) -> bool:
         """True if the full default pipeline (codegen included) accepts the module; else PassFailed."""
+        return self.host_compiles(proto)
+
+    def host_compiles(self, proto: bytes) -> bool:
+        """The compile ``execute`` and ``time`` run (this host's full CPU pipeline), kept for them: a
+        later execute/time of the same module reuses it. The same as ``compiles`` here; a worker for
+        another target overrides ``compiles`` (its own pipeline) and keeps this one."""
         with all_cores():
-            runner.cached_compile(self, proto)  # a later execute/time of the same module reuses it
+            runner.cached_compile(self, proto)
         return True
 
 

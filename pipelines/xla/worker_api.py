@@ -53,6 +53,10 @@ class XlaRequests(StepRequests, Protocol):
     def compiles(self, proto: bytes) -> bool:
         """True when the full pipeline, codegen included, accepts the module; ``PassFailed`` if not."""
 
+    def host_compiles(self, proto: bytes) -> bool:
+        """The host CPU's full compile, kept for ``execute``/``time`` of the same module (for a GPU
+        target's worker, not ``compiles``); ``PassFailed`` if it fails."""
+
     def memory(self, proto: bytes) -> dict:
         """Bytes per device the fully compiled module needs (XLA's buffer assignment), nothing run."""
 

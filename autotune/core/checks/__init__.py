@@ -52,6 +52,8 @@ class Case:
     plan: object = None
     #: Why the changed regions were not executed (``region.Region``), for ``compiled``'s reason.
     region_note: str = ""
+    #: The target's whole compile rejects the original as well (``TargetCompile``): said in the verdict.
+    target_note: str = ""
 
 
 class Check(Protocol):
