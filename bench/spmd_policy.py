@@ -15,7 +15,9 @@ For every module of the chosen split: the policy's ONE deterministic roll-out, p
 adds roll-outs from its next most likely first passes within ``--policy-budget``) and random search
 at ``--budget`` evaluations (the ceiling), each on its own cold cache so that its compiled steps are
 what it costs alone (the search's rows are kept in the work directory and reused by the next policy
-measured, with the steps they cost the first time). Judged by XLA's CPU pipeline (final-ops, instruction counts; nothing timed).
+measured, with the steps they cost the first time), and random search stopped at the policy's
+compiled steps (``random@steps``, the same cold start: what the policy's steps buy without it).
+Judged by XLA's CPU pipeline (final-ops, instruction counts; nothing timed).
 Writes ``results/spmd_policy.md`` and ``results/spmd_policy.json`` (``--tag`` names another pair).
 """
 
@@ -24,6 +26,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 import statistics
 import sys
 import time
@@ -34,6 +37,9 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 from autotune.api import Session  # noqa: E402
+from autotune.core.tuner import evaluation_session  # noqa: E402
+from autotune.strategy import SearchSpace  # noqa: E402
+from learning import MAX_LENGTH, pruned  # noqa: E402
 from llm_headroom import ensure_suite, stratum  # noqa: E402
 
 POLICY = ROOT / "autotune" / "policies" / "llm.zip"
@@ -52,9 +58,31 @@ def run_method(session: Session, path: Path, method: str, policy: Path, budget: 
             "sequence": list(r.best_sequence) if r.beats_default else [], "seconds": round(time.perf_counter() - t0, 1)}
 
 
-def fraction(row: dict) -> float | None:
+def random_at_steps(session: Session, path: Path, steps: int, seed: int = 0) -> dict:
+    """Random sequences (max length 4) until ``steps`` pass steps are compiled, the best pruned as a
+    run's answer is: what the policy's compiled steps buy without the policy (learning.py's
+    ``random@steps``)."""
+    t0 = time.perf_counter()
+    ev = session.evaluator
+    s0 = ev.stats.steps_compiled
+    es = evaluation_session(ev, session.load(path))
+    rng, space = random.Random(seed), SearchSpace(ev.pipeline.passes(), MAX_LENGTH)
+    seqs, costs = [], []
+    while ev.stats.steps_compiled - s0 < steps and len(seqs) < 1000:
+        seqs.append(space.random_sequence(rng))
+        costs.append(es(seqs[-1]))
+    seq, cost = pruned(es, seqs, costs)
+    beats = cost is not None and cost < es.empty_cost
+    return {"final_ops": int(cost if beats else es.empty_cost), "default": int(es.empty_cost),
+            "steps": ev.stats.steps_compiled - s0, "sequence": list(seq) if beats else [],
+            "seconds": round(time.perf_counter() - t0, 1)}
+
+
+def fraction(row: dict, method: str = "policy") -> float | None:
     ceiling = row["default"] - row["search"]["final_ops"]
-    return None if ceiling <= 0 else (row["default"] - row["policy"]["final_ops"]) / ceiling
+    if ceiling <= 0 or method not in row:
+        return None
+    return (row["default"] - row[method]["final_ops"]) / ceiling
 
 
 def markdown(data: dict) -> str:
@@ -77,27 +105,37 @@ def markdown(data: dict) -> str:
         + ", pruned, against random search at "
         f"budget {data['budget']} (the ceiling), on the `{data['split']}` split of `{family}` "
         f"({s['modules']} modules, {s['with_headroom']} where the search beats XLA's default).", "",
-        f"**The policy recovers {s['mean_fraction']:.0%} of the ceiling's gain on average ({s['pooled']:.0%} pooled) "
-        f"at {s['policy_steps']:.1f} compiled steps per module; the search costs {s['search_steps']:.1f}.** "
+        (f"**The policy recovers {s['mean_fraction']:.0%} of the ceiling's gain on average ({s['pooled']:.0%} pooled) "
+         if s["mean_fraction"] is not None else
+         "**The search beats XLA's default on none of these modules: there is no gain to recover; the policy ran ")
+        + f"at {s['policy_steps']:.1f} compiled steps per module; the search costs {s['search_steps']:.1f}.** "
         f"It beats the default on {s['policy_wins']} modules and is worse than it on none (an answer is never "
-        "worse than the default: a run returns the default when nothing beats it).", "",
-        f"| {'style' if family == 'llm_spmd' else 'stratum'} | modules | with headroom | mean fraction |",
-        "|---|---:|---:|---:|",
+        "worse than the default: a run returns the default when nothing beats it)."
+        + (f" Random search stopped at the policy's compiled steps ({s['random_steps']:.1f} per module, cold cache) "
+           f"recovers {s['random_mean_fraction']:.0%}." if s.get("random_mean_fraction") is not None else ""), "",
+        f"| {'style' if family == 'llm_spmd' else 'stratum'} | modules | with headroom | mean fraction | "
+        "random@steps |", "|---|---:|---:|---:|---:|",
     ]
+
+    def pct(x: float | None) -> str:
+        return "-" if x is None else f"{x:.0%}"
+
     for style, sub in data["by_style"].items():
-        mean = "-" if sub["mean_fraction"] is None else f"{sub['mean_fraction']:.0%}"
-        lines.append(f"| {style} | {sub['modules']} | {sub['with_headroom']} | {mean} |")
-    lines += ["", "| module | default | policy | search | policy sequence | search sequence |",
-              "|---|---:|---:|---:|---|---|"]
+        lines.append(f"| {style} | {sub['modules']} | {sub['with_headroom']} | {pct(sub['mean_fraction'])} | "
+                     f"{pct(sub.get('random_mean_fraction'))} |")
+    lines += ["", "| module | default | policy | search | random@steps | policy sequence | search sequence |",
+              "|---|---:|---:|---:|---:|---|---|"]
     for r in data["rows"]:
+        rnd = r["random"]["final_ops"] if "random" in r else "-"
         lines.append(f"| {r['module']} | {r['default']} | {r['policy']['final_ops']} | {r['search']['final_ops']} | "
-                     f"`{','.join(r['policy']['sequence']) or '(default)'}` | "
+                     f"{rnd} | `{','.join(r['policy']['sequence']) or '(default)'}` | "
                      f"`{','.join(r['search']['sequence']) or '(default)'}` |")
     return "\n".join(lines) + "\n"
 
 
 def summarize(rows: list[dict]) -> dict:
     fr = [f for f in (fraction(r) for r in rows) if f is not None]
+    fr_random = [f for f in (fraction(r, "random") for r in rows) if f is not None]
     gained = [r for r in rows if r["default"] > r["search"]["final_ops"]]
     pooled_ceiling = sum(r["default"] - r["search"]["final_ops"] for r in gained)
     pooled = sum(r["default"] - r["policy"]["final_ops"] for r in gained) / pooled_ceiling if pooled_ceiling else 0.0
@@ -107,6 +145,8 @@ def summarize(rows: list[dict]) -> dict:
         "policy_wins": sum(r["policy"]["final_ops"] < r["default"] for r in rows),
         "policy_steps": statistics.mean(r["policy"]["steps"] for r in rows) if rows else 0.0,
         "search_steps": statistics.mean(r["search"]["steps"] for r in rows) if rows else 0.0,
+        "random_mean_fraction": round(statistics.mean(fr_random), 3) if fr_random else None,
+        "random_steps": statistics.mean(r["random"]["steps"] for r in rows) if rows and "random" in rows[0] else 0.0,
     }
 
 
@@ -138,6 +178,8 @@ def main(argv=None) -> int:
     args.work.mkdir(parents=True, exist_ok=True)
     policy_db = args.work / f"policy-{args.policy.stem}{args.tag}.db"
     policy_db.unlink(missing_ok=True)  # cold: its compiled steps are what it costs alone
+    random_db = args.work / f"random-at-steps-{args.policy.stem}{args.tag}.db"
+    random_db.unlink(missing_ok=True)
     searched_file = args.work / f"search-b{args.budget}.jsonl"
     searched = {}
     if searched_file.exists():
@@ -145,7 +187,8 @@ def main(argv=None) -> int:
             row = json.loads(line)
             searched[row["sha256"]] = row["search"]
     rows = []
-    with Session(cache=policy_db) as pol, Session(cache=args.work / f"search-b{args.budget}.db") as search:
+    with Session(cache=policy_db) as pol, Session(cache=args.work / f"search-b{args.budget}.db") as search, \
+            Session(cache=random_db) as rand:
         for i, e in enumerate(entries, 1):
             path = args.suite / e.file
             if e.sha256 not in searched:
@@ -157,6 +200,7 @@ def main(argv=None) -> int:
                    "policy": run_method(pol, path, "policy", args.policy, args.budget, args.branches,
                                         args.policy_budget, args.finetune), "search": searched[e.sha256]}
             row["default"] = row["policy"]["default"]
+            row["random"] = random_at_steps(rand, path, row["policy"]["steps"])
             rows.append(row)
             print(f"[{i}/{len(entries)}] {e.name}: default {row['default']}, policy {row['policy']['final_ops']} "
                   f"{row['policy']['sequence']}, search {row['search']['final_ops']} {row['search']['sequence']}",
