@@ -91,8 +91,9 @@ def markdown(data: dict) -> str:
     lines = [
         "# A policy zero-shot on the " + ("partitioned LLM steps" if family == "llm_spmd" else f"`{family}` family"),
         "",
-        f"Made by `{data['command']}` ({data['cpus']} CPUs, shared machine). Judged by XLA's CPU pipeline "
-        "(final-ops: instructions after the sequence and XLA's default pipeline); nothing was timed, and the "
+        f"Made by `{data['command']}` ({data['cpus']} CPUs, shared machine). Judged by "
+        f"{data.get('judged_by', 'XLA' + chr(39) + 's CPU pipeline')} (target `{data.get('target', 'cpu')}`; "
+        "final-ops: instructions after the sequence and XLA's default pipeline); nothing was timed, and the "
         "answers were not validated here" + (" (`autotune run` validates a partitioned step by running it as N "
                                              "partitions on N CPU devices)" if family == "llm_spmd" else "")
         + ".", "",
@@ -164,12 +165,16 @@ def main(argv=None) -> int:
     p.add_argument("--policy-budget", type=int, default=4, help="the policy's evaluations (--budget of its run)")
     p.add_argument("--finetune", action="store_true", help="fine-tune the policy on the module with the budget left")
     p.add_argument("--tag", default="", help="suffix of the result files (results/spmd_policy<tag>.md)")
+    p.add_argument("--target", default="cpu", help="judge for this target (default cpu; e.g. h100, with the "
+                                                   "policy trained for it: --policy autotune/policies/llm-h100.zip)")
     p.add_argument("--out", type=Path, default=ROOT / "results")
     args = p.parse_args(argv)
+    target_tag = "" if args.target == "cpu" else f"_{args.target}"
     args.suite = args.suite or ROOT / ".autotune" / f"{args.family.replace('_', '-')}-suite"
     args.work = args.work or ROOT / ".autotune" / ("spmd_policy" if args.family == "llm_spmd"
                                                    else f"{args.family}_policy")
-    stem = "spmd_policy" if args.family == "llm_spmd" else f"policy_{args.family}"
+    stem = ("spmd_policy" if args.family == "llm_spmd" else f"policy_{args.family}") + target_tag
+    args.work = args.work / args.target if target_tag else args.work
     if not args.policy.exists():
         print(f"error: no policy at {args.policy}", file=sys.stderr)
         return 2
@@ -187,8 +192,11 @@ def main(argv=None) -> int:
             row = json.loads(line)
             searched[row["sha256"]] = row["search"]
     rows = []
-    with Session(cache=policy_db) as pol, Session(cache=args.work / f"search-b{args.budget}.db") as search, \
-            Session(cache=random_db) as rand:
+    target = args.target
+    with Session(cache=policy_db, target=target) as pol, \
+            Session(cache=args.work / f"search-b{args.budget}.db", target=target) as search, \
+            Session(cache=random_db, target=target) as rand:
+        judged_by = search.target.judged_by()
         for i, e in enumerate(entries, 1):
             path = args.suite / e.file
             if e.sha256 not in searched:
@@ -216,9 +224,10 @@ def main(argv=None) -> int:
         + (f" --branches {args.branches}" if args.branches != 1 else "") \
         + (f" --policy-budget {args.policy_budget}" if args.policy_budget != 4 else "") \
         + (" --finetune" if args.finetune else "") \
-        + (f" --tag {args.tag}" if args.tag else "")
+        + (f" --tag {args.tag}" if args.tag else "") + (f" --target {args.target}" if target_tag else "")
     styles = sorted({r["style"] for r in rows})
-    data = {"command": command, "family": args.family, "cpus": os.cpu_count(),
+    data = {"command": command, "family": args.family, "target": args.target, "judged_by": judged_by,
+            "cpus": os.cpu_count(),
             "policy": os.path.relpath(args.policy, ROOT),
             "trained_on": trained, "split": args.split, "budget": args.budget, "branches": args.branches,
             "policy_budget": args.policy_budget, "finetune": args.finetune, "summary": summarize(rows),
