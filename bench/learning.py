@@ -329,6 +329,18 @@ def rollout(ev, module, policy: Path, prune: bool = True, branches: int = 1, bud
                 prune=prune, options={"policy": str(policy), "finetune": False, "branches": branches})
 
 
+def random_until_steps(ev, session, until: int, seed: int = 0) -> tuple[list, list]:
+    """Random sequences (max length ``MAX_LENGTH``) evaluated through ``session`` until the engine's
+    compiled-step counter reaches ``until`` (at most 1000): random search at a budget of compiled
+    steps, the currency every method here is compared in."""
+    rng, space = random.Random(seed), SearchSpace(ev.pipeline.passes(), MAX_LENGTH)
+    seqs, costs = [], []
+    while ev.stats.steps_compiled < until and len(seqs) < 1000:
+        seqs.append(space.random_sequence(rng))
+        costs.append(session(seqs[-1]))
+    return seqs, costs
+
+
 def pruned(session, seqs: list, costs: list) -> tuple[tuple[str, ...] | None, float | None]:
     """The best of ``seqs`` (evaluated through ``session`` to ``costs``) pruned as ``tune`` prunes a
     run's answer (``loop.prune``), for the methods that evaluate sequences directly (fixed, random at a
@@ -593,11 +605,7 @@ def evaluate_modules(work: Work, method: str, modules: list[tuple[Path, str]], p
                     seqs, costs = [], []
                 else:  # random@steps (4xsteps): random sequences until as many steps compiled as the policy's (x4)
                     target = done_policy[path.stem]["steps"] * (4 if method == "random@4xsteps" else 1)
-                    rng, space = random.Random(seed), SearchSpace(ev.pipeline.passes(), MAX_LENGTH)
-                    seqs, costs = [], []
-                    while ev.stats.steps_compiled - s0 < target and len(seqs) < 1000:
-                        seqs.append(space.random_sequence(rng))
-                        costs.append(session(seqs[-1]))
+                    seqs, costs = random_until_steps(ev, session, s0 + target, seed)
                 seq, cost = pruned(session, seqs, costs)
                 row = _row(path.stem, split, default, cost, len(seqs), ev.stats.steps_compiled - s0,
                            time.perf_counter() - t0, seq or ())

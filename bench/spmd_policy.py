@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import random
 import statistics
 import sys
 import time
@@ -38,8 +37,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from autotune.api import Session  # noqa: E402
 from autotune.core.tuner import evaluation_session  # noqa: E402
-from autotune.strategy import SearchSpace  # noqa: E402
-from learning import MAX_LENGTH, pruned  # noqa: E402
+from learning import pruned, random_until_steps  # noqa: E402
 from llm_headroom import ensure_suite, stratum  # noqa: E402
 
 POLICY = ROOT / "autotune" / "policies" / "llm.zip"
@@ -66,12 +64,7 @@ def random_at_steps(session: Session, path: Path, steps: int, seed: int = 0) -> 
     ev = session.evaluator
     s0 = ev.stats.steps_compiled
     es = evaluation_session(ev, session.load(path))
-    rng, space = random.Random(seed), SearchSpace(ev.pipeline.passes(), MAX_LENGTH)
-    seqs, costs = [], []
-    while ev.stats.steps_compiled - s0 < steps and len(seqs) < 1000:
-        seqs.append(space.random_sequence(rng))
-        costs.append(es(seqs[-1]))
-    seq, cost = pruned(es, seqs, costs)
+    seq, cost = pruned(es, *random_until_steps(ev, es, s0 + steps, seed))
     beats = cost is not None and cost < es.empty_cost
     return {"final_ops": int(cost if beats else es.empty_cost), "default": int(es.empty_cost),
             "steps": ev.stats.steps_compiled - s0, "sequence": list(seq) if beats else [],
