@@ -232,7 +232,8 @@ def markdown(data: dict) -> str:
     for r in rows:
         seq = ", ".join(r["sequence"]) if r["sequence"] else "(= default)"
         lines.append(f"| {r['module']} | {r['split']} | {r['input_ops']} | {r['default_final_ops']} | "
-                     f"{r['best_final_ops']} | {r['gain_pct']} | `{seq}` | {r['level']} | {r['steps_compiled']} | "
+                     f"{r['best_final_ops']} | {r['gain_pct']} | `{seq}` | {r['level'] or '- (the default)'} | "
+                     f"{r['steps_compiled']} | "
                      f"{r['seconds']}s |")
     return "\n".join(lines) + "\n"
 

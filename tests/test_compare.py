@@ -91,6 +91,7 @@ def test_seeds_are_averaged_before_the_geometric_mean_and_edge_cases():
     assert m.geomean_ratio == pytest.approx(math.sqrt(1.25 * RATIO_FLOOR))
     assert (m.modules, m.floored_runs, m.excluded_modules) == (2, 1, 1)
     assert [family_of(n) for n in ("gpt2_x", "bert_x", "resnet_x", "mlp")] == ["gpt2", "bert", "resnet", "other"]
+    assert [family_of(n) for n in ("t5_decode_x", "vit_train_x", "diffusion_sample_x")] == ["t5", "vit", "diffusion"]
     none = RunRow("s", "s", "m", "other", 0, 4, input_ops=10, default_ops=8, default_cost=8, best_cost=8)
     assert none.ratio(final=False) == 0.0 and none.ratio(final=True) == 1.0  # no valid best: untuned module
 

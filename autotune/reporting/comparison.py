@@ -18,11 +18,12 @@ from autotune.reporting.metric import PAPER, RATIO_FLOOR, TIE_RTOL, PaperMetric,
 from autotune.core.validation import UNVERIFIED, Validation
 from autotune.core.runs import RunStore
 
-FAMILIES = ("gpt2", "bert", "resnet", "llm")
+#: The zoo's families by module-name prefix (``llm_spmd`` modules are named ``llm_...`` too).
+FAMILIES = ("gpt2", "bert", "resnet", "llm", "t5", "vit", "diffusion")
 
 
 def family_of(name: str) -> str:
-    """Model family from a module name prefix: gpt2_/bert_/resnet_/llm_, else "other"."""
+    """Model family from a module name prefix: gpt2_/bert_/resnet_/llm_/t5_/vit_/diffusion_, else "other"."""
     low = name.lower()
     for fam in FAMILIES:
         if low.startswith(fam + "_"):
