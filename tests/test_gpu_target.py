@@ -405,3 +405,9 @@ def test_validate_for_h100_compares_values_where_deviceless_codegen_rejects_the_
     assert verdict["level"] == "executed", verdict
     assert "rejects the original as well" in verdict["reason"] and "output tile sizes" in verdict["reason"]
     assert "outputs compared on the host CPU" in verdict["reason"]
+    # nothing run (execution declined): never `compiled`, since neither module compiles for the h100
+    declined = run_cli("validate", str(model), str(tuned), "--target", "h100", "--validate-seconds", "0.000001",
+                       "--json", db=tmp_path / "other.db")  # the verdict above is cached in db
+    verdict = json.loads(declined.stdout)
+    assert verdict["level"] in ("unverified", "executed-region"), verdict
+    assert "rejects the original as well" in verdict["reason"]

@@ -15,7 +15,7 @@ class TunedCompiles(Checker):
     fails it too; otherwise the case goes on (skipped when the target's compile already passed)."""
 
     def check(self, case: Case) -> Validation | None:
-        if case.compiled:
+        if case.compiled or case.target_note:  # the target's whole compile was tried (checks.target)
             return None
         pipeline, runs = case.pipeline, case.runs
         case.say(f"compiling the tuned module with {pipeline.compiler}'s full pipeline")
@@ -31,7 +31,10 @@ class TunedCompiles(Checker):
 
 
 class Compiled(Checker):
-    """The last answer: ``compiled``, saying why whole execution was declined and why no region ran."""
+    """The last answer: ``compiled``, saying why whole execution was declined and why no region ran;
+    ``unverified`` where the target's whole compile rejected both modules (nothing compiled, nothing
+    run: ``checks.target`` adds why)."""
 
     def check(self, case: Case) -> Validation | None:
-        return Validation(COMPILED, f"{case.plan.reason}{case.runs.note()}{case.region_note}", case.runs.n_tuned)
+        level = UNVERIFIED if case.target_note else COMPILED
+        return Validation(level, f"{case.plan.reason}{case.runs.note()}{case.region_note}", case.runs.n_tuned)
