@@ -122,15 +122,20 @@ def backend_options(ctx: click.Context | None = None) -> dict:
     return out
 
 
+def engine_options(**options) -> dict:
+    """``options`` plus this command line's backend, target, executor and Ray address, as
+    ``core.engine.open_engine`` and ``autotune.Session`` take them."""
+    choices = engine_choices()
+    if choices.get("ray_address"):
+        options.setdefault("executor_options", {"address": choices["ray_address"]})
+    return dict(options, backend=choices.get("backend"), executor=choices.get("executor"), target=choices.get("target"))
+
+
 def open_engine(db=None, workers: int | None = None, **options):
     """``core.engine.open_engine`` with this command line's backend, target, executor and Ray address."""
     from autotune.core.engine import open_engine as _open_engine
 
-    choices = engine_choices()
-    if choices.get("ray_address"):
-        options.setdefault("executor_options", {"address": choices["ray_address"]})
-    return _open_engine(db, workers=workers, backend=choices.get("backend"), executor=choices.get("executor"),
-                        target=choices.get("target"), **options)
+    return _open_engine(db, workers=workers, **engine_options(**options))
 
 
 def json_option(f):

@@ -7,7 +7,7 @@ import sys
 import click
 
 from autotune.cli import cli
-from autotune.cli.common import console, db_option, engine_choices, json_option, load_model, print_json
+from autotune.cli.common import console, db_option, engine_options, json_option, load_model, print_json
 
 
 @cli.command()
@@ -34,9 +34,7 @@ def validate(original, tuned, seed, all_outputs, validate_seconds, db, as_json) 
 
     original_module, tuned_module = load_model(original), load_model(tuned)
     seconds = bound(validate_seconds)  # a bad value is one line and exit 2, before anything runs
-    choices = engine_choices()
-    with Session(db, workers=1, backend=choices.get("backend"), target=choices.get("target"),
-                 executor=choices.get("executor")) as session:
+    with Session(db, workers=1, **engine_options()) as session:
         result = session.validation(original_module, tuned_module, seed=seed, validate_seconds=seconds)
     if as_json:
         print_json(result.to_dict())
