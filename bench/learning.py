@@ -247,7 +247,8 @@ def imitate(ev, demos: dict, out: Path, seed: int = 0, stop_labels: bool = True,
     """Behaviour cloning: fit a fresh PPO network's policy to the demonstrations (then PPO fine-tunes it).
 
     Each demonstration is rolled through the environment (same observation as training and use):
-    (observation, next pass) for every pass of the module's best sequence, then (observation, STOP).
+    (observation, next pass) for every pass of the module's best sequence, then (observation, STOP)
+    (``autotune.rl.imitation``; the pairs are kept as ``demonstrations.npz`` for the imitation term).
     Cross-entropy on the action distribution, full batch, Adam. ``stop_labels=False``
     (``--no-stop-labels``) leaves the STOP pairs out: under the best-so-far reward stopping only
     saves compiles, and the STOP labels teach the policy to stop right after the demonstration's
@@ -258,52 +259,48 @@ def imitate(ev, demos: dict, out: Path, seed: int = 0, stop_labels: bool = True,
     loop bodies) that an unseen model has at another value; the noise makes no single fraction
     decisive (an experiment, chosen or not on held-out train-split modules).
     """
-    import numpy as np
-    import torch
-
-    from autotune.rl.env import EpisodeSource, PassOrderingEnv
+    from autotune.rl.imitation import behaviour_cloning
     from autotune.rl.train import make_model
 
-    sessions = demos["sessions"]
-    names = list(demos["best"])
-    env = PassOrderingEnv([EpisodeSource(s, n) for s, n in zip(sessions, names)], ev.pipeline.passes(),
-                          max_length=MAX_LENGTH, gamma=HYPERPARAMS["gamma"])
-    obs, acts = [], []
-    for i, name in enumerate(names):
-        o, _ = env.reset(options={"source": i})
-        for a in demos["best"][name]:
-            obs.append(o)
-            acts.append(env.actions.index(a))
-            o, _, done, _, _ = env.step(env.actions.index(a))
-        if stop_labels and len(demos["best"][name]) < MAX_LENGTH:
-            obs.append(o)
-            acts.append(env.stop)
+    env, pairs = demonstration_env(ev, demos["sessions"], demos["best"], stop_labels)
+    pairs.save(out.parent / "demonstrations.npz")
     hp = {k: v for k, v in HYPERPARAMS.items()}
     hp.update(gae_lambda=0.95, clip_range=0.2, net_arch=64)
     model = make_model("ppo", env, seed, hp)
-    x = torch.as_tensor(np.array(obs), dtype=torch.float32)
-    y = torch.as_tensor(np.array(acts), dtype=torch.long)
-    composition = torch.tensor([n.split(":")[0] in ("opcode_fraction", "loop", "struct") for n in env.observation.names])
-    gen = torch.Generator().manual_seed(seed)
-    opt = torch.optim.Adam(model.policy.parameters(), lr=3e-3)
-    losses = []
-    for _ in range(300):
-        xe = x
-        if noise > 0:
-            jitter = torch.exp(noise * torch.randn(x.shape, generator=gen))
-            xe = torch.where(composition, x * jitter, x)
-        dist = model.policy.get_distribution(xe)
-        loss = -dist.log_prob(y).mean()
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        losses.append(float(loss.detach()))
-    with torch.no_grad():
-        fit = float((model.policy.get_distribution(x).distribution.probs.argmax(-1) == y).float().mean())
+    composition = [n.split(":")[0] in ("opcode_fraction", "loop", "struct") for n in env.observation.names]
+    fit = behaviour_cloning(model.policy, pairs, seed=seed, noise=noise, jitter_mask=composition)
     out.parent.mkdir(parents=True, exist_ok=True)
     model.save(str(out))
-    return {"samples": len(acts), "stop_samples": int(sum(a == env.stop for a in acts)), "loss_first": losses[0],
-            "loss_last": losses[-1], "train_accuracy": fit}
+    return fit
+
+
+def demonstration_env(ev, sessions, best: dict, stop_labels: bool = True):
+    """(the environment, its ``Demonstrations``): each module's best sequence rolled through one
+    ``PassOrderingEnv`` over ``sessions`` (in ``best``'s order), as training sees it."""
+    from autotune.rl.env import EpisodeSource, PassOrderingEnv
+    from autotune.rl.imitation import demonstration_pairs
+
+    names = list(best)
+    env = PassOrderingEnv([EpisodeSource(s, n) for s, n in zip(sessions, names)], ev.pipeline.passes(),
+                          max_length=MAX_LENGTH, gamma=HYPERPARAMS["gamma"])
+    return env, demonstration_pairs(env, {i: best[n] for i, n in enumerate(names)}, stop_labels)
+
+
+def imitation_term(ev, work: Work):
+    """The ``ImitationTerm`` of ``--bc-weight``/``--bc-steps`` on the training stage's demonstrations
+    (``demonstrations.npz``, rebuilt from ``train.json`` on the training cache when missing)."""
+    from autotune.rl.imitation import Demonstrations, ImitationTerm
+
+    path = work.root / "demonstrations.npz"
+    if not path.exists():
+        trained = work.load("train") or {}
+        if not trained.get("demonstrations"):
+            raise SystemExit("error: no demonstrations yet (run --stage train first)")
+        by_name = {x.stem: x for x in work.train_set()}
+        best = trained["demonstrations"]
+        sessions = [evaluation_session(ev, load(by_name[n])) for n in best]
+        demonstration_env(ev, sessions, best, work.params.get("stop_labels", True))[1].save(path)
+    return ImitationTerm(Demonstrations.load(path), weight=work.params["bc_weight"], steps=work.params["bc_steps"])
 
 
 def fine_tune(ev, work: Work, out: Path, steps: int, reward: str = REWARD, seed: int = 0,

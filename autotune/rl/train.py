@@ -269,6 +269,7 @@ def train_policy(
     training_set: dict | None = None,
     init: Path | None = None,
     references: dict[str, float] | None = None,
+    imitation=None,
 ) -> dict:
     """Train one ``algo`` policy over ``modules``; write ``out`` (.zip) and its sidecar; return stats.
 
@@ -282,12 +283,16 @@ def train_policy(
     ``references`` (module name -> best known cost, e.g. an expert search's) scale the best-so-far
     reward (``options={"reward": "best"}``) per module, so each episode's return is the fraction of
     that module's known gain it recovers (``autotune.rl.env``).
+    ``imitation`` (an ``autotune.rl.imitation.ImitationTerm``, PPO and A2C) keeps a behaviour-cloning
+    term on demonstrations during training; the sidecar records it.
     """
     if not modules:
         raise BadInput("no modules to train on")
     if envs < 1:
         raise BadInput(f"--envs must be at least 1, not {envs}")
     hp, env_opts = check_training(algo, timesteps, max_length, objective, options)
+    if imitation is not None and algo == "dqn":
+        raise BadInput("an imitation term needs a policy-gradient algorithm (ppo or a2c), not dqn")
     zip_path = zip_path_of(out)
     import torch
 
@@ -304,7 +309,11 @@ def train_policy(
             model.set_parameters(str(init), exact_match=True, device="cpu")
         # With envs > 1 the steps are compiled in the subprocesses: this evaluator's hit rate says nothing.
         callback = _StepCallback.make(observer, timesteps, evaluator.stats if envs == 1 else None)
-        learn_seconds = _learn(model, timesteps, callback, observer,
+        callbacks = [callback]
+        if imitation is not None:
+            imitation.demonstrations.check_layout(envset.observation_names, envset.actions)
+            callbacks.append(imitation.callback())
+        learn_seconds = _learn(model, timesteps, callbacks, observer,
                                f"{algo} on {len(modules)} module(s)" + (f", {envs} envs" if envs > 1 else ""))
         stats_per_env = envset.episode_stats()
         zip_path.parent.mkdir(parents=True, exist_ok=True)
@@ -315,6 +324,8 @@ def train_policy(
         torch.set_num_threads(threads)
     meta = _sidecar(evaluator, envset, roots, algo, shaping, hp, env_opts, references, max_length, objective,
                     int(model.num_timesteps), seed, envs, training_set)
+    if imitation is not None:
+        meta["imitation_term"] = imitation.record()
     side = sidecar_path(zip_path)
     side.write_text(json.dumps(meta, indent=2))
     returns, merged = callback.returns, _merge_episode_stats(stats_per_env)
@@ -326,6 +337,9 @@ def train_policy(
         "seconds": time.perf_counter() - t0, "learn_seconds": learn_seconds,
         "steps_per_second": int(model.num_timesteps) / max(1e-9, learn_seconds), "envs": envs,
         "evaluations": sum(m["evaluations"] for m in merged),
+        "imitation_term": (dict(imitation.record(), updates=callbacks[-1].updates,
+                                loss_last=callbacks[-1].losses[-1] if callbacks[-1].losses else None)
+                           if imitation is not None else None),
         "per_env": [{"env": i, "episodes": sum(m["episodes"] for m in e), "evaluations": sum(m["evaluations"] for m in e)}
                     for i, e in enumerate(stats_per_env)],
         "modules": [{key: m[key] for key in ("name", "episodes", "start_cost", "best_cost", "best_sequence")}
