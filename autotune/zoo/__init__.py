@@ -29,7 +29,10 @@ import sys
 from types import ModuleType
 from typing import Any
 
-import jax
+from autotune.quiet import cuda_plugin_lines_filtered
+
+with cuda_plugin_lines_filtered():  # the CUDA plugin's "Could not find cuda drivers" lines (autotune.quiet)
+    import jax
 from jax._src import xla_bridge
 
 from autotune.zoo import bert, diffusion, gpt2, llm, llm_spmd, resnet, t5, vit
@@ -100,6 +103,13 @@ def lower(name: str, kind: str, cfg: Config) -> str:
     its backend starts: unless this process already has them, the program is lowered in a fresh
     process started with :data:`LOWERING_DEVICES` (:func:`init_lowering_process`).
     """
+    if xla_bridge.backends_are_initialized():
+        return _lower(name, kind, cfg)
+    with cuda_plugin_lines_filtered():  # the first program starts jax's backends (autotune.quiet)
+        return _lower(name, kind, cfg)
+
+
+def _lower(name: str, kind: str, cfg: Config) -> str:
     prog = program(name, kind, cfg)
     if prog.devices > LOWERING_DEVICES:
         raise ValueError(f"{prog.name} asks for {prog.devices} devices; at most {LOWERING_DEVICES} are lowered here")
@@ -142,7 +152,8 @@ def init_lowering_process() -> None:
     """Start-up of a process that lowers partitioned programs: CPU only, :data:`LOWERING_DEVICES` devices."""
     jax.config.update("jax_platforms", "cpu")
     jax.config.update("jax_num_cpu_devices", LOWERING_DEVICES)
-    jax.devices("cpu")  # started now: lower() in this process sees the devices and lowers here
+    with cuda_plugin_lines_filtered():
+        jax.devices("cpu")  # started now: lower() in this process sees the devices and lowers here
 
 
 __all__ = [
