@@ -205,7 +205,11 @@ def demonstrations(ev, work: Work, paths: list[Path]) -> dict:
     """Per-module beam search on the training modules, over the passes that ever pay on them.
 
     The candidate passes are those whose single application lowers final-ops on one of the first
-    ``probe_modules`` training modules (every one of the pipeline's passes is tried there); then, on
+    ``probe_modules`` training modules (every one of the pipeline's passes is tried there; 0: on
+    every training module, ``--probe-modules 0``. Why that option: with ``--spmd`` the first 12
+    training modules of the stratified order are all single-device ``llm`` ones, so the passes that
+    pay only on partitioned steps, e.g. ``cse_barrier_expander``, were never candidates and never
+    demonstrated); then, on
     every training module, a beam search of width ``BEAM`` over the candidates up to ``MAX_LENGTH``
     passes. Why a beam and not greedy: greedy keeps the single best first pass, and on LLM steps the
     best pair can start with a pass that is not the best alone, and greedy labels then teach a
@@ -217,7 +221,7 @@ def demonstrations(ev, work: Work, paths: list[Path]) -> dict:
     actions = ev.pipeline.passes()
     sessions = [evaluation_session(ev, load(x)) for x in paths]
     candidates: set[str] = set()
-    for session in sessions[: p["probe_modules"]]:
+    for session in sessions[: p["probe_modules"] or len(sessions)]:
         c0 = session.empty_cost
         candidates.update(a for a in actions if session((a,)) < c0)
     candidates_t = tuple(a for a in actions if a in candidates)
@@ -882,7 +886,7 @@ def markdown(data: dict) -> str:
         "## Setup", "",
         f"* **Policy** (trained once, on {len(tr['train_modules'])} modules of the `llm` family's train split, "
         "stratified over kind x scan/unrolled x dense/MoE), in three steps: (1) *demonstrations*: the passes whose "
-        f"single application lowers final-ops on {p['probe_modules']} of the modules (all 57 tried: "
+        f"single application lowers final-ops on {p['probe_modules'] or 'all'} of the modules (all 57 tried: "
         f"`{','.join(tr['candidates'])}`), then per-module beam search (width {tr.get('beam', 1)}) over those up to "
         f"{tr['max_length']} passes, labelled with the shortest sequence reaching the lowest final-ops "
         f"({tr['demo_seconds']:.0f} s, {tr['demo_steps']} compiled steps); (2) *imitation*: a fresh PPO network's "
@@ -1201,6 +1205,9 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default=str(ROOT / "results"))
     ap.add_argument("--timesteps", type=int, default=None, help="override the training steps")
     ap.add_argument("--train-modules", type=int, default=None, help="override the number of training modules")
+    ap.add_argument("--probe-modules", type=int, default=None,
+                    help="training modules on which every pass is tried alone to choose the demonstrations' "
+                         "candidate passes (default 12; 0: all of them)")
     ap.add_argument("--no-stop-labels", action="store_true",
                     help="imitation without the (observation, STOP) pairs (an experiment; see imitate)")
     ap.add_argument("--obs-noise", type=float, default=0.0,
@@ -1240,6 +1247,10 @@ def main(argv=None) -> int:
         params["timesteps"] = args.timesteps
     if args.train_modules:
         params["train_modules"] = args.train_modules
+    if args.probe_modules is not None:
+        if args.probe_modules < 0:
+            ap.error("--probe-modules must be 0 (all) or positive")
+        params["probe_modules"] = args.probe_modules
     params["stop_labels"] = not args.no_stop_labels
     params["branches"], params["branch_budget"] = args.branches, args.branch_budget
     if args.obs_noise:
@@ -1247,8 +1258,9 @@ def main(argv=None) -> int:
     work = Work(Path(args.work) / ("quick" if args.quick else "full"), params)
     policy = Path(args.policy)
     command = "python bench/learning.py" + (" --quick" if args.quick else "") + "".join(
-        f" --{k.replace('_', '-')} {v}" for k, v in (("timesteps", args.timesteps), ("train_modules", args.train_modules))
-        if v) + (" --no-stop-labels" if args.no_stop_labels else "") + (
+        f" --{k.replace('_', '-')} {v}" for k, v in (("timesteps", args.timesteps), ("train_modules", args.train_modules),
+                                                     ("probe_modules", args.probe_modules))
+        if v is not None) + (" --no-stop-labels" if args.no_stop_labels else "") + (
         f" --obs-noise {args.obs_noise}" if args.obs_noise else "") + (f" --policy {rel(Path(given_policy))}" if asked else "") + (
         f" --out {args.out}" if Path(args.out).resolve() != (ROOT / "results").resolve() and not TARGET
         and not args.spmd else "") + (
