@@ -130,6 +130,7 @@ def main(argv=None) -> int:
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--spmd", action="store_true")
     ap.add_argument("--iterations", type=int, default=2, help="DAgger rounds after the first fit")
+    ap.add_argument("--work", default=None, help="the work directory's parent (default: bench/learning.py's)")
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
     if args.iterations < 0:
@@ -138,7 +139,7 @@ def main(argv=None) -> int:
     if args.spmd:
         L.FAMILIES.append("llm_spmd")
         tag = "learning-spmd"
-    parent = L.ROOT / ".autotune" / (tag or "learning")
+    parent = Path(args.work) if args.work else L.ROOT / ".autotune" / (tag or "learning")
     out = Path(args.out) if args.out else (L.ROOT / "results" / tag if tag else L.ROOT / "results")
     work = L.Work(parent / ("quick" if args.quick else "full"), dict(L.QUICK if args.quick else L.FULL))
     selected = work.load("select") or {}
@@ -164,6 +165,7 @@ def main(argv=None) -> int:
         version = ev.version
     data = {
         "command": "python bench/distill.py" + (" --quick" if args.quick else "") + (" --spmd" if args.spmd else "")
+                   + (f" --work {args.work}" if args.work else "") + (f" --out {args.out}" if args.out else "")
                    + f" --iterations {args.iterations}",
         "version": version, "work": L.rel(work.root), "chosen": chosen, "name": name, "groups": groups,
         "iterations": args.iterations, "labels": len(labels), "history": {str(k): v for k, v in histories.items()},
