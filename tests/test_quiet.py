@@ -46,3 +46,17 @@ def test_lowering_a_zoo_program_prints_nothing_on_stderr():
                 "print(lower('gpt2', 'train', cfg).startswith('HloModule'))\n")
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "True" and proc.stderr == "", proc.stderr
+
+
+def test_explain_names_the_jax_version_without_printing_plugin_lines(tmp_path):
+    """`autotune explain` (and `autotune run --out`, which writes explain.md) names the jax version
+    in its reproduce section: read from the installed distribution, never by importing jax in the
+    CLI's process (that printed the CUDA plugin's lines at the end of every run)."""
+    from conftest import ROOT, run_cli
+
+    model = ROOT / "examples" / "llm_decode_step.hlo"
+    proc = run_cli("explain", str(model), "--passes", "post_scatter_expansion_simplification,cse", "--no-minimize",
+                   "-o", str(tmp_path / "e.md"), db=tmp_path / "r.db")
+    assert proc.returncode == 0, proc.stderr
+    assert "cuda drivers" not in proc.stderr and "absl::InitializeLog" not in proc.stderr, proc.stderr
+    assert "jaxlib 0." in (tmp_path / "e.md").read_text()

@@ -165,25 +165,29 @@ class XlaPipeline(BackendBase):
         return hlo.instructions(loader.hlo_module(module))
 
     def reproduce(self, sequence: Sequence[str]) -> dict:
-        """The pinned jax/jaxlib and, per step, the ``xla_disable_hlo_passes`` the worker compiles with."""
-        import jax
-        import jaxlib
+        """The pinned jax/jaxlib and, per step, the ``xla_disable_hlo_passes`` the worker compiles with.
 
+        The versions are read from the installed distributions, not by importing jax: that import
+        would cost a second and, with the ``gpu`` extra, print the CUDA plugin's driver lines at the
+        end of every ``autotune run --out``."""
+        from importlib.metadata import version
+
+        jax_version, jaxlib_version = version("jax"), version("jaxlib")
         inv = self.inventory
         steps = [{"action": a, "xla_disable_hlo_passes": ",".join(inv.disabled_for(inv.actions[a].keep)),
                   "keeps": sorted(inv.actions[a].keep)} for a in sequence]
-        out = {"jax": jax.__version__, "jaxlib": jaxlib.__version__,
-               "install": f"pip install jax=={jax.__version__} jaxlib=={jaxlib.__version__} autotune",
+        out = {"jax": jax_version, "jaxlib": jaxlib_version,
+               "install": f"pip install jax=={jax_version} jaxlib=={jaxlib_version} autotune",
                "target": self.target.key}
         if self.gpu is None:
             steps.append({"action": DEFAULT, "xla_disable_hlo_passes": ",".join(inv.disabled_for(inv.default_keep)),
                           "keeps": ["(XLA's default pre-layout pipeline)"]})
-            out["default_pipeline"] = f"XLA's default HLO pipeline (jaxlib {jaxlib.__version__}, CPU)"
+            out["default_pipeline"] = f"XLA's default HLO pipeline (jaxlib {jaxlib_version}, CPU)"
         else:
             from autotune.pipelines.xla.gpu_worker import STOP_FLAG
 
             steps.append({"action": DEFAULT, "xla_disable_hlo_passes": "", "keeps": ["(XLA's whole GPU pipeline)"]})
-            out.update(default_pipeline=f"XLA's GPU pipeline for {self.target.description} (jaxlib {jaxlib.__version__},"
+            out.update(default_pipeline=f"XLA's GPU pipeline for {self.target.description} (jaxlib {jaxlib_version},"
                                         f" compiled deviceless)",
                        install=out["install"] + "[gpu]", gpu_target_config=self.gpu.config,
                        compile=("jax.experimental.topologies.get_topology_desc(platform='cuda', target_config=<gpu_target_config>,"
