@@ -201,15 +201,15 @@ def markdown(data: dict) -> str:
         for seed in map(str, L.SEEDS):
             v = data["validation"][n][seed]
             cells = [("-" if (r := data["test"][n][seed].get(g)) is None else
-                      f"{R._pct(r['mean_fraction'])} ({R._pct(r['pooled_fraction'])})") for g in groups]
-            lines.append(f"| `{n}` | {seed} | {R._pct(v['pooled_fraction'])} ({R._pct(v['mean_fraction'])}) | "
+                      f"{R.pct(r['mean_fraction'])} ({R.pct(r['pooled_fraction'])})") for g in groups]
+            lines.append(f"| `{n}` | {seed} | {R.pct(v['pooled_fraction'])} ({R.pct(v['mean_fraction'])}) | "
                          + " | ".join(cells) + " |")
     lines += ["", "| policy | spread of validation | " + " | ".join(f"spread {g}" for g in groups)
               + " | worst seed |", "|---|---:|" + "---:|" * len(groups) + "---|"]
     for n, s in data["spread"].items():
         lines.append(f"| `{n}` | {s['validation']:.0%} | " + " | ".join(
             f"{s['groups'][g]:.0%}" if g in s["groups"] else "-" for g in groups) + " | " + ", ".join(
-            f"{g} {R._pct(s['worst'][g])}" for g in groups if g in s["worst"]) + " |")
+            f"{g} {R.pct(s['worst'][g])}" for g in groups if g in s["worst"]) + " |")
     lines += ["", "DAgger rounds (pairs fitted, states reached by the policy, of which the expert disagreed with it):", ""]
     for seed, hist in data["history"].items():
         lines.append(f"* seed {seed}: " + "; ".join(

@@ -128,7 +128,7 @@ def choose(val: dict, names) -> str:
     return max(names, key=lambda n: round(min(v["pooled_fraction"] for v in val[n].values()), 6))
 
 
-def _pct(x) -> str:
+def pct(x) -> str:
     return "-" if x is None else f"{x:.0%}"
 
 
@@ -171,9 +171,9 @@ def markdown(data: dict) -> str:
             cells = []
             for g in groups:
                 r = data["test"][name][str(seed)].get(g)
-                cells.append("-" if r is None else f"{_pct(r['mean_fraction'])} ({_pct(r['pooled_fraction'])})")
+                cells.append("-" if r is None else f"{pct(r['mean_fraction'])} ({pct(r['pooled_fraction'])})")
             tag = (" (without the term)" if name == data["chosen"] else "") + (" (selected)" if name == data["selected"] else "")
-            lines.append(f"| `{name}`{tag} | {seed} | {_pct(v['pooled_fraction'])} ({_pct(v['mean_fraction'])}) | "
+            lines.append(f"| `{name}`{tag} | {seed} | {pct(v['pooled_fraction'])} ({pct(v['mean_fraction'])}) | "
                          + " | ".join(cells) + " |")
     lines += ["", "## Spread across the three seeds (max - min of the mean of fractions)", "",
               "| variant | validation (pooled) | " + " | ".join(groups) + " | worst seed on each group |",
@@ -181,7 +181,7 @@ def markdown(data: dict) -> str:
     for name, s in data["spread"].items():
         lines.append(f"| `{name}` | {s['validation']:.0%} | " + " | ".join(
             f"{s['groups'][g]:.0%}" if g in s["groups"] else "-" for g in groups) + " | " + ", ".join(
-            f"{g} {_pct(s['worst'][g])}" for g in groups if g in s["worst"]) + " |")
+            f"{g} {pct(s['worst'][g])}" for g in groups if g in s["worst"]) + " |")
     lines += ["", "## Verdict", "", data["verdict"], ""]
     return "\n".join(lines)
 
@@ -190,7 +190,7 @@ def spread(val: dict, test: dict, name: str) -> dict:
     vs = [v["pooled_fraction"] for v in val[name].values()]
     groups: dict = {}
     worst: dict = {}
-    for g in {g for s in test[name].values() for g in s}:
+    for g in sorted({g for s in test[name].values() for g in s}):
         xs = [test[name][s][g]["mean_fraction"] for s in test[name] if g in test[name][s]
               and test[name][s][g]["mean_fraction"] is not None]
         if xs:
