@@ -36,26 +36,12 @@ import learning as L
 import seed_robustness as R
 
 
-def beam_from(session, prefix: tuple[str, ...], candidates: tuple[str, ...]) -> tuple[float, tuple[str, ...]]:
-    """(lowest final-ops, its continuation) of a width-``BEAM`` beam continuing ``prefix`` up to
-    ``MAX_LENGTH`` passes in all; ``(inf, ())`` when the prefix is already at the horizon."""
-    top: tuple[float, tuple[str, ...]] = (float("inf"), ())
-    beam: list[tuple[str, ...]] = [()]
-    for _ in range(L.MAX_LENGTH - len(prefix)):
-        trials = sorted({(session(prefix + q + (a,)), q + (a,)) for q in beam for a in candidates},
-                        key=lambda t: (t[0], len(t[1]), t[1]))
-        if not trials:
-            break
-        top = min(top, trials[0], key=lambda t: (t[0], len(t[1])))
-        beam = [q for _, q in trials[: L.BEAM]]
-    return top
-
-
 def expert_label(session, prefix: tuple[str, ...], candidates: tuple[str, ...]) -> str:
-    """The expert's action at ``prefix``: the first pass of the best continuation when it lowers the
-    best final-ops seen along the prefix (the empty sequence's included), else ``STOP``."""
+    """The expert's action at ``prefix``: the first pass of the best continuation
+    (``learning.beam_search`` continuing the prefix) when it lowers the best final-ops seen along the
+    prefix (the empty sequence's included), else ``STOP``."""
     best_so_far = min([session.empty_cost] + [session(prefix[:i]) for i in range(1, len(prefix) + 1)])
-    cost, continuation = beam_from(session, prefix, candidates)
+    cost, continuation = L.beam_search(session, candidates, prefix)
     return continuation[0] if continuation and cost < best_so_far else "STOP"
 
 

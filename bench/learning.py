@@ -232,13 +232,15 @@ def demonstrations(ev, work: Work, paths: list[Path]) -> dict:
     return {"candidates": list(candidates_t), "best": best, "references": references, "sessions": sessions}
 
 
-def beam_search(session, candidates: tuple[str, ...]) -> tuple[float, tuple[str, ...]]:
+def beam_search(session, candidates: tuple[str, ...], prefix: tuple[str, ...] = ()) -> tuple[float, tuple[str, ...]]:
     """(lowest final-ops, shortest sequence reaching it) of a width-``BEAM`` beam over ``candidates``
-    up to ``MAX_LENGTH`` passes; ``(default, ())`` when nothing beats the default."""
-    top: tuple[float, tuple[str, ...]] = (session.empty_cost, ())
+    up to ``MAX_LENGTH`` passes; ``(default, ())`` when nothing beats the default. With a ``prefix``
+    (``bench/distill.py``'s expert at a state), the beam continues it up to ``MAX_LENGTH`` passes in
+    all and returns the best continuation, ``(inf, ())`` when the prefix is at the horizon."""
+    top: tuple[float, tuple[str, ...]] = (float("inf") if prefix else session.empty_cost, ())
     beam: list[tuple[str, ...]] = [()]
-    for _ in range(MAX_LENGTH):
-        trials = sorted({(session(q + (a,)), q + (a,)) for q in beam for a in candidates},
+    for _ in range(MAX_LENGTH - len(prefix)):
+        trials = sorted({(session(prefix + q + (a,)), q + (a,)) for q in beam for a in candidates},
                         key=lambda t: (t[0], len(t[1]), t[1]))
         if not trials:
             break
@@ -290,10 +292,10 @@ def demonstration_env(ev, sessions, best: dict, stop_labels: bool = True):
     return env, demonstration_pairs(env, {i: best[n] for i, n in enumerate(names)}, stop_labels)
 
 
-def imitation_term(ev, work: Work):
-    """The ``ImitationTerm`` of ``--bc-weight``/``--bc-steps`` on the training stage's demonstrations
-    (``demonstrations.npz``, rebuilt from ``train.json`` on the training cache when missing)."""
-    from autotune.rl.imitation import Demonstrations, ImitationTerm
+def demonstration_data(ev, work: Work):
+    """The training stage's demonstrations as ``Demonstrations`` (``demonstrations.npz``, rebuilt
+    from ``train.json`` on the training cache when missing), for an imitation term during PPO."""
+    from autotune.rl.imitation import Demonstrations
 
     path = work.root / "demonstrations.npz"
     if not path.exists():
@@ -304,7 +306,7 @@ def imitation_term(ev, work: Work):
         best = trained["demonstrations"]
         sessions = [evaluation_session(ev, load(by_name[n])) for n in best]
         demonstration_env(ev, sessions, best, work.params.get("stop_labels", True))[1].save(path)
-    return ImitationTerm(Demonstrations.load(path), weight=work.params["bc_weight"], steps=work.params["bc_steps"])
+    return Demonstrations.load(path)
 
 
 def fine_tune(ev, work: Work, out: Path, steps: int, reward: str = REWARD, seed: int = 0,

@@ -48,10 +48,12 @@ def policy_path(work, name: str, seed: int) -> Path:
 def train_seeds(work, chosen: str, recipe: dict, weights, steps: int) -> dict[str, dict[int, Path]]:
     """Every (weight, seed) policy, trained unless already in the work directory."""
     out: dict[str, dict[int, Path]] = {}
+    from autotune.rl.imitation import ImitationTerm
+
     with L.open_engine(work.db("train"), workers=2, target=L.TARGET) as ev:
+        demos = L.demonstration_data(ev, work)
         for weight in weights:
-            work.params.update(bc_weight=weight, bc_steps=steps)
-            term = L.imitation_term(ev, work)
+            term = ImitationTerm(demos, weight=weight, steps=steps)
             name = variant_name(chosen, weight, steps)
             out[name] = {}
             for seed in SEEDS:
@@ -109,6 +111,7 @@ def test_rows(work, chosen: str, policies: dict[str, dict[int, Path]], branches:
     ``-O branches``)."""
     modules = [(x, "test") for x in work.test_set()] + [(L.SHARED / f, "shared") for f in L.SHARED_LLM]
     all_policies = {chosen: {k: work.seed_policy(chosen, k) for k in SEEDS}, **policies}
+    work.params.update(branches=branches, branch_budget=budget)  # what evaluate_modules' branches method reads
     out: dict = {}
     for name, seeds in all_policies.items():
         for seed, path in seeds.items():
@@ -116,7 +119,6 @@ def test_rows(work, chosen: str, policies: dict[str, dict[int, Path]], branches:
                 raise SystemExit(f"error: no {L.rel(path)} (run bench/learning.py --stage select first)")
             tag = f"rollout-{name}-seed{seed}" + (f"-{branches}b{budget}" if branches > 1 else "")
             rows = work.load(f"eval-{tag}") or {}
-            work.params.update(branches=branches, branch_budget=budget)
             L.evaluate_modules(work, "branches" if branches > 1 else "seed", modules, path, None, rows, {}, tag=tag)
             out.setdefault(name, {})[seed] = L.eval_groups(work, rows)
     return out
