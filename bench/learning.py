@@ -497,8 +497,9 @@ def stage_select(work: Work, policy: Path) -> dict:
     if seeds[seed] != policy:
         shutil.copyfile(seeds[seed], policy)
         meta = json.loads(sidecar_path(seeds[seed]).read_text()) if sidecar_path(seeds[seed]).exists() else {}
-        if seed == SEEDS[0]:
-            side.update({k: meta[k] for k in ("timesteps", "seed") if k in meta})
+        if seed == SEEDS[0]:  # what the chosen variant changed from the training stage's policy (the
+            # step-reward variant's reward too: the sidecar's reward is what fine-tuning trains with)
+            side.update({k: meta[k] for k in ("timesteps", "seed", "reward", "shaping") if k in meta})
         else:  # another seed's own sidecar, with the training stage's records of how its start was made
             side = {**meta, **{k: side[k] for k in ("imitation", "training_set") if k in side}}
         side["note"] = (f"{chosen} (PPO seed {seed}), the variant and seed selected on held-out train-split modules "
@@ -758,20 +759,38 @@ def stage_ensemble(work: Work) -> dict:
     return out
 
 
+def held_out_rows(work: Work, policies: dict[str, Path], cached: dict | None = None) -> dict[str, dict]:
+    """The selection stage's rows (held-out train-split modules: default, expert and each candidate's
+    final-ops) with a column for each of ``policies`` ({column: policy}) that a row lacks: that
+    policy's roll-out, never above the default. ``cached`` ({stem: {column: final-ops}}) holds columns
+    measured before and receives the new ones. Why one helper: the seed spread here and the
+    seed-robust methods of ``bench/seed_robustness.py`` must score their policies on the same
+    modules, the same way, as the selection scored the shipped one."""
+    selected = work.load("select") or {}
+    rows = {k: dict(v) for k, v in (selected.get("rows") or {}).items()}
+    if not rows:
+        raise SystemExit("error: no selection rows (run bench/learning.py --stage select first)")
+    cached = {} if cached is None else cached
+    for stem, extra in cached.items():
+        if stem in rows:
+            rows[stem].update(extra)
+    todo = {col: path for col, path in policies.items() if any(col not in r for r in rows.values())}
+    if todo:
+        with open_engine(work.db("train"), workers=2, target=TARGET) as ev:
+            for stem, row in rows.items():
+                module = load(work.suite / f"{stem}.hlo")
+                for col, path in todo.items():
+                    row[col] = min(rollout(ev, module, path).best_cost, row["default"])
+                    cached.setdefault(stem, {})[col] = row[col]
+    return rows
+
+
 def seed_validation(work: Work, chosen: str, seeds: list[int]) -> dict:
     """Every seed's roll-outs on the selection stage's held-out train-split modules (its rows and
     expert, reused; the seeds it did not train are rolled out here), so that "train three seeds, ship
     the one validation prefers" can be measured for each draw of ``ENSEMBLE_DRAWS``."""
-    selected = work.load("select") or {}
-    rows = {k: dict(v) for k, v in (selected.get("rows") or {}).items()}
     column = {k: (chosen if k == SEEDS[0] else f"seed{k}") for k in seeds}
-    missing = [k for k in seeds if any(column[k] not in r for r in rows.values())]
-    if missing:
-        with open_engine(work.db("train"), workers=2, target=TARGET) as ev:
-            for stem, row in rows.items():
-                for k in missing:
-                    row[column[k]] = min(rollout(ev, load(work.suite / f"{stem}.hlo"), work.seed_policy(chosen, k))
-                                         .best_cost, row["default"])
+    rows = held_out_rows(work, {column[k]: work.seed_policy(chosen, k) for k in seeds})
     means, scores = validation_scores(rows, column)
     data = {"scores": {str(k): scores[k] for k in seeds}, "mean_fractions": {str(k): means[k] for k in seeds}}
     work.save("ensemble-validation", data)
@@ -1209,7 +1228,7 @@ def main(argv=None) -> int:
     ap.add_argument("--train-modules", type=int, default=None, help="override the number of training modules")
     ap.add_argument("--probe-modules", type=int, default=None,
                     help="training modules on which every pass is tried alone to choose the demonstrations' "
-                         "candidate passes (default 12; 0: all of them)")
+                         "candidate passes (default 12; with --spmd 0: all of them)")
     ap.add_argument("--no-stop-labels", action="store_true",
                     help="imitation without the (observation, STOP) pairs (an experiment; see imitate)")
     ap.add_argument("--obs-noise", type=float, default=0.0,
@@ -1227,6 +1246,8 @@ def main(argv=None) -> int:
     args.policy = given_policy
     if args.spmd:
         FAMILIES.append("llm_spmd")
+        if args.probe_modules is None:  # the first 12 are single-device llm: see demonstrations
+            args.probe_modules = 0
         if args.work == str(ROOT / ".autotune" / "learning"):
             args.work = str(ROOT / ".autotune" / "learning-spmd")
         if not asked:

@@ -72,29 +72,12 @@ def train_seeds(work, chosen: str, recipe: dict, weights, steps: int) -> dict[st
 def validation(work, policies: dict[str, dict[int, Path]], chosen: str) -> dict:
     """Pooled and mean fractions of the expert's gain on the selection's held-out train modules, per
     (variant, seed); the recipe's own seeds come from the selection stage's rows."""
-    selected = work.load("select") or {}
-    rows = {k: dict(v) for k, v in (selected.get("rows") or {}).items()}
-    if not rows:
-        raise SystemExit("error: no selection rows (run bench/learning.py --stage select first)")
     columns = {(chosen, k): (chosen if k == SEEDS[0] else f"seed{k}") for k in SEEDS}
+    columns.update({(name, seed): f"{name}-seed{seed}" for name, seeds in policies.items() for seed in seeds})
     cached = work.load("bc-validation") or {}
-    todo = []
-    for name, seeds in policies.items():
-        for seed, path in seeds.items():
-            col = f"{name}-seed{seed}"
-            columns[(name, seed)] = col
-            if any(col not in cached.get(stem, {}) for stem in rows):
-                todo.append((col, path))
-    if todo:
-        with L.open_engine(work.db("train"), workers=2, target=L.TARGET) as ev:
-            for stem in rows:
-                module = L.load(work.suite / f"{stem}.hlo")
-                for col, path in todo:
-                    cached.setdefault(stem, {})[col] = min(L.rollout(ev, module, path).best_cost, rows[stem]["default"])
-        work.save("bc-validation", cached)
-    for stem, extra in cached.items():
-        if stem in rows:
-            rows[stem].update(extra)
+    rows = L.held_out_rows(work, {f"{name}-seed{seed}": path for name, seeds in policies.items()
+                                  for seed, path in seeds.items()}, cached)
+    work.save("bc-validation", cached)
     missing = [c for c in columns.values() if any(c not in r for r in rows.values())]
     if missing:
         raise SystemExit(f"error: selection rows lack {missing[0]} (run bench/learning.py --stage select)")
