@@ -206,7 +206,7 @@ def demonstrations(ev, work: Work, paths: list[Path]) -> dict:
 
     The candidate passes are those whose single application lowers final-ops on one of the first
     ``probe_modules`` training modules (every one of the pipeline's passes is tried there; 0: on
-    every training module, ``--probe-modules 0``. Why that option: with ``--spmd`` the first 12
+    every training module, ``--probe-modules 0``, the default with ``--spmd``. Why: with ``--spmd`` the first 12
     training modules of the stratified order are all single-device ``llm`` ones, so the passes that
     pay only on partitioned steps, e.g. ``cse_barrier_expander``, were never candidates and never
     demonstrated); then, on
@@ -670,6 +670,45 @@ def stage_eval(work: Work, policy: Path, methods=METHODS) -> dict:
                 f"{_f(g['mean_fraction'])} of the search's gain ({_f(g['pooled_fraction'])} pooled), "
                 f"{g['steps']:.1f} compiled steps per module")
     return out
+
+
+def eval_summary(work: Work, policy: Path, out: Path, base: str) -> Path | None:
+    """``eval.md`` / ``eval.json`` in ``out``: every method whose rows the work directory keeps for
+    ``policy``, by group, against the search. Why: the full report needs every stage (fleet, seeds,
+    ...), and a policy measured with a few methods (``--stage eval --methods policy,search,branches``)
+    should still leave a file that its figures can be read from, with the command that remakes them
+    (``base``: the invocation up to its stage options)."""
+    search = work.load("eval-search")
+    if not search:
+        return None
+    bt = branches_tag(work, policy)
+    stored = {"policy": "policy", "roll-out": "roll-out", "imitation": "imitation", "ppo": "ppo",
+              "random@evals": "random@evals", "random@steps": "random@steps", "random@4xsteps": "random@4xsteps",
+              "fixed": "fixed", "branches": bt, "random@branches": f"random@{bt}", "search": "search"}
+    methods = {m: work.load(f"eval-{tag}") for m, tag in stored.items()}
+    methods = {m: rows for m, rows in methods.items() if rows}
+    b, bb = work.params.get("branches", BRANCHES), work.params.get("branch_budget", BRANCH_BUDGET)
+    command = (base + " --stage eval --methods " + ",".join(methods)
+               + (f" --branches {b} --branch-budget {bb}" if "branches" in methods else ""))
+    groups = {m: eval_groups(work, rows) for m, rows in methods.items()}
+    data = {"command": command, "policy": rel(policy), "target": TARGET or "cpu", "groups": groups}
+    names = [g for g in ("llm", "llm_spmd", "shared") if any(g in v for v in groups.values())]
+    lines = [f"# `{rel(policy)}` on the work directory's test modules and the real LLM steps", "",
+             f"Made by `{command}` on {os.cpu_count()} shared CPUs (work directory `{rel(work.root)}`; the rows of "
+             "each method are kept there, each measured on its own cold cache). Judged by XLA's "
+             f"{'CPU' if not TARGET else TARGET} pipeline on final-ops, nothing timed, answers not validated here. "
+             "Fractions of the search's gain per module, mean (pooled in brackets); compiled steps per module.", "",
+             "| method | " + " | ".join(f"{g} ({next(v[g]['modules'] for v in groups.values() if g in v)})"
+                                       for g in names) + " |",
+             "|---|" + "---:|" * len(names)]
+    for m, v in groups.items():
+        cells = [f"{_f(v[g]['mean_fraction'])} ({_f(v[g]['pooled_fraction'])}) at {v[g]['steps']:.1f}" if g in v else "-"
+                 for g in names]
+        lines.append(f"| {m}{f' (-O branches={b} --budget {bb})' if m == 'branches' else ''} | " + " | ".join(cells) + " |")
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "eval.json").write_text(json.dumps(data, indent=1) + "\n")
+    (out / "eval.md").write_text("\n".join(lines) + "\n")
+    return out / "eval.md"
 
 
 def branches_tag(work: Work, policy: Path) -> str:
@@ -1238,7 +1277,8 @@ def main(argv=None) -> int:
                          "llm-TARGET.zip) and reports (results/learning-TARGET/) unless given")
     ap.add_argument("--spmd", action="store_true",
                     help="train on the partitioned steps (llm_spmd) too: .autotune/learning-spmd, its llm-spmd.zip "
-                         "(not shipped), results/learning-spmd/ unless given")
+                         "(copied to autotune/policies/ by hand when it ships), results/learning-spmd/ unless given; "
+                         "--probe-modules defaults to 0")
     args = ap.parse_args(argv)
     global TARGET
     given_policy = args.policy or str(POLICY)
@@ -1307,6 +1347,12 @@ def main(argv=None) -> int:
         stage_fleet(work)
     if args.stage in ("all", "eval"):
         stage_eval(work, policy, [m for m in args.methods.split(",") if m])
+    if args.stage == "eval":
+        base = "python bench/learning.py" + (" --quick" if args.quick else "") + (" --spmd" if args.spmd else "") + (
+            f" --target {args.target}" if TARGET else "") + (f" --policy {rel(Path(given_policy))}" if asked else "")
+        written = eval_summary(work, policy, Path(args.out), base)
+        if written:
+            log(f"eval: wrote {rel(written)}")
     if args.stage in ("all", "seeds"):
         stage_seeds(work)
     if args.stage == "ensemble":
