@@ -740,9 +740,12 @@ def stage_seeds(work: Work) -> dict:
     validation set prefers), rolled out on the same modules as the shipped policy: the spread a
     retraining brings, and whether the validation's choice holds on the test split.
 
-    PPO training here is deterministic for a seed (same imitation start, same cache values: the
-    same weights bit for bit), so what differs between training runs is the seed: its draws of
-    modules, actions and minibatches. The imitation start is seed 0's for every seed; only PPO's
+    PPO training here is meant to be deterministic for a seed (same imitation start, same cache
+    values), so that what differs between training runs is the seed: its draws of modules, actions
+    and minibatches. It was not across work directories: the ``--spmd`` recipe trained twice from
+    scratch (the same 168 demonstration pairs, the same choice of variant and seed) gave different
+    weights (seeds at 92/92/94% and 90/90/97% of the expert on the held-out modules), so a seed's
+    figures are one training draw's, and the spread across seeds a lower bound on a retraining's. The imitation start is seed 0's for every seed; only PPO's
     own randomness changes. Each seed's roll-outs run on their own cold cache (``seed<N>.db``).
     """
     selected = work.load("select") or {}
