@@ -682,9 +682,7 @@ def eval_summary(work: Work, policy: Path, out: Path, base: str) -> Path | None:
     if not search:
         return None
     bt = branches_tag(work, policy)
-    stored = {"policy": "policy", "roll-out": "roll-out", "imitation": "imitation", "ppo": "ppo",
-              "random@evals": "random@evals", "random@steps": "random@steps", "random@4xsteps": "random@4xsteps",
-              "fixed": "fixed", "branches": bt, "random@branches": f"random@{bt}", "search": "search"}
+    stored = {**{m: m for m in METHODS[:-1]}, "branches": bt, "random@branches": f"random@{bt}", "search": "search"}
     methods = {m: work.load(f"eval-{tag}") for m, tag in stored.items()}
     methods = {m: rows for m, rows in methods.items() if rows}
     b, bb = work.params.get("branches", BRANCHES), work.params.get("branch_budget", BRANCH_BUDGET)
@@ -745,8 +743,8 @@ def stage_seeds(work: Work) -> dict:
     and minibatches. It was not across work directories: the ``--spmd`` recipe trained twice from
     scratch (the same 168 demonstration pairs, the same choice of variant and seed) gave different
     weights (seeds at 92/92/94% and 90/90/97% of the expert on the held-out modules), so a seed's
-    figures are one training draw's, and the spread across seeds a lower bound on a retraining's. The imitation start is seed 0's for every seed; only PPO's
-    own randomness changes. Each seed's roll-outs run on their own cold cache (``seed<N>.db``).
+    figures are one training draw's, and the spread across seeds a lower bound on a retraining's.
+    The imitation start is seed 0's for every seed; only PPO's own randomness changes. Each seed's roll-outs run on their own cold cache (``seed<N>.db``).
     """
     selected = work.load("select") or {}
     chosen, shipped = selected.get("chosen", ""), int(selected.get("seed", SEEDS[0]))
