@@ -19,8 +19,10 @@ Two modes:
   observation counts steps in those units), and never longer than the run's. A policy trained
   with another action or opcode vocabulary is refused (``BadInput``); one trained on another pipeline version with the same vocabularies is used, with
   a one-line note on stderr.
-* **Default**: with no ``policy`` option the shipped default policy (``llm``) is used zero-shot
-  when this installation has one (one line on stderr says so), so a budget of one roll-out
+* **Default**: with no ``policy`` option the shipped default policy (``llm``; ``llm-spmd`` for a module
+  with collectives, one device's program of a partitioned step, when it is shipped; the target's own,
+  ``llm-h100``, for an H100) is used zero-shot when this installation has one (one line on stderr
+  says which and why), so a budget of one roll-out
   (``max_length`` evaluations) gives its zero-shot answer; if it cannot drive this pipeline (another vocabulary or observation) a
   one-line note says why and PPO trains from scratch. Without a shipped policy, or with
   ``policy=none``, PPO starts from scratch.
@@ -89,6 +91,7 @@ class PPOStrategy(Strategy):
         self.meta = None
         self.policy: Path | None = None
         self.is_default = False  # the shipped default, not asked for: fall back instead of refusing
+        self.chosen_for = ""  # why the shipped default is not the target's plain one (said in its note)
         #: ``policy=a.zip,b.zip,...``: an ensemble (``autotune.rl.ensemble``), each member with its
         #: sidecar; the first is ``policy``.
         self.members: list[tuple[Path, dict]] = []
@@ -115,21 +118,29 @@ class PPOStrategy(Strategy):
         print(f"note: ppo: {text}", file=sys.stderr, flush=True)
 
     def _label(self) -> str:
-        return f"shipped policy '{self.policy.name[:-len('.zip')]}'" if self.is_default else f"policy {self.policy}"
+        if not self.is_default:
+            return f"policy {self.policy}"
+        return f"shipped policy '{self.policy.name[:-len('.zip')]}'" + (f" ({self.chosen_for})" if self.chosen_for else "")
 
-    def _default_for(self, target: str) -> None:
-        """The shipped default is the target's own (``llm`` for the CPU, ``llm-h100`` for an H100):
-        switch to it when the search space says another target than the CPU."""
-        if not self.is_default or policies.default_name(target) == policies.DEFAULT:
+    def _default_for(self, target: str, collectives: int) -> None:
+        """The shipped default is the target's own (``llm`` for the CPU, ``llm-h100`` for an H100) and,
+        for one device's program of a partitioned step (``collectives`` > 0), the partitioned steps'
+        policy (``llm-spmd``) where one is shipped for the target: switch to it."""
+        if not self.is_default:
             return
-        shipped = policies.default(target)
+        shipped = policies.default(target, partitioned=collectives > 0)
+        if shipped is None or shipped == self.policy:
+            return
         try:
-            self.meta, self.policy = (read_sidecar(shipped), shipped) if shipped is not None else (self.meta, self.policy)
+            self.meta, self.policy = read_sidecar(shipped), shipped
         except BadInput:
-            pass
+            return
+        if collectives and shipped.name == f"{policies.default_name(target, partitioned=True)}.zip":
+            self.chosen_for = f"the default for partitioned steps: this module has {collectives} collectives"
 
     def minimize(self, evaluate: Evaluate, space: SearchSpace, seed: int) -> None:
-        self._default_for(space.target)
+        metrics = getattr(evaluate, "input_metrics", None)  # what the tuner's and a fleet's Evaluate know
+        self._default_for(space.target, metrics.collectives if metrics is not None else 0)
         threads = torch.get_num_threads()
         torch.set_num_threads(1)
         try:

@@ -382,6 +382,10 @@ def test_the_default_policy_is_the_targets_own():
     sidecar = json.loads(shipped.with_name(shipped.name + ".json").read_text())
     assert sidecar["target"].startswith("h100-")  # trained and judged for the H100's pipeline
     assert policies.default("a100-0000") is None  # no policy for that target: the CPU's is not used
+    # A partitioned step: the partitioned steps' policy where the target has one, else the target's own.
+    assert policies.default_name("cpu", partitioned=True) == "llm-spmd"
+    assert policies.default("cpu", partitioned=True).name == "llm-spmd.zip"
+    assert policies.default("h100-c3d9518908", partitioned=True).name == "llm-h100.zip"  # no llm-spmd-h100
 
 
 @needs_plugin

@@ -61,6 +61,20 @@ def test_partitioned_step_tunes_end_to_end(tp_train, tmp_path):
     assert run["best"]["cost"] <= run["default_cost"]
 
 
+def test_ppo_without_a_policy_starts_from_the_partitioned_steps_policy(tp_train, tmp_path):
+    """``--strategy ppo`` with no ``--policy`` on a partitioned step rolls out the shipped ``llm-spmd``
+    (trained on such steps), and says so; a single-device module keeps ``llm``."""
+    args = ("run", "--strategy", "ppo", "--budget", "4", "--no-validate", "--json")
+    proc = run_cli(*args, str(tp_train), db=tmp_path / "c.db", env={"AUTOTUNE_POLICY_PATH": ""})
+    assert proc.returncode == 0, proc.stderr
+    notes = [line for line in proc.stderr.splitlines() if line.startswith("note: ppo:")]
+    assert len(notes) == 1 and "shipped policy 'llm-spmd' (the default for partitioned steps" in notes[0], proc.stderr
+    assert json.loads(proc.stdout)["best"]["cost"] <= json.loads(proc.stdout)["default_cost"]
+    proc = run_cli(*args, str(SMALL_MODULE), db=tmp_path / "c.db", env={"AUTOTUNE_POLICY_PATH": ""})
+    assert proc.returncode == 0, proc.stderr
+    assert "shipped policy 'llm' (its roll-out first" in proc.stderr, proc.stderr
+
+
 @needs_plugin
 def test_partitioned_step_tunes_for_a_gpu(tp_train, tmp_path):
     """XLA's GPU pipeline takes the partitioned step as HLO (jax's compile-only client could not import
