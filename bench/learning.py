@@ -1027,8 +1027,9 @@ def markdown(data: dict) -> str:
     spread = data.get("seeds") or {}
     if len(spread) > 1:
         lines += ["## Training seeds", "",
-                  "The selected variant trained with each PPO seed (the same imitation start; training is "
-                  "deterministic for a seed, so this is the spread a retraining brings). The selection stage "
+                  "The selected variant trained with each PPO seed (the same imitation start; only PPO's own "
+                  "randomness differs: a lower bound on the spread a retraining brings, since two trainings of one "
+                  "seed in two work directories gave different weights, see `stage_seeds`). The selection stage "
                   "ships the seed with the highest pooled fraction on its held-out train-split modules "
                   "(`validation`, the same roll-outs as the variant selection); each seed is rolled out once on the "
                   "test and shared modules against the same ceiling (`--stage seeds`):", "",

@@ -332,6 +332,12 @@ def test_a_policy_is_found_by_name_and_loads_with_the_pinned_versions(engine, ti
     assert f"jaxlib-{jaxlib.__version__}" in meta["pipeline_version"]
     check_vocabulary(meta, engine.pipeline.passes(), path)  # raises on another vocabulary
     assert other_pipeline_version(meta) is None
+    # A GPU target's policy made by an older GPU engine (the same XLA) is named as such.
+    from autotune.pipelines.xla import GPU_ENGINE_VERSION
+
+    older = f".gpu-{GPU_ENGINE_VERSION - 1}"
+    note = other_pipeline_version({**meta, "target": "h100-c3d9518908", "pipeline_version": meta["pipeline_version"] + older})
+    assert note is not None and note.endswith(f".gpu-{GPU_ENGINE_VERSION}") and older in note
     assert [m["name"] for m in meta["modules"]] == ["small_redundant", "hloenv_maml_train_step"]
     model = PPO.load(path, device="cpu")
     assert model.observation_space.shape == (len(meta["observation_names"]),)

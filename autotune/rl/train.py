@@ -185,7 +185,10 @@ def other_pipeline_version(meta: dict) -> str | None:
     theirs = str(meta.get("pipeline_version") or "")
     ours = f"xla:{xla_version()}:"
     engine = f":engine-{ENGINE_VERSION}"
-    if theirs.startswith(ours) and theirs.endswith((engine, f"{engine}.gpu-{GPU_ENGINE_VERSION}")):
+    gpu = str(meta.get("target") or "cpu") != "cpu"  # a GPU target's steps have their own engine version
+    if gpu:
+        engine += f".gpu-{GPU_ENGINE_VERSION}"
+    if theirs.startswith(ours) and theirs.endswith(engine):
         return None
     return f"trained on pipeline {theirs or '(unrecorded)'}, this is {ours}...{engine}"
 
