@@ -572,19 +572,41 @@ def _tuned(r, name: str, split: str) -> dict:
 
 def evaluate_modules(work: Work, method: str, modules: list[tuple[Path, str]], policy: Path, fleet_seq, rows: dict,
                      done_policy: dict, seed: int = 0, tag: str | None = None) -> None:
-    """Run ``method`` on every module not yet in ``rows`` (its own cold cache); saved after each module."""
+    """Run ``method`` on every module not yet in ``rows`` (its own cold cache); saved after each module.
+
+    A row records what it was measured for (``basis``: the policy file's digest, or for the random
+    baselines the policy row's evaluations and steps they matched); a row whose basis differs is
+    measured again, so evaluating another ``--policy`` in the same work directory never reports the
+    previous policy's rows under its name."""
     p = work.params
     tag = tag or method
-    todo = [(x, s) for x, s in modules if x.stem not in rows]
+    use = {"policy": policy, "roll-out": policy, "seed": policy, "branches": policy,
+           "imitation": work.root / "imitation.zip", "ppo": work.root / f"ppo-{p['timesteps']}.zip"}.get(method)
+    files = [Path(x) for x in str(use).split(",")] if use is not None else []  # an ensemble: its members
+    digest = (hashlib.sha256(b"".join(f.read_bytes() for f in files)).hexdigest()[:16]
+              if files and all(f.exists() for f in files) else None)
+
+    def basis(stem: str) -> str | None:
+        if use is not None:
+            return digest
+        if method.startswith("random@"):
+            done = done_policy.get(stem) or {}
+            return f"{done.get('evaluations')}/{done.get('steps')}"
+        return None
+
+    todo = [(x, s) for x, s in modules if x.stem not in rows or rows[x.stem].get("basis") != basis(x.stem)]
     if not todo:
         return
+    if any(x.stem in rows for x, _ in todo):  # the cache holds another policy's states: start it cold again
+        for old in (work.db(tag), work.db(tag) + "-wal", work.db(tag) + "-shm"):
+            Path(old).unlink(missing_ok=True)
+        rows.clear()
+        todo = list(modules)
     with open_engine(work.db(tag), workers=2, target=TARGET) as ev:
         for path, split in todo:
             module = load(path)
             t0 = time.perf_counter()
             if method in ("policy", "roll-out", "imitation", "ppo", "seed"):
-                use = {"policy": policy, "roll-out": policy, "seed": policy, "imitation": work.root / "imitation.zip",
-                       "ppo": work.root / f"ppo-{p['timesteps']}.zip"}[method]
                 row = _tuned(rollout(ev, module, use, prune=method != "roll-out"), path.stem, split)
             elif method == "branches":
                 row = _tuned(rollout(ev, module, policy, branches=p.get("branches", BRANCHES),
@@ -614,6 +636,7 @@ def evaluate_modules(work: Work, method: str, modules: list[tuple[Path, str]], p
                 row = _row(path.stem, split, default, cost, len(seqs), ev.stats.steps_compiled - s0,
                            time.perf_counter() - t0, seq or ())
                 row["steps_default"] = s_base - s0
+            row["basis"] = basis(path.stem)
             rows[path.stem] = row
             work.save(f"eval-{tag}", rows)
             log(f"{tag}: {path.stem[:60]}: default {row['default']:.0f} -> {row['cost']:.0f} "
@@ -672,7 +695,7 @@ def stage_eval(work: Work, policy: Path, methods=METHODS) -> dict:
     return out
 
 
-def eval_summary(work: Work, policy: Path, out: Path, base: str) -> Path | None:
+def eval_summary(work: Work, policy: Path, out: Path, base: str, asked=METHODS) -> Path | None:
     """``eval.md`` / ``eval.json`` in ``out``: every method whose rows the work directory keeps for
     ``policy``, by group, against the search. Why: the full report needs every stage (fleet, seeds,
     ...), and a policy measured with a few methods (``--stage eval --methods policy,search,branches``)
@@ -683,7 +706,10 @@ def eval_summary(work: Work, policy: Path, out: Path, base: str) -> Path | None:
         return None
     bt = branches_tag(work, policy)
     stored = {**{m: m for m in METHODS[:-1]}, "branches": bt, "random@branches": f"random@{bt}", "search": "search"}
-    methods = {m: work.load(f"eval-{tag}") for m, tag in stored.items()}
+    # The policy's own methods and the random baselines at its cost only where measured for it now (the
+    # work directory may keep another policy's); the search, fixed, imitation and ppo rows are the run's.
+    keep = set(asked) | {"search", "fixed", "imitation", "ppo"}
+    methods = {m: work.load(f"eval-{tag}") for m, tag in stored.items() if m in keep}
     methods = {m: rows for m, rows in methods.items() if rows}
     b, bb = work.params.get("branches", BRANCHES), work.params.get("branch_budget", BRANCH_BUDGET)
     command = (base + " --stage eval --methods " + ",".join(methods)
@@ -703,6 +729,25 @@ def eval_summary(work: Work, policy: Path, out: Path, base: str) -> Path | None:
         cells = [f"{_f(v[g]['mean_fraction'])} ({_f(v[g]['pooled_fraction'])}) at {v[g]['steps']:.1f}" if g in v else "-"
                  for g in names]
         lines.append(f"| {m}{f' (-O branches={b} --budget {bb})' if m == 'branches' else ''} | " + " | ".join(cells) + " |")
+    selected = work.load("select") or {}
+    if selected.get("rows") and policy.exists():
+        # The selection's criterion for this policy: it can be set beside the run's choice (an older
+        # shipped policy against a retraining, say) without looking at the test modules.
+        cached = work.load("eval-held-out") or {}
+        column = "policy-" + hashlib.sha256(policy.read_bytes()).hexdigest()[:16]
+        rows = held_out_rows(work, {column: policy}, cached)
+        work.save("eval-held-out", cached)
+        chosen = selected["chosen"] if int(selected.get("seed", SEEDS[0])) == SEEDS[0] else f"seed{selected['seed']}"
+        if any(chosen not in r for r in rows.values()):  # the selection kept no column for that seed
+            rows = held_out_rows(work, {chosen: work.seed_policy(selected["chosen"], int(selected["seed"]))}, cached)
+            work.save("eval-held-out", cached)
+        means, pooled = validation_scores(rows, {"policy": column, "chosen": chosen})
+        data["held_out"] = {"modules": len(rows), "pooled": pooled, "mean": means, "chosen": selected["chosen"],
+                            "seed": selected.get("seed")}
+        lines += ["", f"On the selection's {len(rows)} held-out train-split modules (the criterion the run's selection "
+                  f"uses), this policy recovers {_f(pooled['policy'])} of the beam-search expert's gain, pooled "
+                  f"({_f(means['policy'])} mean); the run's selected `{selected['chosen']}` (PPO seed "
+                  f"{selected.get('seed')}) {_f(pooled['chosen'])} ({_f(means['chosen'])})."]
     out.mkdir(parents=True, exist_ok=True)
     (out / "eval.json").write_text(json.dumps(data, indent=1) + "\n")
     (out / "eval.md").write_text("\n".join(lines) + "\n")
@@ -1352,7 +1397,7 @@ def main(argv=None) -> int:
     if args.stage == "eval":
         base = "python bench/learning.py" + (" --quick" if args.quick else "") + (" --spmd" if args.spmd else "") + (
             f" --target {args.target}" if TARGET else "") + (f" --policy {rel(Path(given_policy))}" if asked else "")
-        written = eval_summary(work, policy, Path(args.out), base)
+        written = eval_summary(work, policy, Path(args.out), base, [m for m in args.methods.split(",") if m])
         if written:
             log(f"eval: wrote {rel(written)}")
     if args.stage in ("all", "seeds"):
