@@ -128,6 +128,7 @@ class PPOStrategy(Strategy):
         policy (``llm-spmd``) where one is shipped for the target: switch to it."""
         if not self.is_default:
             return
+        self.chosen_for = ""  # an instance may tune several modules in turn
         shipped = policies.default(target, partitioned=collectives > 0)
         if shipped is None or shipped == self.policy:
             return
