@@ -570,6 +570,11 @@ def _tuned(r, name: str, split: str) -> dict:
     return _row(name, split, r.default_cost, best, r.evaluations, r.steps_compiled, r.seconds, r.best_sequence)
 
 
+def file_digest(*files: Path) -> str:
+    """What a row or column measured for a policy is keyed by: its file's (an ensemble: its members') bytes."""
+    return hashlib.sha256(b"".join(Path(f).read_bytes() for f in files)).hexdigest()[:16]
+
+
 def evaluate_modules(work: Work, method: str, modules: list[tuple[Path, str]], policy: Path, fleet_seq, rows: dict,
                      done_policy: dict, seed: int = 0, tag: str | None = None) -> None:
     """Run ``method`` on every module not yet in ``rows`` (its own cold cache); saved after each module.
@@ -583,8 +588,7 @@ def evaluate_modules(work: Work, method: str, modules: list[tuple[Path, str]], p
     use = {"policy": policy, "roll-out": policy, "seed": policy, "branches": policy,
            "imitation": work.root / "imitation.zip", "ppo": work.root / f"ppo-{p['timesteps']}.zip"}.get(method)
     files = [Path(x) for x in str(use).split(",")] if use is not None else []  # an ensemble: its members
-    digest = (hashlib.sha256(b"".join(f.read_bytes() for f in files)).hexdigest()[:16]
-              if files and all(f.exists() for f in files) else None)
+    digest = file_digest(*files) if files and all(f.exists() for f in files) else None
 
     def basis(stem: str) -> str | None:
         if use is not None:
@@ -734,13 +738,12 @@ def eval_summary(work: Work, policy: Path, out: Path, base: str, asked=METHODS) 
         # The selection's criterion for this policy: it can be set beside the run's choice (an older
         # shipped policy against a retraining, say) without looking at the test modules.
         cached = work.load("eval-held-out") or {}
-        column = "policy-" + hashlib.sha256(policy.read_bytes()).hexdigest()[:16]
-        rows = held_out_rows(work, {column: policy}, cached)
+        column = "policy-" + file_digest(policy)
+        seed = int(selected.get("seed", SEEDS[0]))
+        chosen = selected["chosen"] if seed == SEEDS[0] else f"seed{seed}"
+        # held_out_rows rolls out only the columns the rows lack (the chosen seed's when the selection kept none)
+        rows = held_out_rows(work, {column: policy, chosen: work.seed_policy(selected["chosen"], seed)}, cached)
         work.save("eval-held-out", cached)
-        chosen = selected["chosen"] if int(selected.get("seed", SEEDS[0])) == SEEDS[0] else f"seed{selected['seed']}"
-        if any(chosen not in r for r in rows.values()):  # the selection kept no column for that seed
-            rows = held_out_rows(work, {chosen: work.seed_policy(selected["chosen"], int(selected["seed"]))}, cached)
-            work.save("eval-held-out", cached)
         means, pooled = validation_scores(rows, {"policy": column, "chosen": chosen})
         data["held_out"] = {"modules": len(rows), "pooled": pooled, "mean": means, "chosen": selected["chosen"],
                             "seed": selected.get("seed")}
@@ -1392,12 +1395,13 @@ def main(argv=None) -> int:
                 path.unlink(missing_ok=True)
     if args.stage in ("all", "fleet"):
         stage_fleet(work)
+    methods = [m for m in args.methods.split(",") if m]
     if args.stage in ("all", "eval"):
-        stage_eval(work, policy, [m for m in args.methods.split(",") if m])
+        stage_eval(work, policy, methods)
     if args.stage == "eval":
         base = "python bench/learning.py" + (" --quick" if args.quick else "") + (" --spmd" if args.spmd else "") + (
             f" --target {args.target}" if TARGET else "") + (f" --policy {rel(Path(given_policy))}" if asked else "")
-        written = eval_summary(work, policy, Path(args.out), base, [m for m in args.methods.split(",") if m])
+        written = eval_summary(work, policy, Path(args.out), base, methods)
         if written:
             log(f"eval: wrote {rel(written)}")
     if args.stage in ("all", "seeds"):
