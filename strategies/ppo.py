@@ -62,8 +62,8 @@ from autotune.rl.env import EpisodeSource, PassOrderingEnv
 from autotune.errors import BadInput
 from autotune.strategy import Evaluate, SearchSpace, Strategy
 from autotune import policies
-from autotune.rl.train import (check_hyperparams, check_vocabulary, load_model, make_model, other_pipeline_version,
-                               read_sidecar, vocabulary_mismatch)
+from autotune.rl.train import (check_hyperparams, check_vocabulary, load_model, make_model, observation_options,
+                               other_pipeline_version, read_sidecar, vocabulary_mismatch)
 
 #: ``policy=`` values that ask for PPO from scratch even when a default policy is shipped.
 NO_POLICY = ("none", "scratch")
@@ -181,6 +181,7 @@ class PPOStrategy(Strategy):
             policy_space = SearchSpace(space.actions, int(meta["max_length"]), space.min_length, space.target)
         env_options = {k: meta.get(k, v) for k, v in self.env_options.items()}
         env_options.update({k: self.env_options[k] for k in self.given if k in self.env_options})
+        env_options.update(observation_options(meta))  # the layout it was trained on
         train_env = self._env(source, policy_space, shaping, gamma, env_options)
         overrides = _overrides(meta["algo"], self.hyperparams, self.given)
         try:

@@ -149,3 +149,90 @@ def test_cache_from_before_the_structure_column_still_loads(tmp_path):
     reopened = Cache(tmp_path / "old.db")  # adds the column back, NULL in the old row
     legacy = reopened.state_metrics("v", "f" * 32)
     assert legacy is not None and legacy.structure is None and legacy.opcodes == m.opcodes
+
+
+#: One device's program of a step partitioned over 2 devices: the partitioner's offset arithmetic
+#: (a constant table sliced by ``partition-id``), two all-reduces with computation between them, the
+#: second exchanging a reshape.
+PARTITIONED = """HloModule partitioned_step, num_partitions=2
+sum {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}
+ENTRY main {
+  x = f32[4,8] parameter(0)
+  w = f32[8,8] parameter(1)
+  table = s32[2] constant({0, 2})
+  pid = u32[] partition-id()
+  off = s32[1] dynamic-slice(table, pid), dynamic_slice_sizes={1}
+  o = s32[] reshape(off)
+  zero = s32[] constant(0)
+  xs = f32[2,8] dynamic-slice(x, o, zero), dynamic_slice_sizes={2,8}
+  d = f32[2,8] dot(xs, w), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  ar1 = f32[2,8] all-reduce(d), channel_id=1, replica_groups={{0,1}}, use_global_device_ids=true, to_apply=sum
+  e = f32[2,8] exponential(ar1)
+  t = f32[8,2] transpose(e), dimensions={1,0}
+  r = f32[2,8] reshape(t)
+  ar2 = f32[2,8] all-reduce(r), channel_id=2, replica_groups={{0,1}}, use_global_device_ids=true, to_apply=sum
+  ROOT out = f32[2,8] add(ar2, xs)
+}
+"""
+
+
+def test_partition_counts_see_how_the_step_is_wired_around_its_collectives():
+    from autotune.pipelines.xla import hlo
+    from autotune.pipelines.xla.structure import PARTITION_COUNTS, structure_counts
+
+    def counts(text):
+        c = structure_counts(hlo.elided_text(hlo.parse_text(text)))
+        return {k: c[k] for k in PARTITION_COUNTS}
+
+    # between: exponential, transpose, reshape (ar1 -> ... -> ar2); the layout operand: ar2's reshape;
+    # the index arithmetic: the table slice and its reshape (the f32 data it slices is not counted).
+    assert counts(PARTITIONED) == {"devices": 2, "between_collectives": 3, "collective_layout_operands": 1,
+                                   "device_index_arith": 2}
+    # Without the header's option the devices come from the groups (iota form: 2 groups of 2 over 4 ids).
+    iota = PARTITIONED.replace(", num_partitions=2", "").replace("replica_groups={{0,1}}", "replica_groups=[2,2]<=[4]")
+    assert counts(iota)["devices"] == 4
+    assert counts(ALGSIMP_FIRST) == {"devices": 1, "between_collectives": 0, "collective_layout_operands": 0,
+                                     "device_index_arith": 0}
+
+
+def test_observation_sees_the_partitioned_program_and_old_layouts_stay_the_same(engine, tmp_path):
+    from autotune.rl.env import PassOrderingEnv
+    from autotune.rl.observation import Observation
+
+    step = _session(engine, tmp_path, "partitioned", PARTITIONED)
+    single = _session(engine, tmp_path, "single", ALGSIMP_FIRST)
+    a, env = _first_observation(engine, step)
+    b, _ = _first_observation(engine, single)
+    n0 = step.input_metrics.instructions
+    assert a["partition:log2_devices"] == 1.0 and b["partition:log2_devices"] == 0.0
+    assert a["partition:between_collectives"] == pytest.approx(3 / n0)
+    assert a["partition:device_index_arith"] > 0 and b["partition:device_index_arith"] == 0
+    assert a["opcode_fraction:all-reduce"] == pytest.approx(2 / n0)
+
+    # A policy trained before the partition counts sees exactly its old vector (the same coordinates, minus those).
+    old = PassOrderingEnv([step], engine.pipeline.passes(), max_length=4, partition_features=False)
+    obs, _ = old.reset(seed=0)
+    assert not Observation.has_partition_features(old.observation_names)
+    assert old.observation.named(obs) == {k: v for k, v in a.items() if not k.startswith("partition:")}
+    assert len(env.observation_names) == len(old.observation_names) + 4
+
+
+def test_shipped_policies_keep_their_layout_and_need_no_pipeline_note():
+    """The shipped policies were trained on engine 6, before the partition counts: they load with the
+    layout they were trained on, and engine 7 (which only added counts they do not see) is no reason
+    for a 'trained on another pipeline' note; a policy that observes the new counts would get one."""
+    from autotune import policies
+    from autotune.rl.observation import Observation
+    from autotune.rl.train import other_pipeline_version, read_sidecar
+
+    for name in ("llm", "llm-spmd"):  # llm-h100 has its note already: trained on GPU engine 1
+        meta = read_sidecar(policies.resolve(name))
+        assert not Observation.has_partition_features(meta["observation_names"])
+        assert meta["pipeline_version"].endswith(":engine-6")
+        assert other_pipeline_version(meta) is None, name
+        newer = dict(meta, observation_names=[*meta["observation_names"], "partition:log2_devices"])
+        assert other_pipeline_version(newer) is not None

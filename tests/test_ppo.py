@@ -353,7 +353,7 @@ def test_every_shipped_policy_loads_with_the_pinned_versions(engine):
 
     from autotune import policies
     from autotune.rl.env import PassOrderingEnv
-    from autotune.rl.train import check_vocabulary, read_sidecar
+    from autotune.rl.train import check_vocabulary, observation_options, read_sidecar
     from autotune.core.tuner import evaluation_session
 
     from autotune.core.engine import open_engine
@@ -368,7 +368,8 @@ def test_every_shipped_policy_loads_with_the_pinned_versions(engine):
             assert meta.get("target", "cpu") == ev.pipeline.target.key  # its target's pipeline, today's digest
             check_vocabulary(meta, ev.pipeline.passes(), path, ev.pipeline.target.key)
             session = evaluation_session(ev, autotune.load(SMALL), budget=1)
-            env = PassOrderingEnv([session], ev.pipeline.passes(), max_length=meta["max_length"])
+            env = PassOrderingEnv([session], ev.pipeline.passes(), max_length=meta["max_length"],
+                                  **observation_options(meta))
             assert list(env.observation_names) == meta["observation_names"]
             model = PPO.load(path, env=env, device="cpu")  # SB3 checks the spaces against the env's
             obs, _ = env.reset(seed=0)

@@ -43,7 +43,8 @@ One episode builds one pass sequence for one module:
 * **Observation** (``Box`` float32, in ``[0, OBS_HIGH]``): ``autotune.rl.observation.Observation``,
   every coordinate named (``env.observation_names``, same order as the vector): the opcode histogram
   of the whole module and of its loop bodies, structural counts (CSE candidates, layout-op chains,
-  ...), all relative to the episode's initial instruction count; with ``cost_features`` (default)
+  ...) and, with ``partition_features`` (default), how a partitioned step is wired around its
+  collectives, all relative to the episode's initial instruction count; with ``cost_features`` (default)
   instructions, flops, transcendentals and bytes accessed relative to the initial module; how many
   times each action is already in the sequence; the step fraction ``len(sequence) / max_length``.
   Dividing by the initial count (rather than ``log1p``) makes the vector the module's composition
@@ -167,6 +168,7 @@ class PassOrderingEnv(gymnasium.Env):
         w_flops: float = 0.5,
         w_transcendentals: float = 0.5,
         cost_features: bool = True,
+        partition_features: bool = True,
         failure_penalty: float | None = None,
         names: Sequence[str] | None = None,
         reward: str = "step",
@@ -195,10 +197,12 @@ class PassOrderingEnv(gymnasium.Env):
         self.w_flops = float(w_flops)
         self.w_transcendentals = float(w_transcendentals)
         self.cost_features = bool(cost_features)
+        self.partition_features = bool(partition_features)
         self.failure_penalty = failure_penalty
         self.reward = reward
         self.opcodes = opcode_vocabulary()
-        self.observation = Observation(tuple(self.opcodes), self.actions, self.cost_features)
+        self.observation = Observation(tuple(self.opcodes), self.actions, self.cost_features,
+                                       self.partition_features)
         self.obs_size = self.observation.size
         self.observation_space = spaces.Box(0.0, OBS_HIGH, shape=(self.obs_size,), dtype=np.float32)
         self.action_space = spaces.Discrete(len(self.actions) + 1)

@@ -14,10 +14,16 @@ same opcode histogram. The coordinates, in order (``Observation.names``):
   and ``cse_candidates_in_loops``: instructions that repeat another exactly, what ``cse`` merges;
   ``layout_chains``, ``convert_chains``, ``broadcast_chains``: what ``algsimp`` folds;
   ``elementwise_of_layout``: what ``reshape-mover`` moves; ``dead``; ``while``; ...);
+* ``partition:<count>`` (with ``partition_features``): how one device's program of a partitioned step
+  is wired around its collectives (``PARTITION_COUNTS`` of ``structure.py``: the computation between
+  collectives, collectives with a layout operand, the device-index arithmetic);
 
-  all three groups **divided by the episode's initial instruction count**, so the vector is the
+  all four groups **divided by the episode's initial instruction count**, so the vector is the
   module's composition relative to where the episode started, and a 300- and an 18,000-instruction
   step map to the same range (see ``autotune.rl.env``);
+* ``partition:log2_devices`` (with ``partition_features``): ``log2`` of the devices the step is
+  partitioned over (0 for one device): a tensor-parallel step over 8 devices and one over 2 exchange
+  differently shaped pieces of the same model;
 * ``relative:<name>`` (with ``cost_features``): instructions, flops, transcendentals and bytes accessed
   relative to the initial module, ``(x + 1) / (x0 + 1)``;
 * ``progress:gain_percent`` and ``progress:above_best_percent``: how far the best state of the episode so
@@ -31,6 +37,11 @@ same opcode histogram. The coordinates, in order (``Observation.names``):
   nothing leaves every other coordinate where it was, and a deterministic policy that sees the same
   vector again picks the same pass again; with the history it can move on;
 * ``step_fraction``: ``len(sequence) / max_length`` (the horizon is part of the state).
+
+``partition_features`` is what policies trained before those counts existed lack: their sidecar's
+``observation_names`` has no ``partition:`` coordinate (``Observation.has_partition_features``), and
+``autotune.rl.train.observation_options`` builds that layout for them, so they keep seeing exactly
+the vector they were trained on.
 
 The structural groups come from ``Metrics.structure``, measured by the backend with every state
 (the XLA pipeline counts them from the module's text); a ``Metrics`` without it (``None``: another
@@ -48,7 +59,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from autotune.core.metrics import Metrics
-from autotune.pipelines.xla.structure import LOOP_PREFIX, STRUCTURE_COUNTS
+from autotune.pipelines.xla.structure import LOOP_PREFIX, PARTITION_COUNTS, STRUCTURE_COUNTS
 
 #: Upper bound of every coordinate (values are clipped into ``[0, OBS_HIGH]``).
 OBS_HIGH = 16.0
@@ -56,6 +67,9 @@ OBS_HIGH = 16.0
 COST_FEATURES = ("instructions", "flops", "transcendentals", "bytes_accessed")
 #: The episode's progress in the objective (percent of the starting cost; see the module docstring).
 PROGRESS_FEATURES = ("gain_percent", "above_best_percent")
+#: The partition counts observed relative to the initial instruction count (``devices`` is observed as log2).
+PARTITION_RELATIVE = tuple(c for c in PARTITION_COUNTS if c != "devices")
+PARTITION_PREFIX = "partition:"
 
 
 def _ratio(x: float, x0: float) -> float:
@@ -71,17 +85,26 @@ class Observation:
     opcodes: tuple[str, ...]
     actions: tuple[str, ...]
     cost_features: bool = True
+    partition_features: bool = True
     names: tuple[str, ...] = field(init=False)
 
     def __post_init__(self):
         names = [f"opcode_fraction:{op}" for op in self.opcodes] + ["opcode_fraction:other"]
         names += [f"loop:{op}" for op in self.opcodes] + ["loop:other"]
         names += [f"struct:{c}" for c in STRUCTURE_COUNTS]
+        if self.partition_features:
+            names += [PARTITION_PREFIX + c for c in PARTITION_RELATIVE] + [PARTITION_PREFIX + "log2_devices"]
         if self.cost_features:
             names += [f"relative:{c}" for c in COST_FEATURES]
         names += [f"progress:{c}" for c in PROGRESS_FEATURES]
         names += [f"applied:{a}" for a in self.actions] + ["step_fraction"]
         object.__setattr__(self, "names", tuple(names))
+
+    @staticmethod
+    def has_partition_features(names) -> bool:
+        """Whether a layout's coordinate names (a policy sidecar's ``observation_names``) include the
+        partition group: policies trained before it existed do not."""
+        return any(str(n).startswith(PARTITION_PREFIX) for n in names)
 
     @property
     def size(self) -> int:
@@ -111,7 +134,14 @@ class Observation:
         for k, name in enumerate(STRUCTURE_COUNTS):
             obs[struct0 + k] = structure.get(name, 0)
         k = struct0 + len(STRUCTURE_COUNTS)
+        if self.partition_features:
+            for name in PARTITION_RELATIVE:
+                obs[k] = structure.get(name, 0)
+                k += 1
         obs[:k] /= max(1, initial.instructions)
+        if self.partition_features:
+            obs[k] = math.log2(max(1, structure.get("devices", 1)))
+            k += 1
         if self.cost_features:
             for name in COST_FEATURES:
                 obs[k] = _ratio(float(getattr(metrics, name)), float(getattr(initial, name)))

@@ -40,8 +40,9 @@ from autotune.core.spec import DEFAULT_MAX_LENGTH, DEFAULT_OBJECTIVE, check_max_
 from autotune.errors import BadInput
 from autotune.core.module import Module
 from autotune.pipelines.xla.hlo import opcode_vocabulary
-from autotune.pipelines.xla import ENGINE_VERSION, GPU_ENGINE_VERSION, xla_version
+from autotune.pipelines.xla import ENGINE_VERSION, GPU_ENGINE_VERSION, SAME_STEPS_SINCE, xla_version
 from autotune.core import objectives
+from autotune.rl.observation import Observation
 from autotune.core.tuner import evaluation_session
 
 ALGOS = ("ppo", "a2c", "dqn")
@@ -184,13 +185,21 @@ def other_pipeline_version(meta: dict) -> str | None:
     differs is refused by ``vocabulary_mismatch`` anyway."""
     theirs = str(meta.get("pipeline_version") or "")
     ours = f"xla:{xla_version()}:"
-    engine = f":engine-{ENGINE_VERSION}"
-    gpu = str(meta.get("target") or "cpu") != "cpu"  # a GPU target's steps have their own engine version
-    if gpu:
-        engine += f".gpu-{GPU_ENGINE_VERSION}"
-    if theirs.startswith(ours) and theirs.endswith(engine):
+    gpu = f".gpu-{GPU_ENGINE_VERSION}" if str(meta.get("target") or "cpu") != "cpu" else ""  # a GPU target's own
+    engine = f":engine-{ENGINE_VERSION}{gpu}"
+    # Engines from SAME_STEPS_SINCE on differ only in structural counts; a policy that does not
+    # observe the newer ones (no partition: coordinates) was trained on what it sees here.
+    same = [f":engine-{v}{gpu}" for v in range(SAME_STEPS_SINCE, ENGINE_VERSION)
+            if not Observation.has_partition_features(meta.get("observation_names") or ())]
+    if theirs.startswith(ours) and any(theirs.endswith(e) for e in [engine, *same]):
         return None
     return f"trained on pipeline {theirs or '(unrecorded)'}, this is {ours}...{engine}"
+
+
+def observation_options(meta: dict) -> dict:
+    """The ``PassOrderingEnv`` options that give a saved policy the observation layout it was trained
+    on: one trained before the partition counts existed has no ``partition:`` coordinates."""
+    return {"partition_features": Observation.has_partition_features(meta.get("observation_names") or ())}
 
 
 def load_model(zip_path: Path, meta: dict, env, seed: int, overrides: dict | None = None):

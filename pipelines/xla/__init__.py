@@ -33,7 +33,11 @@ from autotune.pipelines.xla.runner import parameter_specs
 from autotune.pipelines.xla.worker_api import XlaGpuRequests, XlaRequests
 
 #: Bumped when the meaning of a cached step changes (capture method, fingerprint, metrics).
-ENGINE_VERSION = 6  # 6: Metrics.structure (structural counts for learned policies)
+ENGINE_VERSION = 7  # 6: Metrics.structure (structural counts for learned policies); 7: its partition counts
+#: The oldest engine whose steps are the same as this one's but for structural counts a policy may not
+#: observe: engine 7 only added ``structure.PARTITION_COUNTS``, so a policy trained on engine 6 without
+#: ``partition:`` coordinates sees the same vectors here (``autotune.rl.train.other_pipeline_version``).
+SAME_STEPS_SINCE = 6
 #: The same for a GPU target's steps (per-pass dumps, the stop at autotuning, Metrics.compiled, how the
 #: module reaches XLA).
 GPU_ENGINE_VERSION = 2  # 2: the module handed to XLA as HLO (pjrt_hlo.py), no MLIR round trip

@@ -24,6 +24,22 @@ called computations, constants elided), one pass over the text, no XLA call:
 * ``dead``: non-root instructions without users (what ``dce`` removes).
 * ``computations``: number of computations.
 
+What one device's program of a partitioned step adds (``PARTITION_COUNTS``; zero, and ``devices`` 1,
+for a single-device module). The opcode histogram already counts each collective and ``loop:`` the
+collectives inside loop bodies; these say how the program is wired around them:
+
+* ``devices``: how many devices the step is partitioned over: the largest of the header's
+  ``num_partitions`` x ``replica_count`` and the device ids the collectives name (``replica_groups``,
+  ``source_target_pairs``), so it survives a module printed without the header's options.
+* ``between_collectives``: instructions that use a collective's result and feed another collective
+  (transitively, in one computation): the computation sandwiched between exchanges, where a pass that
+  moves a reshape or merges a broadcast changes what is exchanged.
+* ``collective_layout_operands``: collectives with a reshape/transpose/bitcast/copy/convert operand
+  (what ``algsimp`` and ``reshape-mover`` can fold into or move across the exchange).
+* ``device_index_arith``: integer or predicate instructions computed from ``partition-id``/``replica-id``
+  (transitively, through such instructions): the partitioner's per-device offset arithmetic (constant tables sliced by the device index), which
+  ``algsimp`` and the simplifiers rewrite.
+
 Every count is a plain integer, keyed by a stable name (``STRUCTURE_COUNTS`` plus the ``loop:``
 opcode keys), and travels in ``Metrics.structure``.
 """
@@ -39,6 +55,9 @@ STRUCTURE_COUNTS = (
     "convert_chains", "broadcast_chains", "elementwise_of_layout", "constant_broadcasts", "dead",
     "computations",
 )
+#: The counts of a partitioned program's wiring (the docstring's second list), observed by policies whose
+#: layout has them (``autotune.rl.observation``: ``partition:*``).
+PARTITION_COUNTS = ("devices", "between_collectives", "collective_layout_operands", "device_index_arith")
 LOOP_PREFIX = "loop:"
 
 _HEADER = re.compile(r"^(?:ENTRY\s+)?%?([\w.\-]+)\s.*\{\s*$")
@@ -47,6 +66,16 @@ _NAME = re.compile(r"%([\w.\-]+)")
 _CALLS = re.compile(r"(body|condition|to_apply|calls|branch_computations|true_computation|false_computation)="
                     r"(\{[^}]*\}|%?[\w.\-]+)")
 _LAYOUT = frozenset({"reshape", "transpose", "bitcast", "copy"})
+#: Kept in step with ``autotune.core.metrics.COLLECTIVE_OPCODES`` (this module reads text, imports nothing).
+_COLLECTIVES = frozenset({
+    "all-reduce", "all-gather", "reduce-scatter", "all-to-all", "collective-permute", "collective-broadcast",
+    "ragged-all-to-all", "all-reduce-start", "all-gather-start", "collective-permute-start",
+})
+_DEVICE_INDEX = frozenset({"partition-id", "replica-id"})
+#: Index arithmetic is integer (or predicate) valued; the data a device offset slices is not counted.
+_INTEGER = re.compile(r"\(?(s|u)(8|16|32|64)\[|\(?pred\[")
+_HEADER_DEVICES = re.compile(r"\b(num_partitions|replica_count)=(\d+)")
+_GROUPS = re.compile(r"(?:replica_groups|source_target_pairs)=(\{[\d,{}\s]*\}|\[[\d,]+\]<=\[[\d,]+\][^,\s]*)")
 _ELEMENTWISE = frozenset({
     "add", "subtract", "multiply", "divide", "maximum", "minimum", "power", "remainder", "and", "or",
     "xor", "select", "clamp", "compare", "negate", "exponential", "log", "tanh", "logistic", "sqrt",
@@ -103,10 +132,57 @@ def called_computations(attrs: str) -> list[tuple[str, str]]:
     return out
 
 
+def _group_devices(attrs: str) -> int:
+    """Devices the replica groups / source-target pairs of one instruction's attributes name (0: none)."""
+    most = 0
+    for group in _GROUPS.findall(attrs):
+        if group.startswith("{"):
+            ids = [int(x) for x in re.findall(r"\d+", group)]
+            most = max(most, max(ids) + 1 if ids else 0)
+        else:  # iota form [groups,size]<=[dims]...: the device count is the product of the reshaped dims
+            n = 1
+            for x in re.search(r"<=\[([\d,]+)\]", group).group(1).split(","):
+                n *= int(x)
+            most = max(most, n)
+    return most
+
+
+def _partition_counts(text: str, comps: dict) -> dict[str, int]:
+    """``PARTITION_COUNTS`` of a module (see the module docstring)."""
+    counts = dict.fromkeys(PARTITION_COUNTS, 0)
+    header = next((line for line in text.splitlines() if line.startswith("HloModule")), "")
+    declared = dict.fromkeys(("num_partitions", "replica_count"), 1)
+    declared.update({k: int(v) for k, v in _HEADER_DEVICES.findall(header)})
+    devices = declared["num_partitions"] * declared["replica_count"]
+    for insts in comps.values():
+        after_collective: set[str] = set()  # uses a collective's result (transitively)
+        from_index: set[str] = set()  # computed from the device index (transitively)
+        kind = {i[0]: i[2] for i in insts}
+        for name, shape, opcode, operands, attrs, root in insts:
+            if opcode in _COLLECTIVES:
+                devices = max(devices, _group_devices(attrs))
+                if any(kind.get(o) in _LAYOUT or kind.get(o) == "convert" for o in operands):
+                    counts["collective_layout_operands"] += 1
+            if any(o in after_collective for o in operands) or opcode in _COLLECTIVES:
+                after_collective.add(name)
+            if opcode in _DEVICE_INDEX or (_INTEGER.match(shape) and any(o in from_index for o in operands)):
+                from_index.add(name)
+                counts["device_index_arith"] += opcode not in _DEVICE_INDEX
+        feeds_collective: set[str] = set()  # a collective uses it (transitively)
+        for name, shape, opcode, operands, attrs, root in reversed(insts):
+            if opcode in _COLLECTIVES or name in feeds_collective:
+                if name in feeds_collective and name in after_collective and opcode not in _COLLECTIVES:
+                    counts["between_collectives"] += 1
+                feeds_collective.update(operands)
+    counts["devices"] = devices
+    return counts
+
+
 def structure_counts(text: str) -> dict[str, int]:
     """The named structural counts of one module's HLO text (see the module docstring)."""
     comps = parse_computations(text)
     counts: collections.Counter[str] = collections.Counter({k: 0 for k in STRUCTURE_COUNTS})
+    counts.update(_partition_counts(text, comps))
     counts["computations"] = len(comps)
     loop_roots: set[str] = set()
     calls: dict[str, set[str]] = {c: set() for c in comps}
