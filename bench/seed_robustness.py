@@ -72,11 +72,12 @@ def train_seeds(work, chosen: str, recipe: dict, weights, steps: int) -> dict[st
 def validation(work, policies: dict[str, dict[int, Path]], chosen: str) -> dict:
     """Pooled and mean fractions of the expert's gain on the selection's held-out train modules, per
     (variant, seed); the recipe's own seeds come from the selection stage's rows."""
+    trained = {(name, seed): (f"{name}-seed{seed}", path) for name, seeds in policies.items()
+               for seed, path in seeds.items()}
     columns = {(chosen, k): (chosen if k == SEEDS[0] else f"seed{k}") for k in SEEDS}
-    columns.update({(name, seed): f"{name}-seed{seed}" for name, seeds in policies.items() for seed in seeds})
+    columns.update({key: column for key, (column, _) in trained.items()})
     cached = work.load("bc-validation") or {}
-    rows = L.held_out_rows(work, {f"{name}-seed{seed}": path for name, seeds in policies.items()
-                                  for seed, path in seeds.items()}, cached)
+    rows = L.held_out_rows(work, dict(trained.values()), cached)
     work.save("bc-validation", cached)
     missing = [c for c in columns.values() if any(c not in r for r in rows.values())]
     if missing:
