@@ -51,7 +51,8 @@ def test_partitioned_step_is_the_per_device_program(tp_train):
 def test_partitioned_step_tunes_end_to_end(tp_train, tmp_path):
     proc = run_cli("run", "--strategy", "random", "--budget", "6", str(tp_train), db=tmp_path / "c.db")
     assert proc.returncode == 0, proc.stderr
-    assert "judged as one device's program of a partitioned step" in " ".join(proc.stdout.split())
+    assert "collectives over 2 devices: judged as one device's program of a partitioned step" in " ".join(
+        proc.stdout.split())
     proc = run_cli("run", "--strategy", "random", "--budget", "6", "--json", str(tp_train), db=tmp_path / "c.db")
     assert proc.returncode == 0, proc.stderr
     run = json.loads(proc.stdout)

@@ -212,7 +212,9 @@ def _report(result, as_json: bool, out_dir) -> None:
                  "default: docs/gpu.md)" if result.target.is_gpu and not (result.claim and result.claim.measured)
                  else ""))
     if result.input.collectives:
-        out.print(f"{result.input.collectives} collectives: judged as one device's program of a partitioned step, "
+        devices = (result.input.structure_counts or {}).get("devices", 0)
+        over = f" over {devices} devices" if devices > 1 else ""
+        out.print(f"{result.input.collectives} collectives{over}: judged as one device's program of a partitioned step, "
                   "compiled for one partition (a proxy for the step's compile over all its devices, "
                   "docs/llm-family.md)")
     if result.best and result.beats_default:
