@@ -214,8 +214,8 @@ def _report(result, as_json: bool, out_dir) -> None:
     if result.input.collectives:
         devices = (result.input.structure_counts or {}).get("devices", 0)
         over = f" over {devices} devices" if devices > 1 else ""
-        out.print(f"{result.input.collectives} collectives{over}: judged as one device's program of a partitioned step, "
-                  "compiled for one partition (a proxy for the step's compile over all its devices, "
+        out.print(f"{result.input.collectives} collectives{over}: judged as one device's program of a partitioned "
+                  "step, compiled for one partition (a proxy for the step's compile over all its devices, "
                   "docs/llm-family.md)")
     if result.best and result.beats_default:
         n = len(result.best_sequence)

@@ -36,9 +36,10 @@ collectives inside loop bodies; these say how the program is wired around them:
   moves a reshape or merges a broadcast changes what is exchanged.
 * ``collective_layout_operands``: collectives with a reshape/transpose/bitcast/copy/convert operand
   (what ``algsimp`` and ``reshape-mover`` can fold into or move across the exchange).
-* ``device_index_arith``: integer or predicate instructions computed from ``partition-id``/``replica-id``
-  (transitively, through such instructions): the partitioner's per-device offset arithmetic (constant tables sliced by the device index), which
-  ``algsimp`` and the simplifiers rewrite.
+* ``device_index_arith``: integer or predicate instructions computed from ``partition-id`` or
+  ``replica-id`` (transitively, through such instructions): the partitioner's per-device offset
+  arithmetic (constant tables sliced by the device index), which ``algsimp`` and the simplifiers
+  rewrite.
 
 Every count is a plain integer, keyed by a stable name (``STRUCTURE_COUNTS`` plus the ``loop:``
 opcode keys), and travels in ``Metrics.structure``.
