@@ -1334,6 +1334,9 @@ def main(argv=None) -> int:
     given_policy = args.policy or str(POLICY)
     asked = args.policy is not None  # an explicit --policy (even the shipped llm.zip) is never replaced
     args.policy = given_policy
+    # A --work or --out given by hand is part of the command that remakes the reports (the kind's own are not).
+    given_work = args.work != str(ROOT / ".autotune" / "learning")
+    given_out = Path(args.out).resolve() != (ROOT / "results").resolve()
     if args.spmd:
         FAMILIES.append("llm_spmd")
         if args.probe_modules is None:  # the first 12 are single-device llm: see demonstrations
@@ -1370,14 +1373,18 @@ def main(argv=None) -> int:
         params["obs_noise"] = args.obs_noise
     work = Work(Path(args.work) / ("quick" if args.quick else "full"), params)
     policy = Path(args.policy)
-    command = "python bench/learning.py" + (" --quick" if args.quick else "") + "".join(
+    # The command that remakes this run's reports: the kind and the paths given by hand, then for a
+    # retraining its options (the eval stage's reports add their own stage options to ``base``).
+    where = ((f" --policy {rel(Path(given_policy))}" if asked else "")
+             + (f" --work {rel(Path(args.work))}" if given_work else "")
+             + (f" --out {rel(Path(args.out))}" if given_out else ""))
+    base = ("python bench/learning.py" + (" --quick" if args.quick else "") + (" --spmd" if args.spmd else "")
+            + (f" --target {args.target}" if TARGET else "") + where)
+    command = base + "".join(
         f" --{k.replace('_', '-')} {v}" for k, v in (("timesteps", args.timesteps), ("train_modules", args.train_modules),
                                                      ("probe_modules", args.probe_modules))
         if v is not None) + (" --no-stop-labels" if args.no_stop_labels else "") + (
-        f" --obs-noise {args.obs_noise}" if args.obs_noise else "") + (f" --policy {rel(Path(given_policy))}" if asked else "") + (
-        f" --out {args.out}" if Path(args.out).resolve() != (ROOT / "results").resolve() and not TARGET
-        and not args.spmd else "") + (
-        f" --target {args.target}" if TARGET else "") + (" --spmd" if args.spmd else "")
+        f" --obs-noise {args.obs_noise}" if args.obs_noise else "")
     global RETRAIN
     RETRAIN = command
     stale = ["policy", "roll-out", "imitation", "ppo", "random@evals", "random@steps", "random@4xsteps"]  # the old policies'
@@ -1399,8 +1406,6 @@ def main(argv=None) -> int:
     if args.stage in ("all", "eval"):
         stage_eval(work, policy, methods)
     if args.stage == "eval":
-        base = "python bench/learning.py" + (" --quick" if args.quick else "") + (" --spmd" if args.spmd else "") + (
-            f" --target {args.target}" if TARGET else "") + (f" --policy {rel(Path(given_policy))}" if asked else "")
         written = eval_summary(work, policy, Path(args.out), base, methods)
         if written:
             log(f"eval: wrote {rel(written)}")
