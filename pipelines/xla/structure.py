@@ -50,6 +50,8 @@ from __future__ import annotations
 import collections
 import re
 
+from autotune.core.metrics import COLLECTIVE_OPCODES
+
 #: The scalar (non-histogram) structural counts, in the order observations use them.
 STRUCTURE_COUNTS = (
     "while", "loop_instructions", "cse_candidates", "cse_candidates_in_loops", "layout_chains",
@@ -67,11 +69,6 @@ _NAME = re.compile(r"%([\w.\-]+)")
 _CALLS = re.compile(r"(body|condition|to_apply|calls|branch_computations|true_computation|false_computation)="
                     r"(\{[^}]*\}|%?[\w.\-]+)")
 _LAYOUT = frozenset({"reshape", "transpose", "bitcast", "copy"})
-#: Kept in step with ``autotune.core.metrics.COLLECTIVE_OPCODES`` (this module reads text, imports nothing).
-_COLLECTIVES = frozenset({
-    "all-reduce", "all-gather", "reduce-scatter", "all-to-all", "collective-permute", "collective-broadcast",
-    "ragged-all-to-all", "all-reduce-start", "all-gather-start", "collective-permute-start",
-})
 _DEVICE_INDEX = frozenset({"partition-id", "replica-id"})
 #: Index arithmetic is integer (or predicate) valued; the data a device offset slices is not counted.
 _INTEGER = re.compile(r"\(?(s|u)(8|16|32|64)\[|\(?pred\[")
@@ -160,19 +157,19 @@ def _partition_counts(text: str, comps: dict) -> dict[str, int]:
         from_index: set[str] = set()  # computed from the device index (transitively)
         kind = {i[0]: i[2] for i in insts}
         for name, shape, opcode, operands, attrs, root in insts:
-            if opcode in _COLLECTIVES:
+            if opcode in COLLECTIVE_OPCODES:
                 devices = max(devices, _group_devices(attrs))
                 if any(kind.get(o) in _LAYOUT or kind.get(o) == "convert" for o in operands):
                     counts["collective_layout_operands"] += 1
-            if any(o in after_collective for o in operands) or opcode in _COLLECTIVES:
+            if any(o in after_collective for o in operands) or opcode in COLLECTIVE_OPCODES:
                 after_collective.add(name)
             if opcode in _DEVICE_INDEX or (_INTEGER.match(shape) and any(o in from_index for o in operands)):
                 from_index.add(name)
                 counts["device_index_arith"] += opcode not in _DEVICE_INDEX
         feeds_collective: set[str] = set()  # a collective uses it (transitively)
         for name, shape, opcode, operands, attrs, root in reversed(insts):
-            if opcode in _COLLECTIVES or name in feeds_collective:
-                if name in feeds_collective and name in after_collective and opcode not in _COLLECTIVES:
+            if opcode in COLLECTIVE_OPCODES or name in feeds_collective:
+                if name in feeds_collective and name in after_collective and opcode not in COLLECTIVE_OPCODES:
                     counts["between_collectives"] += 1
                 feeds_collective.update(operands)
     counts["devices"] = devices
