@@ -190,7 +190,7 @@ def other_pipeline_version(meta: dict) -> str | None:
     # Engines from SAME_STEPS_SINCE on differ only in structural counts; a policy that does not
     # observe the newer ones (no partition: coordinates) was trained on what it sees here.
     same = [f":engine-{v}{gpu}" for v in range(SAME_STEPS_SINCE, ENGINE_VERSION)
-            if not Observation.has_partition_features(meta.get("observation_names") or ())]
+            if not observation_options(meta)["partition_features"]]
     if theirs.startswith(ours) and any(theirs.endswith(e) for e in [engine, *same]):
         return None
     return f"trained on pipeline {theirs or '(unrecorded)'}, this is {ours}...{engine}"

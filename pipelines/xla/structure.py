@@ -148,7 +148,8 @@ def _group_devices(attrs: str) -> int:
 def _partition_counts(text: str, comps: dict) -> dict[str, int]:
     """``PARTITION_COUNTS`` of a module (see the module docstring)."""
     counts = dict.fromkeys(PARTITION_COUNTS, 0)
-    header = next((line for line in text.splitlines() if line.startswith("HloModule")), "")
+    first = text.partition("\n")[0]  # XLA prints the module's header line first
+    header = first if first.startswith("HloModule") else ""
     declared = dict.fromkeys(("num_partitions", "replica_count"), 1)
     declared.update({k: int(v) for k, v in _HEADER_DEVICES.findall(header)})
     devices = declared["num_partitions"] * declared["replica_count"]
