@@ -322,14 +322,18 @@ def fine_tune(ev, work: Work, out: Path, steps: int, reward: str = REWARD, seed:
                         init=work.root / "imitation.zip", references=references, **extra)
 
 
-def rollout(ev, module, policy: Path, prune: bool = True, branches: int = 1, budget: int = MAX_LENGTH):
+def rollout(ev, module, policy: Path, prune: bool = True, branches: int = 1, budget: int = MAX_LENGTH,
+            ensemble: str = "mean"):
     """ONE deterministic episode of ``policy`` on ``module``, no fine-tuning, and its best sequence
     pruned as every run's is (``loop.prune``: one backward sweep dropping passes whose removal does
     not worsen final-ops; at most one evaluation per pass, counted in the run's compiled steps): what
     ``autotune run --strategy ppo --budget 4 --max-length 4 -O finetune=false`` returns, validation
-    aside. ``prune=False`` is the bare roll-out (``--no-prune``, the report's ``roll-out`` column)."""
+    aside. ``prune=False`` is the bare roll-out (``--no-prune``, the report's ``roll-out`` column).
+    ``ensemble="each"`` with several comma-separated policies: each member's roll-out (a committee),
+    ``budget`` covering them all."""
     return tune(ev, module, strategy="ppo", budget=budget, max_length=MAX_LENGTH, validate=False,
-                prune=prune, options={"policy": str(policy), "finetune": False, "branches": branches})
+                prune=prune, options={"policy": str(policy), "finetune": False, "branches": branches,
+                                      "ensemble": ensemble})
 
 
 def random_until_steps(ev, session, until: int, seed: int = 0) -> tuple[list, list]:
@@ -585,7 +589,7 @@ def evaluate_modules(work: Work, method: str, modules: list[tuple[Path, str]], p
     previous policy's rows under its name."""
     p = work.params
     tag = tag or method
-    use = {"policy": policy, "roll-out": policy, "seed": policy, "branches": policy,
+    use = {"policy": policy, "roll-out": policy, "seed": policy, "branches": policy, "committee": policy,
            "imitation": work.root / "imitation.zip", "ppo": work.root / f"ppo-{p['timesteps']}.zip"}.get(method)
     files = [Path(x) for x in str(use).split(",")] if use is not None else []  # an ensemble: its members
     digest = file_digest(*files) if files and all(f.exists() for f in files) else None
@@ -612,6 +616,8 @@ def evaluate_modules(work: Work, method: str, modules: list[tuple[Path, str]], p
             t0 = time.perf_counter()
             if method in ("policy", "roll-out", "imitation", "ppo", "seed"):
                 row = _tuned(rollout(ev, module, use, prune=method != "roll-out"), path.stem, split)
+            elif method == "committee":  # each member's roll-out, the best pruned: one roll-out's budget each
+                row = _tuned(rollout(ev, module, use, budget=MAX_LENGTH * len(files), ensemble="each"), path.stem, split)
             elif method == "branches":
                 row = _tuned(rollout(ev, module, policy, branches=p.get("branches", BRANCHES),
                                      budget=p.get("branch_budget", BRANCH_BUDGET)), path.stem, split)
@@ -818,7 +824,10 @@ def stage_ensemble(work: Work) -> dict:
     (``ENSEMBLE_DRAWS``: the mean of the members' action probabilities, ``autotune.rl.ensemble``) on the
     same modules and against the same ceiling as the shipped policy. Why: one seed's policy can be
     lucky or not (the spread ``--stage seeds`` shows); the question is whether averaging three seeds
-    makes the result not depend on which three. Each roll-out runs on its own cold cache."""
+    makes the result not depend on which three. The same draws are also rolled out as committees
+    (``-O ensemble=each``: each member's own roll-out, the best kept and pruned, at one roll-out's budget
+    per member), which keep what each seed finds instead of averaging it away. Each method runs on its
+    own cold cache."""
     selected = work.load("select") or {}
     chosen, recipe = selected.get("chosen", ""), (selected.get("recipes") or {}).get(selected.get("chosen", ""), {})
     if not recipe.get("timesteps"):
@@ -838,11 +847,12 @@ def stage_ensemble(work: Work) -> dict:
         evaluate_modules(work, "seed", modules, work.seed_policy(chosen, seed), None, rows, {}, tag=tag)
         out[f"seed{seed}"] = rows
     for draw in ENSEMBLE_DRAWS:
-        tag = "ensemble" + "-".join(map(str, draw))
-        rows = work.load(f"eval-{tag}") or {}
         members = ",".join(str(work.seed_policy(chosen, k)) for k in draw)
-        evaluate_modules(work, "seed", modules, members, None, rows, {}, tag=tag)
-        out[tag] = rows
+        for kind, method in (("ensemble", "seed"), ("committee", "committee")):
+            tag = kind + "-".join(map(str, draw))
+            rows = work.load(f"eval-{tag}") or {}
+            evaluate_modules(work, method, modules, members, None, rows, {}, tag=tag)
+            out[tag] = rows
     out["validation"] = seed_validation(work, chosen, seeds)
     return out
 
@@ -891,7 +901,7 @@ def ensemble_spread(work: Work, summary: dict) -> dict:
     selected = work.load("select") or {}
     shipped = int(selected.get("seed", SEEDS[0]))
     tags = [f"seed{k}" for k in sorted({k for d in ENSEMBLE_DRAWS for k in d})]
-    tags += ["ensemble" + "-".join(map(str, d)) for d in ENSEMBLE_DRAWS]
+    tags += [kind + "-".join(map(str, d)) for kind in ("ensemble", "committee") for d in ENSEMBLE_DRAWS]
     out = {}
     for tag in tags:
         rows = work.load("eval-policy" if tag == f"seed{shipped}" else f"eval-{tag}") or {}
@@ -1096,13 +1106,15 @@ def markdown(data: dict) -> str:
         lines += ["## Ensembles of seeds", "",
                   "The same variant trained with PPO seeds 0 to 8, each rolled out alone, and three disjoint "
                   "ensembles of three seeds (the mean of the members' action probabilities, then the most likely "
-                  "pass: `-O policy=a.zip,b.zip,c.zip`), each rolled out once on the same modules against the same "
-                  "ceiling (`--stage ensemble`):", "",
+                  "pass: `--policy a.zip,b.zip,c.zip`), each rolled out once, and the same draws as committees "
+                  "(`-O ensemble=each --budget 12`: each member's roll-out, the best answer pruned), on the same "
+                  "modules against the same ceiling (`--stage ensemble`):", "",
                   "| policy | test: mean (pooled) | shared: mean (pooled) | steps per module (test) |",
                   "|---|---:|---:|---:|"]
         for tag, groups in ens.items():
             t, sh = groups.get("test") or {}, groups.get("shared") or {}
-            name = ("ensemble of seeds " + tag[len("ensemble"):].replace("-", ", ")) if tag.startswith("ensemble") \
+            kind = next((k for k in ("ensemble", "committee") if tag.startswith(k)), "seed")
+            name = (f"{kind} of seeds " + tag[len(kind):].replace("-", ", ")) if kind != "seed" \
                 else f"seed {tag[len('seed'):]}"
             lines.append(f"| {name} | {_f(t.get('mean_fraction'))} ({_f(t.get('pooled_fraction'))}) | "
                          f"{_f(sh.get('mean_fraction'))} ({_f(sh.get('pooled_fraction'))}) | "
@@ -1168,16 +1180,21 @@ def ensemble_verdict(ens: dict) -> str:
         return (f"{min(vals):.0%} to {max(vals):.0%} (mean {statistics.mean(vals):.0%})" if vals else "n/a"), vals
 
     singles = [t for t in ens if t.startswith("seed")]
-    groups = [t for t in ens if t.startswith("ensemble")]
     parts = []
     for group, label in (("test", "test split"), ("shared", "real LLM steps")):
-        (s_text, s_vals), (e_text, e_vals) = span(singles, group), span(groups, group)
-        parts.append(f"on the {label}, single seeds {s_text}, ensembles {e_text}")
-        if s_vals and e_vals:
-            narrower = (max(e_vals) - min(e_vals)) < 0.5 * (max(s_vals) - min(s_vals))
-            parts[-1] += " (narrower)" if narrower else " (not narrower)"
-    return ("Mean of per-module fractions, " + "; ".join(parts) + ". An ensemble is worth shipping only where "
-            "it narrows the spread: one draw of three seeds must not matter as one seed does.")
+        s_text, s_vals = span(singles, group)
+        parts.append(f"on the {label}, single seeds {s_text}")
+        for kind, plural in (("ensemble", "ensembles"), ("committee", "committees")):
+            e_text, e_vals = span([t for t in ens if t.startswith(kind)], group)
+            if not e_vals:
+                continue
+            parts[-1] += f", {plural} {e_text}"
+            if s_vals:
+                narrower = (max(e_vals) - min(e_vals)) < 0.5 * (max(s_vals) - min(s_vals))
+                parts[-1] += " (narrower)" if narrower else " (not narrower)"
+    return ("Mean of per-module fractions, " + "; ".join(parts) + ". An ensemble or committee is worth shipping only "
+            "where it narrows the spread: one draw of three seeds must not matter as one seed does. A committee "
+            "costs one roll-out per member (the steps column).")
 
 
 def goals(groups: list[dict], method: str) -> dict[str, bool]:
@@ -1390,7 +1407,8 @@ def main(argv=None) -> int:
     stale = ["policy", "roll-out", "imitation", "ppo", "random@evals", "random@steps", "random@4xsteps"]  # the old policies'
     stale += [f"random@{k}-s{seed}" for k in ("evals", "steps", "4xsteps") for seed in range(RANDOM_SEEDS)]
     stale += [f"seed{seed}" for seed in TRAINING_SEEDS]
-    stale += [f"seed{seed}" for d in ENSEMBLE_DRAWS for seed in d] + ["ensemble" + "-".join(map(str, d)) for d in ENSEMBLE_DRAWS]
+    stale += [f"seed{seed}" for d in ENSEMBLE_DRAWS for seed in d]
+    stale += [kind + "-".join(map(str, d)) for kind in ("ensemble", "committee") for d in ENSEMBLE_DRAWS]
     if args.stage in ("all", "train"):
         stage_train(work, policy)
         for old in work.root.glob("ppo-*.zip*"):  # the previous training's selection candidates

@@ -39,8 +39,10 @@ seed, one torch thread and a deterministic cache make two runs with the same see
 sequences.
 
 Options: ``policy`` (a path, a shipped policy's name, or ``none``; several, comma-separated, roll out as
-an ensemble: the mean of their action probabilities, ``autotune.rl.ensemble``; fine-tuning then
-continues the first), ``finetune`` (bool, default
+an ensemble, ``autotune.rl.ensemble``; fine-tuning then continues the first), ``ensemble`` (how several
+policies act: ``mean``, the default, one roll-out of the mean of their action probabilities; ``each``,
+every member's own roll-out in turn, the tuner keeping the best: a committee, which costs one roll-out
+per member and so wants ``--budget`` of members x ``max_length``), ``finetune`` (bool, default
 true), ``branches`` (int, default 1: after the roll-out, also roll out from the policy's next
 ``branches - 1`` most likely first passes, before any fine-tuning; PPO and A2C policies), ``shaping`` (bool; default false, or the policy's own setting), ``n_steps`` (32),
 ``batch_size`` (16), ``n_epochs`` (10), ``learning_rate`` (1e-3), ``gamma`` (0.99, also the shaping discount), ``gae_lambda`` (0.95),
@@ -68,13 +70,17 @@ from autotune.rl.train import (check_hyperparams, check_vocabulary, load_model, 
 #: ``policy=`` values that ask for PPO from scratch even when a default policy is shipped.
 NO_POLICY = ("none", "scratch")
 
+#: ``ensemble=``: ``mean`` rolls out the mean of the members' action probabilities once; ``each`` rolls
+#: out every member alone (a committee: the best of their answers, at one roll-out per member).
+ENSEMBLE_MODES = ("mean", "each")
+
 
 class PPOStrategy(Strategy):
     name = "ppo"
     description = "PPO over the pass-ordering MDP; --policy for a trained policy (zero-shot + fine-tune)"
 
     def __init__(self, policy: str | None = None, finetune: bool = True, shaping: bool | None = None,
-                 branches: int = 1, **rest):
+                 branches: int = 1, ensemble: str = "mean", **rest):
         if policy is not None and not isinstance(policy, (str, Path)):
             raise BadInput(f"ppo: policy must be a path, not {policy!r}")
         if not isinstance(finetune, bool):
@@ -84,6 +90,9 @@ class PPOStrategy(Strategy):
         if isinstance(branches, bool) or not isinstance(branches, int) or not 1 <= branches <= 16:
             raise BadInput(f"ppo: branches must be an integer from 1 to 16, not {branches!r}")
         self.branches = branches
+        if ensemble not in ENSEMBLE_MODES:
+            raise BadInput(f"ppo: ensemble must be one of {', '.join(ENSEMBLE_MODES)}, not {ensemble!r}")
+        self.ensemble = ensemble
         self.hyperparams, self.env_options = check_hyperparams("ppo", rest)  # BadInput on unknown options
         self.given = set(rest)
         self.finetune = finetune
@@ -200,13 +209,20 @@ class PPOStrategy(Strategy):
         rollout_env = self._env(source, policy_space, shaping, gamma, env_options)
         rollout_env.reset(seed=seed)
         others = [load_model(p, meta, train_env, seed, overrides) for p, meta in self.members[1:]]
-        ensemble = Ensemble([model, *others])
-        _rollout(ensemble if others else model, rollout_env)
-        if self.branches > 1:
-            if meta["algo"] not in ("ppo", "a2c"):
-                raise BadInput(f"ppo: branches needs a policy's action probabilities; {self.policy} is a "
-                               f"{meta['algo']} policy")
-            _branch(ensemble, rollout_env, self.branches)
+        if self.branches > 1 and meta["algo"] not in ("ppo", "a2c"):
+            raise BadInput(f"ppo: branches needs a policy's action probabilities; {self.policy} is a "
+                           f"{meta['algo']} policy")
+        # A committee (``ensemble=each``) acts as each member alone, in the given order; the mean acts once.
+        actors = [Ensemble([m]) for m in (model, *others)] if self.ensemble == "each" else [Ensemble([model, *others])]
+        rollouts = len(actors) * (1 + max(0, self.branches - 1))
+        if len(actors) > 1 and evaluate.remaining < rollouts * policy_space.max_length:
+            self._note(f"ensemble=each rolls out {len(actors)} policies of up to {policy_space.max_length} passes "
+                       f"each; {evaluate.remaining} evaluations may not reach the last (--budget "
+                       f"{rollouts * policy_space.max_length} does)")
+        for actor in actors:
+            _rollout(actor if others else model, rollout_env)
+            if self.branches > 1:
+                _branch(actor, rollout_env, self.branches)
         if not self.finetune:
             return
         chunk = 2 * int(getattr(model, "n_steps", 0) or self.hyperparams["n_steps"])

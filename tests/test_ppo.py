@@ -490,6 +490,51 @@ def test_an_ensemble_rolls_out_the_mean_of_its_members_action_probabilities(engi
         strategy.create("ppo", policy=f"{tmp_path / 'a.zip'},{tmp_path / 'b.zip'}")
 
 
+def test_a_committee_rolls_out_each_member_and_keeps_the_best(engine, tiny_policy_dir, tmp_path, capsys):
+    """``ensemble=each``: members set by hand (the observation ignored, STOP never chosen), A always cse,
+    B always dce. The mean would roll out one of them; the committee rolls out both (cse,cse and dce,dce)
+    and the run's answer is the better of the two. A budget that cannot reach the last member gets a
+    note naming the budget that does; an unknown mode is refused."""
+    from stable_baselines3 import PPO
+
+    from autotune import strategy
+    from autotune.core.runs import RunStore
+    from autotune.core.tuner import tune
+
+    actions = engine.pipeline.passes()
+
+    def member(name: str, favourite: str):
+        model = PPO.load(tiny_policy_dir / "tiny.zip", device="cpu")
+        logits = torch.full((model.action_space.n,), -1e4)
+        logits[actions.index(favourite)] = 0.0
+        with torch.no_grad():
+            model.policy.action_net.weight.zero_()
+            model.policy.action_net.bias.copy_(logits)
+        model.save(tmp_path / f"{name}.zip")
+        shutil.copy(tiny_policy_dir / "tiny.zip.json", tmp_path / f"{name}.zip.json")
+
+    member("a", "cse")
+    member("b", "dce")
+    policy = f"{tmp_path / 'a.zip'},{tmp_path / 'b.zip'}"
+
+    def trials(mode: str, budget: int):
+        run = tune(engine, autotune.load(SMALL), strategy="ppo", budget=budget, max_length=2, validate=False,
+                   prune=False, options={"policy": policy, "finetune": False, "ensemble": mode})
+        return run, [(tuple(t.sequence), t.cost) for t in RunStore(engine.cache).trials(run.run_id)]
+
+    run, seen = trials("each", 4)
+    assert [q for q, _ in seen] == [("cse",), ("cse", "cse"), ("dce",), ("dce", "dce")]
+    assert run.best_cost == min(c for _, c in seen)
+    _, mean = trials("mean", 4)  # one roll-out of the mean (a tie, broken by the lower index), then spent
+    assert len({q[0] for q, _ in mean}) == 1
+    capsys.readouterr()
+    _, short = trials("each", 2)
+    assert [q for q, _ in short] == [("cse",), ("cse", "cse")]
+    assert "ensemble=each rolls out 2 policies" in capsys.readouterr().err
+    with pytest.raises(BadInput, match="ensemble must be one of mean, each"):
+        strategy.create("ppo", ensemble="vote")
+
+
 def test_branches_roll_out_the_policys_next_most_likely_first_passes(engine, tiny_policy_dir, tmp_path):
     """A policy set by hand (the observation ignored): cse 0.5, STOP 0.3, dce 0.15, algsimp 0.05.
     Its roll-out is cse,cse,cse; ``branches=3`` also starts from dce and from algsimp (STOP is skipped:
