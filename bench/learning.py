@@ -826,8 +826,10 @@ def stage_ensemble(work: Work) -> dict:
     lucky or not (the spread ``--stage seeds`` shows); the question is whether averaging three seeds
     makes the result not depend on which three. The same draws are also rolled out as committees
     (``-O ensemble=each``: each member's own roll-out, the best kept and pruned, at one roll-out's budget
-    per member), which keep what each seed finds instead of averaging it away. Each method runs on its
-    own cold cache."""
+    per member), which keep what each seed finds instead of averaging it away; and each seed alone with
+    ``-O branches`` (``--branches``, ``--branch-budget``: its next most likely first passes too), the
+    other way to try more than one roll-out, which needs no more training. Each method runs on its own
+    cold cache."""
     selected = work.load("select") or {}
     chosen, recipe = selected.get("chosen", ""), (selected.get("recipes") or {}).get(selected.get("chosen", ""), {})
     if not recipe.get("timesteps"):
@@ -853,6 +855,12 @@ def stage_ensemble(work: Work) -> dict:
             rows = work.load(f"eval-{tag}") or {}
             evaluate_modules(work, method, modules, members, None, rows, {}, tag=tag)
             out[tag] = rows
+    for seed in seeds:  # each seed alone with -O branches: a seed-robust roll-out that needs one training
+        path = work.seed_policy(chosen, seed)
+        tag = branches_tag(work, path)
+        rows = work.load(f"eval-{tag}") or {}
+        evaluate_modules(work, "branches", modules, path, None, rows, {}, tag=tag)
+        out[tag] = rows
     out["validation"] = seed_validation(work, chosen, seeds)
     return out
 
@@ -900,11 +908,15 @@ def ensemble_spread(work: Work, summary: dict) -> dict:
     on each group, as ``seed_spread`` (empty when ``--stage ensemble`` has not run)."""
     selected = work.load("select") or {}
     shipped = int(selected.get("seed", SEEDS[0]))
-    tags = [f"seed{k}" for k in sorted({k for d in ENSEMBLE_DRAWS for k in d})]
-    tags += [kind + "-".join(map(str, d)) for kind in ("ensemble", "committee") for d in ENSEMBLE_DRAWS]
+    seeds = sorted({k for d in ENSEMBLE_DRAWS for k in d})
+    stored = {f"seed{k}": "policy" if k == shipped else f"seed{k}" for k in seeds}
+    stored.update({kind + "-".join(map(str, d)): kind + "-".join(map(str, d))
+                   for kind in ("ensemble", "committee") for d in ENSEMBLE_DRAWS})
+    if selected.get("chosen"):
+        stored.update({f"branches{k}": branches_tag(work, work.seed_policy(selected["chosen"], k)) for k in seeds})
     out = {}
-    for tag in tags:
-        rows = work.load("eval-policy" if tag == f"seed{shipped}" else f"eval-{tag}") or {}
+    for tag, name in stored.items():
+        rows = work.load(f"eval-{name}") or {}
         if not rows:
             continue
         per_group = {}
@@ -1107,18 +1119,21 @@ def markdown(data: dict) -> str:
                   "The same variant trained with PPO seeds 0 to 8, each rolled out alone, and three disjoint "
                   "ensembles of three seeds (the mean of the members' action probabilities, then the most likely "
                   "pass: `--policy a.zip,b.zip,c.zip`), each rolled out once, and the same draws as committees "
-                  "(`-O ensemble=each --budget 12`: each member's roll-out, the best answer pruned), on the same "
-                  "modules against the same ceiling (`--stage ensemble`):", "",
-                  "| policy | test: mean (pooled) | shared: mean (pooled) | steps per module (test) |",
+                  "(`-O ensemble=each --budget 12`: each member's roll-out, the best answer pruned), and each seed "
+                  "alone with `-O branches` (its roll-out and its next most likely first passes, each continued), "
+                  "on the same modules against the same ceiling (`--stage ensemble`):", "",
+                  "| policy | test: mean (pooled) | shared: mean (pooled) | steps per module (test / shared) |",
                   "|---|---:|---:|---:|"]
         for tag, groups in ens.items():
             t, sh = groups.get("test") or {}, groups.get("shared") or {}
-            kind = next((k for k in ("ensemble", "committee") if tag.startswith(k)), "seed")
-            name = (f"{kind} of seeds " + tag[len(kind):].replace("-", ", ")) if kind != "seed" \
-                else f"seed {tag[len('seed'):]}"
+            kind = next((k for k in ("ensemble", "committee", "branches") if tag.startswith(k)), "seed")
+            b, bb = data.get("branch_params") or (BRANCHES, BRANCH_BUDGET)
+            name = (f"seed {tag[len(kind):]}" if kind == "seed" else
+                    f"seed {tag[len(kind):]}, `-O branches={b} --budget {bb}`" if kind == "branches" else
+                    f"{kind} of seeds " + tag[len(kind):].replace("-", ", "))
             lines.append(f"| {name} | {_f(t.get('mean_fraction'))} ({_f(t.get('pooled_fraction'))}) | "
                          f"{_f(sh.get('mean_fraction'))} ({_f(sh.get('pooled_fraction'))}) | "
-                         f"{_f(t.get('mean_steps'), '{:.1f}')} |")
+                         f"{_f(t.get('mean_steps'), '{:.1f}')} / {_f(sh.get('mean_steps'), '{:.1f}')} |")
         lines += ["", ensemble_verdict(ens), ""]
         val = (data.get("seed_validation") or {}).get("scores") or {}
         if val:
@@ -1184,7 +1199,7 @@ def ensemble_verdict(ens: dict) -> str:
     for group, label in (("test", "test split"), ("shared", "real LLM steps")):
         s_text, s_vals = span(singles, group)
         parts.append(f"on the {label}, single seeds {s_text}")
-        for kind, plural in (("ensemble", "ensembles"), ("committee", "committees")):
+        for kind, plural in (("ensemble", "ensembles"), ("committee", "committees"), ("branches", "single seeds with branches")):
             e_text, e_vals = span([t for t in ens if t.startswith(kind)], group)
             if not e_vals:
                 continue
@@ -1194,7 +1209,7 @@ def ensemble_verdict(ens: dict) -> str:
                 parts[-1] += " (narrower)" if narrower else " (not narrower)"
     return ("Mean of per-module fractions, " + "; ".join(parts) + ". An ensemble or committee is worth shipping only "
             "where it narrows the spread: one draw of three seeds must not matter as one seed does. A committee "
-            "costs one roll-out per member (the steps column).")
+            "costs one roll-out per member and branches one per branch (the steps column).")
 
 
 def goals(groups: list[dict], method: str) -> dict[str, bool]:
@@ -1302,6 +1317,7 @@ def report(work: Work, out: Path, command: str, quick: bool, policy: Path = POLI
             "select": {k: v for k, v in (work.load("select") or {}).items() if k != "rows"}}
     data["seeds"] = seed_spread(work, s)
     data["ensembles"] = ensemble_spread(work, s)
+    data["branch_params"] = [work.params.get("branches", BRANCHES), work.params.get("branch_budget", BRANCH_BUDGET)]
     data["seed_validation"] = work.load("ensemble-validation") or {}
     data["verdict"] = verdict({**s, "train": data["train"], "select": data["select"], "seeds": data["seeds"]})
     if quick:
