@@ -39,7 +39,10 @@ def finetune_rows(work, policy: Path, modules) -> dict:
                 continue
             r = L.tune(ev, L.load(path), strategy="ppo", budget=BUDGET, max_length=L.MAX_LENGTH, validate=False,
                        prune=True, options={"policy": str(policy)})
-            rows[path.stem] = {**L._tuned(r, path.stem, split), "basis": digest}
+            rows[path.stem] = {"module": path.stem, "split": split, "default": r.default_cost,
+                               "cost": r.best.cost if r.best is not None else r.default_cost,
+                               "evaluations": r.evaluations, "steps": r.steps_compiled,
+                               "sequence": list(r.best_sequence or ()), "basis": digest}
             work.save(f"eval-{tag}", rows)
             L.log(f"{tag}: {path.stem[:60]}: {r.default_cost:.0f} -> {rows[path.stem]['cost']:.0f}")
     return rows
@@ -69,7 +72,7 @@ def main() -> int:
         data[seed] = {}
         for name, rows in (("finetune", finetune), ("branches", branches)):
             data[seed][name] = L.eval_groups(work, rows)
-        cells = [f"{L._f(data[seed][m][g]['mean_fraction'])} at {data[seed][m][g]['steps']:.1f}"
+        cells = [f"{data[seed][m][g]['mean_fraction']:.0%} at {data[seed][m][g]['steps']:.1f}"
                  for g in ("llm", "shared") for m in ("finetune", "branches")]
         table.append(f"| {seed} | " + " | ".join(cells) + " |")
     out = Path(args.out)
