@@ -484,6 +484,11 @@ def test_an_ensemble_rolls_out_the_mean_of_its_members_action_probabilities(engi
     first = [RunStore(engine.cache).trials(r.run_id)[0].sequence[0] for r in (run, alone)]
     assert first == ["dce", "cse"]
     meta = json.loads((tmp_path / "b.zip.json").read_text())
+    # A sidecar written before targets were recorded is the CPU's: it joins a member that says "cpu".
+    (tmp_path / "b.zip.json").write_text(json.dumps({k: v for k, v in meta.items() if k != "target"}))
+    meta_a = json.loads((tmp_path / "a.zip.json").read_text())
+    (tmp_path / "a.zip.json").write_text(json.dumps({**meta_a, "target": "cpu"}))
+    assert strategy.create("ppo", policy=f"{tmp_path / 'a.zip'},{tmp_path / 'b.zip'}").members
     meta["max_length"] = 7
     (tmp_path / "b.zip.json").write_text(json.dumps(meta))
     with pytest.raises(BadInput, match="another max_length"):

@@ -33,9 +33,15 @@ def check_members(paths: Sequence[Path], metas: Sequence[dict]) -> None:
                        "(action distributions) can be averaged")
     for path, meta in zip(paths[1:], metas[1:]):
         for key in SAME_MDP:
-            if meta.get(key) != first.get(key):
+            if _value(meta, key) != _value(first, key):
                 raise BadInput(f"ensemble: {path} was trained with another {key} than {paths[0]}; "
                                "members must share actions, observations, max_length and target")
+
+
+def _value(meta: dict, key: str):
+    """A sidecar's value for ``key``; a sidecar without a target was written for the CPU (before
+    targets were recorded), as ``autotune.rl.train`` reads it."""
+    return str(meta.get("target") or "cpu") if key == "target" else meta.get(key)
 
 
 class Ensemble:
