@@ -39,10 +39,7 @@ def finetune_rows(work, policy: Path, modules) -> dict:
                 continue
             r = L.tune(ev, L.load(path), strategy="ppo", budget=BUDGET, max_length=L.MAX_LENGTH, validate=False,
                        prune=True, options={"policy": str(policy)})
-            rows[path.stem] = {"module": path.stem, "split": split, "default": r.default_cost,
-                               "cost": r.best.cost if r.best is not None else r.default_cost,
-                               "evaluations": r.evaluations, "steps": r.steps_compiled,
-                               "sequence": list(r.best_sequence or ()), "basis": digest}
+            rows[path.stem] = {**L.tuned_row(r, path.stem, split), "basis": digest}
             work.save(f"eval-{tag}", rows)
             L.log(f"{tag}: {path.stem[:60]}: {r.default_cost:.0f} -> {rows[path.stem]['cost']:.0f}")
     return rows

@@ -569,7 +569,8 @@ def _row(name: str, split: str, default: float, best: float | None, evaluations:
             "steps": steps, "seconds": seconds, "sequence": list(sequence) if cost < default else []}
 
 
-def _tuned(r, name: str, split: str) -> dict:
+def tuned_row(r, name: str, split: str) -> dict:
+    """A method's row for one module from its run (``tune``'s result): what every eval table reads."""
     best = r.best.cost if r.best is not None else None
     return _row(name, split, r.default_cost, best, r.evaluations, r.steps_compiled, r.seconds, r.best_sequence)
 
@@ -615,20 +616,20 @@ def evaluate_modules(work: Work, method: str, modules: list[tuple[Path, str]], p
             module = load(path)
             t0 = time.perf_counter()
             if method in ("policy", "roll-out", "imitation", "ppo", "seed"):
-                row = _tuned(rollout(ev, module, use, prune=method != "roll-out"), path.stem, split)
+                row = tuned_row(rollout(ev, module, use, prune=method != "roll-out"), path.stem, split)
             elif method == "committee":  # each member's roll-out, the best pruned: one roll-out's budget each
-                row = _tuned(rollout(ev, module, use, budget=MAX_LENGTH * len(files), ensemble="each"), path.stem, split)
+                row = tuned_row(rollout(ev, module, use, budget=MAX_LENGTH * len(files), ensemble="each"), path.stem, split)
             elif method == "branches":
-                row = _tuned(rollout(ev, module, policy, branches=p.get("branches", BRANCHES),
+                row = tuned_row(rollout(ev, module, policy, branches=p.get("branches", BRANCHES),
                                      budget=p.get("branch_budget", BRANCH_BUDGET)), path.stem, split)
             elif method == "random@evals" and done_policy[path.stem]["evaluations"] > 0:
                 n = done_policy[path.stem]["evaluations"]
                 r = tune(ev, module, strategy="random", budget=n, max_length=MAX_LENGTH, validate=False, seed=seed)
-                row = _tuned(r, path.stem, split)
+                row = tuned_row(r, path.stem, split)
             elif method == "search":
                 r = tune(ev, module, strategy="random", budget=p["search_budget"], max_length=SEARCH_MAX_LENGTH,
                          validate=False)
-                row = _tuned(r, path.stem, split)
+                row = tuned_row(r, path.stem, split)
             else:
                 s0 = ev.stats.steps_compiled
                 session = evaluation_session(ev, module)
@@ -1124,10 +1125,10 @@ def markdown(data: dict) -> str:
                   "on the same modules against the same ceiling (`--stage ensemble`):", "",
                   "| policy | test: mean (pooled) | shared: mean (pooled) | steps per module (test / shared) |",
                   "|---|---:|---:|---:|"]
+        b, bb = data.get("branch_params") or (BRANCHES, BRANCH_BUDGET)
         for tag, groups in ens.items():
             t, sh = groups.get("test") or {}, groups.get("shared") or {}
             kind = next((k for k in ("ensemble", "committee", "branches") if tag.startswith(k)), "seed")
-            b, bb = data.get("branch_params") or (BRANCHES, BRANCH_BUDGET)
             name = (f"seed {tag[len(kind):]}" if kind == "seed" else
                     f"seed {tag[len(kind):]}, `-O branches={b} --budget {bb}`" if kind == "branches" else
                     f"{kind} of seeds " + tag[len(kind):].replace("-", ", "))

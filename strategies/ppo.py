@@ -214,7 +214,7 @@ class PPOStrategy(Strategy):
                            f"{meta['algo']} policy")
         # A committee (``ensemble=each``) acts as each member alone, in the given order; the mean acts once.
         actors = [Ensemble([m]) for m in (model, *others)] if self.ensemble == "each" else [Ensemble([model, *others])]
-        rollouts = len(actors) * (1 + max(0, self.branches - 1))
+        rollouts = len(actors) * self.branches  # each actor's roll-out and its branches
         if len(actors) > 1 and evaluate.remaining < rollouts * policy_space.max_length:
             self._note(f"ensemble=each rolls out {len(actors)} policies of up to {policy_space.max_length} passes "
                        f"each; {evaluate.remaining} evaluations may not reach the last (--budget "

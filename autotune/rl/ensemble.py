@@ -18,6 +18,7 @@ import numpy as np
 import torch
 
 from autotune.errors import BadInput
+from autotune.rl.train import sidecar_target
 
 #: Sidecar keys every member must share: they define the MDP a policy was trained on.
 SAME_MDP = ("actions", "observation_names", "observation_size", "max_length", "target", "algo", "opcodes")
@@ -39,9 +40,8 @@ def check_members(paths: Sequence[Path], metas: Sequence[dict]) -> None:
 
 
 def _value(meta: dict, key: str):
-    """A sidecar's value for ``key``; a sidecar without a target was written for the CPU (before
-    targets were recorded), as ``autotune.rl.train`` reads it."""
-    return str(meta.get("target") or "cpu") if key == "target" else meta.get(key)
+    """A sidecar's value for ``key``, its target read as ``autotune.rl.train`` reads it."""
+    return sidecar_target(meta) if key == "target" else meta.get(key)
 
 
 class Ensemble:

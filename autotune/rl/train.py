@@ -149,10 +149,16 @@ def read_sidecar(zip_path: Path) -> dict:
     return meta
 
 
+def sidecar_target(meta: dict) -> str:
+    """The target a policy was trained for; a sidecar without one was written for the CPU (before
+    targets were recorded)."""
+    return str(meta.get("target") or "cpu")
+
+
 def vocabulary_mismatch(meta: dict, actions: Sequence[str], target: str = "cpu") -> str | None:
     """Why a policy cannot drive this pipeline (trained for another target, or its action or opcode
     vocabulary differs), or None. A sidecar without a target was trained for the CPU."""
-    theirs_target = str(meta.get("target") or "cpu")
+    theirs_target = sidecar_target(meta)
     if theirs_target != target:
         return (f"policy was trained for target '{theirs_target}', not '{target}' (use a policy trained for "
                 f"{target.split('-')[0]}: bench/learning.py --target {target.split('-')[0]})")
@@ -185,7 +191,7 @@ def other_pipeline_version(meta: dict) -> str | None:
     differs is refused by ``vocabulary_mismatch`` anyway."""
     theirs = str(meta.get("pipeline_version") or "")
     ours = f"xla:{xla_version()}:"
-    gpu = f".gpu-{GPU_ENGINE_VERSION}" if str(meta.get("target") or "cpu") != "cpu" else ""  # a GPU target's own
+    gpu = f".gpu-{GPU_ENGINE_VERSION}" if sidecar_target(meta) != "cpu" else ""  # a GPU target's own
     engine = f":engine-{ENGINE_VERSION}{gpu}"
     # Engines from SAME_STEPS_SINCE on differ only in structural counts; a policy that does not
     # observe the newer ones (no partition: coordinates) was trained on what it sees here.
