@@ -17,8 +17,8 @@ tuned module to compile with its full pipeline. Everything else compiles untouch
 
 With a policy (``use(policy="llm")``, a shipped policy's name or a ``.zip`` path, records optional):
 a compile no record matches gets the policy's ONE deterministic roll-out (at most its
-``max_length`` steps, through the cache; no search, no fine-tuning), and the best sequence of
-that roll-out is used only when it beats XLA's default on the objective and passes the check
+``max_length`` steps, through the cache; no search, no fine-tuning; a committee such as
+``policy="llm-committee"`` rolls out each member), and the best sequence of that roll-out is used only when it beats XLA's default on the objective and passes the check
 (autotune's validation); otherwise XLA's default compiles the module. The decision is remembered
 in the cache db by module fingerprint (with the policy's digest and the pipeline version), so the
 next compile of the same program, in this process or another, costs one lookup.
@@ -71,12 +71,23 @@ DECISION_KIND = "jax-policy-decision"
 
 
 class _PolicyDecider:
-    """A policy's zero-shot decision for a module: its roll-out's best sequence, or () for XLA's default."""
+    """A policy's zero-shot decision for a module: its roll-out's best sequence, or () for XLA's default.
+    A committee (``autotune.policies.members``) rolls out each member and keeps the best, at one
+    roll-out's budget per member."""
 
     def __init__(self, policy, objective: str):
         self.path = policies.resolve(policy)
-        self.meta = read_sidecar(self.path)  # BadInput at use() for a missing or foreign file
-        self.digest = hashlib.sha256(self.path.read_bytes()).hexdigest()[:16]
+        self.members = policies.members(self.path)
+        metas = [read_sidecar(m) for m in self.members]  # BadInput at use() for a missing or foreign file
+        if len(self.members) > 1:
+            from autotune.rl.ensemble import check_members  # imports torch: only for a committee
+
+            check_members(self.members, metas)
+        self.meta = metas[0]
+        digest = hashlib.sha256()
+        for member in self.members:
+            digest.update(member.read_bytes())
+        self.digest = digest.hexdigest()[:16]
         self.objective = objective
         self.checked = False
 
@@ -94,9 +105,9 @@ class _PolicyDecider:
             check_vocabulary(self.meta, evaluator.pipeline.passes(), self.path, evaluator.pipeline.target.key)
             self.checked = True
         max_length = int(self.meta.get("max_length", 16))
-        result = tune(evaluator, root, strategy="ppo", budget=max_length, objective=self.objective,
-                      max_length=max_length, options={"policy": str(self.path), "finetune": False},
-                      validate=True, prune=True)
+        result = tune(evaluator, root, strategy="ppo", budget=max_length * len(self.members),
+                      objective=self.objective, max_length=max_length,
+                      options={"policy": str(self.path), "finetune": False}, validate=True, prune=True)
         validation = result.validation
         keep = bool(result.beats_default and validation is not None and validation.ok)
         sequence = tuple(result.best_sequence) if keep else ()

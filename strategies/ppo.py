@@ -39,10 +39,12 @@ seed, one torch thread and a deterministic cache make two runs with the same see
 sequences.
 
 Options: ``policy`` (a path, a shipped policy's name, or ``none``; several, comma-separated, roll out as
-an ensemble, ``autotune.rl.ensemble``; fine-tuning then continues the first), ``ensemble`` (how several
-policies act: ``mean``, the default, one roll-out of the mean of their action probabilities; ``each``,
-every member's own roll-out in turn, the tuner keeping the best: a committee, which costs one roll-out
-per member and so wants ``--budget`` of members x ``max_length``), ``finetune`` (bool, default
+an ensemble, ``autotune.rl.ensemble``; a committee's directory, e.g. the shipped ``llm-committee``,
+stands for its members, ``autotune.policies.members``; fine-tuning then continues the first),
+``ensemble`` (how several policies act: ``mean``, the default for a comma-separated list, one roll-out
+of the mean of their action probabilities; ``each``, the default for a committee's directory, every
+member's own roll-out in turn, the tuner keeping the best, which costs one roll-out per member and so
+wants ``--budget`` of members x ``max_length``), ``finetune`` (bool, default
 true), ``branches`` (int, default 1: after the roll-out, also roll out from the policy's next
 ``branches - 1`` most likely first passes, before any fine-tuning; PPO and A2C policies), ``shaping`` (bool; default false, or the policy's own setting), ``n_steps`` (32),
 ``batch_size`` (16), ``n_epochs`` (10), ``learning_rate`` (1e-3), ``gamma`` (0.99, also the shaping discount), ``gae_lambda`` (0.95),
@@ -80,7 +82,7 @@ class PPOStrategy(Strategy):
     description = "PPO over the pass-ordering MDP; --policy for a trained policy (zero-shot + fine-tune)"
 
     def __init__(self, policy: str | None = None, finetune: bool = True, shaping: bool | None = None,
-                 branches: int = 1, ensemble: str = "mean", **rest):
+                 branches: int = 1, ensemble: str | None = None, **rest):
         if policy is not None and not isinstance(policy, (str, Path)):
             raise BadInput(f"ppo: policy must be a path, not {policy!r}")
         if not isinstance(finetune, bool):
@@ -90,9 +92,9 @@ class PPOStrategy(Strategy):
         if isinstance(branches, bool) or not isinstance(branches, int) or not 1 <= branches <= 16:
             raise BadInput(f"ppo: branches must be an integer from 1 to 16, not {branches!r}")
         self.branches = branches
-        if ensemble not in ENSEMBLE_MODES:
+        if ensemble is not None and ensemble not in ENSEMBLE_MODES:
             raise BadInput(f"ppo: ensemble must be one of {', '.join(ENSEMBLE_MODES)}, not {ensemble!r}")
-        self.ensemble = ensemble
+        self.ensemble = ensemble or "mean"  # a committee's directory makes it ``each`` (below)
         self.hyperparams, self.env_options = check_hyperparams("ppo", rest)  # BadInput on unknown options
         self.given = set(rest)
         self.finetune = finetune
@@ -114,7 +116,10 @@ class PPOStrategy(Strategy):
                     self._note(f"shipped policy '{policies.DEFAULT}' not used ({exc}); PPO from scratch")
         elif str(policy).lower() not in NO_POLICY:
             names = [p.strip() for p in str(policy).split(",") if p.strip()]
-            paths = [policies.resolve(p) for p in names]  # a shipped policy's name, or a path
+            resolved = [policies.resolve(p) for p in names]  # a shipped policy's name, or a path
+            paths = [m for r in resolved for m in policies.members(r)]  # a committee: its members
+            if ensemble is None and any(r.is_dir() for r in resolved):
+                self.ensemble = "each"  # a committee acts as its members, each alone
             metas = [read_sidecar(p) for p in paths]  # a missing file fails before any compile
             self.policy, self.meta = paths[0], metas[0]
             if len(paths) > 1:

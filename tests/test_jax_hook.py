@@ -166,6 +166,34 @@ def test_policy_keeps_the_default_when_it_does_not_beat_it_and_remembers(db_path
     assert again.policy_decisions == [(fp, (), "remembered")] and again.applied == []
 
 
+def test_a_committee_rolls_out_each_member_and_applies_the_best(tmp_path, db_path, algsimp_policy, engine):
+    """A committee directory (``autotune.policies.members``): its first member only STOPs (alone, XLA's
+    default would compile), the second is the algsimp policy; the hook rolls out both and applies
+    algsimp. Its decision is remembered under the committee's digest, not a member's."""
+    import shutil
+
+    import torch
+    from stable_baselines3 import PPO
+
+    committee = tmp_path / "pair"
+    committee.mkdir()
+    stop = PPO.load(algsimp_policy, device="cpu")
+    with torch.no_grad():
+        stop.policy.action_net.bias[-1] = 1e5  # STOP, the last action, beats every pass
+    stop.save(committee / "a_stop.zip")
+    shutil.copy(f"{algsimp_policy}.json", committee / "a_stop.zip.json")
+    for suffix in (".zip", ".zip.json"):
+        shutil.copy(f"{algsimp_policy}"[: -len(".zip")] + suffix, committee / f"b_algsimp{suffix}")
+    with autotune_jax.use(policy=committee, cache=db_path) as stats:
+        jax.jit(f)(X, W)
+    assert not stats.errors, stats.errors
+    ((fp, sequence, how),) = stats.policy_decisions
+    assert sequence == ("algsimp",) and how == "rollout" and stats.applied == [(fp, ("algsimp",))]
+    with autotune_jax.use(policy=committee / "a_stop.zip", cache=db_path) as alone:
+        jax.jit(f)(X, W)
+    assert alone.policy_decisions == [(fp, (), "rollout")] and alone.applied == []  # its own decision
+
+
 def test_policy_that_cannot_be_read_fails_at_use(tmp_path, db_path):
     with pytest.raises(autotune.BadInput, match="no such policy"):
         with autotune_jax.use(policy=tmp_path / "missing.zip", cache=db_path):

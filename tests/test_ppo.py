@@ -358,7 +358,13 @@ def test_every_shipped_policy_loads_with_the_pinned_versions(engine):
 
     from autotune.core.engine import open_engine
 
-    shipped = sorted(policies.directory().glob("*.zip"))
+    shipped = sorted(policies.directory().glob("*.zip")) + sorted(policies.directory().glob("*/*.zip"))
+    for name in policies.names():  # a committee's members drive one MDP (``check_members``)
+        found = policies.members(policies.find(name))
+        if len(found) > 1:
+            from autotune.rl.ensemble import check_members
+
+            check_members(found, [read_sidecar(m) for m in found])
     if not shipped:
         pytest.skip("no policy shipped in autotune/policies yet")
     for path in shipped:
@@ -495,11 +501,12 @@ def test_an_ensemble_rolls_out_the_mean_of_its_members_action_probabilities(engi
         strategy.create("ppo", policy=f"{tmp_path / 'a.zip'},{tmp_path / 'b.zip'}")
 
 
-def test_a_committee_rolls_out_each_member_and_keeps_the_best(engine, tiny_policy_dir, tmp_path, capsys):
+def test_a_committee_rolls_out_each_member_and_keeps_the_best(engine, tiny_policy_dir, tmp_path, capsys, monkeypatch):
     """``ensemble=each``: members set by hand (the observation ignored, STOP never chosen), A always cse,
     B always dce. The mean would roll out one of them; the committee rolls out both (cse,cse and dce,dce)
     and the run's answer is the better of the two. A budget that cannot reach the last member gets a
-    note naming the budget that does; an unknown mode is refused."""
+    note naming the budget that does; an unknown mode is refused. The same pair as a directory found
+    by name (a shipped committee's form) acts as a committee without ``ensemble=each``."""
     from stable_baselines3 import PPO
 
     from autotune import strategy
@@ -522,9 +529,10 @@ def test_a_committee_rolls_out_each_member_and_keeps_the_best(engine, tiny_polic
     member("b", "dce")
     policy = f"{tmp_path / 'a.zip'},{tmp_path / 'b.zip'}"
 
-    def trials(mode: str, budget: int):
+    def trials(mode: str | None, budget: int):
+        options = {"policy": policy, "finetune": False} | ({"ensemble": mode} if mode else {})
         run = tune(engine, autotune.load(SMALL), strategy="ppo", budget=budget, max_length=2, validate=False,
-                   prune=False, options={"policy": policy, "finetune": False, "ensemble": mode})
+                   prune=False, options=options)
         return run, [(tuple(t.sequence), t.cost) for t in RunStore(engine.cache).trials(run.run_id)]
 
     run, seen = trials("each", 4)
@@ -538,6 +546,27 @@ def test_a_committee_rolls_out_each_member_and_keeps_the_best(engine, tiny_polic
     assert "ensemble=each rolls out 2 policies" in capsys.readouterr().err
     with pytest.raises(BadInput, match="ensemble must be one of mean, each"):
         strategy.create("ppo", ensemble="vote")
+
+    # A committee directory (found by name on the policy path) is its members, rolled out each alone.
+    from autotune import policies
+
+    committee = tmp_path / "shelf" / "pair"
+    committee.mkdir(parents=True)
+    for name in ("a", "b"):
+        for suffix in (".zip", ".zip.json"):
+            shutil.copy(tmp_path / f"{name}{suffix}", committee / f"{name}{suffix}")
+    monkeypatch.setenv("AUTOTUNE_POLICY_PATH", str(committee.parent))
+    assert "pair" in policies.names() and policies.members(policies.resolve("pair")) == [
+        committee / "a.zip", committee / "b.zip"]
+    made = strategy.create("ppo", policy="pair")
+    assert made.ensemble == "each" and [p for p, _ in made.members] == [committee / "a.zip", committee / "b.zip"]
+    assert strategy.create("ppo", policy="pair", ensemble="mean").ensemble == "mean"  # an explicit mode wins
+    policy = "pair"
+    run, by_name = trials(None, 4)
+    assert [q for q, _ in by_name] == [q for q, _ in seen] and run.best_cost == min(c for _, c in seen)
+    (committee / "b.zip").unlink()
+    with pytest.raises(BadInput, match="a committee needs at least two"):
+        strategy.create("ppo", policy=str(committee))
 
 
 def test_branches_roll_out_the_policys_next_most_likely_first_passes(engine, tiny_policy_dir, tmp_path):

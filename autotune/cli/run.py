@@ -38,7 +38,9 @@ from autotune.cli.common import check_writable, console, db_option, json_option,
 @click.option("--resume", default=None, help="Continue an interrupted run by its id.")
 @click.option("--sampler", default=None, help="optuna: sampler (tpe, random, cmaes, qmc, gp, nsga2).")
 @click.option("--optimizer", default=None, help="nevergrad: optimizer name (default DiscreteOnePlusOne).")
-@click.option("--policy", type=click.Path(dir_okay=False), default=None, help="ppo: a trained policy .zip.")
+@click.option("--policy", default=None,
+              help="ppo: a trained policy (.zip or a shipped name: llm, llm-spmd, llm-h100), a committee (a "
+                   "directory of policies, or llm-committee: each rolled out, the best kept), or a,b,c (an ensemble).")
 @click.option("--shaping", is_flag=True, default=None, help="ppo: potential-based shaping from flops/transcendentals.")
 @click.option("--option", "-O", "extra", multiple=True, help="Strategy option key=value (repeatable).")
 @click.option("--no-validate", is_flag=True, help="Skip the validity check of the best sequence.")

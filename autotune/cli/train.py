@@ -58,6 +58,11 @@ def train(more, algo, modules, output, split, timesteps, seed, shaping, max_leng
     (the benchmark also starts PPO from an imitation of beam-search winners and scales the
     best-so-far reward by each module's beam-search gain; by hand, reward=best pays the relative
     reduction of the episode's best state.)
+
+    A committee, which does not hang on one PPO seed's luck: train seeds into one directory
+    (`--seed 0 -o mine/seed0.zip`, `--seed 1 -o mine/seed1.zip`, ...), then
+    `autotune run --strategy ppo --policy mine/ --budget 12` rolls out each and keeps the best
+    (the shipped one is `--policy llm-committee`).
     """
     from autotune.cli.common import engine_choices, open_engine
     from autotune.rl.train import check_training, train_policy, zip_path_of

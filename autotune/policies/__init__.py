@@ -8,6 +8,14 @@ policy by name; a path to a ``.zip`` still works. ``autotune run --strategy ppo 
 A policy is shipped by copying both files here (``autotune train --help`` says how it is retrained).
 Directories listed in ``$AUTOTUNE_POLICY_PATH`` (``os.pathsep``-separated) are searched first, so a
 team can keep its own policies by name (and the tests use a policy trained in a temporary directory).
+
+A **committee** is a directory of policies (``NAME/*.zip``, each with its sidecar), found by the
+directory's name or path: ``--policy llm-committee`` rolls out each member in turn (``-O
+ensemble=each``, ``strategies/ppo.py``) and the run keeps the best answer. Why a directory: the
+same recipe trained with another PPO seed can be tens of points worse on real steps at one roll-out
+(docs/policies.md), and a committee of three seeds is not (each of three disjoint draws of the
+quick recipe's nine seeds recovered 124-126% of a search's gain on the shared LLM steps), so the
+members ship together, in name order, and are used together.
 """
 
 from __future__ import annotations
@@ -35,19 +43,42 @@ def search_path() -> list[Path]:
     return [*extra, directory()]
 
 
+def _members(folder: Path) -> list[Path]:
+    """The policies in ``folder`` (a ``.zip`` with its sidecar next to it), in name order."""
+    return [p for p in sorted(folder.glob("*.zip")) if Path(f"{p}.json").is_file()]
+
+
 def _policies(folder: Path) -> dict[str, Path]:
+    """``{name: file}`` of the policies in ``folder`` and ``{name: directory}`` of its committees
+    (sub-directories holding at least two policies)."""
     if not folder.is_dir():
         return {}
-    return {p.name[: -len(".zip")]: p for p in sorted(folder.glob("*.zip")) if Path(f"{p}.json").is_file()}
+    found = {p.name[: -len(".zip")]: p for p in _members(folder)}
+    for sub in sorted(folder.iterdir()):
+        if sub.is_dir() and sub.name not in found and len(_members(sub)) >= 2:
+            found[sub.name] = sub
+    return found
+
+
+def members(policy: Path) -> list[Path]:
+    """A resolved policy's files: a committee directory's members (name order), else ``[policy]``.
+    ``BadInput`` for a directory holding fewer than two policies."""
+    if not policy.is_dir():
+        return [policy]
+    found = _members(policy)
+    if len(found) < 2:
+        raise BadInput(f"{policy} is a directory with {len(found)} policies (a .zip with its .zip.json "
+                       "sidecar); a committee needs at least two")
+    return found
 
 
 def names() -> list[str]:
-    """Names of the policies found by name (a ``.zip`` with its sidecar next to it)."""
+    """Names of the policies and committees found by name."""
     return sorted({name for folder in search_path() for name in _policies(folder)})
 
 
 def find(name: str) -> Path | None:
-    """The policy file called ``name`` (first in ``search_path()``), or None."""
+    """The policy file (or committee directory) called ``name`` (first in ``search_path()``), or None."""
     for folder in search_path():
         found = _policies(folder).get(name)
         if found is not None:
@@ -73,8 +104,9 @@ def default(target: str = "cpu", partitioned: bool = False) -> Path | None:
 
 
 def resolve(policy: str | os.PathLike) -> Path:
-    """A policy argument as a file: an existing path, a path-looking value (``.zip``, a directory
-    separator) as given (its loader reports a missing file), else the shipped policy of that name."""
+    """A policy argument as a file (or a committee's directory, ``members``): an existing path, a
+    path-looking value (``.zip``, a directory separator) as given (its loader reports a missing file),
+    else the shipped policy or committee of that name."""
     text = str(policy)
     path = Path(text)
     if path.exists() or text.endswith(".zip") or os.sep in text or "/" in text:
