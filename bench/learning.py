@@ -866,6 +866,39 @@ def stage_ensemble(work: Work) -> dict:
     return out
 
 
+def ship_committee(work: Work, out: Path) -> list[Path]:
+    """Write the first draw of ``ENSEMBLE_DRAWS`` (fixed before any result, so no draw is picked by its
+    score) as a committee directory (``autotune.policies.members``): ``out/seedK.zip`` with sidecars
+    saying what they are. ``--stage ensemble`` measured it as ``committee0-1-2``. Why a draw and not
+    the best three seeds: choosing members by their test scores would make those scores no test."""
+    import shutil
+
+    from autotune.rl.train import sidecar_path
+
+    selected = work.load("select") or {}
+    chosen = selected.get("chosen", "")
+    draw = ENSEMBLE_DRAWS[0]
+    paths = [work.seed_policy(chosen, k) for k in draw]
+    missing = [str(p) for p in paths if not p.exists()]
+    if missing:
+        raise SystemExit(f"error: no seed policies {', '.join(missing)} (run --stage ensemble first)")
+    out.mkdir(parents=True, exist_ok=True)
+    for old in out.glob("*.zip*"):
+        old.unlink()
+    written = []
+    for seed, path in zip(draw, paths):
+        target = out / f"seed{seed}.zip"
+        shutil.copyfile(path, target)
+        side = json.loads(sidecar_path(path).read_text())
+        side["seed"] = seed
+        side["note"] = (f"member {draw.index(seed) + 1} of {len(draw)} of the committee {out.name} ({chosen}, PPO "
+                        f"seeds {', '.join(map(str, draw))}): --policy {out.name} rolls out each member and keeps "
+                        f"the best; {RETRAIN} --stage ensemble --ship-committee {rel(out)} retrains it")
+        sidecar_path(target).write_text(json.dumps(side, indent=2))
+        written.append(target)
+    return written
+
+
 def held_out_rows(work: Work, policies: dict[str, Path], cached: dict | None = None) -> dict[str, dict]:
     """The selection stage's rows (held-out train-split modules: default, expert and each candidate's
     final-ops) with a column for each of ``policies`` ({column: policy}) that a row lacks: that
@@ -1359,6 +1392,9 @@ def main(argv=None) -> int:
     ap.add_argument("--target", default=None,
                     help="learn for this target (e.g. h100): its own work directory, policy (autotune/policies/"
                          "llm-TARGET.zip) and reports (results/learning-TARGET/) unless given")
+    ap.add_argument("--ship-committee", default=None, metavar="DIR",
+                    help="with --stage ensemble: also write the first draw of seeds as a committee directory "
+                         "(autotune/policies/llm-committee ships one)")
     ap.add_argument("--spmd", action="store_true",
                     help="train on the partitioned steps (llm_spmd) too: .autotune/learning-spmd, its llm-spmd.zip "
                          "(copied to autotune/policies/ by hand when it ships), results/learning-spmd/ unless given; "
@@ -1446,8 +1482,13 @@ def main(argv=None) -> int:
             log(f"eval: wrote {rel(written)}")
     if args.stage in ("all", "seeds"):
         stage_seeds(work)
+    if args.ship_committee and args.stage != "ensemble":
+        ap.error("--ship-committee goes with --stage ensemble")
     if args.stage == "ensemble":
         stage_ensemble(work)
+        if args.ship_committee:
+            for path in ship_committee(work, Path(args.ship_committee)):
+                log(f"ensemble: wrote {rel(path)}")
     if args.stage in ("all", "report", "ensemble"):
         report(work, Path(args.out), command, args.quick, policy)
     return 0
