@@ -893,7 +893,8 @@ def ship_committee(work: Work, out: Path) -> list[Path]:
         side["seed"] = seed
         side["note"] = (f"member {draw.index(seed) + 1} of {len(draw)} of the committee {out.name} ({chosen}, PPO "
                         f"seeds {', '.join(map(str, draw))}): --policy {out.name} rolls out each member and keeps "
-                        f"the best; {RETRAIN} --stage ensemble --ship-committee {rel(out)} retrains it")
+                        f"the best; written by {RETRAIN} --stage ship --ship-committee {rel(out)} from the seeds that work "
+                        "directory's --stage select trains")
         sidecar_path(target).write_text(json.dumps(side, indent=2))
         written.append(target)
     return written
@@ -1371,7 +1372,7 @@ def report(work: Work, out: Path, command: str, quick: bool, policy: Path = POLI
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[1])
     ap.add_argument("--quick", action="store_true", help="fewer modules and steps, search budget 40 (say so)")
-    ap.add_argument("--stage", choices=("all", "train", "select", "fleet", "eval", "seeds", "ensemble", "report"),
+    ap.add_argument("--stage", choices=("all", "train", "select", "fleet", "eval", "seeds", "ensemble", "report", "ship"),
                     default="all", help="ensemble: not part of all (trains six more seeds)")
     ap.add_argument("--branches", type=int, default=BRANCHES, help="the branches method's -O branches")
     ap.add_argument("--branch-budget", type=int, default=BRANCH_BUDGET, help="the branches method's --budget")
@@ -1393,8 +1394,8 @@ def main(argv=None) -> int:
                     help="learn for this target (e.g. h100): its own work directory, policy (autotune/policies/"
                          "llm-TARGET.zip) and reports (results/learning-TARGET/) unless given")
     ap.add_argument("--ship-committee", default=None, metavar="DIR",
-                    help="with --stage ensemble: also write the first draw of seeds as a committee directory "
-                         "(autotune/policies/llm-committee ships one)")
+                    help="with --stage ensemble (or ship, which only writes it): the first draw of seeds as a "
+                         "committee directory (autotune/policies/llm-committee ships one)")
     ap.add_argument("--spmd", action="store_true",
                     help="train on the partitioned steps (llm_spmd) too: .autotune/learning-spmd, its llm-spmd.zip "
                          "(copied to autotune/policies/ by hand when it ships), results/learning-spmd/ unless given; "
@@ -1482,13 +1483,15 @@ def main(argv=None) -> int:
             log(f"eval: wrote {rel(written)}")
     if args.stage in ("all", "seeds"):
         stage_seeds(work)
-    if args.ship_committee and args.stage != "ensemble":
-        ap.error("--ship-committee goes with --stage ensemble")
+    if args.ship_committee and args.stage not in ("ensemble", "ship"):
+        ap.error("--ship-committee goes with --stage ensemble (measure, then write) or --stage ship (write only)")
+    if args.stage == "ship" and not args.ship_committee:
+        ap.error("--stage ship writes --ship-committee DIR")
     if args.stage == "ensemble":
         stage_ensemble(work)
-        if args.ship_committee:
-            for path in ship_committee(work, Path(args.ship_committee)):
-                log(f"ensemble: wrote {rel(path)}")
+    if args.ship_committee:
+        for path in ship_committee(work, Path(args.ship_committee)):
+            log(f"{args.stage}: wrote {rel(path)}")
     if args.stage in ("all", "report", "ensemble"):
         report(work, Path(args.out), command, args.quick, policy)
     return 0

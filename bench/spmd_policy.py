@@ -91,7 +91,8 @@ def markdown(data: dict) -> str:
                                              "partitions on N CPU devices)" if family == "llm_spmd" else "")
         + ".", "",
         f"Policy `{data['policy']}` (trained on: {data['trained_on']}), "
-        + ("one roll-out" if data.get("branches", 1) == 1 else
+        + (f"a committee of {data['members']} policies, each member's roll-out (the best kept)"
+           if data.get("members", 1) > 1 else "one roll-out" if data.get("branches", 1) == 1 else
            f"its roll-out and its next {data['branches'] - 1} most likely first passes (`-O branches="
            f"{data['branches']}`)")
         + f" at `--budget {data.get('policy_budget', 4)}`"
@@ -206,7 +207,9 @@ def main(argv=None) -> int:
             print(f"[{i}/{len(entries)}] {e.name}: default {row['default']}, policy {row['policy']['final_ops']} "
                   f"{row['policy']['sequence']}, search {row['search']['final_ops']} {row['search']['sequence']}",
                   file=sys.stderr, flush=True)
-    sidecar = Path(str(args.policy) + ".json")
+    from autotune import policies
+
+    sidecar = Path(str(policies.members(args.policy)[0]) + ".json")  # a committee: its first member's
     meta = json.loads(sidecar.read_text()) if sidecar.exists() else {}
     trained = (meta.get("training_set") or {}).get("suite", "?")
     command = "python bench/spmd_policy.py" + (f" --family {args.family}" if args.family != "llm_spmd" else "") \
@@ -222,7 +225,8 @@ def main(argv=None) -> int:
     data = {"command": command, "family": args.family, "target": args.target, "judged_by": judged_by,
             "cpus": os.cpu_count(),
             "policy": os.path.relpath(args.policy, ROOT),
-            "trained_on": trained, "split": args.split, "budget": args.budget, "branches": args.branches,
+            "trained_on": trained, "members": len(policies.members(args.policy)),
+            "split": args.split, "budget": args.budget, "branches": args.branches,
             "policy_budget": args.policy_budget, "finetune": args.finetune, "summary": summarize(rows),
             "by_style": {s: summarize([r for r in rows if r["style"] == s]) for s in styles}, "rows": rows}
     args.out.mkdir(parents=True, exist_ok=True)
