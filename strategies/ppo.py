@@ -220,6 +220,9 @@ class PPOStrategy(Strategy):
         # A committee (``ensemble=each``) acts as each member alone, in the given order; the mean acts once.
         actors = [Ensemble([m]) for m in (model, *others)] if self.ensemble == "each" else [Ensemble([model, *others])]
         rollouts = len(actors) * self.branches  # each actor's roll-out and its branches
+        if len(actors) > 1:
+            names = ", ".join(f"{p.parent.name}/{p.name}" for p, _ in self.members)
+            self._note(f"a committee of {len(actors)} policies ({names}): each rolled out in turn, the best answer kept")
         if len(actors) > 1 and evaluate.remaining < rollouts * policy_space.max_length:
             self._note(f"ensemble=each rolls out {len(actors)} policies of up to {policy_space.max_length} passes "
                        f"each; {evaluate.remaining} evaluations may not reach the last (--budget "

@@ -562,8 +562,10 @@ def test_a_committee_rolls_out_each_member_and_keeps_the_best(engine, tiny_polic
     assert made.ensemble == "each" and [p for p, _ in made.members] == [committee / "a.zip", committee / "b.zip"]
     assert strategy.create("ppo", policy="pair", ensemble="mean").ensemble == "mean"  # an explicit mode wins
     policy = "pair"
+    capsys.readouterr()
     run, by_name = trials(None, 4)
     assert [q for q, _ in by_name] == [q for q, _ in seen] and run.best_cost == min(c for _, c in seen)
+    assert "a committee of 2 policies (pair/a.zip, pair/b.zip)" in capsys.readouterr().err
     (committee / "b.zip").unlink()
     with pytest.raises(BadInput, match="a committee needs at least two"):
         strategy.create("ppo", policy=str(committee))
