@@ -866,10 +866,12 @@ def stage_ensemble(work: Work) -> dict:
     return out
 
 
-def ship_committee(work: Work, out: Path) -> list[Path]:
+def ship_committee(work: Work, out: Path, policy: Path) -> list[Path]:
     """Write the first draw of ``ENSEMBLE_DRAWS`` (fixed before any result, so no draw is picked by its
     score) as a committee directory (``autotune.policies.members``): ``out/seedK.zip`` with sidecars
-    saying what they are. ``--stage ensemble`` measured it as ``committee0-1-2``. Why a draw and not
+    saying what they are (how the start was made and the training set, as the selection stage gives the
+    shipped ``policy``'s sidecar: a seed's own sidecar lacks them). ``--stage ensemble`` measured it as
+    ``committee0-1-2``. Why a draw and not
     the best three seeds: choosing members by their test scores would make those scores no test."""
     import shutil
 
@@ -890,6 +892,8 @@ def ship_committee(work: Work, out: Path) -> list[Path]:
         target = out / f"seed{seed}.zip"
         shutil.copyfile(path, target)
         side = json.loads(sidecar_path(path).read_text())
+        shipped = json.loads(sidecar_path(policy).read_text()) if sidecar_path(policy).exists() else {}
+        side.update({k: shipped[k] for k in ("imitation", "training_set") if shipped.get(k) and not side.get(k)})
         side["seed"] = seed
         side["note"] = (f"member {draw.index(seed) + 1} of {len(draw)} of the committee {out.name} ({chosen}, PPO "
                         f"seeds {', '.join(map(str, draw))}): --policy {out.name} rolls out each member and keeps "
@@ -1490,7 +1494,7 @@ def main(argv=None) -> int:
     if args.stage == "ensemble":
         stage_ensemble(work)
     if args.ship_committee:
-        for path in ship_committee(work, Path(args.ship_committee)):
+        for path in ship_committee(work, Path(args.ship_committee), policy):
             log(f"{args.stage}: wrote {rel(path)}")
     if args.stage in ("all", "report", "ensemble"):
         report(work, Path(args.out), command, args.quick, policy)
