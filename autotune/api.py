@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
+from autotune.core.objectives import Objective
 from autotune.core.module import Module, load
 from autotune.core.spec import DEFAULT_MAX_LENGTH, RunSpec
 from autotune.core.engine import open_engine
@@ -70,17 +71,21 @@ class Session:
 
     def tune(self, module, strategy: str = RunSpec.strategy, budget: int = RunSpec.budget,
              objective=RunSpec.objective, seed: int = 0, max_length: int = DEFAULT_MAX_LENGTH, time_limit: float | None = None, options: dict | None = None,
-             progress: bool = False, validate: bool = True, validate_seconds: float | None = None):
+             progress: bool = False, validate: bool = True, validate_seconds: float | None = None,
+             allow_regressions: bool = False):
         """Search the pass ordering of ``module``; returns ``autotune.core.tuner.TuneResult``.
 
         ``objective`` is a name or an ``Objective`` (e.g. ``objectives.get("runtime", min_effect=0.05)``);
         a measured objective's verdict, with its interval, is ``result.claim``. ``validate_seconds``
         bounds each execution of validation (``--validate-seconds``; default 30 s or
-        ``$AUTOTUNE_VALIDATE_SECONDS``)."""
-        return _tune(self.evaluator, self.load(module), strategy=strategy, budget=budget, objective=objective,
-                     seed=seed, max_length=max_length, time_limit=time_limit, options=options,
-                     observer=RichObserver() if progress else None, validate=validate,
-                     validate_seconds=validate_seconds)
+        ``$AUTOTUNE_VALIDATE_SECONDS``). For a GPU target an answer that adds kernel launches or
+        roofline time over XLA's default is set aside (``core/gpu_guard.py``) unless ``allow_regressions``."""
+        name = objective.name if isinstance(objective, Objective) else objective
+        spec = RunSpec(strategy=strategy, budget=budget, objective=name, seed=seed, max_length=max_length,
+                       time_limit=time_limit, options=options or {}, validate=validate,
+                       validate_seconds=validate_seconds, allow_regressions=allow_regressions)
+        return _tune(self.evaluator, self.load(module), objective=objective, spec=spec,
+                     observer=RichObserver() if progress else None)
 
     def explore(self, module, depth: int = 2, progress: bool = False, validate: bool = True):
         """Every sequence of up to ``depth`` passes, walked over distinct module states; returns

@@ -415,3 +415,97 @@ def test_validate_for_h100_compares_values_where_deviceless_codegen_rejects_the_
     verdict = json.loads(declined.stdout)
     assert verdict["level"] in ("unverified", "executed-region"), verdict
     assert "rejects the original as well" in verdict["reason"]
+
+
+@needs_plugin
+def test_the_gpu_guard_sets_aside_answers_that_add_launches_and_allow_regressions_offers_them(gpu_engine):
+    """On the shared gpt-oss prefill step every single pass that lowers the H100 module's instructions
+    but ``simplification`` adds launches (1114 -> 1121): the run sets those aside, says why, and
+    offers XLA's default; ``allow_regressions`` offers the best of them; with ``simplification``
+    among the candidates (fewer instructions, fewer launches) it is the answer."""
+    from autotune.core import gpu_guard, objectives
+    from autotune.core.loop import RunEvaluate, summarise
+    from autotune.core.module import load
+    from autotune.core.observer import Observer
+    from autotune.core.runs import RunStore, new_run_id
+    from autotune.core.spec import RunSpec
+    from autotune.core.tuner import ModuleSearch
+    from conftest import DATA
+
+    gpt_oss = gpu_engine.prepare(load(DATA / "real-llm" / "rocm_gpt_oss_20b_prefill.hlo"))
+    adds = [("reshape_mover_after_conv_canonicalization",), ("algsimp",)]
+
+    def answer(candidates, allow):
+        spec = RunSpec(strategy="given", budget=len(candidates), allow_regressions=allow)
+        run_id = new_run_id()
+        RunStore(gpu_engine.cache).save(run_id, status="running", module=gpt_oss.fingerprint, module_name="gpt-oss",
+                                        strategy="given", objective="final-ops", budget=len(candidates), seed=0,
+                                        max_length=4, options={}, version=gpu_engine.version)
+        search = ModuleSearch(gpu_engine, gpt_oss, objectives.get("final-ops"), spec, run_id, [], Observer())
+        seen = RunEvaluate(search).many(candidates)  # what the strategy saw
+        return seen, summarise(search, "finished", validate=False, validation_seed=0), search
+
+    seen, guarded, search = answer(adds, allow=False)
+    # each is better on the objective, but the search was told it failed (steered away from it) ...
+    assert all(search.guarded_cost(r) < search.default_cost for r in search.records)
+    assert all(c == search.failure_cost for c in seen) and {r.status for r in search.records} == {"guarded"}
+    default = search.default_result.metrics
+    for seq in adds:  # ... and adds launches: the figures the guard reads, from the same compile
+        final = search.ctx.final(search.ev.evaluate(gpt_oss, list(seq)).state).metrics
+        assert final.figure("kernels") > default.figure("kernels")
+    assert guarded.best_sequence == () and not guarded.beats_default
+    assert [seq for seq, _ in guarded.invalid] == adds
+    assert all(reason.startswith(gpu_guard.PREFIX) and "kernel launches 1114 -> 1121" in reason
+               for _, reason in guarded.invalid)
+
+    seen, allowed, search = answer(adds, allow=True)
+    assert allowed.best_sequence == adds[0] and allowed.invalid == ()
+    assert all(c < search.default_cost for c in seen)
+
+    _, best, _ = answer(adds + [("simplification",)], allow=False)
+    assert best.best_sequence == ("simplification",) and best.invalid == ()
+    final = best.best.final
+    assert final.figure("kernels") < default.figure("kernels")
+    # its estimate rises 0.002%: within the guard's slack, the model's rounding
+    assert final.figure("estimate_us") > default.figure("estimate_us")
+    assert gpu_guard.breach(final, default, "h100") is None
+    assert gpu_guard.breach(default, final, "h100") is not None  # the other way round, launches rise
+
+
+@needs_plugin
+def test_a_fleet_for_a_gpu_sets_aside_a_sequence_that_adds_launches_on_one_member(gpu_engine):
+    """``algsimp`` and ``reshape_mover_after_conv_canonicalization`` lower both LLM steps' H100
+    instructions, and LLaMA-3's launches, but add seven launches to gpt-oss: the fleet sets them aside
+    naming that member and keeps XLA's default; ``allow_regressions`` offers the better one."""
+    from autotune.core import objectives
+    from autotune.core.fleet import FleetSearch
+    from autotune.core.loop import RunEvaluate, summarise
+    from autotune.core.module import load
+    from autotune.core.observer import Observer
+    from autotune.core.runs import RunStore, new_run_id
+    from autotune.core.spec import RunSpec
+    from conftest import DATA
+
+    roots = [gpu_engine.prepare(load(DATA / "real-llm" / f"rocm_{name}.hlo"))
+             for name in ("llama3_8b_generate", "gpt_oss_20b_prefill")]
+    candidates = [("reshape_mover_after_conv_canonicalization",), ("algsimp",)]
+
+    def answer(allow):
+        run_id = new_run_id()
+        RunStore(gpu_engine.cache).save(run_id, status="running", module="fleet", module_name="fleet",
+                                        strategy="given", objective="final-ops", budget=2, seed=0, max_length=4,
+                                        options={}, version=gpu_engine.version)
+        spec = RunSpec(strategy="given", budget=2, allow_regressions=allow)
+        search = FleetSearch(gpu_engine, roots, objectives.get("final-ops"), spec, run_id, [], Observer())
+        seen = RunEvaluate(search).many(candidates)  # what the strategy saw
+        return seen, [search.guarded_cost(r) for r in search.records], summarise(search, "finished", validate=False,
+                                                                                 validation_seed=0)
+
+    seen, costs, result = answer(allow=False)
+    assert all(c < 1.0 for c in costs)  # both better than XLA's default on the fleet's objective ...
+    assert all(c > 1.0 for c in seen)  # ... but the search was told they fail
+    assert result.best_sequence == () and [seq for seq, _ in result.invalid] == candidates
+    assert all(reason.startswith("rocm_gpt_oss_20b_prefill: GPU guard: raises the h100's kernel launches 1114 -> 1121")
+               for _, reason in result.invalid)
+    _, _, allowed = answer(allow=True)
+    assert allowed.best_sequence == candidates[0] and allowed.invalid == ()

@@ -279,3 +279,17 @@ def coerce(value: str):
     return {"true": True, "false": False}.get(value.lower(), value)
 
 
+
+
+def rejection_lines(rejected) -> list[str]:
+    """Lines for the candidates a run did not offer: each invalid one (validation), and the best one the
+    GPU guard set aside with how many more it did (they are alike: the same figure rose)."""
+    from autotune.core.gpu_guard import is_guard_reason as guarded
+
+    aside = [(seq, reason) for seq, reason in rejected if guarded(reason)]
+    lines = [f"[yellow]rejected (invalid):[/] {','.join(seq)}: {reason}" for seq, reason in rejected if not guarded(reason)]
+    if aside:
+        more = f" (and {len(aside) - 1} more that rank above the answer)" if len(aside) > 1 else ""
+        seq, reason = aside[0]
+        lines.insert(0, f"[yellow]set aside{more}:[/] {','.join(seq)}: {reason}")
+    return lines

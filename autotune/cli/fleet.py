@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from autotune.cli.common import console, print_json
+from autotune.cli.common import console, print_json, rejection_lines
 from autotune.errors import BadInput
 
 
@@ -91,7 +91,7 @@ def _report(result, out_dir) -> None:
     else:
         con.print(f"[yellow]No sequence beat {base} ordering on the fleet in {result.evaluations} "
                   f"evaluations: keep {base}.[/]")
-    for seq, reason in result.invalid:
-        con.print(f"[yellow]rejected (invalid):[/] {','.join(seq)}: {reason}")
+    for line in rejection_lines(result.invalid):
+        con.print(line)
     con.print(f"run {result.run_id} ({result.status}): {result.seconds:.1f}s, steps compiled {result.steps_compiled}"
               + (f"; outputs in {out_dir}" if out_dir else ""))

@@ -13,7 +13,7 @@ from autotune.core.validation import REQUIREMENTS, verified
 from autotune.errors import BadInput, CheckFailed
 from autotune.cli import cli
 from autotune.core.spec import DEFAULT_MAX_LENGTH, RunSpec
-from autotune.cli.common import check_writable, console, db_option, json_option, load_model, parse_options, print_json, workers_option, executor_option
+from autotune.cli.common import check_writable, console, db_option, json_option, load_model, parse_options, print_json, rejection_lines, workers_option, executor_option
 
 
 @cli.command()
@@ -21,7 +21,9 @@ from autotune.cli.common import check_writable, console, db_option, json_option,
 @click.option("--modules", "modules_dir", type=click.Path(file_okay=False), default=None,
               help="Fleet: tune ONE sequence for every .hlo in this directory (several MODELs do the same).")
 @click.option("--allow-regressions", is_flag=True,
-              help="Fleet: accept a sequence that makes some module worse than XLA's default (reported).")
+              help="Fleet: accept a sequence that makes some module worse than XLA's default (reported). "
+                   "GPU target: offer an answer that adds kernel launches or roofline time over XLA's default "
+                   "(set aside by default: docs/gpu.md).")
 @click.option("--strategy", "-s", default="random", show_default=True, help="Search strategy (see `autotune strategies`).")
 @click.option("--budget", "-b", type=int, default=200, show_default=True, help="Sequence evaluations, cache hits included.")
 @click.option("--time-limit", type=float, default=None, help="Stop after this many seconds.")
@@ -259,8 +261,8 @@ def _report(result, as_json: bool, out_dir) -> None:
         m = result.memory
         out.print(f"[yellow]{m.describe()}: the answer needs more memory than XLA's default, which final-ops does "
                   "not count (docs/guarantees.md)[/]" if m.grows else m.describe())
-    for seq, reason in result.invalid:
-        out.print(f"[yellow]rejected (invalid):[/] {','.join(seq)}: {reason}")
+    for line in rejection_lines(result.invalid):
+        out.print(line)
     out.print(f"run {result.run_id} ({result.status}): {result.seconds:.1f}s, steps compiled {result.steps_compiled}, "
                   f"cache hit rate {result.cache_hit_rate:.0%}" + (f"; outputs in {out_dir}" if out_dir else ""))
     if result.phases:

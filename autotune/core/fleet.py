@@ -29,8 +29,9 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
+from autotune.core import gpu_guard
 from autotune.core.evaluator import Evaluator
-from autotune.core.loop import Choice, PhaseClock, Search, prune, validity_of
+from autotune.core.loop import GUARDED, Choice, PhaseClock, Search, prune, validity_of
 from autotune.core.metrics import Metrics
 from autotune.core.module import Module
 from autotune.core.objectives import Objective, ObjectiveContext
@@ -206,6 +207,10 @@ class FleetSearch(Search):
             if score.failed or score.regressed:
                 names = [self.roots[i].name for i in (score.failed or score.regressed)]
                 message = ("fails on " if score.failed else f"worse than {self.ev.pipeline.baseline} on ") + ", ".join(names)
+            guarded = None if score.disqualified else self._guard_states(self.states(seq))
+            if guarded is not None:  # the search is steered away from it (``loop.GUARDED``)
+                out.append(TrialRecord(0, seq, self.failure_cost, GUARDED, None, False, guarded))
+                continue
             # a disqualified sequence is never a result
             out.append(TrialRecord(0, seq, score.cost, "failed" if score.disqualified else "ok", None, False, message))
         return out
@@ -253,6 +258,26 @@ class FleetSearch(Search):
 
     def unchecked(self) -> list:
         return [None] * len(self.roots)
+
+    def guard(self, rec: TrialRecord) -> str | None:
+        return self._guard_states(self.states(rec.sequence))
+
+    def guarded_cost(self, rec: TrialRecord) -> float:
+        return self.fobj.score(self.costs(self.states(rec.sequence)), self.default_costs).cost
+
+    def _guard_states(self, states: Sequence[str | None]) -> str | None:
+        """Each member's GPU guard (``core.gpu_guard``), the first that objects; ``allow_regressions``
+        turns it off as it lets a member's cost rise."""
+        target = self.ev.pipeline.target
+        if self.spec.allow_regressions or not target.is_gpu:
+            return None
+        for root, state, ctx, default in zip(self.roots, states, self.ctxs, self.defaults):
+            final = ctx.final(state) if state is not None else None
+            if final is not None and final.ok:
+                reason = gpu_guard.breach(final.metrics, default.metrics, target.name)
+                if reason is not None:
+                    return f"{root.name}: {reason}"
+        return None
 
     def result(self, status: str, choice: Choice | None, invalid: tuple) -> FleetResult:
         if choice is None:  # XLA's default on every module

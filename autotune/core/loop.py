@@ -41,6 +41,11 @@ if TYPE_CHECKING:
 
 #: Distinct candidates the validity check may reject before the run reports nothing.
 MAX_REJECTED = 8
+#: Candidates set aside by the GPU guard that a result names (the best of them; the rest are alike).
+MAX_GUARDED_SHOWN = 3
+#: A trial's status when the GPU guard set its state aside (``core.gpu_guard``): the strategy sees the
+#: failure cost, so the search steers to answers the guard lets through; never a candidate.
+GUARDED = "guarded"
 
 
 class Interrupted(AutotuneError):
@@ -170,6 +175,14 @@ class Search:
     def unchecked(self) -> object:
         raise NotImplementedError
 
+    def guard(self, rec: TrialRecord) -> str | None:
+        """Why a candidate may not be offered whatever its cost (``core.gpu_guard``), or None."""
+        return None
+
+    def guarded_cost(self, rec: TrialRecord) -> float:
+        """What the objective says of a trial the guard set aside (its record holds the failure cost)."""
+        return rec.cost
+
     def confirm(self, rec: TrialRecord, rest: list[TrialRecord], seen: set, tally: dict) -> tuple[object, bool]:
         """The objective's verdict on a candidate and whether to try the next one instead."""
         return None, False
@@ -290,17 +303,25 @@ def choose(search: Search, ranked: list[TrialRecord], validate: bool, validation
     (deterministic objectives), validated and its win confirmed; a rejected one is recorded with
     its reason and the next one is tried. Returns ``(choice or None, rejected (sequence, reason)s)``."""
     clock, invalid, seen, tally = search.phases, [], set(), {"confirmations": 0}
+    guards, guarded_keys = [], set()
     for i, rec in enumerate(ranked):
         key = search.key(rec)
-        if key is None or key in seen:
+        if key is None or key in seen or key in guarded_keys:
             continue
         seen.add(key)
         if len(seen) > MAX_REJECTED:
             break
         found, found_cost = rec.sequence, rec.cost
+        guarded = search.guard(rec)
+        if guarded is not None:  # read off figures the search already has: not counted as a rejection
+            seen.discard(key)
+            guarded_keys.add(key)
+            guards.append((rec.sequence, guarded))
+            continue
         if prune and search.objective.deterministic and rec.cost < search.default_cost:
             clock.enter("prune", f"candidate {len(seen)}: dropping passes that change nothing")
-            rec = search.prune_candidate(rec)
+            pruned = search.prune_candidate(rec)
+            rec = pruned if search.guard(pruned) is None else rec  # pruning must not add launches either
         report = search.unchecked()
         if validate:
             clock.enter("validation", f"candidate {len(seen)}")
@@ -311,8 +332,27 @@ def choose(search: Search, ranked: list[TrialRecord], validate: bool, validation
         verdict, try_next = search.confirm(rec, ranked[i + 1:], seen, tally)
         if try_next:
             continue
-        return Choice(rec, found, report, verdict, found_cost), tuple(invalid)
-    return None, tuple(invalid)
+        choice = Choice(rec, found, report, verdict, found_cost)
+        return choice, tuple((set_aside(search, choice) + guards)[:MAX_GUARDED_SHOWN] + invalid)
+    return None, tuple((set_aside(search, None) + guards)[:MAX_GUARDED_SHOWN] + invalid)
+
+
+def set_aside(search: Search, choice: Choice | None) -> list[tuple[tuple[str, ...], str]]:
+    """``(sequence, reason)`` of the trials the GPU guard set aside during the search that the objective
+    ranks above the answer (above XLA's default when there is none), best (then shortest) first, one per
+    candidate."""
+    bound = choice.rec.cost if choice is not None else search.default_cost
+    found: dict = {}
+    for rec in search.records:
+        if rec.status != GUARDED:
+            continue
+        key = search.key(rec)
+        if key is None or key in found:
+            continue
+        cost = search.guarded_cost(rec)
+        if cost < bound:
+            found[key] = (cost, len(rec.sequence), rec.n, rec.sequence, rec.message or "")
+    return [(seq, reason) for *_, seq, reason in sorted(found.values())]
 
 
 def drive(search: Search, strategy, space: SearchSpace, seed: int, label: str) -> tuple[str, str | None]:

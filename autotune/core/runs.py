@@ -8,7 +8,7 @@ frozen trials while its Study owns the loop.
 
 Schema (created here, in the cache's database): ``runs`` (one row per run: its settings, status,
 best sequence and cost, and the JSON summary of the finished result) and ``trials`` (``(run, n)`` ->
-sequence, cost, status ok|failed|invalid, the state reached, whether the cache answered, the
+sequence, cost, status ok|failed|invalid|guarded, the state reached, whether the cache answered, the
 compiler's or the validator's message, seconds since the run started). Trials are numbered from 0
 without gaps; a gap means rows after it were never committed together, and replay stops there.
 """
@@ -32,7 +32,7 @@ class TrialRecord:
     n: int
     sequence: tuple[str, ...]
     cost: float
-    status: str  # ok | failed | invalid
+    status: str  # ok | failed | invalid | guarded (``loop.GUARDED``)
     state: str | None
     cached: bool
     message: str | None = None

@@ -22,11 +22,11 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from autotune import strategy as strategy_mod
-from autotune.core import footprint
+from autotune.core import footprint, gpu_guard
 from autotune.core import objectives as objectives_mod
 from autotune.core.backend import supports
 from autotune.core.evaluator import Evaluator, Result
-from autotune.core.loop import (Choice, Interrupted, PhaseClock, RunEvaluate, Search, drive, finish,
+from autotune.core.loop import (GUARDED, Choice, Interrupted, PhaseClock, RunEvaluate, Search, drive, finish,
                                 seed_everything, prune, validity_of)
 from autotune.core.metrics import Metrics
 from autotune.core.module import Module
@@ -108,6 +108,9 @@ class ModuleSearch(Search):
         if math.isnan(cost):
             msg = self.objective.failure(result.state, self.ctx)
             return TrialRecord(n, seq, self.failure_cost, "failed", result.state, cached, msg)
+        guarded = self._guard_state(result.state)
+        if guarded is not None:  # the search is steered away from it (``loop.GUARDED``)
+            return TrialRecord(n, seq, self.failure_cost, GUARDED, result.state, cached, guarded)
         return TrialRecord(n, seq, cost, "ok", result.state, cached)
 
     def recheck(self) -> list[TrialRecord]:
@@ -197,6 +200,22 @@ class ModuleSearch(Search):
 
     def unchecked(self) -> Validation:
         return not_checked()
+
+    def _guard_state(self, state: str | None) -> str | None:
+        """The GPU guard on a state of this module (``core.gpu_guard``): the figures come with the
+        final module the objective has already read, so this compiles nothing."""
+        if self.spec.allow_regressions or state is None or not self.ev.pipeline.target.is_gpu:
+            return None
+        final = self.ctx.final(state)
+        if not final.ok:
+            return None
+        return gpu_guard.breach(final.metrics, self.default_result.metrics, self.ev.pipeline.target.name)
+
+    def guard(self, rec: TrialRecord) -> str | None:
+        return self._guard_state(rec.state)
+
+    def guarded_cost(self, rec: TrialRecord) -> float:
+        return self.objective.cost(rec.state, self.ctx) if rec.state else rec.cost
 
     def confirm(self, rec: TrialRecord, rest: list[TrialRecord], seen: set, tally: dict) -> tuple[Claim, bool]:
         obj = self.objective
@@ -394,7 +413,9 @@ def _open(evaluator: Evaluator, subject, obj: Objective, spec: RunSpec, run_id: 
     """Record the run (``running``) and build its ``Search``: a ``FleetSearch`` for a list of modules,
     else a ``ModuleSearch`` (on a surrogate when ``spec.surrogate`` finds large constants)."""
     fields = fleet_fields(subject, spec) if isinstance(subject, list) else {
-        "module": subject.fingerprint, "module_name": subject.name, "options": spec.options}
+        "module": subject.fingerprint, "module_name": subject.name,
+        # a resumed run keeps ``allow_regressions`` (the GPU guard off); ``_resumed`` takes it back out
+        "options": {**spec.options, **({"allow_regressions": True} if spec.allow_regressions else {})}}
     RunStore(evaluator.cache).save(
         run_id, **({"created": time.time()} if created else {}), updated=time.time(), status="running",
         strategy=spec.strategy, objective=spec.objective, budget=spec.budget, seed=spec.seed,

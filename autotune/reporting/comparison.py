@@ -12,6 +12,7 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
+from autotune.core.gpu_guard import is_guard_reason
 from autotune.core.target import Target
 from autotune.errors import BadInput
 from autotune.reporting.metric import PAPER, RATIO_FLOOR, TIE_RTOL, PaperMetric, paper_metric  # noqa: F401
@@ -54,7 +55,7 @@ class RunRow:
     best_final_ops: int | None = None
     best_sequence: tuple[str, ...] = ()
     valid: bool | None = None  # validity of the reported best (None: not validated / no best)
-    rejected: tuple[tuple[tuple[str, ...], str], ...] = ()  # candidates rejected by validation
+    rejected: tuple[tuple[tuple[str, ...], str], ...] = ()  # candidates rejected by validation or the GPU guard
     validation: str | None = None  # validation level of the reported best (``autotune.core.validation``)
     seconds: float = 0.0
     steps_compiled: int = 0
@@ -112,8 +113,9 @@ class RunRow:
 
     @property
     def validity_failure(self) -> bool:
-        """The run's best (at least one top candidate) was rejected by the validity check."""
-        return bool(self.rejected)
+        """The run's best (at least one top candidate) was rejected by the validity check (a candidate
+        the GPU guard set aside is not invalid)."""
+        return any(not is_guard_reason(reason) for _, reason in self.rejected)
 
     @property
     def cache_hit_rate(self) -> float:
