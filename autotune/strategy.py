@@ -135,6 +135,11 @@ class Evaluate(abc.ABC):
     def empty_cost(self) -> float:
         """Cost of the module as it is (the empty sequence), free of charge: no budget is spent."""
 
+    def guarded(self, sequence: Sequence[str]) -> bool:
+        """Whether ``sequence``'s failure cost is the GPU guard's (the pass ran, the state adds kernel
+        launches: never an answer, but a step-by-step strategy may go on from it), not a failed pass."""
+        return False
+
 
 class Strategy(abc.ABC):
     """Base class of all strategies. Subclasses set ``name`` and implement ``minimize``.

@@ -509,3 +509,28 @@ def test_a_fleet_for_a_gpu_sets_aside_a_sequence_that_adds_launches_on_one_membe
                for _, reason in result.invalid)
     _, _, allowed = answer(allow=True)
     assert allowed.best_sequence == candidates[0] and allowed.invalid == ()
+
+
+@needs_plugin
+def test_a_roll_out_goes_on_from_a_state_the_gpu_guard_sets_aside(gpu_engine):
+    """In the gym env a guarded state is not a failed pass: on gpt-oss, ``algsimp`` adds launches for
+    the H100; the episode goes on from it with no credit and the last allowed cost, and ends at STOP."""
+    from autotune.core.module import load
+    from autotune.core.tuner import evaluation_session
+    from autotune.rl.env import EpisodeSource, make_env
+    from conftest import DATA
+
+    module = load(DATA / "real-llm" / "rocm_gpt_oss_20b_prefill.hlo")
+    session = evaluation_session(gpu_engine, module, budget=10)
+    passes = list(gpu_engine.pipeline.passes())
+    env = make_env(sources=[EpisodeSource(session, "gpt-oss")], actions=passes, max_length=3)
+    _, info = env.reset()
+    start = info["cost"]
+    _, reward, terminated, _, info = env.step(passes.index("algsimp"))
+    assert info["guarded"] and not info["failed"] and not terminated
+    assert reward == 0.0 and info["cost"] == start and info["sequence"] == ("algsimp",)
+    assert session.guarded(("algsimp",)) and not session.guarded(())
+    _, reward, terminated, _, info = env.step(passes.index("cse"))
+    assert info["guarded"] and not terminated and info["sequence"] == ("algsimp", "cse")
+    _, reward, terminated, _, info = env.step(env.stop)
+    assert terminated and reward == 0.0 and info["best_cost"] == start

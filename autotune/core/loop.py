@@ -131,6 +131,7 @@ class Search:
         self.deadline = time.monotonic() + spec.time_limit if spec.time_limit else None
         self.seed, self.strategy_name, self.validate_seconds = spec.seed, spec.strategy, spec.validate_seconds
         self.records: list[TrialRecord] = []
+        self.guarded: set[tuple[str, ...]] = set()  # sequences whose trial the GPU guard set aside
         self.best: TrialRecord | None = None
         self.best_history: list[float] = []
         self.t0 = time.perf_counter()
@@ -228,6 +229,8 @@ class Search:
             self.runs.add_trial(self.run_id, rec, time.perf_counter() - self.t0)
         if rec.status == "ok" and (self.best is None or rec.cost < self.best.cost):
             self.best = rec
+        if rec.status == GUARDED:
+            self.guarded.add(rec.sequence)
         self.best_history.append(self.best.cost if self.best else math.nan)
         elapsed = max(1e-9, time.perf_counter() - self.t0)
         compiled, cached = self.steps()
@@ -273,6 +276,11 @@ class RunEvaluate(Evaluate):
     def metrics(self, sequence: Sequence[str]) -> Metrics | None:
         """Metrics of the module after ``sequence`` if it was evaluated (no budget spent)."""
         return self.t.metrics_after(tuple(sequence))
+
+    def guarded(self, sequence: Sequence[str]) -> bool:
+        """Whether the GPU guard set ``sequence``'s evaluated state aside (its cost is the failure cost,
+        but its pass ran: a step-by-step roll-out may go on from it, ``rl.env``)."""
+        return tuple(sequence) in self.t.guarded
 
     @property
     def input_metrics(self) -> Metrics:

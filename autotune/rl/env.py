@@ -40,6 +40,10 @@ One episode builds one pass sequence for one module:
   always strictly worse than having chosen STOP one step earlier. The default penalty is the relative
   surcharge the tuner itself puts on a failure, ``(failure_cost - c0) / c0`` (0.25 for the
   default objectives), at least ``MIN_FAILURE_PENALTY``.
+  A state the GPU guard sets aside (a GPU target; it adds kernel launches over XLA's default,
+  ``core/gpu_guard.py``) is not a failure: the pass ran, so the episode goes on from it with reward 0
+  and the cost of the last state the guard let through (a later pass may take the launches back),
+  and it is never offered as an answer (``info["guarded"]``).
 * **Observation** (``Box`` float32, in ``[0, OBS_HIGH]``): ``autotune.rl.observation.Observation``,
   every coordinate named (``env.observation_names``, same order as the vector): the opcode histogram
   of the whole module and of its loop bodies, structural counts (CSE candidates, layout-op chains,
@@ -279,15 +283,23 @@ class PassOrderingEnv(gymnasium.Env):
         if not 0 <= action <= self.stop:
             raise ValueError(f"action {action} is outside Discrete({self.stop + 1})")
         phi = self.potential(self.metrics) if self.shaping else 0.0
-        failed = False
+        failed = guarded = False
         if action == self.stop:
             base = 0.0
             terminated = True
         else:
             seq = self.sequence + (self.actions[action],)
             cost = float(self.source.evaluate(seq))  # raises BudgetExhausted when the budget is spent
-            metrics = self.source.evaluate.metrics(seq) if cost != self.source.evaluate.failure_cost else None
-            if metrics is None or math.isnan(cost):
+            evaluate = self.source.evaluate
+            guarded = cost == evaluate.failure_cost and evaluate.guarded(seq)
+            metrics = evaluate.metrics(seq) if cost != evaluate.failure_cost or guarded else None
+            if guarded and metrics is not None:
+                # the GPU guard set this state aside (it adds launches): no credit and never an answer,
+                # but the pass ran and a later one may take the launches back, so the episode goes on
+                base = 0.0
+                self.sequence, self.metrics = seq, metrics
+                terminated = len(seq) >= self.max_length
+            elif metrics is None or math.isnan(cost):
                 failed = True
                 base = -self._failure_penalty
                 terminated = True
@@ -307,7 +319,8 @@ class PassOrderingEnv(gymnasium.Env):
         self._done = terminated
         info = {"source": self.source.name, "cost": self.cost, "best_cost": self.best, "start_cost": self._c0,
                 "sequence": self.sequence,
-                "failed": failed, "base_reward": base, "shaping": shaping}
+                "failed": failed, "guarded": guarded, "base_reward": base,
+                "shaping": shaping}
         obs = self.observe(self.metrics, len(self.sequence))
         return obs, float(base + shaping), terminated, False, info
 
