@@ -615,6 +615,29 @@ GROUP_ORDER = {"bundled": 0, "dlrm": 1, "llm-family": 2, "shared-llm": 3}
 GROUP_WEIGHT = {"shared-llm": 3.0}
 
 
+def device_env(platform: str) -> None:
+    """Set before jax first touches a backend (``device_gib`` does, in ``main``)."""
+    if platform == "cpu":
+        os.environ.setdefault("JAX_PLATFORMS", "cpu")  # the dry run: no CUDA plugin probing
+    else:
+        # jax lets its allocator have 75% of the device by default: on a 139 GiB H200 that is 104 GiB, less
+        # than DeepSeek-V2's 58.6 GiB of inputs plus its 57 GiB temporary (out of memory on 2026-11-28, in
+        # every process); the benchmark is the device's only user, so it takes 95% unless told otherwise.
+        os.environ.setdefault("XLA_PYTHON_CLIENT_MEM_FRACTION", "0.95")
+
+
+def has_work(entry: dict, args) -> bool:
+    """Whether a module has anything to time against its default: an ordering (of ``--labels``, if given)
+    whose module differs from the default's, or the default itself under ``--compiler-options`` or
+    ``--recompile``. A spread bundle keeps modules whose launches no ordering moved as a default alone."""
+    if args.compiler_options or args.recompile:
+        return True
+    base = next((v.get("file") for v in entry["variants"] if v["label"] == "default"), None)
+    wanted = args.labels.split(",") if args.labels else None
+    return any(v["label"] != "default" and v.get("file") not in (None, base) and (wanted is None or v["label"] in wanted)
+               for v in entry["variants"])
+
+
 def run(args) -> int:
     bundle = Path(args.bundle)
     if not (bundle / "manifest.json").is_file():
@@ -622,17 +645,22 @@ def run(args) -> int:
         return 2
     manifest = json.loads((bundle / "manifest.json").read_text())
     deadline = time.time() + args.deadline
-    if args.platform == "cpu":
-        os.environ.setdefault("JAX_PLATFORMS", "cpu")  # the dry run: no CUDA plugin probing
+    device_env(args.platform)
     api = Api(args.platform)
     gpu_name = getattr(api.device, "device_kind", args.platform)
     # gpt-oss (78 GiB of inputs) last: were it to take the process down, the others are already written
-    chosen = [m for m in manifest["modules"] if not args.groups or m["group"] in args.groups.split(",")]
+    chosen = [m for m in manifest["modules"] if (not args.groups or m["group"] in args.groups.split(","))
+              and (not args.modules or m["name"] in args.modules.split(","))]
+    idle = [m["name"] for m in chosen if not has_work(m, args)]
+    if idle:  # a default alone, with nothing to time against it, would only spend the module's share
+        log(f"nothing to time on {len(idle)} modules (their only ordering is XLA's default): {', '.join(idle)}")
+        chosen = [m for m in chosen if m["name"] not in idle]
     modules = sorted(chosen, key=lambda m: (GROUP_ORDER.get(m["group"], 9), "gpt_oss" in m["name"]))
     log(f"{len(modules)} modules on {gpu_name} (jax {api.jax.__version__}), deadline {args.deadline} s")
     data = {"command": "python bench/gpu.py" + "".join(f" {a}" for a in sys.argv[1:]), "device": gpu_name,
             "platform": args.platform, "jax": api.jax.__version__, "bundle": manifest.get("command"),
-            "target": manifest.get("target"), "rows": [], "date": time.strftime("%Y-%m-%d")}
+            "target": manifest.get("target"), "rows": [], "date": time.strftime("%Y-%m-%d"),
+            "mem_fraction": os.environ.get("XLA_PYTHON_CLIENT_MEM_FRACTION")}
     for i, entry in enumerate(modules):
         now = time.time()
         if now > deadline:
@@ -764,11 +792,13 @@ def main(argv=None) -> int:
                    help="also time the default against a second compile of itself (GEMM autotuning's spread)")
     r.add_argument("--labels", default=None, help="time only these orderings (comma-separated labels)")
     r.add_argument("--groups", default=None, help="only modules of these groups (comma-separated)")
+    r.add_argument("--modules", default=None, help="only these modules, by name (comma-separated)")
     r.add_argument("--compiler-options", action="store_true",
                    help="also time the default ordering under each of COMPILER_OPTIONS (GPU flags)")
     args = ap.parse_args(argv)
     if args.what == "prepare":
         return prepare(args)
+    device_env(args.platform)
     if args.max_input_gib is None:
         args.max_input_gib = 2.0 if args.platform == "cpu" else 0.85 * device_gib(args.platform)
     return run(args)

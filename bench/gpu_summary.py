@@ -15,7 +15,15 @@ writes ``results/gpu-summary.md`` and ``results/gpu-summary.png``:
   averaged over the runs;
 * across modules, the roofline estimate of the default's compiled module against its measured time.
 
-    python bench/gpu_summary.py [--runs results/gpu.json results/gpu-run1.json ...]
+* with ``--compiler-options`` runs, each GPU flag's ratio on each module in each run.
+
+    python bench/gpu_summary.py [--runs results/gpu.json ...] [--bundle DIR_OR_MANIFEST ...] [--out DIR]
+
+The defaults are the three runs of 2026-11-26, read against the bundle they timed (GPU engine 1, kept as
+results/gpu_bundle_engine1_manifest.json); the runs of 2026-11-28 (engine 2, with the GPU guard) are
+summarized by ``--runs results/gpu-engine2/*.json --bundle bench/gpu_bundle bench/gpu_bundle_spread
+--out results/gpu-engine2``. Several bundles are read as one: a spread bundle times other orderings of
+the same modules.
 
 Nothing here needs a GPU or autotune: it reads JSON.
 """
@@ -33,6 +41,7 @@ from gpu import spearman as rho  # noqa: E402  (the run's own Spearman: scipy's,
 
 ROOT = Path(__file__).resolve().parent.parent
 RUNS = ("results/gpu-run1.json", "results/gpu.json", "results/gpu-run3.json")
+BUNDLES = ("results/gpu_bundle_engine1_manifest.json",)
 ANSWERS = ("h100", "cpu", "policy")
 FIGURES = ("final_ops", "kernels", "estimate_us")
 
@@ -97,14 +106,35 @@ def summarize(runs: list[dict], names: list[str], manifest: dict) -> dict:
             for what in ("noise", "recompiled"):
                 if what in r:
                     floors.setdefault(r["name"], {})[f"{what} ({name})"] = r[what]
+    options: dict[str, dict[str, list]] = {}  # module -> flag label -> one cell per run
+    for i, run in enumerate(runs):
+        for r in run["rows"]:
+            for o in r.get("options", []):
+                options.setdefault(r["name"], {}).setdefault(o["label"], [None] * len(runs))[i] = o
     return {"answers": answers, "repeat": repeat, "figures": figures, "absolute": absolute, "floors": floors,
-            "base_us": base_us, "pairs": len(keys)}
+            "base_us": base_us, "pairs": len(keys), "options": options}
 
 
-def markdown(s: dict, runs: list[dict], names: list[str], paths: list[str], manifest: dict) -> str:
+def load_manifest(paths: list[Path]) -> dict:
+    """One manifest from several bundles (a directory holding manifest.json, or the file itself): the first's
+    header, every bundle's modules (a module in two bundles appears twice; its figures are keyed by label)."""
+    loaded = [json.loads((p / "manifest.json" if p.is_dir() else p).read_text()) for p in paths]
+    return {**loaded[0], "modules": [m for man in loaded for m in man["modules"]]}
+
+
+def cell(c: dict | None) -> str:
+    if not c:
+        return ""
+    if "ratio" not in c:
+        return c.get("error", c.get("skipped", ""))[:60]
+    same = {True: " =out", False: " !out"}.get(c.get("same_outputs"), "")
+    return f"{c['ratio']:.3f} [{c['low']:.3f}, {c['high']:.3f}]{same}"
+
+
+def markdown(s: dict, runs: list[dict], names: list[str], paths: list[str], manifest: dict, command: str) -> str:
     devices = sorted({f"{r['device']} (jax {r['jax']}, {r['date']})" for r in runs})
     lines = ["# The GPU runs together: was any answer slower, and does any compile-only figure rank GPU time?", "",
-             f"Made by `python bench/gpu_summary.py` from {len(runs)} runs of `python bench/gpu.py` on "
+             f"Made by `{command}` from {len(runs)} runs of `python bench/gpu.py` on "
              f"{', '.join(devices)}: " + "; ".join(f"{n}: `{r['command']}` ({p})" for n, r, p in zip(names, runs, paths))
              + ". "
              f"The orderings were tuned without a GPU for target `{manifest.get('target')}` (autotune, jax "
@@ -150,6 +180,22 @@ def markdown(s: dict, runs: list[dict], names: list[str], paths: list[str], mani
     lines += ["", "Across modules (the default of each, not the orderings): the figure against the measured "
               "time of a step.", "", "| figure | modules | Spearman |", "|---|---:|---:|"]
     lines += [f"| {n} | {a['modules']} | {fmt(a['spearman'])} |" for n, a in s["absolute"].items()]
+    if s["options"]:
+        lines += ["", "## Do compiler options move GPU time?", "",
+                  "XLA's default ordering compiled with one GPU flag set (`python bench/gpu.py --compiler-options`), "
+                  "its time against the default compile's, in each run that timed it; `=out` / `!out` whether "
+                  "the outputs matched the default's within autotune's tolerances.", "",
+                  "| module | flag | " + " | ".join(names) + " |", "|---|---|" + "---|" * len(names)]
+        unreached = 0
+        for module, flags in s["options"].items():
+            for flag, cells in flags.items():
+                if not any(c and "ratio" in c for c in cells):
+                    unreached += 1  # every run ran out of the module's time share before this flag
+                    continue
+                lines.append(f"| {module} | `{flag}` | " + " | ".join(cell(c) for c in cells) + " |")
+        if unreached:
+            lines += ["", f"{unreached} (module, flag) pairs were reached by no run (each module's share of the "
+                      "deadline went to its orderings first)."]
     lines += ["", "![answers per module](gpu-summary.png)", ""]
     return "\n".join(lines)
 
@@ -185,7 +231,8 @@ def plot(s: dict, names: list[str], path: Path) -> None:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", nargs="+", default=list(RUNS))
-    ap.add_argument("--bundle", default=str(ROOT / "bench" / "gpu_bundle"))
+    ap.add_argument("--bundle", nargs="+", default=list(BUNDLES),
+                    help="the bundles the runs timed (directories or manifest files): their compile-only figures")
     ap.add_argument("--out", default=str(ROOT / "results"))
     args = ap.parse_args(argv)
     paths = [Path(p) if Path(p).is_absolute() else ROOT / p for p in args.runs]
@@ -195,11 +242,18 @@ def main(argv=None) -> int:
         return 2
     runs = [json.loads(p.read_text()) for p in paths]
     names = [f"run {i + 1}" for i in range(len(paths))]
-    manifest = json.loads((Path(args.bundle) / "manifest.json").read_text())
+    bundles = [Path(b) if Path(b).is_absolute() else ROOT / b for b in args.bundle]
+    absent = [str(b) for b in bundles if not (b / "manifest.json" if b.is_dir() else b).is_file()]
+    if absent:
+        print(f"gpu_summary.py: error: no bundle manifest at {', '.join(absent)}", file=sys.stderr)
+        return 2
+    manifest = load_manifest(bundles)
     s = summarize(runs, names, manifest)
     out = Path(args.out)
-    (out / "gpu-summary.md").write_text(markdown(s, runs, names, [str(p.relative_to(ROOT)) if p.is_relative_to(ROOT)
-                                                                  else str(p) for p in paths], manifest))
+    out.mkdir(parents=True, exist_ok=True)
+    command = "python bench/gpu_summary.py" + "".join(f" {a}" for a in (sys.argv[1:] if argv is None else argv))
+    rel = [str(p.relative_to(ROOT)) if p.is_relative_to(ROOT) else str(p) for p in paths]
+    (out / "gpu-summary.md").write_text(markdown(s, runs, names, rel, manifest, command))
     plot(s, names, out / "gpu-summary.png")
     print(f"wrote {out / 'gpu-summary.md'}")
     return 0
