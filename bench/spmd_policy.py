@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """A policy, zero-shot, on the partitioned LLM steps (``llm_spmd``) against a search's ceiling.
 
-    python bench/spmd_policy.py [--policy PATH] [--split test|train|all] [--budget 40]
+    python bench/spmd_policy.py [--policy PATH] [--split test|train|all] [--style S] [--budget 40]
                                 [--branches N] [--policy-budget B] [--family llm_spmd|t5|vit|diffusion]
 
 ``--family t5`` (or ``vit``, ``diffusion``): the same measurement on a family no shipped policy was
@@ -149,6 +149,8 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--policy", type=Path, default=POLICY)
     p.add_argument("--split", choices=("test", "train", "all"), default="test")
+    p.add_argument("--style", default=None,
+                   help="only llm_spmd modules of these parallel styles (comma-separated, e.g. ring)")
     p.add_argument("--budget", type=int, default=40, help="random search evaluations (the ceiling)")
     p.add_argument("--family", default="llm_spmd", choices=("llm_spmd", "llm", "t5", "vit", "diffusion"),
                    help="the family whose split is measured (default llm_spmd)")
@@ -173,7 +175,12 @@ def main(argv=None) -> int:
         print(f"error: no policy at {args.policy}", file=sys.stderr)
         return 2
     manifest = ensure_suite(args.suite, args.family)
-    entries = [e for e in manifest.entries if e.family == args.family and (args.split == "all" or e.split == args.split)]
+    entries = [e for e in manifest.entries if e.family == args.family and (args.split == "all" or e.split == args.split)
+               and (not args.style or e.config.get("parallel") in args.style.split(","))]
+    if not entries:
+        print(f"error: no {args.family} modules on the {args.split} split"
+              + (f" of style {args.style}" if args.style else ""), file=sys.stderr)
+        return 2
     args.work.mkdir(parents=True, exist_ok=True)
     policy_db = args.work / f"policy-{args.policy.stem}{args.tag}.db"
     policy_db.unlink(missing_ok=True)  # cold: its compiled steps are what it costs alone
@@ -216,6 +223,7 @@ def main(argv=None) -> int:
         + (f" --policy {os.path.relpath(args.policy, ROOT)}"
                                               if args.policy != POLICY else "") \
         + (f" --split {args.split}" if args.split != "test" else "") \
+        + (f" --style {args.style}" if args.style else "") \
         + (f" --budget {args.budget}" if args.budget != 40 else "") \
         + (f" --branches {args.branches}" if args.branches != 1 else "") \
         + (f" --policy-budget {args.policy_budget}" if args.policy_budget != 4 else "") \

@@ -197,10 +197,24 @@ def test_suite_devices_option_bad_input_writes_nothing(tmp_path):
         assert not out.exists()
 
 
+def test_ring_attention_left_every_other_module_on_its_side():
+    """The ``ring`` style joined the grid after policies were trained on its split: it is split on its
+    own, so no module of the grid without it changed sides (a module a shipped policy trained on never
+    lands in the test split), and it has modules on both sides."""
+    entries = suite.configs()
+    ring = {e.name for e in entries if e.family == "llm_spmd" and e.config.parallel == "ring"}
+    assert ring and all(n.endswith(("_ring2", "_ring4", "_ring8")) for n in ring)
+    before = suite.split([e for e in entries if e.name not in ring])
+    after = {n: side for side, names in suite.split(entries).items() for n in names}
+    assert all(after[n] == side for side, names in before.items() for n in names)
+    assert {after[n] for n in ring} == {"train", "test"}
+
+
 def test_split_keeps_every_partitioning_of_a_model_on_one_side():
     entries = suite.configs()
     spmd = [e for e in entries if e.family == "llm_spmd"]
-    assert len({(e.config.parallel, e.config.devices) for e in spmd}) == len(suite._SPMD_MESHES) + len(suite._SPMD_MANUAL)
+    assert len({(e.config.parallel, e.config.devices) for e in spmd}) == (len(suite._SPMD_MESHES) + len(suite._SPMD_MANUAL)
+                                                                         + len(suite._SPMD_RING))
     sides = suite.split(entries)
     side = {n: s for s, names in sides.items() for n in names}
     by_model: dict[str, set[str]] = {}
@@ -222,19 +236,21 @@ def test_module_name_says_style_and_devices():
 
 _CP_CHECK = """
 import dataclasses, jax
-jax.config.update("jax_platforms", "cpu"); jax.config.update("jax_num_cpu_devices", 2)
+import sys
+style, devices = sys.argv[1], int(sys.argv[2])
+jax.config.update("jax_platforms", "cpu"); jax.config.update("jax_num_cpu_devices", devices)
 import numpy as np, jax.numpy as jnp
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from autotune.zoo import LLMConfig, SpmdConfig, llm, program
 cfg = SpmdConfig(layers=1, d_model=32, heads=4, kv_heads=2, ffn=64, vocab=64, seq=16, batch=2, dtype="f32", optimizer="sgd",
-                 parallel="cp", devices=2)
+                 parallel=style, devices=devices)
 base = LLMConfig(**{f.name: getattr(cfg, f.name) for f in dataclasses.fields(LLMConfig)})
 rng = np.random.default_rng(0)
 for kind in ("train", "prefill"):
     prog = program("llm_spmd", kind, cfg)
     args = jax.tree.map(lambda s: jnp.asarray(rng.integers(0, 8, s.shape), s.dtype) if jnp.issubdtype(s.dtype, jnp.integer)
                         else jnp.asarray(rng.normal(size=s.shape) * 0.1, s.dtype), prog.args)
-    mesh = Mesh(np.array(jax.devices()[:2]), ("seq",))
+    mesh = Mesh(np.array(jax.devices()[:devices]), ("seq",))
     shardings = jax.tree.map(lambda s: NamedSharding(mesh, s), prog.in_specs, is_leaf=lambda x: isinstance(x, PartitionSpec))
     with jax.set_mesh(mesh):
         got = jax.jit(prog.fn, in_shardings=shardings)(*args)
@@ -243,14 +259,21 @@ for kind in ("train", "prefill"):
 """
 
 
-def test_context_parallel_attention_computes_the_single_device_step():
-    """``cp`` writes attention by hand in shard_map (keys and values all-gathered along the sequence):
-    run over 2 devices, its training and prefill steps give what the unpartitioned step gives."""
-    proc = subprocess.run([sys.executable, "-c", _CP_CHECK], capture_output=True, text=True, timeout=300,
-                          env=dict(os.environ, JAX_PLATFORMS="cpu", TF_CPP_MIN_LOG_LEVEL="2"))
+@pytest.mark.parametrize("style,devices", [("cp", 2), ("ring", 4)])
+def test_context_parallel_attention_computes_the_single_device_step(style, devices):
+    """``cp`` writes attention by hand in shard_map (keys and values all-gathered along the sequence),
+    ``ring`` passes the key/value blocks around the devices with an online softmax: run over 2 and 4
+    devices, their training and prefill steps give what the unpartitioned step gives."""
+    proc = subprocess.run([sys.executable, "-c", _CP_CHECK, style, str(devices)], capture_output=True, text=True,
+                          timeout=300, env=dict(os.environ, JAX_PLATFORMS="cpu", TF_CPP_MIN_LOG_LEVEL="2"))
     assert proc.returncode == 0, proc.stderr[-2000:]
     diffs = dict(line.split() for line in proc.stdout.splitlines())
     assert set(diffs) == {"train", "prefill"} and all(float(d) < 1e-4 for d in diffs.values()), diffs
+    if style == "ring":  # what the partitioner writes of it: blocks passed on, offsets from the device index
+        from autotune.zoo import lower
+
+        text = lower("llm_spmd", "train", SpmdConfig(**SMALL, parallel="ring", devices=4))
+        assert "collective-permute(" in text and "partition-id()" in text
     with pytest.raises(ValueError, match="not latent"):
-        SpmdConfig(**SMALL, latent=8, parallel="cp", devices=2)
-    assert not llm_spmd.supports(SpmdConfig(**SMALL, parallel="cp", devices=2), "decode")
+        SpmdConfig(**SMALL, latent=8, parallel=style, devices=2)
+    assert not llm_spmd.supports(SpmdConfig(**SMALL, parallel=style, devices=2), "decode")

@@ -27,6 +27,12 @@ Styles (the axis names are the mesh's):
   by hand in ``jax.shard_map`` (each device's queries against keys and values all-gathered along
   the sequence); a manual region inside an automatically partitioned step. Train and prefill only
   (a decode step has one query), and not latent attention.
+* ``ring``: context parallel as ring attention writes it (the form real long-context steps take):
+  sharded like ``cp``, but keys and values are never gathered. Each device keeps its own block and
+  passes it on to the next device (``ppermute``: a collective-permute per block and step), so after
+  ``devices`` steps every query block has seen every key block; softmax is accumulated online (a
+  running maximum and sum), and the mask's columns for the block in hand are cut at an offset
+  computed from the device's index (partition-id arithmetic). Train and prefill only, not latent.
 * ``dp_tp``: a 2-D mesh, ``data`` (devices / 2) x ``model`` (2), ``dp`` and ``tp`` at once.
 
 ``devices`` must divide what it splits (batch, heads, feed-forward, sequence, experts); a config
@@ -39,7 +45,10 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
+import math
+
 import jax
+import jax.numpy as jnp
 from jax.sharding import PartitionSpec as P
 
 from autotune.zoo import common, llm
@@ -47,7 +56,11 @@ from autotune.zoo.common import Program
 
 FAMILY = "llm_spmd"
 KINDS = llm.KINDS
-STYLES = ("dp", "fsdp", "tp", "sp", "cp", "ep", "dp_tp")
+STYLES = ("dp", "fsdp", "tp", "sp", "cp", "ep", "dp_tp", "ring")
+#: Styles that split the sequence (tokens and the KV cache along it).
+_SEQUENCE = frozenset({"sp", "cp", "ring"})
+#: Styles that write attention by hand in ``shard_map`` over the sequence axis.
+_MANUAL = frozenset({"cp", "ring"})
 
 #: Weights split by output columns (tensor parallel), and by input rows; the rest is replicated.
 _COLUMN = frozenset({"wq", "wk", "wv", "w_up", "w_gate", "w_ukv", "head"})
@@ -83,9 +96,10 @@ class SpmdConfig(llm.LLMConfig):
             return [("batch", self.batch, n // 2), ("heads", self.heads, 2), ("ffn", self.ffn, 2)]
         if style == "tp":
             return [("heads", self.heads, n), ("ffn", self.ffn, n)]
-        if style in ("sp", "cp"):  # prefill writes seq // 2 tokens, split as well
-            if style == "cp" and self.latent:
-                raise ValueError("context parallelism (cp) is written for grouped/multi-head attention, not latent")
+        if style in _SEQUENCE:  # prefill writes seq // 2 tokens, split as well
+            if style in _MANUAL and self.latent:
+                raise ValueError(f"context parallelism ({style}) is written for grouped/multi-head attention, "
+                                 "not latent")
             return [("seq // 2", self.seq // 2, n)]
         if style == "ep":
             if not self.experts:
@@ -97,10 +111,14 @@ class SpmdConfig(llm.LLMConfig):
 
     def attention(self, q, k, v, mask):
         """``cp``: each device's queries against the keys and values of the whole sequence, gathered in
-        ``shard_map`` (the rest of the step is partitioned automatically); otherwise ``llm.attend``."""
-        if self.parallel != "cp":
+        ``shard_map`` (the rest of the step is partitioned automatically); ``ring``: the same attention
+        with the key/value blocks passed around the ring (:func:`ring_attend`); otherwise ``llm.attend``."""
+        if self.parallel not in _MANUAL:
             return super().attention(q, k, v, mask)
         seq = P(None, "seq")
+        if self.parallel == "ring":
+            ring = lambda q, k, v, mask: ring_attend(q, k, v, mask, self)  # noqa: E731
+            return jax.shard_map(ring, in_specs=(seq, seq, seq, seq), out_specs=seq)(q, k, v, mask)
 
         def local(q, k, v, mask):
             k = jax.lax.all_gather(k, "seq", axis=1, tiled=True)
@@ -116,7 +134,46 @@ class SpmdConfig(llm.LLMConfig):
         return ((_AXIS[self.parallel], self.devices),)
 
 
-_AXIS = {"dp": "data", "fsdp": "fsdp", "tp": "model", "sp": "seq", "cp": "seq", "ep": "expert"}
+_AXIS = {"dp": "data", "fsdp": "fsdp", "tp": "model", "sp": "seq", "cp": "seq", "ring": "seq", "ep": "expert"}
+
+
+def ring_attend(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array, cfg: SpmdConfig) -> jax.Array:
+    """One device's part of ring attention, inside ``shard_map`` over ``seq``: ``q`` [b, sq/n, H, hd] and
+    ``k``/``v`` [b, sk/n, KV, hd] are this device's blocks, ``mask`` [b, sq/n, sk] its queries' rows.
+
+    At step ``t`` the device holds the key/value block of device ``(i - t) mod n``: it scores its
+    queries against that block, folds the result into a running maximum, sum and weighted values (the
+    online softmax of flash attention), then sends the block to device ``i + 1``. Masked scores are
+    -1e30 as in :func:`~autotune.zoo.llm.attend`: while a row's running maximum is still -1e30 (its
+    blocks so far all masked, e.g. a prefill query whose cache positions sit on another device) each
+    masked key adds weight 1, and the row's first unmasked score rescales all of that by exp(-1e30) = 0;
+    every row attends to at least its own position, so the result is the softmax's."""
+    n = cfg.devices
+    b, sq, heads, hd = q.shape
+    kv, block = k.shape[2], k.shape[1]
+    if kv != heads:  # grouped queries: every head its key/value head
+        k = jnp.repeat(k, heads // kv, axis=2)
+        v = jnp.repeat(v, heads // kv, axis=2)
+    scale = jnp.float32(1.0 / math.sqrt(hd))
+    index = jax.lax.axis_index("seq")
+    ring = [(j, (j + 1) % n) for j in range(n)]
+    top = jnp.full((b, heads, sq), -1e30, jnp.float32)
+    total = jnp.zeros((b, heads, sq), jnp.float32)
+    acc = jnp.zeros((b, heads, sq, hd), jnp.float32)
+    for t in range(n):
+        cols = jax.lax.dynamic_slice_in_dim(mask, ((index - t) % n) * block, block, axis=2)
+        scores = jnp.einsum("bqhd,bkhd->bhqk", q, k).astype(jnp.float32) * scale
+        scores = jnp.where(cols[:, None], scores, jnp.float32(-1e30))
+        new_top = jnp.maximum(top, scores.max(axis=-1))
+        weights = jnp.exp(scores - new_top[..., None])
+        rescale = jnp.exp(top - new_top)
+        total = total * rescale + weights.sum(axis=-1)
+        acc = acc * rescale[..., None] + jnp.einsum("bhqk,bkhd->bhqd", weights.astype(v.dtype), v).astype(jnp.float32)
+        top = new_top
+        if t < n - 1:
+            k, v = jax.lax.ppermute(k, "seq", ring), jax.lax.ppermute(v, "seq", ring)
+    out = (acc / total[..., None]).astype(v.dtype)  # [b, H, sq, hd]
+    return out.transpose(0, 2, 1, 3).reshape(b, sq, heads * hd)
 
 
 def module_name(cfg: SpmdConfig, kind: str) -> str:
@@ -125,8 +182,9 @@ def module_name(cfg: SpmdConfig, kind: str) -> str:
 
 
 def supports(cfg: SpmdConfig, kind: str) -> bool:
-    """Every kind, except a decode step under context parallelism (one query: no sequence to split)."""
-    return llm.supports(cfg, kind) and not (cfg.parallel == "cp" and kind == "decode")
+    """Every kind, except a decode step under context parallelism, ``cp`` or ``ring`` (one query: no
+    sequence to split)."""
+    return llm.supports(cfg, kind) and not (cfg.parallel in _MANUAL and kind == "decode")
 
 
 def canonical(cfg: SpmdConfig, kind: str) -> SpmdConfig:
@@ -188,7 +246,7 @@ def _cache_spec(shape: tuple[int, ...], cfg: SpmdConfig) -> P:
     spec: list[Any] = [None] * len(shape)
     batch, seq, heads = len(shape) - 4, len(shape) - 3, len(shape) - 2
     spec[batch] = _batch_axis(cfg)
-    if cfg.parallel in ("sp", "cp") and shape[seq] % cfg.devices == 0:
+    if cfg.parallel in _SEQUENCE and shape[seq] % cfg.devices == 0:
         spec[seq] = "seq"
     ways = _axis_size(cfg, "model")
     if ways and not cfg.latent and shape[heads] % ways == 0:
@@ -201,7 +259,7 @@ def _token_spec(shape: tuple[int, ...], cfg: SpmdConfig) -> P:
     if not shape:
         return P()
     spec: list[Any] = [_batch_axis(cfg)] + [None] * (len(shape) - 1)
-    if cfg.parallel in ("sp", "cp") and len(shape) == 2:
+    if cfg.parallel in _SEQUENCE and len(shape) == 2:
         spec[1] = "seq"
     return P(*spec)
 

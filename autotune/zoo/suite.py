@@ -253,8 +253,10 @@ _SPMD_ATTENTION = ({"kv_heads": 2}, {"kv_heads": 8}, {"kv_heads": 4, "kv_repeat"
                    {"kv_heads": 8, "latent": 32})
 _SPMD_EXPERTS = ((0, 2), (4, 1), (0, 2))
 #: Context parallelism written in shard_map (``cp``: train and prefill, not latent attention), after the
-#: rest so that the entries above kept their models when it joined.
+#: rest so that the entries above kept their models when it joined; ring attention (``ring``: the key/value
+#: blocks passed around the devices by collective-permute) after that, for the same reason.
 _SPMD_MANUAL = (("cp", 2), ("cp", 4), ("cp", 8))
+_SPMD_RING = (("ring", 2), ("ring", 4), ("ring", 8))
 
 
 def _llm_spmd_configs() -> list[Any]:
@@ -262,12 +264,12 @@ def _llm_spmd_configs() -> list[Any]:
     from autotune.zoo import SpmdConfig
 
     out = []
-    grid = [*itertools.product(range(_SPMD_REPEATS), _SPMD_MESHES), *itertools.product(range(_SPMD_REPEATS),
-                                                                                     _SPMD_MANUAL)]
+    grid = [*itertools.product(range(_SPMD_REPEATS), _SPMD_MESHES),
+            *itertools.product(range(_SPMD_REPEATS), _SPMD_MANUAL), *itertools.product(range(_SPMD_REPEATS), _SPMD_RING)]
     for j, (rep, (style, devices)) in enumerate(grid):
         experts, top_k = (8, 2) if style == "ep" else _SPMD_EXPERTS[j % len(_SPMD_EXPERTS)]
         scan = (j + rep) % 2 == 0
-        attention = dict(_SPMD_ATTENTION[j % (len(_SPMD_ATTENTION) - (style == "cp"))])  # cp: not latent
+        attention = dict(_SPMD_ATTENTION[j % (len(_SPMD_ATTENTION) - (style in ("cp", "ring")))])  # not latent
         style_knobs = dict(_LLM_STYLE[j % len(_LLM_STYLE)])
         if attention.get("latent"):
             style_knobs["positions"] = "rope"
@@ -447,13 +449,14 @@ def split(entries: Sequence[SuiteEntry], seed: int = 0, test_fraction: float = 0
     modules; everything else is ``train``. Both lists are sorted by name.
 
     Families in :data:`OWN_SPLIT` are split among themselves (their test share holds within the
-    family, and adding them left the split of the older families exactly as it was).
+    family, and adding them left the split of the older families exactly as it was), and so are the
+    late styles of ``llm_spmd`` (:data:`_LATE_STYLES`).
     """
     if not 0.0 <= test_fraction <= 1.0:
         raise ValueError(f"test_fraction must be within [0, 1], got {test_fraction}")
     pools: dict[str, list[SuiteEntry]] = {}
     for e in entries:
-        pools.setdefault(e.family if e.family in OWN_SPLIT else "", []).append(e)
+        pools.setdefault(_pool(e), []).append(e)
     test: list[str] = []
     train: list[str] = []
     for pool in pools.values():
@@ -461,6 +464,21 @@ def split(entries: Sequence[SuiteEntry], seed: int = 0, test_fraction: float = 0
         train.extend(sides["train"])
         test.extend(sides["test"])
     return {"train": sorted(train), "test": sorted(test)}
+
+
+#: Parallel styles that joined ``llm_spmd`` after policies were trained on its split: split among
+#: themselves, so that the older entries keep their sides (a module a shipped policy trained on must
+#: never move into the test split).
+_LATE_STYLES = frozenset({"ring"})
+
+
+def _pool(e: SuiteEntry) -> str:
+    """The pool :func:`split` splits ``e`` in: its family for :data:`OWN_SPLIT`, a late style of
+    ``llm_spmd`` on its own, everything else together."""
+    if e.family not in OWN_SPLIT:
+        return ""
+    style = getattr(e.config, "parallel", None)
+    return f"{e.family}:{style}" if e.family == "llm_spmd" and style in _LATE_STYLES else e.family
 
 
 def _split_pool(entries: Sequence[SuiteEntry], seed: int, test_fraction: float) -> dict[str, list[str]]:
