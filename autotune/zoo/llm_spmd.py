@@ -42,10 +42,9 @@ where it does not is refused when it is made (``ValueError``), never lowered une
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 from typing import Any
-
-import math
 
 import jax
 import jax.numpy as jnp
