@@ -651,8 +651,7 @@ def run(args) -> int:
         return 2
     manifest = json.loads((bundle / "manifest.json").read_text())
     deadline = time.time() + args.deadline
-    device_env(args.platform)
-    api = Api(args.platform)
+    api = Api(args.platform)  # main() has set the environment (device_env) before jax touched a backend
     gpu_name = getattr(api.device, "device_kind", args.platform)
     # gpt-oss (78 GiB of inputs) last: were it to take the process down, the others are already written
     chosen = [m for m in manifest["modules"] if (not args.groups or m["group"] in args.groups.split(","))

@@ -59,7 +59,7 @@ STYLES = ("dp", "fsdp", "tp", "sp", "cp", "ep", "dp_tp", "ring")
 #: Styles that split the sequence (tokens and the KV cache along it).
 _SEQUENCE = frozenset({"sp", "cp", "ring"})
 #: Styles that write attention by hand in ``shard_map`` over the sequence axis.
-_MANUAL = frozenset({"cp", "ring"})
+MANUAL_STYLES = frozenset({"cp", "ring"})
 
 #: Weights split by output columns (tensor parallel), and by input rows; the rest is replicated.
 _COLUMN = frozenset({"wq", "wk", "wv", "w_up", "w_gate", "w_ukv", "head"})
@@ -96,7 +96,7 @@ class SpmdConfig(llm.LLMConfig):
         if style == "tp":
             return [("heads", self.heads, n), ("ffn", self.ffn, n)]
         if style in _SEQUENCE:  # prefill writes seq // 2 tokens, split as well
-            if style in _MANUAL and self.latent:
+            if style in MANUAL_STYLES and self.latent:
                 raise ValueError(f"context parallelism ({style}) is written for grouped/multi-head attention, "
                                  "not latent")
             return [("seq // 2", self.seq // 2, n)]
@@ -112,7 +112,7 @@ class SpmdConfig(llm.LLMConfig):
         """``cp``: each device's queries against the keys and values of the whole sequence, gathered in
         ``shard_map`` (the rest of the step is partitioned automatically); ``ring``: the same attention
         with the key/value blocks passed around the ring (:func:`ring_attend`); otherwise ``llm.attend``."""
-        if self.parallel not in _MANUAL:
+        if self.parallel not in MANUAL_STYLES:
             return super().attention(q, k, v, mask)
         seq = P(None, "seq")
         if self.parallel == "ring":
@@ -183,7 +183,7 @@ def module_name(cfg: SpmdConfig, kind: str) -> str:
 def supports(cfg: SpmdConfig, kind: str) -> bool:
     """Every kind, except a decode step under context parallelism, ``cp`` or ``ring`` (one query: no
     sequence to split)."""
-    return llm.supports(cfg, kind) and not (cfg.parallel in _MANUAL and kind == "decode")
+    return llm.supports(cfg, kind) and not (cfg.parallel in MANUAL_STYLES and kind == "decode")
 
 
 def canonical(cfg: SpmdConfig, kind: str) -> SpmdConfig:

@@ -262,6 +262,7 @@ _SPMD_RING = (("ring", 2), ("ring", 4), ("ring", 8))
 def _llm_spmd_configs() -> list[Any]:
     """The partitioned LLM grid (see the comment above)."""
     from autotune.zoo import SpmdConfig
+    from autotune.zoo.llm_spmd import MANUAL_STYLES
 
     out = []
     grid = [*itertools.product(range(_SPMD_REPEATS), _SPMD_MESHES),
@@ -269,7 +270,7 @@ def _llm_spmd_configs() -> list[Any]:
     for j, (rep, (style, devices)) in enumerate(grid):
         experts, top_k = (8, 2) if style == "ep" else _SPMD_EXPERTS[j % len(_SPMD_EXPERTS)]
         scan = (j + rep) % 2 == 0
-        attention = dict(_SPMD_ATTENTION[j % (len(_SPMD_ATTENTION) - (style in ("cp", "ring")))])  # not latent
+        attention = dict(_SPMD_ATTENTION[j % (len(_SPMD_ATTENTION) - (style in MANUAL_STYLES))])  # not latent
         style_knobs = dict(_LLM_STYLE[j % len(_LLM_STYLE)])
         if attention.get("latent"):
             style_knobs["positions"] = "rope"
