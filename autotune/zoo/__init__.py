@@ -118,15 +118,37 @@ def _lower(name: str, kind: str, cfg: Config) -> str:
     return lower_to_hlo(prog)
 
 
+def remesh(text: str, sizes: dict[str, int]) -> str:
+    """The per-device program of the module ``text`` on its Shardy mesh with axes resized to ``sizes``
+    (``{"tensor": 4}``), partitioned by XLA from the shardings the module carries
+    (:mod:`autotune.zoo.reshard`); in a fresh process with :data:`LOWERING_DEVICES` CPU devices unless
+    this one has enough. ``ValueError`` (one line) for a module or mesh that cannot be partitioned so."""
+    from autotune.zoo import reshard
+
+    _, devices = reshard.resized(text, sizes)
+    if devices > LOWERING_DEVICES:
+        raise ValueError(f"the mesh has {devices} devices; at most {LOWERING_DEVICES} are partitioned here")
+    if _has_cpu_devices(devices):
+        return reshard.remeshed_here(text, sizes)
+    return _in_child("remesh", text, dict(sizes))
+
+
 def _lower_in_child(name: str, kind: str, cfg: Config) -> str:
-    """:func:`lower` in a fresh ``python`` (a subprocess, not multiprocessing: no ``__main__`` guard
-    is asked of the caller's script); its errors come back as this process's ``ValueError``."""
+    """:func:`lower` in a fresh ``python`` (see :func:`_in_child`)."""
+    return _in_child("lower", name, kind, cfg)
+
+
+def _in_child(job: str, *args: Any) -> str:
+    """``job`` (``lower`` or ``remesh``) in a fresh ``python`` started with the CPU devices (a subprocess,
+    not multiprocessing: no ``__main__`` guard is asked of the caller's script); its ``ValueError``s come
+    back as this process's."""
     env = dict(os.environ, JAX_PLATFORMS="cpu", TF_CPP_MIN_LOG_LEVEL="2")
     proc = subprocess.run([sys.executable, "-c", "from autotune.zoo import _child_main; _child_main()"],
-                          input=pickle.dumps((name, kind, cfg)), capture_output=True, env=env)
+                          input=pickle.dumps((job, args)), capture_output=True, env=env)
     if proc.returncode:
         tail = proc.stderr.decode("utf-8", "replace").strip().splitlines()[-1:] or ["no output"]
-        raise RuntimeError(f"lowering {module_name(name, kind, cfg)} failed in its process: {tail[0]}")
+        what = module_name(*args) if job == "lower" else "the module"
+        raise RuntimeError(f"{job} of {what} failed in its process: {tail[0]}")
     ok, payload = pickle.loads(proc.stdout)
     if not ok:
         raise ValueError(payload)
@@ -135,9 +157,14 @@ def _lower_in_child(name: str, kind: str, cfg: Config) -> str:
 
 def _child_main() -> None:
     init_lowering_process()
-    name, kind, cfg = pickle.loads(sys.stdin.buffer.read())
+    job, args = pickle.loads(sys.stdin.buffer.read())
     try:
-        result = (True, lower_to_hlo(program(name, kind, cfg)))
+        if job == "remesh":
+            from autotune.zoo.reshard import remeshed_here
+
+            result = (True, remeshed_here(*args))
+        else:
+            result = (True, lower_to_hlo(program(*args)))
     except ValueError as exc:
         result = (False, str(exc))
     sys.stdout.buffer.write(pickle.dumps(result))
@@ -159,5 +186,5 @@ def init_lowering_process() -> None:
 __all__ = [
     "CONFIGS", "FAMILIES", "LOWERING_DEVICES", "BertConfig", "Config", "DiffusionConfig", "GPT2Config", "LLMConfig",
     "Program", "ResNetConfig", "SpmdConfig", "T5Config", "ViTConfig", "config_from_dict", "count_instructions", "family", "init_lowering_process",
-    "kinds", "lower", "lower_to_hlo", "module_name", "program",
+    "kinds", "lower", "lower_to_hlo", "module_name", "program", "remesh",
 ]

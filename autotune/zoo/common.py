@@ -489,13 +489,21 @@ def partitioned_text(program: Program) -> str:
                              is_leaf=lambda x: isinstance(x, PartitionSpec))
     with jax.set_mesh(mesh):  # the mesh a shard_map inside the step (``cp``) partitions over
         lowered = jax.jit(program.fn, in_shardings=shardings).lower(*program.args)
+    return partitioner_output(lambda dump: lowered.compile(compiler_options=dump), program.name)
+
+
+def partitioner_output(compile_with: Callable[[dict[str, Any]], Any], name: str) -> str:
+    """The module XLA's SPMD partitioner wrote during ``compile_with(options)``, as HLO text without metadata.
+
+    ``compile_with`` compiles with the given compiler options (a dump of the ``spmd-partitioning``
+    pass's output, and the cheapest LLVM settings: the compile after the dump is only the price of
+    the dump). What fails after the partitioner (a later pass, jax reading back output shardings)
+    does not touch the module wanted here, so a failure counts only when no module was written.
+    """
     with tempfile.TemporaryDirectory(prefix="autotune-spmd-") as tmp:
-        # The compile after the dump is the price of the dump; the cheapest LLVM settings keep it small.
-        # What fails after the partitioner (a later pass, jax reading back output shardings) does not
-        # touch the module wanted here.
         failure = None
         try:
-            lowered.compile(compiler_options={
+            compile_with({
                 "xla_dump_to": tmp, "xla_dump_hlo_as_text": True, "xla_dump_hlo_pass_re": "spmd-partitioning",
                 "xla_llvm_disable_expensive_passes": True, "xla_backend_optimization_level": 0,
             })
@@ -503,7 +511,7 @@ def partitioned_text(program: Program) -> str:
             failure = exc
         dumps = sorted(Path(tmp).glob(_PARTITIONED_DUMP))
         if not dumps:
-            raise RuntimeError(f"XLA wrote no module after SPMD partitioning for {program.name}: {failure}")
+            raise RuntimeError(f"XLA wrote no module after SPMD partitioning for {name}: {failure}")
         text = dumps[0].read_text(encoding="utf-8")
     options = _hlo.HloPrintOptions()
     options.print_metadata = False
