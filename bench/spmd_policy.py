@@ -38,6 +38,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 from autotune.api import Session  # noqa: E402
 from autotune.core.tuner import evaluation_session  # noqa: E402
 from learning import pruned, random_until_steps  # noqa: E402
+import real_spmd  # noqa: E402
 from llm_headroom import ensure_suite, stratum  # noqa: E402
 
 POLICY = ROOT / "autotune" / "policies" / "llm.zip"
@@ -82,13 +83,15 @@ def markdown(data: dict) -> str:
     s = data["summary"]
     family = data.get("family", "llm_spmd")
     lines = [
-        "# A policy zero-shot on the " + ("partitioned LLM steps" if family == "llm_spmd" else f"`{family}` family"),
+        "# A policy zero-shot on the " + {"llm_spmd": "partitioned LLM steps",
+                                          "real_spmd": "real LLM steps partitioned by their own shardings "
+                                                       "(bench/real_spmd.py)"}.get(family, f"`{family}` family"),
         "",
         f"Made by `{data['command']}` ({data['cpus']} CPUs, shared machine). Judged by "
         f"{data.get('judged_by', 'XLA' + chr(39) + 's CPU pipeline')} (target `{data.get('target', 'cpu')}`; "
         "final-ops: instructions after the sequence and XLA's default pipeline); nothing was timed, and the "
         "answers were not validated here" + (" (`autotune run` validates a partitioned step by running it as N "
-                                             "partitions on N CPU devices)" if family == "llm_spmd" else "")
+                                             "partitions on N CPU devices)" if family in ("llm_spmd", "real_spmd") else "")
         + ".", "",
         f"Policy `{data['policy']}` (trained on: {data['trained_on']}), "
         + (f"a committee of {data['members']} policies, each member's roll-out (the best kept)"
@@ -108,7 +111,7 @@ def markdown(data: dict) -> str:
         "worse than the default: a run returns the default when nothing beats it)."
         + (f" Random search stopped at the policy's compiled steps ({s['random_steps']:.1f} per module, cold cache) "
            f"recovers {s['random_mean_fraction']:.0%}." if s.get("random_mean_fraction") is not None else ""), "",
-        f"| {'style' if family == 'llm_spmd' else 'stratum'} | modules | with headroom | mean fraction | "
+        f"| {'style' if family == 'llm_spmd' else 'mesh' if family == 'real_spmd' else 'stratum'} | modules | with headroom | mean fraction | "
         "random@steps |", "|---|---:|---:|---:|---:|",
     ]
 
@@ -152,8 +155,9 @@ def main(argv=None) -> int:
     p.add_argument("--style", default=None,
                    help="only llm_spmd modules of these parallel styles (comma-separated, e.g. ring)")
     p.add_argument("--budget", type=int, default=40, help="random search evaluations (the ceiling)")
-    p.add_argument("--family", default="llm_spmd", choices=("llm_spmd", "llm", "t5", "vit", "diffusion"),
-                   help="the family whose split is measured (default llm_spmd)")
+    p.add_argument("--family", default="llm_spmd", choices=("llm_spmd", "llm", "t5", "vit", "diffusion", "real_spmd"),
+                   help="the family whose split is measured (default llm_spmd; real_spmd: the real LLM steps "
+                        "partitioned by their own shardings, bench/real_spmd.py)")
     p.add_argument("--suite", type=Path, default=None, help="generated family (default .autotune/<family>-suite)")
     p.add_argument("--work", type=Path, default=None, help="caches and search rows (default .autotune/<family>_policy)")
     p.add_argument("--branches", type=int, default=1,
@@ -166,7 +170,8 @@ def main(argv=None) -> int:
     p.add_argument("--out", type=Path, default=ROOT / "results")
     args = p.parse_args(argv)
     target_tag = "" if args.target == "cpu" else f"_{args.target}"
-    args.suite = args.suite or ROOT / ".autotune" / f"{args.family.replace('_', '-')}-suite"
+    args.suite = args.suite or (real_spmd.DEFAULT_DIR if args.family == "real_spmd"
+                                else ROOT / ".autotune" / f"{args.family.replace('_', '-')}-suite")
     args.work = args.work or ROOT / ".autotune" / ("spmd_policy" if args.family == "llm_spmd"
                                                    else f"{args.family}_policy")
     stem = ("spmd_policy" if args.family == "llm_spmd" else f"policy_{args.family}") + target_tag
@@ -174,9 +179,12 @@ def main(argv=None) -> int:
     if not args.policy.exists():
         print(f"error: no policy at {args.policy}", file=sys.stderr)
         return 2
-    manifest = ensure_suite(args.suite, args.family)
-    entries = [e for e in manifest.entries if e.family == args.family and (args.split == "all" or e.split == args.split)
-               and (not args.style or e.config.get("parallel") in args.style.split(","))]
+    if args.family == "real_spmd":  # held out from every training set: all on the test side
+        entries = [e for e in real_spmd.ensure(args.suite) if args.split in ("all", "test")]
+    else:
+        entries = [e for e in ensure_suite(args.suite, args.family).entries
+                   if e.family == args.family and (args.split == "all" or e.split == args.split)]
+    entries = [e for e in entries if not args.style or e.config.get("parallel") in args.style.split(",")]
     if not entries:
         print(f"error: no {args.family} modules on the {args.split} split"
               + (f" of style {args.style}" if args.style else ""), file=sys.stderr)
@@ -204,7 +212,7 @@ def main(argv=None) -> int:
                 searched[e.sha256] = run_method(search, path, "search", args.policy, args.budget)
                 with searched_file.open("a") as f:
                     f.write(json.dumps({"sha256": e.sha256, "search": searched[e.sha256]}) + "\n")
-            style = e.config["parallel"] if args.family == "llm_spmd" else stratum(e)
+            style = e.config["parallel"] if args.family in ("llm_spmd", "real_spmd") else stratum(e)
             row = {"module": e.name, "split": e.split, "style": style, "devices": e.config.get("devices", 1),
                    "policy": run_method(pol, path, "policy", args.policy, args.budget, args.branches,
                                         args.policy_budget, args.finetune), "search": searched[e.sha256]}
