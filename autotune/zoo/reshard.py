@@ -32,6 +32,7 @@ import numpy as np
 from jax._src.lib import _jax
 from jax.extend.backend import get_backend
 
+from autotune.core.metrics import COLLECTIVE_OPCODES
 from autotune.pipelines.xla import hlo
 from autotune.zoo.common import partitioner_output
 
@@ -39,7 +40,8 @@ from autotune.zoo.common import partitioner_output
 _MESHES = re.compile(r"xla\.sdy\.meshes=\{(.*?)\}\}?(?:,|$)")
 _MESH = re.compile(r'(\w+) = #sdy\.mesh<\[([^\]]*)\]')
 _AXIS = re.compile(r'"([^"]+)"=(\d+)')
-_COLLECTIVE = re.compile(r"\b(?:all-gather|all-reduce|reduce-scatter|all-to-all|collective-permute)(?:-start)?\(")
+_COLLECTIVE = re.compile(r"\s(?:" + "|".join(sorted(map(re.escape, COLLECTIVE_OPCODES), key=len, reverse=True))
+                         + r")\(")
 _ALIAS = re.compile(r"input_output_alias=\{(?:[^()]*?\([^()]*\))*\s*\},\s*")
 
 
@@ -74,7 +76,7 @@ def devices_of(sizes: Mapping[str, int]) -> int:
 
 
 def collective_count(text: str) -> int:
-    """Collectives in HLO text (all-gather, all-reduce, reduce-scatter, all-to-all, collective-permute)."""
+    """Collectives in HLO text (``COLLECTIVE_OPCODES``: the ones a run counts)."""
     return len(_COLLECTIVE.findall(text))
 
 
