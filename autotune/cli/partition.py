@@ -41,6 +41,8 @@ def partition(model, mesh_spec, output) -> None:
         out = zoo.remesh(text, sizes)
     except ValueError as exc:
         die(f"{model}: {str(exc).splitlines()[0]}")
+    except RuntimeError as exc:  # the partitioning process died (XLA aborted): this module, not the run
+        die(f"{model}: {str(exc).splitlines()[0] if str(exc) else 'the partitioner failed'}")
     Path(output).write_text(out, encoding="utf-8")
     devices = reshard.devices_of({**axes, **sizes})
     collectives = reshard.collective_count(out)
