@@ -33,6 +33,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 SOURCES = ROOT / "tests" / "data" / "real-llm"
+DEFAULT_DIR = ROOT / ".autotune" / "real-spmd"
 #: The meshes, one rule for every step (see the module docstring): each axis of the step's mesh alone
 #: over 4 devices, then these (where the step's mesh has their axes).
 DEVICES = 4
@@ -43,7 +44,6 @@ RULE = "every axis alone over 4 devices; tensor2 x fsdp2"
 def meshes(axes: dict[str, int]) -> list[dict[str, int]]:
     """The meshes a step with these mesh axes is partitioned over."""
     return [{axis: DEVICES} for axis in axes] + [dict(m) for m in COMBINED if set(m) <= set(axes)]
-DEFAULT_DIR = ROOT / ".autotune" / "real-spmd"
 
 
 @dataclass(frozen=True)
@@ -63,12 +63,12 @@ class RealEntry:
 
     @property
     def config(self) -> dict:
-        return {"parallel": "x".join(f"{axis}{size}" for axis, size in self.mesh.items()), "devices": self.devices,
-                "source": self.source}
+        return {"parallel": mesh_tag(self.mesh, "x"), "devices": self.devices, "source": self.source}
 
 
-def mesh_tag(mesh: dict) -> str:
-    return "_".join(f"{axis}{size}" for axis, size in mesh.items())
+def mesh_tag(mesh: dict, sep: str = "_") -> str:
+    """``{"tensor": 2, "fsdp": 2}`` -> ``tensor2_fsdp2`` (file names; reports join with ``x``)."""
+    return sep.join(f"{axis}{size}" for axis, size in mesh.items())
 
 
 def ensure(directory: Path = DEFAULT_DIR) -> list[RealEntry]:
@@ -78,6 +78,7 @@ def ensure(directory: Path = DEFAULT_DIR) -> list[RealEntry]:
 
     from autotune import zoo
     from autotune.zoo import reshard
+    from autotune.zoo.common import sha256_text
 
     sources = sorted(SOURCES.glob("*.hlo"))
     key = {"jax": jax.__version__, "rule": RULE,
@@ -96,7 +97,7 @@ def ensure(directory: Path = DEFAULT_DIR) -> list[RealEntry]:
             print(f"partitioning {name} ...", file=sys.stderr, flush=True)
             out = zoo.remesh(text, mesh)
             collectives = reshard.collective_count(out)
-            sha = hashlib.sha256(out.encode()).hexdigest()
+            sha = sha256_text(out)
             same = next((e.name for e in entries if e.sha256 == sha), None)
             if not collectives or same:
                 left_out.append({"name": name, "why": f"the same module as {same}" if same else "no collective"})
