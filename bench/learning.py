@@ -725,6 +725,17 @@ def eval_summary(work: Work, policy: Path, out: Path, base: str, asked=METHODS) 
     b, bb = work.params.get("branches", BRANCHES), work.params.get("branch_budget", BRANCH_BUDGET)
     command = (base + " --stage eval --methods " + ",".join(methods)
                + (f" --branches {b} --branch-budget {bb}" if "branches" in methods else ""))
+    alone = "alone (one roll-out, pruned)"
+    if "policy" not in methods and policy.exists():
+        # This policy's single roll-out where the run already measured it (the shipped seed's `policy`
+        # rows, the other seeds' `--stage seeds` rows), found by the file's digest and not re-measured:
+        # a seed's branches then sit beside what the same seed gets alone.
+        digest = file_digest(policy)
+        for tag in ("policy", *(f"seed{s}" for s in SEEDS)):  # --stage seeds: every seed but the shipped one
+            rows = work.load(f"eval-{tag}") or {}
+            if rows and all(r.get("basis") == digest for r in rows.values()):
+                methods = {alone: rows, **methods}
+                break
     groups = {m: eval_groups(work, rows) for m, rows in methods.items()}
     data = {"command": command, "policy": rel(policy), "target": TARGET or "cpu", "groups": groups}
     names = [g for g in ("llm", "llm_spmd", "shared") if any(g in v for v in groups.values())]
