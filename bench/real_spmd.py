@@ -23,7 +23,6 @@ issue 31 names, and the rest with it.) No policy was trained on these steps or o
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import sys
 from dataclasses import dataclass, field
@@ -82,7 +81,7 @@ def ensure(directory: Path = DEFAULT_DIR) -> list[RealEntry]:
 
     sources = sorted(SOURCES.glob("*.hlo"))
     key = {"jax": jax.__version__, "rule": RULE,
-           "sources": {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sources}}
+           "sources": {p.name: sha256_text(p.read_text(encoding="utf-8")) for p in sources}}
     manifest = directory / "manifest.json"
     if manifest.exists():
         data = json.loads(manifest.read_text())

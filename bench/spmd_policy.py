@@ -42,6 +42,8 @@ import real_spmd  # noqa: E402
 from llm_headroom import ensure_suite, stratum  # noqa: E402
 
 POLICY = ROOT / "autotune" / "policies" / "llm.zip"
+#: Families of partitioned steps: rows by parallel style or mesh, validated by running N partitions.
+PARTITIONED = frozenset({"llm_spmd", "real_spmd"})
 
 
 def run_method(session: Session, path: Path, method: str, policy: Path, budget: int, branches: int = 1,
@@ -91,7 +93,7 @@ def markdown(data: dict) -> str:
         f"{data.get('judged_by', 'XLA' + chr(39) + 's CPU pipeline')} (target `{data.get('target', 'cpu')}`; "
         "final-ops: instructions after the sequence and XLA's default pipeline); nothing was timed, and the "
         "answers were not validated here" + (" (`autotune run` validates a partitioned step by running it as N "
-                                             "partitions on N CPU devices)" if family in ("llm_spmd", "real_spmd") else "")
+                                             "partitions on N CPU devices)" if family in PARTITIONED else "")
         + ".", "",
         f"Policy `{data['policy']}` (trained on: {data['trained_on']}), "
         + (f"a committee of {data['members']} policies, each member's roll-out (the best kept)"
@@ -212,7 +214,7 @@ def main(argv=None) -> int:
                 searched[e.sha256] = run_method(search, path, "search", args.policy, args.budget)
                 with searched_file.open("a") as f:
                     f.write(json.dumps({"sha256": e.sha256, "search": searched[e.sha256]}) + "\n")
-            style = e.config["parallel"] if args.family in ("llm_spmd", "real_spmd") else stratum(e)
+            style = e.config["parallel"] if args.family in PARTITIONED else stratum(e)
             row = {"module": e.name, "split": e.split, "style": style, "devices": e.config.get("devices", 1),
                    "policy": run_method(pol, path, "policy", args.policy, args.budget, args.branches,
                                         args.policy_budget, args.finetune), "search": searched[e.sha256]}
