@@ -54,3 +54,9 @@ class CheckFailed(AutotuneError):
     """A check ran and its answer was no (validation mismatch, regression against a record)."""
 
     exit_code = 1
+
+
+class WorkerStartFailed(AutotuneError):
+    """A compiler worker process could not start (its Python environment is broken: a missing
+    module, an import error). Said as such, with the worker's own last words, so that it is never
+    mistaken for a crash of the compiler on the user's input."""

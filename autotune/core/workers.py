@@ -35,7 +35,8 @@ from multiprocessing.connection import Connection, wait
 
 from autotune.core.worker_memory import (MEMORY_ENV, describe_bytes, memory_message, parse_size,  # noqa: F401
                                           worker_memory_limit)
-from autotune.errors import AutotuneError, PassFailed
+from autotune.core.child import python_module_command
+from autotune.errors import AutotuneError, PassFailed, WorkerStartFailed
 from autotune import errors
 
 # What an allocation failure looks like from the worker: XLA's status, C++'s exception, Python's.
@@ -94,7 +95,7 @@ class _Worker:
             full_env["AUTOTUNE_WORKER_CPU"] = str(cpu)
         full_env["AUTOTUNE_WORKER_MEMORY_BYTES"] = str(int(memory_limit))
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "autotune.core.workers", str(child_sock.fileno()), factory],
+            [*python_module_command("autotune.core.workers"), str(child_sock.fileno()), factory],
             pass_fds=(child_sock.fileno(),),
             stdin=subprocess.DEVNULL,
             stdout=self._stderr,
@@ -112,10 +113,10 @@ class _Worker:
             kind, payload = self.conn.recv()
         except (EOFError, OSError):
             self.kill()
-            raise AutotuneError(f"compiler worker failed to start: {self.stderr_tail()}") from None
+            raise WorkerStartFailed(f"compiler worker failed to start: {self.stderr_tail()}") from None
         if kind != "ready":
             self.kill()
-            raise AutotuneError(f"compiler worker failed to start: {payload}")
+            raise WorkerStartFailed(f"compiler worker failed to start: {payload}")
         self.pid = self.proc.pid
         self.cpu = cpu
 

@@ -18,7 +18,8 @@ import subprocess
 import sys
 
 from autotune.core.module import Module
-from autotune.errors import BadInput
+from autotune.core.child import python_module_command, startup_failure
+from autotune.errors import BadInput, WorkerStartFailed
 from autotune.pipelines.xla import hlo, replica_groups
 
 #: An array shape larger than this (2**57 bytes = 128 PiB) is a malformed or hostile input, not a model.
@@ -81,7 +82,7 @@ def parse_isolated(data: bytes, suffix: str, name: str | None) -> Module:
     env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     env.setdefault("JAX_PLATFORMS", "cpu")
     proc = subprocess.run(
-        [sys.executable, "-m", "autotune.pipelines.xla.loader"], input=pickle.dumps((data, suffix, name)),
+        python_module_command("autotune.pipelines.xla.loader"), input=pickle.dumps((data, suffix, name)),
         capture_output=True, env=env, timeout=600,
     )
     if proc.returncode == 0:
@@ -92,7 +93,11 @@ def parse_isolated(data: bytes, suffix: str, name: str | None) -> Module:
         if kind == "ok":
             return Module(*payload)
         raise BadInput(payload)
-    fatal = [ln.strip() for ln in proc.stderr.decode("utf-8", "replace").splitlines()
+    stderr = proc.stderr.decode("utf-8", "replace")
+    failed = startup_failure(stderr)
+    if failed is not None and not proc.stdout:
+        raise WorkerStartFailed(f"the parser process could not start (autotune's environment, not your input): {failed}")
+    fatal = [ln.strip() for ln in stderr.splitlines()
              if ln.startswith(("F", "E")) and ("Check failed" in ln or "] " in ln)]
     detail = fatal[0].split("] ", 1)[-1] if fatal else f"exit status {proc.returncode}"
     raise BadInput(f"XLA's parser crashed on this input: {detail[:300]}")
