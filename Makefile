@@ -2,7 +2,11 @@
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
-STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
+# The reproducible environment of the quick start and CI: exact versions in a constraints file, one per
+# Python (pyproject.toml declares ranges, as a library does). Regenerate with `make lock`.
+CONSTRAINTS ?= constraints/py3.11.txt
+EXTRAS ?= test,gpu,train,ray
+STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml $(CONSTRAINTS) | cksum | cut -d' ' -f1)
 EXAMPLE ?= examples/llm_decode_step.hlo
 DEMO_DB ?= .autotune/demo.db
 DEMO_STRATEGY ?= nevergrad
@@ -11,13 +15,33 @@ DEMO_BUDGET ?= 150
 RECORD_MODEL ?= tests/data/real/xla_dlrm_train_step.hlo
 RECORD ?= examples/xla_dlrm_train_step.tuned.json
 
-.PHONY: demo test install clean bench paper tune-record check-record
+# The newest-jax leg (CI's second): Python 3.12 (jax >= 0.11 needs it; the machine image has it under
+# pyenv), the newest jax CI has tested, no torch and no ray: what a JAX project on a current jax installs.
+PYTHON_NEWEST ?= $(shell command -v python3.12 2>/dev/null || ls -d $(HOME)/.pyenv/versions/3.12*/bin/python 2>/dev/null | tail -1)
+VENV_NEWEST := .venv-newest
+CONSTRAINTS_NEWEST ?= constraints/py3.12-newest.txt
+STAMP_NEWEST := $(VENV_NEWEST)/.installed-$(shell cat pyproject.toml $(CONSTRAINTS_NEWEST) | cksum | cut -d' ' -f1)
+# What that leg runs: the version module, torch-free policies, the GPU target deviceless, the JAX hook,
+# the gym environment, records, strategies and the CLI; the whole suite runs on the first leg.
+NEWEST_TESTS ?= tests/test_versions.py tests/test_policy_forward.py tests/test_gpu_target.py tests/test_jax_hook.py \
+	tests/test_env.py tests/test_records.py tests/test_strategies.py tests/test_bad_input.py tests/test_cli_misc.py
 
-$(STAMP): pyproject.toml
+.PHONY: demo test test-newest install install-newest lock clean bench paper tune-record check-record
+
+$(STAMP): pyproject.toml $(CONSTRAINTS)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[test,gpu]'
+	$(BIN)/python -m pip install --quiet -c $(CONSTRAINTS) -e '.[$(EXTRAS)]'
 	rm -f $(VENV)/.installed-* && touch $@
+
+$(STAMP_NEWEST): pyproject.toml $(CONSTRAINTS_NEWEST)
+	@test -n "$(PYTHON_NEWEST)" || { echo "make: no Python 3.12 found (set PYTHON_NEWEST=/path/to/python3.12)"; exit 2; }
+	test -x $(VENV_NEWEST)/bin/python || $(PYTHON_NEWEST) -m venv $(VENV_NEWEST)
+	$(VENV_NEWEST)/bin/python -m pip install --quiet --upgrade pip
+	$(VENV_NEWEST)/bin/python -m pip install --quiet -c $(CONSTRAINTS_NEWEST) -e '.[test,gpu]'
+	rm -f $(VENV_NEWEST)/.installed-* && touch $@
+
+install-newest: $(STAMP_NEWEST)
 
 install: $(STAMP)
 
@@ -34,6 +58,18 @@ demo: $(STAMP)
 ## test: set up with test extras, then run the whole test suite.
 test: $(STAMP)
 	$(BIN)/python -m pytest -q
+
+## test-newest: the newest jax on Python 3.12 without torch: the quick start's commands, then NEWEST_TESTS.
+test-newest: $(STAMP_NEWEST)
+	$(VENV_NEWEST)/bin/python -c "import importlib.util as u, sys; sys.exit(u.find_spec('torch') is not None)" \
+		|| { echo "make: torch is installed in $(VENV_NEWEST); this leg proves the core runs without it"; exit 1; }
+	$(VENV_NEWEST)/bin/autotune baseline $(EXAMPLE) --db .autotune/newest.db
+	$(VENV_NEWEST)/bin/autotune run --strategy ppo --budget 4 $(EXAMPLE) --db .autotune/newest.db --out out/newest-ppo
+	$(VENV_NEWEST)/bin/python -m pytest -q $(NEWEST_TESTS)
+
+## lock: regenerate the constraints file of this Python from the installed venv (after changing pyproject).
+lock: $(STAMP)
+	$(BIN)/python -m pip freeze --exclude-editable | grep -v '^autotune' | sed 's/+cpu$$//' > $(CONSTRAINTS)
 
 ## tune-record: tune RECORD_MODEL once and write its tuning record (then commit the record).
 tune-record: $(STAMP)
@@ -57,4 +93,4 @@ paper: $(STAMP)
 	$(BIN)/python bench/paper.py $(PAPER_FLAGS)
 
 clean:
-	rm -rf $(VENV) .autotune out .pytest_cache
+	rm -rf $(VENV) $(VENV_NEWEST) .autotune out .pytest_cache

@@ -65,8 +65,9 @@ def connect(address: str | None = None, num_cpus: int | None = None) -> bool:
     """
     try:
         import ray
-    except ImportError as exc:  # pragma: no cover - ray is a dependency
-        raise BadInput(f"the ray executor needs the ray package ({exc})") from None
+    except ImportError:  # ray is an extra: a local run never needs it
+        raise BadInput("the ray executor needs Ray, which this installation lacks: "
+                       "pip install 'autotune[ray]'") from None
     if ray.is_initialized():
         return False
     address = (address or "").strip() or None
