@@ -64,6 +64,39 @@ def test_check_fails_on_regression_and_tolerates_within_limit(exported):
     assert allowed.returncode == 0, allowed.stdout
 
 
+def test_record_from_another_xla_is_judged_against_todays_default(exported):
+    """XLA's default moves between versions (DLRM: 929 -> 961 final-ops from jaxlib 0.10.2 to 0.12): a
+    record made by another XLA is judged by its gain over each version's default, and says so."""
+    db, record, tmp = exported
+    data = json.loads(record.read_text())
+    now_cost, now_default = data["metrics"]["cost"], data["metrics"]["default_cost"]
+    data["xla_version"] = "jaxlib-0.9.0-cpu-x86_64"
+    # The same relative gain on an older XLA whose default was 10% larger: still holds.
+    data["metrics"].update(cost=now_cost * 1.1, default_cost=now_default * 1.1)
+    older = tmp / "older.json"
+    older.write_text(json.dumps(data))
+    proc = run_cli("check", str(MAML), "--record", str(older), "--json", "--no-validate", db=db)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    out = json.loads(proc.stdout)
+    assert out["judged"] == "relative" and "jaxlib-0.9.0" in out["judged_note"]
+    assert abs(out["regression"]) < 1e-9
+    table = run_cli("check", str(MAML), "--record", str(older), "--no-validate", db=db, env={"COLUMNS": "200"})
+    assert table.returncode == 0 and "judged by its gain" in table.stdout
+    # A record that won by more on its XLA than the sequence wins today: a relative regression.
+    data["metrics"].update(cost=now_cost * 0.9, default_cost=now_default)
+    better = tmp / "older-better.json"
+    better.write_text(json.dumps(data))
+    failed = run_cli("check", str(MAML), "--record", str(better), "--json", "--no-validate", db=db)
+    assert failed.returncode == 1
+    assert "relative to XLA's default regressed" in " ".join(json.loads(failed.stdout)["reasons"])
+    # The same record from this XLA is judged on its absolute figure, as before.
+    same = dict(data, xla_version=json.loads(record.read_text())["xla_version"])
+    path = tmp / "same.json"
+    path.write_text(json.dumps(same))
+    absolute = json.loads(run_cli("check", str(MAML), "--record", str(path), "--json", "--no-validate", db=db).stdout)
+    assert absolute["judged"] == "absolute" and absolute["judged_note"] is None
+
+
 def test_check_fails_when_the_sequence_fails(exported):
     db, record, tmp = exported
     data = json.loads(record.read_text())

@@ -74,7 +74,9 @@ def check(model, record_path, max_regression, no_validate, db, workers, as_json)
         table.add_row("validation (recorded)", result.recorded_validation or "-")
         table.add_row("validation (now)", "-" if result.validation is None else
                       result.validation + (f" ({result.validation_reason})" if result.validation_reason else ""))
-        if result.pipeline_version != result.record_pipeline_version:
+        if result.judged_note:
+            table.add_row("judged", result.judged_note)
+        elif result.pipeline_version != result.record_pipeline_version:
             table.add_row("note", "recorded with another XLA/pipeline version")
         console().print(table)
         click.echo("OK: the record holds" if result.ok else "FAILED: " + "; ".join(result.reasons))

@@ -200,6 +200,13 @@ class CheckResult:
     validation_reason: str | None = None
     recorded_validation: str | None = None
     claim: dict | None = None  # a measured objective's re-confirmation against XLA's default (Claim.to_dict)
+    #: How the cost was judged: ``absolute`` (the record's own figure; same XLA) or ``relative`` (the
+    #: record was made by another XLA, whose default differs: its gain over that XLA's default against
+    #: today's gain over today's default). ``judged_note`` says it in words.
+    judged: str = "absolute"
+    judged_note: str | None = None
+    xla_version: str = ""
+    record_xla_version: str = ""
 
     def to_dict(self) -> dict:
         data = asdict(self)
@@ -220,21 +227,22 @@ def check(evaluator, module, record: TuningRecord, max_regression: float = 0.0, 
                 recorded_cost=float(record.metrics_for(matched).get("cost", float("nan"))),
                 max_regression=max_regression, pipeline_version=evaluator.version,
                 record_pipeline_version=record.pipeline_version,
+                xla_version=evaluator.pipeline.compiler_version, record_xla_version=record.xla_version,
                 recorded_validation=record.metrics_for(matched).get("validation") or record.validation)
     result, refusal = _replay(evaluator, root, record)
     if refusal:
         return CheckResult(ok=False, reasons=(refusal,), cost=None, default_cost=None, regression=None, valid=None,
                            **base)
     reasons: list[str] = []
-    cost, default_cost, regression, claim = _judge_cost(evaluator, root, record, matched, result.state, base,
-                                                        max_regression, seed, reasons)
+    cost, default_cost, regression, claim, judged = _judge_cost(evaluator, root, record, matched, result.state, base,
+                                                                max_regression, seed, reasons)
     valid = level = level_reason = None
     if validate:
         valid, level, level_reason = _judge_validity(evaluator, root, result.state, base["recorded_validation"],
                                                      seed, reasons)
     return CheckResult(ok=not reasons, reasons=tuple(reasons), cost=cost, default_cost=default_cost,
                        regression=regression, valid=valid, validation=level, validation_reason=level_reason, claim=claim,
-                       **base)
+                       judged=judged[0], judged_note=judged[1], **base)
 
 
 def _replay(evaluator, root, record: TuningRecord):
@@ -254,8 +262,14 @@ def _replay(evaluator, root, record: TuningRecord):
 
 def _judge_cost(evaluator, root, record: TuningRecord, matched: str, state: str, base: dict, max_regression: float,
                 seed: int, reasons: list[str]):
-    """The replayed state's (cost, default cost, regression, confirmation claim) under the record's
-    objective; each reason the record no longer holds on cost is appended to ``reasons``."""
+    """The replayed state's (cost, default cost, regression, confirmation claim, (judged, note)) under
+    the record's objective; each reason the record no longer holds on cost is appended to ``reasons``.
+
+    A deterministic figure (instruction counts) recorded with another XLA is judged relatively: XLA's
+    own default moves between versions (the DLRM step's default went 929 -> 961 final-ops from jaxlib
+    0.10.2 to 0.12), so the record's absolute figure would fail a check whose sequence still wins by
+    the same margin. The record's gain over its XLA's default is compared with today's gain over
+    today's default, and the check says so."""
     obj = objectives.get(record.objective)
     default = evaluator.default(root)
     cost = default_cost = None
@@ -280,11 +294,28 @@ def _judge_cost(evaluator, root, record: TuningRecord, matched: str, state: str,
         if reason:
             reasons.append(reason)
     elif cost is not None and base["recorded_cost"] > 0:
+        recorded_default = record.metrics_for(matched).get("default_cost")
+        if _other_xla(record, evaluator) and isinstance(recorded_default, (int, float)) and recorded_default > 0 \
+                and default_cost:
+            was, now = base["recorded_cost"] / recorded_default, cost / default_cost
+            regression = now / was - 1.0
+            note = (f"the record was made by {record.xla_version}, this is {evaluator.pipeline.compiler_version}: "
+                    f"judged by its gain over each one's XLA default ({base['recorded_cost']:g}/{recorded_default:g} "
+                    f"= {was:.4f} then, {cost:g}/{default_cost:g} = {now:.4f} now)")
+            if regression > max_regression / 100.0 + 1e-12:
+                reasons.append(f"{record.objective} relative to XLA's default regressed by {regression:+.2%} "
+                               f"({was:.4f} -> {now:.4f} of the default; allowed {max_regression:g}%)")
+            return cost, default_cost, regression, claim, ("relative", note)
         regression = (cost - base["recorded_cost"]) / base["recorded_cost"]
         if regression > max_regression / 100.0 + 1e-12:
             reasons.append(f"{record.objective} regressed by {regression:+.2%} "
                            f"({base['recorded_cost']:g} -> {cost:g}; allowed {max_regression:g}%)")
-    return cost, default_cost, regression, claim
+    return cost, default_cost, regression, claim, ("absolute", None)
+
+
+def _other_xla(record: TuningRecord, evaluator) -> bool:
+    """True when the record names the XLA that made it and that is not the installed one."""
+    return bool(record.xla_version) and record.xla_version != evaluator.pipeline.compiler_version
 
 
 def _judge_validity(evaluator, root, state: str, recorded_validation, seed: int, reasons: list[str]):
