@@ -58,16 +58,18 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-import torch
-from stable_baselines3.common.utils import set_random_seed
+import contextlib
 
+from autotune.rl import forward
+from autotune.rl.actor import Actor, Layout
 from autotune.rl.ensemble import Ensemble, check_members
 from autotune.rl.env import EpisodeSource, PassOrderingEnv
 from autotune.errors import BadInput
 from autotune.strategy import Evaluate, SearchSpace, Strategy
 from autotune import policies
 from autotune.rl.train import (check_hyperparams, check_vocabulary, load_model, make_model, observation_options,
-                               other_pipeline_version, read_sidecar, vocabulary_mismatch)
+                               other_pipeline_version, read_sidecar, require_training, training_missing,
+                               vocabulary_diff, vocabulary_mismatch)
 
 #: ``policy=`` values that ask for PPO from scratch even when a default policy is shipped.
 NO_POLICY = ("none", "scratch")
@@ -131,6 +133,12 @@ class PPOStrategy(Strategy):
         self.notes.append(text)
         print(f"note: ppo: {text}", file=sys.stderr, flush=True)
 
+    def _name(self) -> str:
+        """The policy as the user named it (a committee: its directory's name)."""
+        if self.members and len({p.parent for p, _ in self.members}) == 1 and self.ensemble == "each":
+            return self.members[0][0].parent.name
+        return self.policy.name[:-len(".zip")] if self.policy.name.endswith(".zip") else self.policy.name
+
     def _label(self) -> str:
         if not self.is_default:
             return f"policy {self.policy}"
@@ -156,27 +164,23 @@ class PPOStrategy(Strategy):
     def minimize(self, evaluate: Evaluate, space: SearchSpace, seed: int) -> None:
         metrics = getattr(evaluate, "input_metrics", None)  # what the tuner's and a fleet's Evaluate know
         self._default_for(space.target, metrics.collectives if metrics is not None else 0)
-        threads = torch.get_num_threads()
-        torch.set_num_threads(1)
-        try:
-            set_random_seed(seed)
-            source = EpisodeSource(evaluate, "module")
-            if self.policy is None:
-                self._from_scratch(source, evaluate, space, seed)
-            else:
-                self._zero_shot(source, evaluate, space, seed)
-        finally:
-            torch.set_num_threads(threads)
+        source = EpisodeSource(evaluate, "module")
+        if self.policy is None:
+            self._from_scratch(source, evaluate, space, seed)
+        else:
+            self._zero_shot(source, evaluate, space, seed)
 
     def _env(self, source: EpisodeSource, space: SearchSpace, shaping: bool, gamma: float, env_options: dict):
         return PassOrderingEnv([source], space.actions, max_length=space.max_length, shaping=shaping, gamma=gamma,
                                **env_options)
 
     def _from_scratch(self, source, evaluate: Evaluate, space: SearchSpace, seed: int) -> None:
+        require_training("PPO from scratch")
         hp = self.hyperparams
-        env = self._env(source, space, bool(self.shaping), hp["gamma"], self.env_options)
-        model = make_model("ppo", env, seed, hp)
-        _learn_until_spent(model, evaluate, chunk=None)
+        with _torch_session(seed):
+            env = self._env(source, space, bool(self.shaping), hp["gamma"], self.env_options)
+            model = make_model("ppo", env, seed, hp)
+            _learn_until_spent(model, evaluate, chunk=None)
 
     def _zero_shot(self, source, evaluate: Evaluate, space: SearchSpace, seed: int) -> None:
         meta = self.meta
@@ -186,6 +190,7 @@ class PPOStrategy(Strategy):
                 self._note(f"{self._label()} not used: {why}; PPO from scratch")
                 return self._from_scratch(source, evaluate, space, seed)
         check_vocabulary(meta, space.actions, self.policy, space.target)
+        diff = vocabulary_diff(meta, space.actions)
         other = other_pipeline_version(meta)
         gamma = float(meta.get("gamma", self.hyperparams["gamma"]))
         shaping = bool(meta.get("shaping", False)) if self.shaping is None else self.shaping
@@ -196,29 +201,38 @@ class PPOStrategy(Strategy):
         env_options = {k: meta.get(k, v) for k, v in self.env_options.items()}
         env_options.update({k: self.env_options[k] for k in self.given if k in self.env_options})
         env_options.update(observation_options(meta))  # the layout it was trained on
-        train_env = self._env(source, policy_space, shaping, gamma, env_options)
-        overrides = _overrides(meta["algo"], self.hyperparams, self.given)
+        rollout_env = self._env(source, policy_space, shaping, gamma, env_options)
+        members = self.members or [(self.policy, meta)]
         try:
-            model = load_model(self.policy, meta, train_env, seed, overrides)
+            networks = [forward.load(p, m["algo"]) for p, m in members]  # numpy: no torch needed
         except BadInput as exc:
             if not self.is_default:
                 raise
             self._note(f"{self._label()} not used: {exc}; PPO from scratch")
             return self._from_scratch(source, evaluate, space, seed)
+        layout = Layout.match(meta["actions"], space.actions, meta.get("observation_names") or (),
+                              rollout_env.observation_names)
+        if any(n.outputs != len(layout.outputs) or n.inputs != len(layout.inputs) for n in networks):
+            raise BadInput(f"{self.policy}: its network does not match its sidecar's actions and observation")
+        # One line: how its vocabularies differ (matched by name), or the other pipeline version it was trained on.
         version = f"; it was {other}: using it (same action vocabulary)" if other is not None else ""
+        if not diff.same_names:
+            version = "; " + diff.note(f"policy {self._name()}")
         if self.is_default:
             self._note(f"zero-shot from the {self._label()} (its roll-out first, then fine-tuning; "
                        f"--policy none for PPO from scratch){version}")
+        elif not diff.same_names:
+            self._note(version[2:])
         elif version:
             self._note(f"{self._label()} was {other}: using it (same action vocabulary)")
-        rollout_env = self._env(source, policy_space, shaping, gamma, env_options)
         rollout_env.reset(seed=seed)
-        others = [load_model(p, meta, train_env, seed, overrides) for p, meta in self.members[1:]]
         if self.branches > 1 and meta["algo"] not in ("ppo", "a2c"):
             raise BadInput(f"ppo: branches needs a policy's action probabilities; {self.policy} is a "
                            f"{meta['algo']} policy")
+        members_actors = [Actor(n, layout) for n in networks]
         # A committee (``ensemble=each``) acts as each member alone, in the given order; the mean acts once.
-        actors = [Ensemble([m]) for m in (model, *others)] if self.ensemble == "each" else [Ensemble([model, *others])]
+        actors = (members_actors if self.ensemble == "each" or len(members_actors) == 1
+                  else [Ensemble(members_actors)])
         rollouts = len(actors) * self.branches  # each actor's roll-out and its branches
         if len(actors) > 1:
             names = ", ".join(f"{p.parent.name}/{p.name}" for p, _ in self.members)
@@ -228,17 +242,61 @@ class PPOStrategy(Strategy):
                        f"each; {evaluate.remaining} evaluations may not reach the last (--budget "
                        f"{rollouts * policy_space.max_length} does)")
         for actor in actors:
-            _rollout(actor if others else model, rollout_env)
+            _rollout(actor, rollout_env)
             if self.branches > 1:
                 _branch(actor, rollout_env, self.branches)
-        if not self.finetune:
+        if not self.finetune or evaluate.remaining <= 0:
             return
-        chunk = 2 * int(getattr(model, "n_steps", 0) or self.hyperparams["n_steps"])
-        _learn_until_spent(model, evaluate, chunk=chunk, after=lambda: _rollout(model, rollout_env))
+        self._fine_tune(source, evaluate, space, policy_space, seed, shaping, gamma, env_options, layout, diff,
+                        rollout_env)
+
+    def _fine_tune(self, source, evaluate, space, policy_space, seed, shaping, gamma, env_options, layout, diff,
+                   rollout_env) -> None:
+        """Keep learning on this module from the first member (SB3, torch), alternating ``learn`` chunks
+        with roll-outs of the updated network; skipped, in one line, where it cannot be done right."""
+        missing = training_missing()
+        if missing is not None:
+            self._note(f"fine-tuning skipped ({missing}; the roll-out is the answer): {forward.INSTALL_TRAIN}")
+            return
+        if not layout.identity:
+            self._note("fine-tuning skipped: the policy's vocabulary differs from this XLA's (the roll-out is "
+                       "the answer; `autotune train` retrains it here)")
+            return
+        meta = self.meta
+        with _torch_session(seed):
+            train_env = self._env(source, policy_space, shaping, gamma, env_options)
+            overrides = _overrides(meta["algo"], self.hyperparams, self.given)
+            try:
+                model = load_model(self.policy, meta, train_env, seed, overrides)
+            except BadInput as exc:
+                if not self.is_default:
+                    raise
+                self._note(f"{self._label()} not fine-tuned: {exc}")
+                return
+            chunk = 2 * int(getattr(model, "n_steps", 0) or self.hyperparams["n_steps"])
+            # The updated network rolls out through the same numpy pass as the shipped one.
+            _learn_until_spent(model, evaluate, chunk=chunk,
+                               after=lambda: _rollout(Actor(forward.from_sb3(model.policy), layout), rollout_env))
         if evaluate.remaining > 0:
             # The transferred policy only stops (a policy trained where nothing helps learns STOP), so
             # fine-tuning spends nothing: the budget the user gave goes to PPO from scratch instead.
             self._from_scratch(source, evaluate, space, seed)
+
+
+@contextlib.contextmanager
+def _torch_session(seed: int):
+    """Training's torch settings for a block: one thread (determinism; the compiler workers own the
+    cores), restored after, and SB3's seeding of python, numpy and torch."""
+    import torch
+    from stable_baselines3.common.utils import set_random_seed
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        set_random_seed(seed)
+        yield
+    finally:
+        torch.set_num_threads(threads)
 
 
 def _overrides(algo: str, hp: dict, given: set[str]) -> dict:
@@ -272,7 +330,7 @@ def _rollout(model, env: PassOrderingEnv, first: int | None = None) -> None:
         done = terminated or truncated
 
 
-def _branch(policy: Ensemble, env: PassOrderingEnv, branches: int) -> None:
+def _branch(policy: Actor | Ensemble, env: PassOrderingEnv, branches: int) -> None:
     """Roll out from the policy's next most likely first passes, ``branches - 1`` of them, each then
     continued deterministically (each appended pass is one evaluation; the budget ends it).
 
@@ -285,7 +343,9 @@ def _branch(policy: Ensemble, env: PassOrderingEnv, branches: int) -> None:
     obs, _ = env.reset()
     probs = policy.probabilities(obs)
     taken = int(probs.argmax())  # the roll-out's first action (STOP: it tried nothing)
-    order = [int(a) for a in probs.argsort(kind="stable")[::-1] if int(a) not in (env.stop, taken)]
+    # Passes the policy never saw (or not installed) have probability 0: never its choice.
+    order = [int(a) for a in probs.argsort(kind="stable")[::-1]
+             if int(a) not in (env.stop, taken) and probs[int(a)] > 0]
     for first in order[:branches - 1]:
         _rollout(policy, env, first)
 

@@ -7,6 +7,8 @@ seed's quirk decide alone; ``bench/learning.py --stage ensemble`` measures it ag
 
 Members must drive the same MDP: the same actions, observation layout, ``max_length`` and target
 (``check_members``). Only roll-outs use the mean; fine-tuning continues the first member alone.
+The members are ``autotune.rl.actor.Actor``s (numpy forward passes, each already re-laid onto the
+installed pipeline's actions by name), so an ensemble needs no torch.
 """
 
 from __future__ import annotations
@@ -15,7 +17,6 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
-import torch
 
 from autotune.errors import BadInput
 from autotune.rl.train import sidecar_target
@@ -45,22 +46,16 @@ def _value(meta: dict, key: str):
 
 
 class Ensemble:
-    """``predict`` as an SB3 model's, over ``models`` (loaded on the same environment)."""
+    """``predict`` as an SB3 model's, over ``actors`` (``autotune.rl.actor.Actor``, the same installed actions)."""
 
-    def __init__(self, models: Sequence):
-        if not models:
+    def __init__(self, actors: Sequence):
+        if not actors:
             raise BadInput("an ensemble needs at least one policy")
-        self.models = list(models)
+        self.actors = list(actors)
 
     def probabilities(self, obs) -> np.ndarray:
-        """The members' mean probability of each action for one observation."""
-        total = None
-        with torch.no_grad():
-            for model in self.models:
-                tensor, _ = model.policy.obs_to_tensor(obs)
-                probs = model.policy.get_distribution(tensor).distribution.probs[0].cpu().numpy()
-                total = probs if total is None else total + probs
-        return total / len(self.models)
+        """The members' mean probability of each installed action (then STOP) for one observation."""
+        return sum(actor.probabilities(obs) for actor in self.actors) / len(self.actors)
 
     def predict(self, obs, deterministic: bool = True):
         """The most likely action under the mean distribution (ties: the lowest index); ``deterministic``

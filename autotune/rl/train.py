@@ -13,17 +13,20 @@ per vector step (PPO's rollout is ``n_steps * N``), the compiles of N envs overl
 file is the same kind as with one env. Each env is seeded ``seed + i`` by SB3, so they draw
 different modules and explore differently.
 
-It writes the SB3 ``.zip`` and a JSON sidecar next to it (``<zip>.json``, e.g.
-``policy.zip.json``) that records what the policy's inputs and outputs mean: the algorithm, the
-action vocabulary (the pipeline's passes, in order: action ``i`` of the policy), the opcode
-vocabulary and the name of every observation coordinate (``observation_names``), ``max_length``,
-shaping settings, gamma, the pipeline version and the training set (module names and fingerprints,
-and where they came from). ``check_vocabulary`` refuses (``BadInput``) a policy whose vocabularies differ
-from the installed pipeline's: a policy's outputs are indices, and the same index would silently
-name another pass.
+It writes the SB3 ``.zip``, its torch-free weights (``<zip>.npz``, ``autotune.rl.forward``: what
+roll-outs run, so a policy's zero-shot use needs no torch) and a JSON sidecar next to it
+(``<zip>.json``, e.g. ``policy.zip.json``) that records what the policy's inputs and outputs mean:
+the algorithm, the action vocabulary (the pipeline's passes, in order: action ``i`` of the policy
+is the pass named ``actions[i]``), the opcode vocabulary and the name of every observation
+coordinate (``observation_names``), ``max_length``, shaping settings, gamma, the XLA build
+(``xla_version``) and pipeline version and the training set (module names and fingerprints, and
+where they came from). A policy is matched to the installed pipeline by those names
+(``autotune.rl.vocabulary``); ``check_vocabulary`` refuses (``BadInput``) only one trained for
+another target or knowing too few of the installed passes.
 
 stable-baselines3 and torch are imported inside the functions only: ``import autotune.rl.train`` is
-cheap and never imports torch.
+cheap and never imports torch. Training needs them (the ``autotune[train]`` extra):
+``require_training`` says so in one line when they are missing.
 """
 
 from __future__ import annotations
@@ -43,6 +46,8 @@ from autotune.pipelines.xla.hlo import opcode_vocabulary
 from autotune.pipelines.xla import ENGINE_VERSION, GPU_ENGINE_VERSION, SAME_STEPS_SINCE, xla_version
 from autotune.core import objectives
 from autotune.rl.observation import Observation
+from autotune.rl.vocabulary import VocabularyDiff
+from autotune.rl.forward import INSTALL_TRAIN
 from autotune.core.tuner import evaluation_session
 
 ALGOS = ("ppo", "a2c", "dqn")
@@ -155,33 +160,46 @@ def sidecar_target(meta: dict) -> str:
     return str(meta.get("target") or "cpu")
 
 
+def vocabulary_diff(meta: dict, actions: Sequence[str]) -> VocabularyDiff:
+    """How the policy's pass and opcode names compare with the installed pipeline's ``actions`` and
+    this jaxlib's opcodes."""
+    return VocabularyDiff.of(meta, actions, opcode_vocabulary())
+
+
 def vocabulary_mismatch(meta: dict, actions: Sequence[str], target: str = "cpu") -> str | None:
-    """Why a policy cannot drive this pipeline (trained for another target, or its action or opcode
-    vocabulary differs), or None. A sidecar without a target was trained for the CPU."""
+    """Why a policy cannot drive this pipeline (trained for another target, or it knows fewer than
+    ``MIN_SHARED`` of the installed passes), or None. Vocabularies are matched by name
+    (``autotune.rl.vocabulary``): a policy from another jaxlib is used. A sidecar without a target
+    was trained for the CPU."""
     theirs_target = sidecar_target(meta)
     if theirs_target != target:
         return (f"policy was trained for target '{theirs_target}', not '{target}' (use a policy trained for "
                 f"{target.split('-')[0]}: bench/learning.py --target {target.split('-')[0]})")
-    theirs, ours = list(meta.get("actions") or []), list(actions)
-    if theirs != ours:
-        missing = [a for a in theirs if a not in ours]
-        extra = [a for a in ours if a not in theirs]
-        detail = (f"{len(missing)} of its actions unknown here (e.g. {missing[0]})" if missing else
-                  f"{len(extra)} actions here it never saw (e.g. {extra[0]})" if extra else
-                  "the same actions in another order")
-        return (f"policy action vocabulary differs from this pipeline's ({detail}; "
-                f"trained with {meta.get('pipeline_version', '?')})")
-    if list(meta.get("opcodes") or []) != list(opcode_vocabulary()):
-        return (f"policy opcode vocabulary differs from this jaxlib's "
-                f"(trained with {meta.get('pipeline_version', '?')})")
-    return None
+    return vocabulary_diff(meta, actions).refusal()
 
 
 def check_vocabulary(meta: dict, actions: Sequence[str], zip_path: Path, target: str = "cpu") -> None:
-    """BadInput unless the policy was trained for ``target`` with the installed vocabularies."""
+    """BadInput unless the policy was trained for ``target`` and knows enough of the installed passes."""
     reason = vocabulary_mismatch(meta, actions, target)
     if reason is not None:
         raise BadInput(f"{zip_path}: {reason}; retrain it with `autotune train`")
+
+
+def training_missing() -> str | None:
+    """What is missing for training and fine-tuning (torch, stable-baselines3), or None."""
+    try:
+        import stable_baselines3  # noqa: F401
+        import torch  # noqa: F401
+    except ImportError as exc:
+        return f"{exc.name or 'torch'} is not installed"
+    return None
+
+
+def require_training(what: str) -> None:
+    """BadInput in one line when ``what`` (training, PPO from scratch) cannot run here."""
+    missing = training_missing()
+    if missing is not None:
+        raise BadInput(f"{what} needs torch and stable-baselines3 ({missing}): {INSTALL_TRAIN}")
 
 
 def other_pipeline_version(meta: dict) -> str | None:
@@ -268,7 +286,9 @@ def check_training(algo: str, timesteps: int, max_length: int, objective: str,
         raise BadInput(f"--timesteps must be positive, not {timesteps}")
     check_max_length(max_length)
     objectives.get(objective)
-    return check_hyperparams(algo, options or {})
+    hp_env = check_hyperparams(algo, options or {})
+    require_training("training a policy")
+    return hp_env
 
 
 def train_policy(
@@ -336,6 +356,9 @@ def train_policy(
         stats_per_env = envset.episode_stats()
         zip_path.parent.mkdir(parents=True, exist_ok=True)
         model.save(str(zip_path))
+        from autotune.rl import forward
+
+        forward.write(zip_path, forward.from_sb3(model.policy, str(zip_path)))  # roll-outs run these
     finally:
         if envset is not None:
             envset.close()
@@ -376,7 +399,7 @@ def _sidecar(evaluator, envset, roots, algo, shaping, hp, env_opts, references, 
         "max_length": max_length, "objective": objective, "cost_features": envset.cost_features,
         "observation_size": envset.obs_size, "observation_names": list(envset.observation_names),
         "actions": list(envset.actions), "opcodes": list(_opcode_vocabulary()), "pipeline_version": evaluator.version,
-        "target": evaluator.pipeline.target.key,
+        "xla_version": xla_version(), "target": evaluator.pipeline.target.key,
         "timesteps": timesteps, "seed": seed, "envs": envs, "hyperparameters": hp,
         "training_set": dict(training_set or {}),
         "modules": [{"name": r.name, "fingerprint": r.fingerprint} for r in roots],
