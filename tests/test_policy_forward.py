@@ -1,0 +1,274 @@
+"""Torch-free roll-outs (``autotune.rl.forward``) and policies matched to the installed XLA by name
+(``autotune.rl.vocabulary``, ``autotune.rl.actor``): real shipped policies, real XLA passes.
+
+The tests that compare against the torch policy import torch inside themselves (skipped where it is
+not installed); the rest run on an installation without torch too.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import autotune
+from autotune import policies
+from autotune.errors import BadInput
+from conftest import DATA, EXAMPLES, ROOT, SMALL, run_cli
+
+MAML = DATA / "real" / "hloenv_maml_train_step.hlo"
+LLM = EXAMPLES / "llm_decode_step.hlo"
+MODULES = (SMALL, MAML, LLM)
+
+
+def _shipped() -> list:
+    """Every shipped policy file and committee member."""
+    return sorted(policies.directory().glob("*.zip")) + sorted(policies.directory().glob("*/*.zip"))
+
+
+def _rollout_env(ev, path, module):
+    from autotune.core.tuner import evaluation_session
+    from autotune.rl.env import PassOrderingEnv
+    from autotune.rl.train import observation_options, read_sidecar
+
+    meta = read_sidecar(path)
+    session = evaluation_session(ev, autotune.load(module), budget=10**6)
+    return PassOrderingEnv([session], ev.pipeline.passes(), max_length=meta["max_length"],
+                           **observation_options(meta)), meta
+
+
+def _actor(path, meta, env):
+    from autotune.rl import forward
+    from autotune.rl.actor import Actor, Layout
+
+    layout = Layout.match(meta["actions"], env.actions, meta["observation_names"], env.observation_names)
+    return Actor(forward.load(path, meta["algo"]), layout)
+
+
+def test_every_shipped_policy_has_current_torch_free_weights():
+    """Each shipped ``.zip`` has its ``.zip.npz`` beside it, exported from that very file."""
+    from autotune.rl import forward
+
+    assert _shipped()
+    for path in _shipped():
+        network, digest = forward.Network.read(forward.weights_path(path))
+        assert digest == forward.file_digest(path), f"{path}: stale .npz (re-export it)"
+        meta = json.loads(path.with_name(path.name + ".json").read_text())
+        assert network.outputs == len(meta["actions"]) + 1 and network.inputs == len(meta["observation_names"])
+
+
+def test_numpy_forward_pass_matches_torch_on_every_shipped_policy(engine):
+    """On observations of real modules (each policy's own roll-out, then a branch from its second
+    choice), the numpy pass gives the torch policy's probabilities within 1e-5 and its actions, so
+    the roll-out sequence is the same."""
+    torch = pytest.importorskip("torch")
+    from stable_baselines3 import PPO
+
+    from autotune.core.engine import open_engine
+
+    if not _same_xla_as_shipped():
+        pytest.skip("the shipped policies were trained on another jaxlib: compared on theirs")
+    compared = 0
+    for path in _shipped():
+        meta = json.loads(path.with_name(path.name + ".json").read_text())
+        target = str(meta.get("target") or "cpu").split("-")[0]
+        with open_engine(engine.cache.path, workers=1, target=None if target == "cpu" else target) as ev:
+            for module in MODULES:
+                env, meta = _rollout_env(ev, path, module)
+                model = PPO.load(path, device="cpu")
+                actor = _actor(path, meta, env)
+                assert actor.layout.identity  # same jaxlib: the identity re-layout
+                for branch in (False, True):
+                    obs, _ = env.reset(seed=0)
+                    done, sequence, first = False, [], True
+                    while not done:
+                        with torch.no_grad():
+                            tensor, _ = model.policy.obs_to_tensor(obs)
+                            probs = model.policy.get_distribution(tensor).distribution.probs[0].numpy()
+                        ours = actor.probabilities(obs)
+                        np.testing.assert_allclose(ours, probs, atol=1e-5, err_msg=f"{path} on {module.name}")
+                        theirs = int(model.predict(obs, deterministic=True)[0])
+                        assert int(actor.predict(obs)[0]) == theirs, f"{path} on {module.name} after {sequence}"
+                        action = int(np.argsort(probs, kind="stable")[-2]) if branch and first else theirs
+                        first = False
+                        obs, _, done, _, info = env.step(action)
+                        sequence.append(action)
+                        compared += 1
+    assert compared >= len(_shipped()) * len(MODULES) * 2
+
+
+def _same_xla_as_shipped() -> bool:
+    import jaxlib
+
+    meta = json.loads((policies.directory() / "llm.zip.json").read_text())
+    return f"jaxlib-{jaxlib.__version__}-" in meta["pipeline_version"]
+
+
+BLOCK_TORCH = ("import sys, runpy; sys.modules['torch'] = None; sys.modules['stable_baselines3'] = None; "
+               "sys.argv = ['autotune'] + sys.argv[1:]; runpy.run_module('autotune.cli', run_name='__main__')")
+
+
+def _cli_without_torch(*args, db):
+    env = dict(os.environ, AUTOTUNE_DB=str(db))
+    return subprocess.run([sys.executable, "-c", BLOCK_TORCH, *args], capture_output=True, text=True, timeout=600,
+                          env=env, cwd=ROOT)
+
+
+def _policy_rollout(engine, name: str, module) -> list[str]:
+    """The shipped policy's deterministic roll-out on ``module``, stepped here with its numpy actor."""
+    path = policies.find(name)
+    env, meta = _rollout_env(engine, path, module)
+    actor = _actor(path, meta, env)
+    obs, _ = env.reset(seed=0)
+    done, info = False, {"sequence": ()}
+    while not done:
+        obs, _, done, _, info = env.step(int(actor.predict(obs)[0]))
+    return list(info["sequence"])
+
+
+def test_zero_shot_runs_with_torch_unimportable_and_gives_the_policys_answer(engine, db_path, tmp_path):
+    """``torch`` and ``stable_baselines3`` made unimportable in the CLI's process: the shipped policy's
+    roll-out is the run's first evaluations; fine-tuning is skipped in one line saying what to install;
+    PPO from scratch and ``autotune train`` fail in one line (exit 2)."""
+    expected = _policy_rollout(engine, "llm", LLM)
+    proc = _cli_without_torch("run", "--strategy", "ppo", str(LLM), "-O", "policy=llm", "--budget", "8",
+                              "--no-validate", "--json", db=db_path)
+    assert proc.returncode == 0, proc.stderr
+    notes = [line for line in proc.stderr.splitlines() if "fine-tuning skipped" in line]
+    assert len(notes) == 1 and "pip install 'autotune[train]'" in notes[0], proc.stderr
+    run_id = json.loads(proc.stdout)["run_id"]
+    from autotune.core.runs import RunStore
+
+    trials = [list(t.sequence) for t in RunStore(engine.cache).trials(run_id)]
+    assert trials[: len(expected)] == [expected[:k] for k in range(1, len(expected) + 1)]  # the roll-out first
+
+    proc = _cli_without_torch("run", "--strategy", "ppo", str(SMALL), "-O", "policy=none", "--budget", "4",
+                              db=db_path)
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
+    assert "PPO from scratch needs torch" in proc.stderr and "autotune[train]" in proc.stderr
+    proc = _cli_without_torch("train", str(SMALL), "-o", str(tmp_path / "p.zip"), "--timesteps", "8", db=db_path)
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "autotune[train]" in proc.stderr, proc.stderr
+    assert not (tmp_path / "p.zip").exists()
+
+
+def test_a_committee_and_branches_run_without_torch(db_path):
+    proc = _cli_without_torch("run", "--strategy", "ppo", str(SMALL), "--policy", "llm-committee", "--budget", "12",
+                              "-O", "finetune=false", "--no-validate", "--json", db=db_path)
+    assert proc.returncode == 0 and "a committee of 3 policies" in proc.stderr, proc.stderr
+    proc = _cli_without_torch("run", "--strategy", "ppo", str(SMALL), "-O", "branches=4", "--budget", "8",
+                              "-O", "finetune=false", "--no-validate", "--json", db=db_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "torch" not in proc.stderr
+
+
+# ---- vocabularies across XLA versions: a shipped sidecar edited in a temporary directory -----------------
+def _edited_llm(tmp_path, edit):
+    """The shipped ``llm`` policy copied into ``tmp_path/NAME`` (its .zip, .npz and an edited sidecar)."""
+    src = policies.find("llm")
+    dst = tmp_path / "llm.zip"
+    for suffix in ("", ".npz"):
+        shutil.copy(f"{src}{suffix}", f"{dst}{suffix}")
+    meta = json.loads(src.with_name(src.name + ".json").read_text())
+    edit(meta)
+    dst.with_name(dst.name + ".json").write_text(json.dumps(meta))
+    return dst, meta
+
+
+def _rename(meta, pass_names=(), opcodes=()):
+    """A policy as if trained on an XLA whose passes and opcodes had other names (its network unchanged)."""
+    meta["actions"] = [a + "_gone" if a in pass_names else a for a in meta["actions"]]
+    meta["opcodes"] = [o + "_gone" if o in opcodes else o for o in meta["opcodes"]]
+    names = []
+    for n in meta["observation_names"]:
+        group, _, item = n.partition(":")
+        gone = (group in ("opcode_fraction", "loop") and item in opcodes) or (group == "applied" and item in pass_names)
+        names.append(f"{n}_gone" if gone else n)
+    meta["observation_names"] = names
+
+
+def test_outputs_and_observations_are_matched_by_name(engine, tmp_path):
+    """A policy whose ``cse`` is a pass this XLA lacks (``cse_gone``) and whose ``add`` opcode is one it
+    lacks: its cse output is masked out and the rest renormalised, the installed ``cse`` (never seen
+    by it) gets probability 0, and its ``add`` coordinates read 0 while every other coordinate is the
+    installed one."""
+    from autotune.rl import forward
+
+    path, meta = _edited_llm(tmp_path, lambda m: _rename(m, pass_names=("cse",), opcodes=("add",)))
+    env, meta = _rollout_env(engine, path, LLM)
+    actor = _actor(path, meta, env)
+    obs, _ = env.reset(seed=0)
+    laid = actor.layout.observation(obs)
+    names = list(meta["observation_names"])
+    installed = dict(zip(env.observation_names, obs))
+    assert obs[env.observation_names.index("opcode_fraction:add")] > 0
+    for i, n in enumerate(names):
+        assert laid[i] == (0.0 if n.endswith("_gone") else installed[n]), n
+    raw = forward.softmax(actor.network.scores(laid))
+    missing = [i for i, a in enumerate(meta["actions"]) if a not in env.actions]  # cse_gone (and, on
+    assert meta["actions"].index("cse_gone") in missing  # another jaxlib, the passes it dropped)
+    kept = 1 - sum(raw[i] for i in missing)
+    probs = actor.probabilities(obs)
+    assert probs[env.actions.index("cse")] == 0.0 and probs.sum() == pytest.approx(1.0)
+    for i, a in enumerate(meta["actions"]):
+        if i not in missing:
+            assert probs[env.actions.index(a)] == pytest.approx(raw[i] / kept, rel=1e-9)
+    assert probs[-1] == pytest.approx(raw[-1] / kept, rel=1e-9)  # STOP is STOP
+
+
+def test_run_uses_a_policy_of_another_vocabulary_and_says_so_in_one_line(engine, tmp_path, db_path):
+    """Two of its passes renamed (not installed here) and one opcode: the run names the difference in
+    one line, never asks for the installed pass it never saw, and skips fine-tuning in one line."""
+    path, _ = _edited_llm(tmp_path, lambda m: _rename(m, pass_names=("cse", "dce"), opcodes=("add",)))
+    proc = run_cli("run", "--strategy", "ppo", str(LLM), "--policy", str(path), "--budget", "8", "-O", "branches=3",
+                   "--no-validate", "--json", db=db_path)
+    assert proc.returncode == 0, proc.stderr
+    notes = [line for line in proc.stderr.splitlines() if line.startswith("note:")]
+    from autotune.rl.train import read_sidecar, vocabulary_diff
+
+    diff = vocabulary_diff(read_sidecar(path), engine.pipeline.passes())
+    theirs = len(read_sidecar(path)["actions"])
+    assert diff.passes_unseen >= 2 and diff.passes_present <= theirs - 2
+    line = (f"policy llm: {diff.passes_present} of its {theirs} passes present; {diff.passes_unseen} passes it "
+            f"never saw; {diff.opcodes_present} of its 133 opcodes present")
+    assert diff.opcodes_present == 132 and sum(line in n for n in notes) == 1, proc.stderr
+    assert sum("fine-tuning skipped" in line for line in notes) <= 1
+    from autotune.core.runs import RunStore
+
+    trials = RunStore(engine.cache).trials(json.loads(proc.stdout)["run_id"])
+    assert trials and not any({"cse", "dce"} & set(t.sequence) for t in trials)
+
+
+def test_a_policy_knowing_too_few_of_the_installed_passes_is_refused_in_one_line(engine, tmp_path, db_path):
+    passes = engine.pipeline.passes()
+    path, _ = _edited_llm(tmp_path, lambda m: _rename(m, pass_names=passes[: len(passes) // 4]))
+    proc = run_cli("run", "--strategy", "ppo", str(SMALL), "--policy", str(path), "--budget", "4", db=db_path)
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
+    assert "below 80%" in proc.stderr and "trained on jaxlib-" in proc.stderr
+
+
+def test_trained_xla_is_read_from_old_and_new_sidecars():
+    from autotune.rl.vocabulary import trained_xla
+
+    assert trained_xla({"pipeline_version": "xla:jaxlib-0.10.2-cpu-x86_64:inv-1:engine-6"}) == "jaxlib-0.10.2-cpu-x86_64"
+    assert trained_xla({"xla_version": "jaxlib-0.12.0-cpu-x86_64"}) == "jaxlib-0.12.0-cpu-x86_64"
+    assert trained_xla({}) == "an unrecorded XLA"
+
+
+def test_a_network_the_numpy_pass_cannot_reproduce_is_refused(tmp_path):
+    pytest.importorskip("torch")
+    import torch.nn as nn
+
+    from autotune.rl import forward
+
+    class Odd(nn.Module):
+        pass
+
+    with pytest.raises(BadInput, match="layer Odd is not one the numpy forward pass reproduces"):
+        forward._sequential([nn.Linear(3, 2), Odd()], "odd")
+    with pytest.raises(BadInput, match="LeakyReLU with slope"):
+        forward._sequential([nn.LeakyReLU(0.2)], "odd")
