@@ -32,7 +32,7 @@ from autotune.core.checks.executed import DECLINED, ExecutionPlan, Executed, exe
 from autotune.core.checks.identical import Identical
 from autotune.core.checks.region import Region, establish_region  # noqa: F401
 from autotune.core.checks.stand_ins import StandIns
-from autotune.core.checks.target import TargetCompile
+from autotune.core.checks.target import TargetCompile, target_checks  # noqa: F401
 from autotune.core.execution import (INPUT_LADDER, CannotRun, OriginalFails, Overran, bounded, compare_tuned,  # noqa: F401
                                      original_outputs_or_reason, stand_in, validate)
 from autotune.core.levels import (COMPILED, EXECUTED, EXECUTED_REGION, EXECUTED_WITH_STAND_INS, IDENTICAL,  # noqa: F401
@@ -68,5 +68,5 @@ def establish(pipeline, original, tuned, seed: int = 0, identical: bool = False,
 
 def chain(pipeline, identical: bool = False) -> list:
     """The checkers ``establish`` runs for ``pipeline``, in order (``core/checks``)."""
-    target = [] if pipeline.runs_on_target else [TargetCompile()]
-    return [Identical(identical), *target, StandIns(), Executed(), TunedCompiles(), Region(), Compiled()]
+    return [Identical(identical), *target_checks(pipeline), StandIns(), Executed(), TunedCompiles(), Region(),
+            Compiled()]

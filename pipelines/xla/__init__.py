@@ -27,7 +27,7 @@ from autotune.core.module import Module
 from autotune.core.target import CPU
 from autotune.core.workers import WorkerPool
 from autotune.errors import BadInput, PassFailed, UnknownName
-from autotune.pipelines.xla import hlo, loader, partitioned, region, standins, surrogate, targets
+from autotune.pipelines.xla import device, hlo, loader, partitioned, region, standins, surrogate, targets
 from autotune.pipelines.xla.inventory import PassInventory
 from autotune.pipelines.xla.runner import parameter_specs
 from autotune.pipelines.xla.worker_api import XlaGpuRequests, XlaRequests
@@ -44,6 +44,8 @@ GPU_ENGINE_VERSION = 2  # 2: the module handed to XLA as HLO (pjrt_hlo.py), no M
 
 WORKER = "autotune.pipelines.xla.worker:XlaWorker"
 GPU_WORKER = "autotune.pipelines.xla.gpu_worker:XlaGpuWorker"
+#: Executes and times a GPU target's modules on a jax device (``device.py`` chooses which).
+DEVICE_WORKER = "autotune.pipelines.xla.device_worker:XlaDeviceWorker"
 #: Workers start with ``partitioned.DEVICES`` CPU devices: one is used, except to run one device's
 #: program of a partitioned step with its peers (validation).
 WORKER_ENV = {"JAX_PLATFORMS": "cpu", "XLA_FLAGS": f"--xla_force_host_platform_device_count={partitioned.DEVICES}",
@@ -75,7 +77,7 @@ class XlaPipeline(BackendBase):
 
     def __init__(self, workers: int = 1, cache=None, include_target_specific: bool = False,
                  step_timeout: float = 120.0, inventory: PassInventory | None = None, executor=None,
-                 target: str | None = None):
+                 target: str | None = None, execution_platform: str | None = None):
         super().__init__(workers, cache, step_timeout, executor)
         self.gpu = targets.resolve(target)
         if self.gpu is not None:
@@ -85,11 +87,16 @@ class XlaPipeline(BackendBase):
             # its regions (whole tuned modules still run on the CPU, see gpu_worker.py).
             # Its memory is the device's, which the host's compile does not give: not offered.
             self.capabilities = self.capabilities - {"regions", "memory"}
-            # Executions (validation's output comparison) run on the host CPU: nothing is timed on the GPU.
-            self.runs_on_target = False
         self.target = self.gpu.target if self.gpu is not None else CPU
         self.target_option = target if self.gpu is not None else None
         self.include_target_specific = include_target_specific
+        #: Where executions run (``device.choose``): decided on first use, since for a GPU target it asks
+        #: jax in a child process whether a CUDA device is there.
+        self._execution_request = device.requested(execution_platform)
+        self._execution = None
+        self._device_pool = None
+        if self._execution_request == "cuda":  # required: refused now, in one line, not in the middle of a run
+            _ = self.execution
         self._cache = cache
         self._inventory = inventory.with_target_specific(include_target_specific) if inventory else None
 
@@ -261,6 +268,53 @@ class XlaPipeline(BackendBase):
     #: takes tens of seconds on a small machine, and a slow module may be timed several times.
     run_timeout: float = 600.0
 
+    @property
+    def execution(self) -> "device.Execution | None":
+        """Where executions run: None for the host worker (the CPU target; a GPU target with no CUDA
+        device), else the device worker's platform (``device.choose``)."""
+        if self._execution is None:
+            cuda = device.cuda_devices() if self.gpu is not None and self._execution_request != "cpu" else 0
+            self._execution = (device.choose(self.target, self._execution_request, cuda),)
+        return self._execution[0]
+
+    @property
+    def runs_on_target(self) -> bool:
+        """True when ``execute``/``time`` run on the target (the CPU target; a GPU target's device
+        worker, or jax's CPU device on the explicit request ``AUTOTUNE_EXECUTION_PLATFORM=cpu``)."""
+        return self.gpu is None or self.execution is not None
+
+    @property
+    def executes_on(self) -> str:
+        """Where executions run, in the words a validation verdict uses."""
+        chosen = self.execution
+        if chosen is None:
+            return "the host CPU"
+        return f"the {self.target.name}'s CUDA device" if chosen.on_gpu else \
+            f"jax's CPU device standing in for the {self.target.name} ({device.PLATFORM_ENV}=cpu)"
+
+    def missing_device(self) -> str:
+        """Why a GPU target's modules cannot run here, in one clause (``device.missing``)."""
+        return device.missing(self.target)
+
+    def _run_remote(self, timeout: float):
+        """Execution requests' workers: the device worker's pool where one is chosen, else the step pool."""
+        chosen = self.execution
+        if chosen is None:
+            return self.remote(timeout)
+        if self._device_pool is None:
+            from autotune.core.backend import remote as typed
+
+            env = device.worker_env(chosen.platform, WORKER_ENV)
+            self._device_pool = self.executor.pool(DEVICE_WORKER, (chosen.platform,), size=1, env=env)
+            self._device_remote = lambda t: typed(self._device_pool, XlaRequests, t)
+        return self._device_remote(timeout)
+
+    def close(self) -> None:
+        if self._device_pool is not None:
+            self._device_pool.close()
+            self._device_pool = None
+        super().close()
+
     def execute(self, module: Module, seed: int = 0, floats: str = "normal", int_high: int = 4,
                 timeout: float | None = None) -> list:
         """Compile ``module`` with XLA's full CPU pipeline and run it once on seeded random inputs.
@@ -274,7 +328,7 @@ class XlaPipeline(BackendBase):
         (``compiles``, which warms the worker's executable cache) and then gives the run alone its
         time bound; a run past it costs that worker (killed and replaced).
         """
-        return self.remote(self.run_timeout if timeout is None else float(timeout)).execute(
+        return self._run_remote(self.run_timeout if timeout is None else float(timeout)).execute(
             module.proto, int(seed), floats, int(int_high))
 
     def execute_reference(self, module: Module, seed: int = 0, floats: str = "normal",
@@ -282,7 +336,7 @@ class XlaPipeline(BackendBase):
         """Outputs of ``module`` with its bf16/f16 arithmetic widened to f32, on the inputs ``execute``
         uses (``reference.py``): what ``core/precision.py`` judges narrow-float results against.
         None when the module has no bf16/f16; ``PassFailed`` when the widened module cannot run."""
-        return self.remote(self.run_timeout).execute_reference(module.proto, int(seed), floats, int(int_high))
+        return self._run_remote(self.run_timeout).execute_reference(module.proto, int(seed), floats, int(int_high))
 
     def stand_ins(self, module: Module, extra: Sequence[str] = ()) -> tuple[Module, int, tuple[str, ...]]:
         """``(module with host stand-ins, how many custom calls were replaced, their targets)``.
@@ -291,7 +345,7 @@ class XlaPipeline(BackendBase):
         their operands (``standins.py``), so the rest of the module can be executed; ``extra``
         forces more targets. Raises ``PassFailed`` when no stand-in can be built.
         """
-        proto, fp, n, targets = self.remote(self.run_timeout).stand_ins(module.proto, tuple(extra))
+        proto, fp, n, targets = self._run_remote(self.run_timeout).stand_ins(module.proto, tuple(extra))
         return (module if n == 0 else Module(module.name, proto, fp)), n, tuple(targets)
 
     def regions(self, default_final: Module, tuned_final: Module, max_input_bytes: int | None = None):
@@ -341,14 +395,14 @@ class XlaPipeline(BackendBase):
         """Compile ``module`` the way ``execute`` runs it (the host CPU's pipeline, whatever the
         target), so that a bounded run that follows is timed alone. For a GPU target this is not
         ``compiles`` (the GPU's pipeline): validation's executions happen on the host."""
-        self.remote(self.run_timeout).host_compiles(module.proto)
+        self._run_remote(self.run_timeout).host_compiles(module.proto)
 
     def time(self, module: Module, seed: int = 0, repeats: int = 5, warmup: int = 1, min_seconds: float = 0.0,
              floats: str = "normal", int_high: int = 4) -> dict:
         """Run time of the fully compiled module: ``seconds`` per run for each sample, ``median``,
         ``min``, ``mad``, ``iqr``, ``p90``; each sample a calibrated loop of >= ``min_seconds``."""
         self._single_device(module)
-        return self.remote(self.run_timeout).time(module.proto, int(seed), int(repeats), int(warmup), floats,
+        return self._run_remote(self.run_timeout).time(module.proto, int(seed), int(repeats), int(warmup), floats,
                                                   int(int_high), float(min_seconds))
 
     def time_ab(self, a: Module, b: Module, seed: int = 0, rounds: int = 30, warmup: int = 2,
@@ -359,7 +413,7 @@ class XlaPipeline(BackendBase):
         ``rounds`` alternating samples): per-run seconds per round in ``a`` and ``b``. ``options_*``
         compile an arm with XLA debug options (``[("xla_disable_hlo_passes", "fusion")]``)."""
         self._single_device(a)
-        return self.remote(self.run_timeout).time_ab(a.proto, b.proto, int(seed), int(rounds), int(warmup), floats,
+        return self._run_remote(self.run_timeout).time_ab(a.proto, b.proto, int(seed), int(rounds), int(warmup), floats,
                                                      int(int_high), float(min_seconds), list(options_a or []) or None,
                                                      list(options_b or []) or None)
 
@@ -377,13 +431,15 @@ class XlaPipeline(BackendBase):
     def execution_rates(self) -> dict:
         """This machine's rates (``flops_per_s``, ``bytes_per_s``), measured once per machine and XLA
         version in a worker (timing.calibrate_rates, under a second) and kept in the cache."""
-        key = f"execution-rates-all-cores:{machine_key()}"  # measured under all_cores() (the old key held rates pinned to one core)
+        key = f"execution-rates-all-cores:{machine_key()}"
+        if self.execution is not None:  # the device worker's rates, not the host's
+            key += f"|device-{self.execution.platform}"  # measured under all_cores() (the old key held rates pinned to one core)
         rates = _RATES.get(key)
         if rates is None and self._cache is not None:
             text = self._cache.get_inventory(key)
             rates = json.loads(text) if text else None
         if rates is None:
-            rates = self.remote(self.run_timeout).calibrate()
+            rates = self._run_remote(self.run_timeout).calibrate()
             if self._cache is not None:
                 self._cache.put_inventory(key, json.dumps(rates))
         _RATES[key] = rates

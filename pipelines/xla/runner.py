@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import re
 import time
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -231,6 +232,46 @@ def random_inputs(proto: bytes, seed: int = 0, floats: str = "normal", int_high:
             for i, s in enumerate(specs)]
 
 
+def drawn_on_device(worker, proto: bytes, seed: int = 0, floats: str = "normal", int_high: int = INT_HIGH) -> list:
+    """Seeded random arguments made on ``worker``'s device itself (jax.random), as ``bench/gpu.py``
+    learnt to on the H200: no host copy of gigabytes of weights, no transfer, no host memory. For
+    timing only: the values differ from ``random_inputs``' (validation compares outputs on those,
+    the same inputs whatever the device), and a run's time does not depend on them. The same
+    distributions (floats N(0, 1) or its absolute value, integers in [0, ``int_high``), fair bools);
+    a leaf jax cannot make without x64 (64-bit types) or a complex one is drawn on the host and placed.
+    Inputs over the device's limit (``device_limit``) are ``BadInput`` before any allocation."""
+    import jax
+    import jax.numpy as jnp
+
+    specs = parameter_specs(proto)
+    total = sum(s.nbytes for s in specs)
+    limit, _ = device_limit(worker)
+    if total > limit:
+        raise BadInput(f"inputs need {gib(total)}, {gib(limit)} available")
+    device = worker.devices[0]
+    key = jax.random.PRNGKey(int(seed) % (1 << 31))
+    out = []
+    with jax.default_device(device):
+        for i, s in enumerate(specs):
+            dtype = np.dtype(s.dtype)
+            if dtype.itemsize == 8 or dtype.kind == "c" or dtype.name in ("int4", "uint4", "int2", "uint2"):
+                out.extend(device_put(worker, [_random_array(np.random.default_rng([int(seed), i]), s.shape, dtype,
+                                                             floats, int_high)]))
+                continue
+            k = jax.random.fold_in(key, i)
+            if dtype == np.bool_:
+                x = jax.random.bernoulli(k, 0.5, s.shape)
+            elif dtype.kind in "iu":
+                x = jax.random.randint(k, s.shape, 0, int_high, dtype=jnp.int32).astype(dtype)
+            else:
+                x = jax.random.normal(k, s.shape, dtype=jnp.float32)
+                x = (jnp.abs(x) if floats == "positive" else x).astype(dtype)
+            out.append(jax.device_put(x, device))
+    for x in out:
+        x.block_until_ready()
+    return out
+
+
 # ---- compile and run (worker side) --------------------------------------------------------------------
 def compile_full(worker, proto: bytes, partitions: int = 1):
     """Compile ``proto`` with XLA's complete default CPU pipeline (incl. codegen) -> LoadedExecutable.
@@ -339,17 +380,59 @@ def device_inputs(proto: bytes, seed: int, floats: str, int_high: int, n: int) -
             for d in range(n)]
 
 
-def run(exe, args: list, devices: int = 1) -> list:
-    """Run once; the outputs (tuples flattened), for each output every device's in device order."""
+def run(exe, args: list, devices: int = 1, block: bool = True) -> list:
+    """Run once; the outputs (tuples flattened), for each output every device's in device order.
+
+    ``block=False`` returns as soon as the run is dispatched (a device runs its queue in order, so a
+    caller that dispatches several runs back to back waits for the last one only: ``timing.py``)."""
     try:
         results = exe.execute_sharded(args)
         outs = [per_device[d] for per_device in results.disassemble_into_single_device_arrays()
                 for d in range(devices)]
-        for out in outs:
+        for out in outs if block else ():
             out.block_until_ready()
     except Exception as exc:
         raise PassFailed(f"execution failed: {compiler_message(exc)}", "error") from None
     return outs
+
+
+def device_name(worker) -> str:
+    """``platform:device kind`` of the device ``worker`` runs on (``cpu:cpu``, ``cuda:NVIDIA H200``)."""
+    try:
+        device = worker.devices[0]
+        return f"{device.platform}:{getattr(device, 'device_kind', device.platform)}"
+    except Exception:
+        return "unknown"
+
+
+_ALIAS = re.compile(r"\{(\d*)\}:\s*\((\d+),\s*\{([\d,\s]*)\}")
+
+
+def donated_outputs(proto: bytes) -> dict[int, int] | None:
+    """Donated argument leaf -> the output leaf that reuses its buffer (the module's
+    ``input_output_alias``), in the flattened order ``random_inputs`` and ``run`` use; ``{}`` when
+    nothing is donated, None when an alias cannot be mapped (a tuple parameter, a nested output):
+    the caller then gives every run fresh inputs instead of feeding outputs back."""
+    from jaxlib import _hlo
+
+    header = hlo.to_text(hlo.parse_proto(proto)).split("\n", 1)[0] + "\n"
+    m = re.search(r"input_output_alias=\{(.*?)\}\s*(?:,\s*\w+=|\n)", header)
+    if not m:
+        return {}
+    shape = _hlo.XlaComputation(proto).program_shape()
+    params = list(shape.parameter_shapes())
+    if any(p.is_tuple() for p in params):
+        return None
+    result = shape.result_shape()
+    outputs = list(result.tuple_shapes()) if result.is_tuple() else [result]
+    if any(o.is_tuple() for o in outputs):
+        return None
+    feed = {}
+    for out_index, param, param_index in _ALIAS.findall(m.group(1)):
+        if param_index.strip() or (out_index == "") == result.is_tuple():
+            return None
+        feed[int(param)] = int(out_index or 0)
+    return feed
 
 
 def check_arity(exe, inputs: list) -> None:
@@ -363,8 +446,9 @@ def check_arity(exe, inputs: list) -> None:
                          f"parameter leaves", "error")
 
 
-def check_memory(exe, devices: int = 1) -> None:
-    """Refuse (``BadInput``) to run an executable whose buffers exceed ``execution_limit()``.
+def check_memory(exe, devices: int = 1, worker=None) -> None:
+    """Refuse (``BadInput``) to run an executable whose buffers exceed the memory it runs in
+    (``device_limit(worker)``: the device's own where it reports it, else ``execution_limit()``).
 
     XLA's buffer assignment knows what a run needs: arguments + outputs + temporaries, less what
     outputs alias from arguments (per device: ``devices`` times that). Checked after the compile,
@@ -374,9 +458,36 @@ def check_memory(exe, devices: int = 1) -> None:
         need = devices * buffer_bytes(exe)["total"]
     except Exception:  # no statistics from this backend: the input check alone applies
         return
-    limit, _ = execution_limit()
+    limit, how = device_limit(worker)
     if need > limit:
-        raise BadInput(f"running it needs {gib(need)} (inputs, outputs, temporaries), {gib(limit)} available")
+        raise BadInput(f"running it needs {gib(need)} (inputs, outputs, temporaries), {gib(limit)} available"
+                       + (f" ({how})" if how.startswith("the ") else ""))
+
+
+#: Share of a device's free memory one run may take: the device worker also holds the original's
+#: outputs while the tuned module runs (validation), and XLA's allocator fragments.
+DEVICE_MEMORY_SHARE = 0.9
+
+
+def device_limit(worker=None) -> tuple[int, str]:
+    """``(bytes, how)`` one run on ``worker``'s device may use. A device that reports its memory
+    (a GPU: ``memory_stats()``, ``bytes_limit`` less ``bytes_in_use``) is its own limit: the host's
+    memory says nothing about it. jax's CPU device reports none, so it is the host's
+    ``execution_limit()`` (also for ``worker`` None, and ``AUTOTUNE_MAX_EXEC_BYTES`` wins everywhere)."""
+    import os
+
+    from autotune.core.limits import EXEC_LIMIT_ENV
+
+    stats = None
+    if worker is not None and not os.environ.get(EXEC_LIMIT_ENV):
+        try:
+            stats = worker.devices[0].memory_stats()
+        except Exception:
+            stats = None
+    if stats and stats.get("bytes_limit"):
+        free = int(stats["bytes_limit"]) - int(stats.get("bytes_in_use", 0))
+        return int(DEVICE_MEMORY_SHARE * max(0, free)), f"the device's free memory ({DEVICE_MEMORY_SHARE:.0%})"
+    return execution_limit()
 
 
 def buffer_bytes(exe) -> dict:
@@ -409,7 +520,7 @@ def execute(worker, proto: bytes, seed: int = 0, floats: str = "normal", int_hig
     if specs_total > limit:
         raise BadInput(f"inputs need {gib(specs_total)}, {gib(limit)} available")
     exe, _ = cached_compile(worker, proto, n)
-    check_memory(exe, n)
+    check_memory(exe, n, worker)
     if n > 1:
         per_device = device_inputs(proto, seed, floats, int_high, n)
         check_arity(exe, per_device[0])
@@ -421,20 +532,22 @@ def execute(worker, proto: bytes, seed: int = 0, floats: str = "normal", int_hig
     return [np.array(o) for o in outs]
 
 
-def host_custom_call_targets() -> frozenset[str]:
-    """Custom-call targets the host (CPU) runtime implements (read in a worker, after client start)."""
+def host_custom_call_targets(platform: str = "Host") -> frozenset[str]:
+    """Custom-call targets ``platform``'s runtime implements (XLA's registry names: ``Host`` for the
+    CPU, ``CUDA`` for a GPU; read in a worker, after its client started)."""
     from jax._src.lib import _jax
 
     try:
-        return frozenset(_jax.custom_call_targets("Host"))
+        return frozenset(_jax.custom_call_targets(platform))
     except Exception:
         return frozenset()
 
 
-def stand_ins(proto: bytes, extra: tuple[str, ...] = ()) -> tuple[bytes, str, int, tuple[str, ...]]:
-    """``proto`` with every custom call the host cannot run replaced by its stand-in (``standins``).
+def stand_ins(proto: bytes, extra: tuple[str, ...] = (), platform: str = "Host"
+              ) -> tuple[bytes, str, int, tuple[str, ...]]:
+    """``proto`` with every custom call ``platform`` cannot run replaced by its stand-in (``standins``).
 
-    A target needs a stand-in when the host runtime does not implement it and XLA's compiler does
+    A target needs a stand-in when the runtime does not implement it and XLA's compiler does
     not handle it itself (``standins.COMPILER_HANDLED``); ``extra`` forces more targets (one that a
     compile rejected although it looked runnable). Returns ``(proto, fingerprint, number replaced,
     targets replaced)``; the input unchanged (and 0) when nothing needs one. A stand-in that cannot
@@ -444,7 +557,7 @@ def stand_ins(proto: bytes, extra: tuple[str, ...] = ()) -> tuple[bytes, str, in
     text = hlo.to_text(module)
     if " custom-call(" not in text:
         return proto, hlo.fingerprint(module), 0, ()
-    host = host_custom_call_targets()
+    host = host_custom_call_targets(platform)
     forced = set(extra)
 
     def needs(target: str) -> bool:
@@ -467,7 +580,7 @@ def execute_on(worker, proto: bytes, inputs: list[np.ndarray]) -> list[np.ndarra
     """``execute`` with given inputs instead of seeded random ones (``reference.py`` feeds a widened
     module the original's bf16-rounded inputs); same compile cache, memory and arity checks."""
     exe, _ = cached_compile(worker, proto)
-    check_memory(exe)
+    check_memory(exe, worker=worker)
     check_arity(exe, inputs)
     return [np.array(o) for o in run(exe, device_put(worker, inputs, copy=False))]
 
@@ -477,6 +590,6 @@ def execute_on_devices(worker, proto: bytes, per_device: list[list[np.ndarray]])
     its own inputs (``partitioned``); every output of every device, as ``run`` orders them."""
     n = len(per_device)
     exe, _ = cached_compile(worker, proto, n)
-    check_memory(exe, n)
+    check_memory(exe, n, worker)
     check_arity(exe, per_device[0])
     return [np.array(o) for o in run(exe, device_put_partitioned(worker, per_device), n)]

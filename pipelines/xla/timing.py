@@ -30,39 +30,72 @@ class _Timer:
     """One compiled executable on its device-resident inputs, timed in calibrated samples.
 
     ``sample(inner)`` runs the executable ``inner`` times and returns seconds per run. Inputs stay
-    on the device unless the module donates them (input/output aliasing deletes donated arguments);
-    then every run gets fresh copies placed before it, outside the timer, and the runs are timed one
-    by one and summed.
+    on the device unless the module donates them (input/output aliasing deletes donated arguments).
+
+    On a device worker (``worker.dispatch_ahead``: ``device_worker.py``, the CUDA device or jax's CPU
+    device standing in for it) the protocol ``bench/gpu.py`` settled on an H200 applies: inputs are
+    drawn on the device (``runner.drawn_on_device``), the ``inner`` runs of a sample are dispatched back
+    to back and waited for once, at the end, as a training loop runs (a wait after every call adds the
+    host's round trip and its jitter to millisecond steps), and a donated input is fed the output
+    that aliases it (``runner.donated_outputs``), so a run never needs its inputs twice. Elsewhere, and
+    where a donation cannot be mapped to an output, every run gets fresh inputs placed before it,
+    outside the timer, and the runs are timed one by one and summed.
     """
 
     def __init__(self, worker, proto: bytes, seed: int, floats: str, int_high: int, overrides=None):
         self.worker = worker
-        self.inputs = runner.random_inputs(proto, seed, floats, int_high)
+        self.ahead = bool(getattr(worker, "dispatch_ahead", False))
         self.exe, self.compile_seconds = (_compile_with(worker, proto, overrides) if overrides
                                           else runner.cached_compile(worker, proto))
-        runner.check_memory(self.exe)
-        runner.check_arity(self.exe, self.inputs)
-        self.args = runner.device_put(worker, self.inputs)
+        runner.check_memory(self.exe, worker=worker)
+        if self.ahead:
+            self._fresh = lambda: runner.drawn_on_device(worker, proto, seed, floats, int_high)
+        else:
+            inputs = runner.random_inputs(proto, seed, floats, int_high)
+            self._fresh = lambda: runner.device_put(worker, inputs)
+        self.args = self._fresh()
+        runner.check_arity(self.exe, self.args)
         outs = runner.run(self.exe, self.args)  # one untimed run: warms up, and shows whether inputs are donated
+        deleted = [i for i, a in enumerate(self.args) if a.is_deleted()]
+        self.donates = bool(deleted)
+        self.feed = None
+        if deleted and self.ahead:
+            feed = runner.donated_outputs(proto)
+            if feed is not None and set(deleted) <= set(feed) and max(feed.values()) < len(outs):
+                self.feed = feed
+                self._feed(outs)
         del outs
-        self.donates = any(a.is_deleted() for a in self.args)
+
+    def _feed(self, outs) -> None:
+        for param, out in self.feed.items():
+            self.args[param] = outs[out]
 
     def sample(self, inner: int = 1) -> float:
         inner = max(1, int(inner))
-        if self.donates:
+        if self.donates and self.feed is None:
             total = 0.0
             for _ in range(inner):
-                self.args = runner.device_put(self.worker, self.inputs)
+                self.args = self._fresh()
                 start = time.perf_counter()
                 outs = runner.run(self.exe, self.args)
                 total += time.perf_counter() - start
                 del outs
             return total / inner
         start = time.perf_counter()
-        for _ in range(inner):
-            outs = runner.run(self.exe, self.args)
+        for i in range(inner):
+            outs = runner.run(self.exe, self.args, block=not self.ahead or i == inner - 1)
+            if self.feed is not None:
+                self._feed(outs)
             del outs
         return (time.perf_counter() - start) / inner
+
+    @property
+    def protocol(self) -> str:
+        """How the samples were taken, for the report: ``ahead`` (dispatched back to back, one wait),
+        ``ahead+fed`` (donated inputs fed from their outputs), ``each`` (a wait per run), ``fresh``."""
+        if self.donates and self.feed is None:
+            return "fresh"
+        return ("ahead+fed" if self.feed is not None else "ahead") if self.ahead else "each"
 
 
 def _compile_with(worker, proto: bytes, overrides) -> tuple:
@@ -127,7 +160,7 @@ def time_execution(worker, proto: bytes, seed: int = 0, repeats: int = 5, warmup
     seconds = [timer.sample(inner) for _ in range(repeats)]
     return {
         "seconds": seconds, **summarize(seconds), "repeats": repeats, "warmup": warmup, "inner": inner,
-        "donates": timer.donates,
+        "donates": timer.donates, "dispatch": timer.protocol, "device": runner.device_name(worker),
         "compile_seconds": timer.compile_seconds,  # of the compile that built the executable (maybe earlier)
     }
 
@@ -164,6 +197,7 @@ def time_ab(worker, proto_a: bytes, proto_b: bytes, seed: int = 0, rounds: int =
     return {
         "a": sa, "b": sb, "a_summary": summarize(sa), "b_summary": summarize(sb), "rounds": rounds,
         "inner": inner, "warmup": int(warmup), "min_seconds": float(min_seconds),
+        "dispatch": [a.protocol, b.protocol], "device": runner.device_name(worker),
     }
 
 

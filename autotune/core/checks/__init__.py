@@ -6,7 +6,8 @@ it down the chain; each checker either answers (a ``Validation``: the level reac
 
 1. ``identical.Identical``: both end as the same module after the default pipeline (nothing runs);
 2. ``target.TargetCompile``: a target whose modules this host does not run (a GPU compiled
-   deviceless): the tuned module must pass that target's whole pipeline first;
+   deviceless): the tuned module must pass that target's whole pipeline first; where a CUDA device
+   runs them, ``target.OnDevice`` instead (the device's own compile is the target's; it says where);
 3. ``stand_ins.StandIns``: what the host cannot run (accelerator custom calls) replaced, identically;
 4. ``executed.Executed``: both modules run whole on the same inputs and their outputs compared
    (``executed``, ``executed-with-stand-ins``), if memory and the time bound allow;

@@ -60,6 +60,17 @@ def measure_runtime(evaluator, final_state: str, module, seed: int = 0, repeats:
     return float(report["median_us"])
 
 
+def refusal(backend) -> str:
+    """The one line ``runtime`` is refused with where ``backend`` cannot run its target's programs: what
+    is missing (a backend that knows says, ``missing_device``), and the ways on."""
+    target = backend.target.name
+    missing = getattr(backend, "missing_device", None)
+    why = missing() if missing is not None else f"this machine cannot run a {target} program"
+    return (f"objective runtime times the module on the {target} it is tuned for, and {why}; tune with a "
+            f"compile-only objective (final-ops, kernels, roofline) and time on a machine with the GPU, or set "
+            f"AUTOTUNE_EXECUTION_PLATFORM=cpu to time on this CPU (not the {target})")
+
+
 class Runtime(Objective):
     name = "runtime"
     description = ("measured runtime (us, median) of the fully compiled module; a win is claimed only after an "
@@ -105,10 +116,7 @@ class Runtime(Objective):
         if not supports(ctx.backend, "time"):
             raise BadInput(f"objective runtime needs a backend that times modules; {ctx.backend.name} does not")
         if not ctx.backend.runs_on_target:
-            raise BadInput(f"objective runtime times the module on the machine it is tuned for, and this machine "
-                           f"cannot run a {ctx.backend.target.name} program (its executions run on the host CPU): "
-                           f"tune with a compile-only objective (final-ops, kernels, roofline) and time on the GPU "
-                           f"(bench/gpu.py)")
+            raise BadInput(refusal(ctx.backend))
         return self._time(ctx, ctx.default.state, ctx.root)
 
     # ---- claim ---------------------------------------------------------------------------------------

@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# The tool's own runtime objective and validation on a GPU: one prepared script for a session that is
+# lent a GPU machine (never CI: it needs the device, and CI has none). Usage, from the repository root:
+#
+#   python bench/gpu_wheelhouse.py          # here, with network: .whl/py312 (git-ignored), <= 16 MiB
+#   bash bench/gpu_check.sh                 # there: carry .whl; writes its logs and JSON under $OUT
+#   bash bench/gpu_check.sh --cpu           # the dry run on this machine: jax's CPU device stands in
+#                                           # (AUTOTUNE_EXECUTION_PLATFORM=cpu), small modules, small budgets
+#
+# On the GPU it installs the wheelhouse next to the machine's own jax and torch (--no-deps, into a
+# folder on PYTHONPATH), checks that autotune chooses the CUDA device, then
+#   1. autotune run --target h200 --objective runtime --budget 12 on LLaMA-3's decode step,
+#   2. the same on a training step (DLRM's: it donates its weights, so the timing feeds them back),
+#   3. autotune run --target h200 --require executed on the bundled decode step (validation on the device),
+# each with its own time limit, so that one that hangs leaves the others their time. Every command's
+# JSON and stderr go to $OUT (default ./gpu-check-out); summary.txt says what each returned.
+set -u
+cd "$(dirname "$0")/.."
+MODE=gpu
+[ "${1:-}" = "--cpu" ] && MODE=cpu
+OUT=${OUT:-$PWD/gpu-check-out}
+mkdir -p "$OUT"
+PY=${PYTHON:-python3}
+SUMMARY="$OUT/summary.txt"
+: > "$SUMMARY"
+say() { echo "[$(date +%H:%M:%S)] $*" | tee -a "$SUMMARY"; }
+
+if [ "$MODE" = gpu ]; then
+    WHL=${WHEELHOUSE:-.whl/py$($PY -c 'import sys; print(f"{sys.version_info[0]}{sys.version_info[1]}")')}
+    if ! ls "$WHL"/*.whl >/dev/null 2>&1; then
+        echo "gpu_check: error: no wheels in $WHL (make them with python bench/gpu_wheelhouse.py and carry .whl)" >&2
+        exit 2
+    fi
+    SITE=${SITE:-/tmp/autotune-site}
+    $PY -m pip install --no-index --no-deps --quiet --target "$SITE" "$WHL"/*.whl >"$OUT/install.log" 2>&1 \
+        || { echo "gpu_check: error: installing $WHL failed (see $OUT/install.log)" >&2; exit 2; }
+    export PYTHONPATH="$SITE${PYTHONPATH:+:$PYTHONPATH}"
+    export AUTOTUNE_EXECUTION_PLATFORM=cuda   # refuse, in one line, rather than time the host
+    TARGET=h200
+    LLAMA=tests/data/real-llm/rocm_llama3_8b_generate.hlo
+    TRAIN=tests/data/real/xla_dlrm_train_step.hlo
+    BUDGET=12
+    LIMIT=240
+else
+    export AUTOTUNE_EXECUTION_PLATFORM=cpu
+    TARGET=h100   # any GPU target: its steps compile deviceless here
+    LLAMA=tests/data/mlp_train_step.hlo      # stand-ins small enough for this CPU
+    TRAIN=tests/data/real/hloenv_maml_train_step.hlo
+    BUDGET=${BUDGET:-3}
+    LIMIT=300
+fi
+DECODE=examples/llm_decode_step.hlo
+export AUTOTUNE_DB="$OUT/cache.db"
+
+$PY - <<'EOF' 2>>"$OUT/device.log" | tee -a "$SUMMARY"
+import autotune, jax
+from autotune.pipelines.xla import device
+print(f"autotune from {autotune.__file__}; jax {jax.__version__}; devices {jax.devices()}")
+print(f"execution platform requested: {device.requested()}; CUDA devices jax sees: {device.cuda_devices()}")
+EOF
+
+run() {  # name, then autotune's arguments
+    local name=$1; shift
+    say "$name: autotune $*"
+    timeout "$LIMIT" $PY -m autotune.cli "$@" --json >"$OUT/$name.json" 2>"$OUT/$name.err"
+    local rc=$?
+    say "$name: exit $rc; $(tail -n 1 "$OUT/$name.err" | cut -c1-300)"
+    $PY - "$OUT/$name.json" <<'EOF' 2>/dev/null | tee -a "$SUMMARY"
+import json, sys
+r = json.load(open(sys.argv[1]))
+claim, best, validity = r.get("claim") or {}, r.get("best") or {}, r.get("validity") or {}
+print(f"  best {best.get('sequence')} cost {best.get('cost')} default {r.get('default_cost')} "
+      f"validation {r.get('validation_level')}: {str(validity.get('reason'))[:300]}")
+if claim:
+    print(f"  claim: {str(claim.get('message'))[:300]}")
+EOF
+}
+
+run runtime-llama run "$LLAMA" --target "$TARGET" --objective runtime --budget "$BUDGET"
+run runtime-train run "$TRAIN" --target "$TARGET" --objective runtime --budget "$BUDGET"
+run validate-decode run "$DECODE" --target "$TARGET" --budget "$BUDGET" --require executed
+say "done ($MODE); outputs in $OUT"
