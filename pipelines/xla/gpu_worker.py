@@ -15,11 +15,13 @@ CPU worker (``worker.py``), both checked on jaxlib 0.10.2:
   GPU pipeline's autotuning stage (after fusion, before scheduling and LLVM) fail cleanly, as no
   tuning results exist without a device; a step's module is read from the dump, so that failure
   ends every step compile early. A module with no fusion never reaches it and simply compiles.
+  Where that stage is and what it is called moved in 0.11 (``versions.GPU_STOP``).
 
 A step of pass P disables every other name of the pre-layout region (``PassInventory.disabled_for``)
 and reads the last dump of P in its pipeline; ``<default>`` disables nothing and reads the module
 entering the autotuning stage (after ``fusion-wrapper``: every kernel is an instruction of it);
-``<identity>`` reads ``before_optimizations``. Execution still happens on this process's CPU client
+``<identity>`` reads ``before_optimizations``.
+The CUDA plugin is jax's CUDA 12 or CUDA 13 one, whichever jax loaded (``pjrt_hlo.cuda_api``). Execution still happens on this process's CPU client
 (``XlaWorker``): the tuned module's semantics do not depend on the device (``docs/gpu.md``).
 
 Every GPU compile here hands XLA the serialized ``HloModuleProto`` itself (``pjrt_hlo.py``), not the
@@ -36,15 +38,14 @@ import shutil
 import tempfile
 
 from autotune.errors import BadInput, PassFailed
-from autotune.pipelines.xla import gpu_cost, hlo
+from autotune.pipelines.xla import gpu_cost, hlo, versions
 from autotune.pipelines.xla.pjrt_hlo import PjrtHloCompiler, Unavailable
 from autotune.pipelines.xla.worker import XlaWorker, compiler_message
 from autotune.pipelines.xla.targets import parse_config
 
-#: Where a GPU compile is stopped: the pipeline that autotunes kernels (needs a device), entered
-#: after ``fusion-wrapper`` has turned every remaining instruction into a kernel.
-STOP_PIPELINE = "autotuner"
-STOP_PASS = "fusion-wrapper"
+#: Where a GPU compile is stopped (the stage that autotunes kernels fails without a device under
+#: ``STOP_FLAG``), entered after ``fusion-wrapper`` has turned every remaining instruction into a
+#: kernel: ``versions.GPU_STOP`` names the pipeline and pass for each jaxlib.
 STOP_FLAG = ("xla_gpu_require_complete_aot_autotune_results", True)
 #: ``xla_dump_hlo_pass_re`` matching no pass: only the module-level dumps are written.
 NO_PASS = "^autotune-nothing$"
@@ -114,7 +115,8 @@ class XlaGpuWorker(XlaWorker):
         if action == "<identity>":
             return self._read_dump(proto, overrides, NO_PASS, _before_optimizations)
         if action == "<default>":
-            return self._read_dump(proto, [], f"^{re.escape(STOP_PASS)}$", lambda fs: _last(fs, STOP_PIPELINE, STOP_PASS))
+            stop = versions.at(versions.GPU_STOP)
+            return self._read_dump(proto, [], f"^{re.escape(stop.pass_)}$", lambda fs: _last(fs, stop.pipeline, stop.pass_))
         pipeline = self.inventory.actions[action].pipeline
         return self._read_dump(proto, overrides, f"^{re.escape(action)}$", lambda fs: _last(fs, pipeline, action))
 

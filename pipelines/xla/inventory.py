@@ -20,10 +20,15 @@ The GPU pipeline (``platform="gpu"``) is shaped differently: it is a row of top-
 (``optimization`` with ``simplification`` nested in it, ``simplification-2``,
 ``collective-optimizations``, ``conv_canonicalization``, then ``layout_assignment`` and the
 target's fusion, scheduling and codegen). Its *region* is every top-level pipeline before the one
-that assigns layouts; its actions are the passes of the region from the first pipeline that runs
-``algsimp`` on (the ones before it prepare host offloading and SPMD partitioning). A step disables
-every other name it knows but the two that end the compile where the GPU worker stops it
-(``GPU_ALWAYS_ON``, ``gpu_worker.py``): what runs after the step's pass is never read.
+that assigns layouts; its actions are the passes of the region from XLA's post-SPMD ``optimization``
+pipeline on (``versions.GPU_REGION_START``; the ones before it prepare host offloading and SPMD
+partitioning). A step disables every other name it knows but those that end the compile where the
+GPU worker stops it (``versions.GPU_STOP``, ``gpu_worker.py``): what runs after the step's pass is
+never read.
+
+Pass names numbered per compile (``apply-xla-transforms-N`` from 0.11, ``versions.NUMBERED_FAMILIES``)
+are read as their family's name, so one version's inventory does not depend on how many compiles the
+discovering process had made, and the family's exclusion below holds on every version.
 """
 
 from __future__ import annotations
@@ -34,6 +39,8 @@ import json
 import re
 from dataclasses import dataclass, field
 from functools import cached_property
+
+from autotune.pipelines.xla import versions
 
 _DUMP_NAME = re.compile(
     r"^module_\d+\.(?P<module>[^.]+)\.(?P<seq>\d+)\.(?P<pipeline>.+?)\.after_(?P<after>.+?)\.before_(?P<before>.+)\.txt$"
@@ -75,6 +82,13 @@ GPU_TARGET_SPECIFIC_RULES: dict[str, str] = {
     "*offload*": "host offloading",
     "sharding-*": "SPMD partitioning",
 }
+
+def _jaxlib_of(xla_version: str) -> str | None:
+    """The jaxlib version in a pipeline's ``xla_version`` (``jaxlib-0.12.0.1-cpu-x86_64``), or None
+    (then ``versions`` reads the installed one)."""
+    m = re.match(r"jaxlib-(\d[\w.]*?)-", xla_version)
+    return m.group(1) if m else None
+
 
 def _spaced(name: str) -> str:
     return name.replace("_", " ")
@@ -126,7 +140,9 @@ class PassInventory:
         for fname in filenames:
             m = _DUMP_NAME.match(fname)
             if m:
-                invocations.append(Invocation(int(m["seq"]), m["pipeline"], m["after"]))
+                jaxlib = _jaxlib_of(xla_version)
+                invocations.append(Invocation(int(m["seq"]), versions.family(m["pipeline"], jaxlib),
+                                              versions.family(m["after"], jaxlib)))
         invocations.sort(key=lambda inv: inv.seq)
         if not invocations:
             raise RuntimeError("XLA wrote no per-pass dump files; cannot discover the pass inventory")
@@ -145,7 +161,9 @@ class PassInventory:
     @classmethod
     def from_json(cls, text: str, include_target_specific: bool = False) -> "PassInventory":
         data = json.loads(text)
-        invs = tuple(Invocation(int(s), p, n) for s, p, n in data["invocations"])
+        jaxlib = _jaxlib_of(data["xla_version"])
+        invs = tuple(Invocation(int(s), versions.family(p, jaxlib), versions.family(n, jaxlib))
+                     for s, p, n in data["invocations"])
         return cls(data["xla_version"], invs, include_target_specific, frozenset(data.get("capture_names", ())),
                    data.get("platform", "cpu"))
 
@@ -233,12 +251,17 @@ class PassInventory:
 
     @cached_property
     def tunable(self) -> tuple[str, ...]:
-        """GPU: the region's pipelines from the first that runs ``algsimp`` (directly or nested) on."""
-        region = self.region
-        for k, top in enumerate(region):
-            if "algsimp" in self.descendants(top):
-                return region[k:]
-        return region
+        """GPU: the region's pipelines from XLA's post-SPMD optimization pipeline on
+        (``versions.GPU_REGION_START``); a dump without it is a pipeline ``versions.py`` does not know."""
+        region, start = self.region, versions.at(versions.GPU_REGION_START, self._jaxlib)
+        if start not in region:
+            raise RuntimeError(f"XLA's GPU pipeline ({self.xla_version}) has no top-level pipeline '{start}' before "
+                               f"layout assignment; autotune/pipelines/xla/versions.py GPU_REGION_START needs its name")
+        return region[region.index(start):]
+
+    @property
+    def _jaxlib(self) -> str | None:
+        return _jaxlib_of(self.xla_version)
 
     @cached_property
     def region_names(self) -> frozenset[str]:
@@ -317,16 +340,14 @@ class PassInventory:
         names = (self.all_names - self.top_level) | {_spaced(n) for n in self.all_names - self.top_level}
         return tuple(sorted(names - keep_all))
 
-    #: GPU: the passes a step leaves on after its own (``gpu_worker.py``): they wrap what is left
-    #: into fusions and then stop the compile cleanly. Everything else after the step's pass is off:
-    #: later passes running on a module whose earlier passes were skipped can fail a CHECK (seen:
-    #: ``host-offloader`` on the bundled decode step after a lone ``algsimp``), which would cost the
-    #: worker and the step's result with it.
-    GPU_ALWAYS_ON = ("fusion-wrapper", "autotuner")
-
     @property
     def always_on(self) -> tuple[str, ...]:
-        return self.GPU_ALWAYS_ON if self.platform == "gpu" else ()
+        """GPU: the passes a step leaves on after its own (``versions.GPU_STOP``, ``gpu_worker.py``):
+        they wrap what is left into fusions and then stop the compile cleanly. Everything else after
+        the step's pass is off: later passes running on a module whose earlier passes were skipped can
+        fail a CHECK (seen: ``host-offloader`` on the bundled decode step after a lone ``algsimp``),
+        which would cost the worker and the step's result with it."""
+        return versions.at(versions.GPU_STOP, self._jaxlib).always_on if self.platform == "gpu" else ()
 
     @cached_property
     def default_keep(self) -> frozenset[str]:

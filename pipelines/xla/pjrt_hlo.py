@@ -15,12 +15,17 @@ version, checked here), and every argument struct starts with its own size, so a
 the fields this caller knows. ``PjrtHloCompiler`` checks the version and that the topology it made
 reports the ``cuda`` platform before it is used; anything unexpected raises ``Unavailable`` with the
 reason, and the GPU worker then refuses to start (it never falls back to a path that judges
-differently).
+differently). The plugin is jax's CUDA 12 or CUDA 13 one, whichever jax loaded (``cuda_plugin``):
+the C API is the same.
 """
 
 from __future__ import annotations
 
 import ctypes as C
+import importlib.util
+from pathlib import Path
+
+from autotune.pipelines.xla import versions
 
 #: Index of each entry point in ``PJRT_Api`` after its header (struct_size, extension_start,
 #: PJRT_Api_Version), per pjrt_c_api.h (PJRT_API_MAJOR 0).
@@ -84,18 +89,38 @@ def _args(struct_type, *values):
     return struct_type(C.sizeof(struct_type), None, *values)
 
 
+def cuda_plugin() -> tuple[str, Path]:
+    """The module and library of the CUDA plugin jax loaded: CUDA 12's or CUDA 13's
+    (``versions.CUDA_PLUGINS``), told apart by which library this process has mapped (both register
+    the platform ``cuda``; only the one jax initialised may be driven). Before jax loads either, or
+    where the process's mappings cannot be read, the first installed in ``CUDA_PLUGINS`` order."""
+    installed = []
+    for name in versions.at(versions.CUDA_PLUGINS):
+        try:
+            spec = importlib.util.find_spec(name)
+        except (ImportError, ValueError):
+            spec = None
+        if spec is not None and spec.origin:
+            installed.append((name, Path(spec.origin).resolve().parent / "xla_cuda_plugin.so"))
+    if not installed:
+        raise Unavailable("jax's CUDA plugin is not installed (install autotune[gpu])")
+    try:
+        with open("/proc/self/maps", encoding="utf-8", errors="replace") as fh:
+            mapped = fh.read()
+    except OSError:
+        mapped = ""
+    for name, library in installed:
+        if str(library) in mapped:
+            return name, library
+    return installed[0]
+
+
 def cuda_api() -> int:
     """The address of the CUDA plugin's ``PJRT_Api``: the library jax loaded (a topology made through
     ``jax.experimental.topologies`` loads it), initialised as jax initialises it."""
-    from pathlib import Path
-
     from jax._src.lib import xla_client
 
-    try:
-        import jax_plugins.xla_cuda12 as plugin
-    except ImportError:
-        raise Unavailable("jax's CUDA plugin is not installed (install autotune[gpu])") from None
-    library = Path(plugin.__file__).resolve().parent / "xla_cuda_plugin.so"
+    _, library = cuda_plugin()
     if not library.is_file() or not xla_client.pjrt_plugin_loaded("cuda"):
         raise Unavailable(f"jax has not loaded the CUDA plugin ({library})")
     if not xla_client.pjrt_plugin_initialized("cuda"):

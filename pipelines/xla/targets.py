@@ -23,8 +23,6 @@ from autotune.core.target import CPU, Target
 from autotune.errors import BadInput, UnknownName
 
 SPECS = Path(__file__).with_name("gpu_specs")
-#: The jax plugin package that compiles for NVIDIA GPUs (the ``gpu`` extra installs it).
-CUDA_PLUGIN = "jax_plugins.xla_cuda12"
 INSTALL_HINT = "pip install 'autotune[gpu]'"
 
 _FIELDS = {
@@ -133,11 +131,17 @@ def for_device(device_kind: str) -> str | None:
 
 
 def plugin_available() -> bool:
-    """True when jax's CUDA plugin is installed (what a deviceless GPU compile needs)."""
-    try:
-        return importlib.util.find_spec(CUDA_PLUGIN) is not None
-    except (ImportError, ValueError):
-        return False
+    """True when one of jax's CUDA plugins is installed, CUDA 12's or CUDA 13's
+    (``versions.CUDA_PLUGINS``): what a deviceless GPU compile needs."""
+    from autotune.pipelines.xla import versions
+
+    for name in versions.at(versions.CUDA_PLUGINS):
+        try:
+            if importlib.util.find_spec(name) is not None:
+                return True
+        except (ImportError, ValueError):
+            continue
+    return False
 
 
 def require_plugin(spec: GpuSpec) -> None:
