@@ -226,6 +226,9 @@ def use(records: Iterable[TuningRecord | str | Path] = (), cache: str | Path | N
     import jax
     from jax._src import compiler
 
+    from autotune.pipelines.xla.versions import check_supported
+
+    check_supported()  # BadInput naming the supported range before any compile is touched
     hook = _Hook(records, cache, workers, strict, policy, objective, target)
     original = compiler.backend_compile_and_load
 

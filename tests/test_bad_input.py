@@ -133,3 +133,21 @@ def test_unreadable_file(tmp_path):
     proc = subprocess.run(args, capture_output=True, text=True, cwd=ROOT, timeout=300)
     line = assert_one_line_error(proc)
     assert "permission denied" in line or "not readable" in line
+
+
+def test_jax_outside_the_supported_range_is_one_line_at_start_up(tmp_path):
+    """An installed jaxlib outside the supported range: one line naming the range, exit 2, before any
+    compile (here the installed version is read as 0.9.0 by the real start-up path)."""
+    import subprocess
+    import sys
+
+    code = ("import importlib.metadata as m; real = m.version; "
+            "m.version = lambda n: '0.9.0' if n == 'jaxlib' else real(n); "
+            "from autotune.cli import main; main(['baseline', sys.argv[1], '--db', sys.argv[2]])")
+    db = tmp_path / "c.db"
+    proc = subprocess.run([sys.executable, "-P", "-c", "import sys; " + code, str(SMALL), str(db)],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "jaxlib 0.9.0 is not supported" in lines[0] and "0.10.2 to" in lines[0], lines
+    assert not db.exists()  # refused before anything was opened or stored

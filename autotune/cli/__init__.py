@@ -31,6 +31,9 @@ CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 @gpu_target_option
 def cli() -> None:
     """Autotune XLA's HLO pass ordering: search for the pass sequence that gives the best module."""
+    from autotune.pipelines.xla.versions import check_supported
+
+    check_supported()  # a jax outside the supported range: one line naming the range, exit 2
 
 
 def _register_commands() -> None:
