@@ -272,3 +272,27 @@ def test_a_network_the_numpy_pass_cannot_reproduce_is_refused(tmp_path):
         forward._sequential([nn.Linear(3, 2), Odd()], "odd")
     with pytest.raises(BadInput, match="LeakyReLU with slope"):
         forward._sequential([nn.LeakyReLU(0.2)], "odd")
+
+
+def test_every_shipped_policy_drives_the_installed_pipeline_without_torch(engine):
+    """Whatever jaxlib is installed: every shipped policy and committee member is accepted for its
+    target (vocabularies matched by name), and its numpy actor takes a real step; a pass it chooses
+    is an installed one. On the jaxlib it was trained on, the re-layout is the identity."""
+    from autotune.core.engine import open_engine
+    from autotune.rl.train import check_vocabulary, vocabulary_diff
+
+    for path in _shipped():
+        meta = json.loads(path.with_name(path.name + ".json").read_text())
+        target = str(meta.get("target") or "cpu").split("-")[0]
+        with open_engine(engine.cache.path, workers=1, target=None if target == "cpu" else target) as ev:
+            check_vocabulary(meta, ev.pipeline.passes(), path, ev.pipeline.target.key)
+            env, meta = _rollout_env(ev, path, SMALL)
+            actor = _actor(path, meta, env)
+            assert actor.layout.identity == (_same_xla_as_shipped() and vocabulary_diff(
+                meta, ev.pipeline.passes()).same_names)
+            obs, _ = env.reset(seed=0)
+            probs = actor.probabilities(obs)
+            assert probs.shape == (len(env.actions) + 1,) and probs.sum() == pytest.approx(1.0)
+            assert all(probs[env.actions.index(a)] == 0 for a in env.actions if a not in meta["actions"])
+            action = int(actor.predict(obs)[0])
+            env.step(action)
