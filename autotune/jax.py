@@ -80,7 +80,7 @@ class _PolicyDecider:
         self.members = policies.members(self.path)
         metas = [read_sidecar(m) for m in self.members]  # BadInput at use() for a missing or foreign file
         if len(self.members) > 1:
-            from autotune.rl.ensemble import check_members  # imports torch: only for a committee
+            from autotune.rl.ensemble import check_members
 
             check_members(self.members, metas)
         self.meta = metas[0]

@@ -16,23 +16,35 @@ Two modes:
   deterministic roll-outs of the updated policy. If the policy only stops (fine-tuning then spends
   no evaluation), the rest of the budget goes to PPO from scratch on the module, so ``--budget`` is
   spent either way. Its episodes are at most the policy's own ``max_length`` long (its
-  observation counts steps in those units), and never longer than the run's. A policy trained
-  with another action or opcode vocabulary is refused (``BadInput``); one trained on another pipeline version with the same vocabularies is used, with
-  a one-line note on stderr.
+  observation counts steps in those units), and never longer than the run's.
+  Roll-outs (and branches, committees, the mean of an ensemble) run the policy's numpy forward
+  pass (``autotune.rl.forward``, its ``NAME.zip.npz``), with or without torch: a shipped policy's
+  zero-shot use needs neither torch nor stable-baselines3. Fine-tuning and PPO from scratch do:
+  without them fine-tuning is skipped with one line saying what to install, and PPO from scratch
+  is refused (``BadInput``). Why: the zero-shot answer is a few small matrix products, and the
+  JAX hook and CPU-only installs should not pull in torch for them.
+  Vocabularies are matched by name (``autotune.rl.vocabulary``): a policy trained on another jaxlib
+  is used, its outputs naming passes not installed masked out and the observation re-laid by
+  feature name (``autotune.rl.actor``), with one stderr line saying by how much the vocabularies
+  differ; one knowing fewer than 80% of the installed passes is refused (``BadInput``), and
+  fine-tuning one whose vocabulary differs is skipped with one line (its SB3 network's input and
+  output sizes are the old layout's). One trained on another pipeline version with the same
+  vocabularies is used, with a one-line note on stderr.
 * **Default**: with no ``policy`` option the shipped default policy (``llm``; ``llm-spmd`` for a module
   with collectives, one device's program of a partitioned step, when it is shipped; the target's own,
   ``llm-h100``, for an H100) is used zero-shot when this installation has one (one line on stderr
   says which and why), so a budget of one roll-out
-  (``max_length`` evaluations) gives its zero-shot answer; if it cannot drive this pipeline (another vocabulary or observation) a
-  one-line note says why and PPO trains from scratch. Without a shipped policy, or with
+  (``max_length`` evaluations) gives its zero-shot answer; if it cannot drive this pipeline (another
+  target, too few of the installed passes) a one-line note says why and PPO trains from scratch. Without a shipped policy, or with
   ``policy=none``, PPO starts from scratch.
 
 How the budget ends training: ``RunEvaluate`` raises ``BudgetExhausted`` inside ``env.step``; it
 propagates out of ``collect_rollouts`` and ``learn`` (SB3 has no cleanup there that matters: the
 half-filled rollout buffer and the vector env are thrown away with the model, and ``torch.no_grad``
 is a context manager that exits on the exception) and out of ``minimize`` to the tuner, which
-catches it. The process-wide torch thread count is set to 1 for the run (determinism, and the
-compiler workers own the cores) and restored in a ``finally``.
+catches it. While SB3 trains, the process-wide torch thread count is set to 1 (determinism, and the
+compiler workers own the cores) and restored after (``_torch_session``); torch and SB3 are imported
+only there, so ``import strategies.ppo`` and every roll-out are torch-free.
 
 Determinism: SB3's ``seed=`` (python, numpy, torch and the action space), the environment's reset
 seed, one torch thread and a deterministic cache make two runs with the same seed ask the same

@@ -1,11 +1,12 @@
-"""Policies shipped with autotune: ``NAME.zip`` (stable-baselines3) plus its sidecar ``NAME.zip.json``.
+"""Policies shipped with autotune: ``NAME.zip`` (stable-baselines3) plus its sidecar ``NAME.zip.json``
+and its torch-free weights ``NAME.zip.npz`` (``autotune.rl.forward``: roll-outs need no torch).
 
 The sidecar (``autotune.rl.train.sidecar_path``) records what the policy's inputs and outputs mean:
 the pipeline version it was trained on, the name of every observation feature, the action
 vocabulary and the training set. ``--policy NAME`` (and ``policy=NAME`` in the API) finds a shipped
 policy by name; a path to a ``.zip`` still works. ``autotune run --strategy ppo MODEL`` with no
 ``--policy`` starts from the shipped ``DEFAULT`` policy (``llm``) when the package holds one.
-A policy is shipped by copying both files here (``autotune train --help`` says how it is retrained).
+A policy is shipped by copying its three files here (``autotune train --help`` says how it is retrained).
 Directories listed in ``$AUTOTUNE_POLICY_PATH`` (``os.pathsep``-separated) are searched first, so a
 team can keep its own policies by name (and the tests use a policy trained in a temporary directory).
 
