@@ -45,6 +45,7 @@ from pathlib import Path
 from autotune.core.record import TuningRecord
 from autotune.pipelines.xla import hlo, loader, targets
 from autotune import policies
+from autotune.rl.ensemble import check_members
 from autotune.rl.train import check_vocabulary, read_sidecar
 from autotune.core.tuner import tune
 from autotune.api import Session
@@ -80,8 +81,6 @@ class _PolicyDecider:
         self.members = policies.members(self.path)
         metas = [read_sidecar(m) for m in self.members]  # BadInput at use() for a missing or foreign file
         if len(self.members) > 1:
-            from autotune.rl.ensemble import check_members
-
             check_members(self.members, metas)
         self.meta = metas[0]
         digest = hashlib.sha256()

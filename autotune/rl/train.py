@@ -47,6 +47,7 @@ from autotune.pipelines.xla import ENGINE_VERSION, GPU_ENGINE_VERSION, SAME_STEP
 from autotune.core import objectives
 from autotune.rl.observation import Observation
 from autotune.rl.vocabulary import VocabularyDiff
+from autotune.rl import forward
 from autotune.rl.forward import INSTALL_TRAIN
 from autotune.core.tuner import evaluation_session
 
@@ -356,8 +357,6 @@ def train_policy(
         stats_per_env = envset.episode_stats()
         zip_path.parent.mkdir(parents=True, exist_ok=True)
         model.save(str(zip_path))
-        from autotune.rl import forward
-
         forward.write(zip_path, forward.from_sb3(model.policy, str(zip_path)))  # roll-outs run these
     finally:
         if envset is not None:
