@@ -21,6 +21,7 @@ from pathlib import Path
 
 from autotune.core.target import CPU, Target
 from autotune.errors import BadInput, UnknownName
+from autotune.pipelines.xla import versions
 
 SPECS = Path(__file__).with_name("gpu_specs")
 INSTALL_HINT = "pip install 'autotune[gpu]'"
@@ -133,8 +134,6 @@ def for_device(device_kind: str) -> str | None:
 def plugin_available() -> bool:
     """True when one of jax's CUDA plugins is installed, CUDA 12's or CUDA 13's
     (``versions.CUDA_PLUGINS``): what a deviceless GPU compile needs."""
-    from autotune.pipelines.xla import versions
-
     for name in versions.at(versions.CUDA_PLUGINS):
         try:
             if importlib.util.find_spec(name) is not None:
