@@ -12,7 +12,8 @@
 #   1. autotune run --target h200 --objective runtime --budget 12 on LLaMA-3's decode step,
 #   2. the same on a training step (DLRM's: it donates its weights, so the timing feeds them back),
 #   3. autotune run --target h200 --require executed on the bundled decode step (validation on the device),
-# each with its own time limit, so that one that hangs leaves the others their time. Every command's
+# each with its own time limit, so that one that hangs leaves the others their time. Python runs with -P:
+# autotune is the installed wheel's, never the checkout's autotune/ folder. Every command's
 # JSON and stderr go to $OUT (default ./gpu-check-out); summary.txt says what each returned.
 set -u
 cd "$(dirname "$0")/.."
@@ -52,7 +53,7 @@ fi
 DECODE=examples/llm_decode_step.hlo
 export AUTOTUNE_DB="$OUT/cache.db"
 
-$PY - <<'EOF' 2>>"$OUT/device.log" | tee -a "$SUMMARY"
+$PY -P - <<'EOF' 2>>"$OUT/device.log" | tee -a "$SUMMARY"
 import autotune, jax
 from autotune.pipelines.xla import device
 print(f"autotune from {autotune.__file__}; jax {jax.__version__}; devices {jax.devices()}")
@@ -62,7 +63,7 @@ EOF
 run() {  # name, then autotune's arguments
     local name=$1; shift
     say "$name: autotune $*"
-    timeout "$LIMIT" $PY -m autotune.cli "$@" --json >"$OUT/$name.json" 2>"$OUT/$name.err"
+    timeout "$LIMIT" $PY -P -m autotune.cli "$@" --json >"$OUT/$name.json" 2>"$OUT/$name.err"
     local rc=$?
     say "$name: exit $rc; $(tail -n 1 "$OUT/$name.err" | cut -c1-300)"
     $PY - "$OUT/$name.json" <<'EOF' 2>/dev/null | tee -a "$SUMMARY"

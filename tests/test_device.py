@@ -25,6 +25,8 @@ from autotune.pipelines.xla.loader import module_from_proto
 from conftest import DATA, SMALL, needs_plugin, run_cli
 
 MLP = DATA / "mlp_train_step.hlo"
+#: The refusals need a machine without a CUDA device (this one, CI); on a GPU machine they do not apply.
+no_gpu = pytest.mark.skipif(device.driver_present(), reason="an NVIDIA driver is here: nothing to refuse")
 #: A step that donates its first parameter (a weight updated in place) and stays bounded when its
 #: output is fed back as its input thousands of times (tanh).
 DONATING = """HloModule donating, input_output_alias={ {0}: (0, {}, may-alias) }
@@ -88,6 +90,25 @@ def test_a_device_that_reports_its_memory_is_its_own_limit(monkeypatch):
     assert runner.device_limit(gpu) == (1 << 30, "AUTOTUNE_MAX_EXEC_BYTES")
 
 
+def test_a_time_taken_on_one_device_platform_is_never_reused_for_another():
+    from autotune.core.objectives.runtime import runtime_key
+
+    def key(execution):
+        return runtime_key(SimpleNamespace(version="v", pipeline=SimpleNamespace(execution=execution)), "final")
+
+    assert key(None) == runtime_key(SimpleNamespace(version="v", pipeline=object()), "final")  # the host: as before
+    assert key(device.Execution("cpu", "")).endswith("|on-cpu") and key(device.Execution("cuda", "")).endswith("|on-cuda")
+
+
+@needs_plugin
+@no_gpu
+def test_requiring_cuda_without_it_is_refused_when_the_backend_is_made():
+    from autotune.pipelines.xla import XlaPipeline
+
+    with pytest.raises(BadInput, match="cannot run a h100 program"):
+        XlaPipeline(target="h100", execution_platform="cuda")
+
+
 def test_donated_inputs_are_mapped_to_the_outputs_that_alias_them():
     proto = hlo.parse_text(DONATING).as_serialized_hlo_module_proto()
     assert runner.donated_outputs(proto) == {0: 0}
@@ -148,6 +169,7 @@ def test_validation_runs_on_the_device_path_and_says_where(on_device):
 
 
 @needs_plugin
+@no_gpu
 def test_runtime_for_a_gpu_target_is_refused_without_a_device_and_runs_on_request(tmp_path):
     db = tmp_path / "c.db"
     args = ("run", str(SMALL), "--target", "h100", "--objective", "runtime", "--budget", "3")

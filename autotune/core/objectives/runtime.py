@@ -24,6 +24,7 @@ autotune); its final module is ``ctx.default.state``.
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 from autotune.core.backend import supports
 from autotune.core import stats
@@ -43,8 +44,12 @@ PROTOCOL = "search-v2"
 
 def runtime_key(evaluator, final_state: str, seed: int = 0, repeats: int = REPEATS, warmup: int = WARMUP,
                 min_seconds: float = SEARCH_MIN_SECONDS) -> str:
-    """Cache key of the search-time measurement of the executable whose final module is ``final_state``."""
-    return f"{evaluator.version}|{final_state}|{seed}|{PROTOCOL}|{repeats}|{warmup}|{min_seconds:g}"
+    """Cache key of the search-time measurement of the executable whose final module is ``final_state``;
+    a GPU target's timings also name the device platform that took them (``on-cuda``, ``on-cpu`` for jax's
+    CPU device standing in): a time taken on one is never reused for the other."""
+    execution = getattr(evaluator.pipeline, "execution", None)
+    where = f"|on-{execution.platform}" if execution is not None else ""
+    return f"{evaluator.version}|{final_state}|{seed}|{PROTOCOL}|{repeats}|{warmup}|{min_seconds:g}{where}"
 
 
 def measure_runtime(evaluator, final_state: str, module, seed: int = 0, repeats: int = REPEATS,
@@ -124,6 +129,7 @@ class Runtime(Objective):
         """Interleaved A/B of XLA's default executable (A) against ``state``'s (B), in one worker."""
         timing = ctx.backend.time_ab(ctx.root, ctx.module(state), seed=ctx.seed, rounds=self.rounds,
                                      min_seconds=self.confirm_min_seconds)
+        self._timed_on = timing.get("device")
         return stats.time_ratio(timing["a"], timing["b"], self.confidence, self.min_effect, seed=ctx.seed)
 
     def claim_from(self, cmp: stats.TimeRatio, base: str = "XLA's default") -> Claim:
@@ -162,5 +168,8 @@ class Runtime(Objective):
                          f"{base}", ratio=cost / default if default else None, rounds=0, **common)
         key = (ctx.version, final.state, ctx.seed)
         if key not in self._claims:
-            self._claims[key] = self.claim_from(self.measure_ratio(ctx, state), base)
+            claim = self.claim_from(self.measure_ratio(ctx, state), base)
+            if ctx.backend.target.is_gpu and getattr(self, "_timed_on", None):  # which device timed it, in words
+                claim = replace(claim, message=f"{claim.message} (timed on {self._timed_on})")
+            self._claims[key] = claim
         return self._claims[key]
