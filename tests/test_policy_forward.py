@@ -296,3 +296,35 @@ def test_every_shipped_policy_drives_the_installed_pipeline_without_torch(engine
             assert all(probs[env.actions.index(a)] == 0 for a in env.actions if a not in meta["actions"])
             action = int(actor.predict(obs)[0])
             env.step(action)
+
+
+HOOK = """
+import json, sys
+sys.modules['torch'] = None
+sys.modules['stable_baselines3'] = None
+import jax, jax.numpy as jnp, numpy as np
+import autotune.jax as autotune_jax
+
+def f(x, w):
+    y = jnp.tanh(x @ w)
+    return (y.reshape(8, 8).T.reshape(64) * 2.0).sum() + (x @ w).sum()
+
+x = jnp.ones((8, 8), jnp.float32) * 0.1
+w = jnp.eye(8, dtype=jnp.float32)
+with autotune_jax.use(policy="llm", cache=sys.argv[1]) as stats:
+    out = jax.jit(f)(x, w)
+print(json.dumps({"decisions": stats.policy_decisions, "errors": stats.errors,
+                  "close": bool(np.allclose(np.asarray(out), np.asarray(f(x, w)), rtol=1e-5))}))
+"""
+
+
+def test_the_jax_hook_rolls_a_shipped_policy_out_without_torch(db_path):
+    """``autotune.jax.use(policy="llm")`` (the ppo strategy, finetune=False) with torch unimportable:
+    one roll-out decides the compile, and the program's result is unchanged."""
+    proc = subprocess.run([sys.executable, "-c", HOOK, str(db_path)], capture_output=True, text=True, timeout=600,
+                          cwd=ROOT, env=dict(os.environ, JAX_PLATFORMS="cpu"))
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert not report["errors"] and report["close"], report
+    ((_, sequence, how),) = report["decisions"]
+    assert how == "rollout" and "fine-tuning" not in proc.stderr
