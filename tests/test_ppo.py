@@ -7,8 +7,16 @@ import math
 import shutil
 import warnings
 
+import importlib.util
+
 import pytest
-import torch
+
+#: Training, fine-tuning and hand-edited SB3 policies need the ``autotune[train]`` extra; the
+#: environment's tests and the torch-free roll-outs (tests/test_policy_forward.py) do not.
+HAS_TORCH = all(importlib.util.find_spec(m) is not None for m in ("torch", "stable_baselines3"))
+needs_torch = pytest.mark.skipif(not HAS_TORCH, reason="needs torch and stable-baselines3 (autotune[train])")
+if HAS_TORCH:
+    import torch
 
 import autotune
 from autotune.errors import BadInput
@@ -26,6 +34,7 @@ def _env(engine, path, budget=200, **kw):
     return PassOrderingEnv([session], engine.pipeline.passes(), **kw), session
 
 
+@needs_torch
 def test_check_env_passes_on_a_real_module(engine):
     from stable_baselines3.common.env_checker import check_env
 
@@ -162,6 +171,7 @@ def test_failed_step_ends_the_episode_with_a_penalty_and_keeps_the_state(engine)
     pytest.skip("none of these passes fails on GPT-2 with this XLA")
 
 
+@needs_torch
 def test_ppo_spends_the_budget_exactly_and_is_deterministic(engine):
     from autotune.core.runs import RunStore
     from autotune.core.tuner import tune
@@ -179,6 +189,7 @@ def test_ppo_spends_the_budget_exactly_and_is_deterministic(engine):
     assert runs[0].best_cost <= runs[0].default_cost
 
 
+@needs_torch
 def test_ppo_shaping_runs_within_budget(engine):
     from autotune.core.tuner import tune
 
@@ -202,6 +213,7 @@ def test_ppo_rejects_unknown_and_bad_options():
         strategy.create("ppo", reward="bogus")
 
 
+@needs_torch
 @pytest.mark.parametrize("algo", ["a2c", "dqn"])
 def test_other_algorithms_train_and_load_through_ppo(engine, tmp_path, algo):
     from autotune.rl.train import train_policy
@@ -216,6 +228,7 @@ def test_other_algorithms_train_and_load_through_ppo(engine, tmp_path, algo):
     assert result.evaluations == 8
 
 
+@needs_torch
 def test_train_cli_then_zero_shot_on_an_unseen_module(tmp_path, db_path):
     corpus = tmp_path / "corpus"
     corpus.mkdir()
@@ -249,6 +262,7 @@ def test_train_cli_then_zero_shot_on_an_unseen_module(tmp_path, db_path):
     assert proc.stderr.count("\n") == 1 and "below 80%" in proc.stderr, proc.stderr
 
 
+@needs_torch
 def test_train_cli_bad_module_is_one_line_exit_2(tmp_path, db_path):
     corpus = tmp_path / "corpus"
     corpus.mkdir()
@@ -261,6 +275,7 @@ def test_train_cli_bad_module_is_one_line_exit_2(tmp_path, db_path):
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
 
 
+@needs_torch
 def test_a_policy_that_only_stops_still_spends_the_budget(engine, tmp_path):
     """A transferred policy that always chooses STOP spends no evaluation when fine-tuned; the run
     then searches with PPO from scratch, so the user's budget is spent all the same."""
@@ -318,6 +333,7 @@ def _copy_policy(src_dir, dst_dir, name: str, edit=None, never_stop: bool = Fals
     return zip_path
 
 
+@needs_torch
 def test_a_policy_is_found_by_name_and_loads_with_the_pinned_versions(engine, tiny_policy_dir, monkeypatch):
     import jaxlib
     from stable_baselines3 import PPO
@@ -349,6 +365,7 @@ def test_a_policy_is_found_by_name_and_loads_with_the_pinned_versions(engine, ti
     assert policies.find("tiny") is None
 
 
+@needs_torch
 def test_every_shipped_policy_loads_with_the_pinned_versions(engine):
     """What autotune/policies ships must drive this pipeline: same vocabularies, same observation."""
     from stable_baselines3 import PPO
@@ -385,6 +402,7 @@ def test_every_shipped_policy_loads_with_the_pinned_versions(engine):
             assert 0 <= int(action) < env.action_space.n
 
 
+@needs_torch
 def test_default_policy_is_rolled_out_first_then_fine_tuned(engine, tiny_policy_dir, tmp_path, monkeypatch):
     """No --policy: the shipped default's deterministic roll-out is the run's first evaluations."""
     from stable_baselines3 import PPO
@@ -422,6 +440,7 @@ def test_default_policy_is_rolled_out_first_then_fine_tuned(engine, tiny_policy_
     assert max(len(t.sequence) for t in trials) == 3
 
 
+@needs_torch
 def test_notes_for_another_pipeline_version_and_an_unusable_default(tiny_policy_dir, tmp_path, db_path):
     def older(meta):
         meta["pipeline_version"] = "xla:jaxlib-0.4.0-cpu-x86_64:inv-000000000000:engine-1"
@@ -455,6 +474,7 @@ def test_notes_for_another_pipeline_version_and_an_unusable_default(tiny_policy_
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "below 80%" in proc.stderr
 
 
+@needs_torch
 def test_an_ensemble_rolls_out_the_mean_of_its_members_action_probabilities(engine, tiny_policy_dir, tmp_path):
     """Two members whose action distributions are set by hand (the observation ignored): A prefers
     pass x (0.6 against y's 0.4), B prefers y strongly (0.9 against 0.1). A majority vote would tie;
@@ -509,6 +529,7 @@ def test_an_ensemble_rolls_out_the_mean_of_its_members_action_probabilities(engi
         strategy.create("ppo", policy=f"{tmp_path / 'a.zip'},{tmp_path / 'b.zip'}")
 
 
+@needs_torch
 def test_a_committee_rolls_out_each_member_and_keeps_the_best(engine, tiny_policy_dir, tmp_path, capsys, monkeypatch):
     """``ensemble=each``: members set by hand (the observation ignored, STOP never chosen), A always cse,
     B always dce. The mean would roll out one of them; the committee rolls out both (cse,cse and dce,dce)
@@ -579,6 +600,7 @@ def test_a_committee_rolls_out_each_member_and_keeps_the_best(engine, tiny_polic
         strategy.create("ppo", policy=str(committee))
 
 
+@needs_torch
 def test_branches_roll_out_the_policys_next_most_likely_first_passes(engine, tiny_policy_dir, tmp_path):
     """A policy set by hand (the observation ignored): cse 0.5, STOP 0.3, dce 0.15, algsimp 0.05.
     Its roll-out is cse,cse,cse; ``branches=3`` also starts from dce and from algsimp (STOP is skipped:
