@@ -118,6 +118,33 @@ def test_donated_inputs_are_mapped_to_the_outputs_that_alias_them():
     assert runner.donated_outputs(hlo.parse_text(MLP.read_text()).as_serialized_hlo_module_proto()) == {}
 
 
+MIXED = """HloModule mixed
+
+ENTRY main {
+  f = bf16[4,8] parameter(0)
+  i = s32[64] parameter(1)
+  b = pred[16] parameter(2)
+  d = f64[3] parameter(3)
+  ROOT t = (bf16[4,8], s32[64], pred[16], f64[3]) tuple(f, i, b, d)
+}
+"""
+
+
+def test_inputs_drawn_on_the_device_keep_the_types_ranges_and_seed():
+    import jax
+    from jax._src.lib import _jax
+
+    worker = SimpleNamespace(devices=[jax.devices("cpu")[0]], _jax=_jax)
+    proto = hlo.parse_text(MIXED).as_serialized_hlo_module_proto()
+    drawn = runner.drawn_on_device(worker, proto, seed=7, floats="positive", int_high=3)
+    host = [np.asarray(x) for x in drawn]
+    assert [x.dtype.name for x in host] == ["bfloat16", "int32", "bool", "float64"]
+    assert (host[0].astype(np.float32) >= 0).all() and set(np.unique(host[1])) <= {0, 1, 2}
+    assert host[2].any() and not host[2].all()
+    again = [np.asarray(x) for x in runner.drawn_on_device(worker, proto, seed=7, floats="positive", int_high=3)]
+    assert all(np.array_equal(a, b) for a, b in zip(host, again))
+
+
 # ---- the device path on jax's CPU device (real XLA) ---------------------------------------------------------
 @pytest.fixture(scope="module")
 def on_device():
