@@ -12,6 +12,7 @@ import pytest
 import autotune
 from autotune.errors import BadInput
 from conftest import DATA, SMALL, run_cli
+from test_ppo import needs_torch
 
 MAML = DATA / "real" / "hloenv_maml_train_step.hlo"
 ENV_ID = "autotune/PassOrdering-v0"
@@ -39,6 +40,7 @@ def tiny_suite(tmp_path_factory):
     return out
 
 
+@needs_torch
 def test_make_from_a_path_after_import_autotune_passes_both_checkers(db_path):
     import gymnasium
 
@@ -67,6 +69,7 @@ def test_make_from_a_path_after_import_autotune_passes_both_checkers(db_path):
         evaluator.cache.db.execute("SELECT 1")
 
 
+@needs_torch
 def test_make_from_a_list_and_from_a_suite_split(db_path, tiny_suite):
     import gymnasium
 
@@ -125,6 +128,7 @@ def test_observation_names_match_what_observe_writes(engine):
     assert obs[names.index("step_fraction")] == pytest.approx(1 / 4)
 
 
+@needs_torch
 def test_parallel_training_uses_every_env_and_writes_a_loadable_policy(tmp_path, db_path):
     from stable_baselines3 import PPO
 

@@ -10,7 +10,7 @@ import pytest
 import autotune
 from autotune.errors import BadInput
 from conftest import SMALL
-from test_ppo import MAML
+from test_ppo import MAML, needs_torch
 
 MAX_LENGTH = 3
 
@@ -71,6 +71,7 @@ def test_another_layout_or_a_bad_term_is_refused(demos, tmp_path):
         Demonstrations.load(tmp_path / "bad.npz")
 
 
+@needs_torch
 def test_the_term_keeps_ppo_near_the_demonstrations(engine, demos, tmp_path):
     """The same PPO fine-tuning from the same behaviour-cloned start, with and without the term: with
     it the demonstrations stay the policy's choices (lower cross-entropy, every pair still its most
