@@ -328,3 +328,35 @@ def test_the_jax_hook_rolls_a_shipped_policy_out_without_torch(db_path):
     assert not report["errors"] and report["close"], report
     ((_, sequence, how),) = report["decisions"]
     assert how == "rollout" and "fine-tuning" not in proc.stderr
+
+
+@pytest.mark.parametrize("algo,activation", [("dqn", "ReLU"), ("a2c", "Tanh"), ("ppo", "ReLU"), ("ppo", "ELU")])
+def test_numpy_forward_pass_matches_torch_for_each_algorithm_and_activation(engine, algo, activation):
+    """Freshly initialised SB3 networks of each algorithm the sidecar allows, with other activations
+    than the shipped Tanh: the numpy pass gives their Q-values or probabilities on real observations."""
+    torch = pytest.importorskip("torch")
+    from stable_baselines3 import A2C, DQN, PPO
+
+    from autotune.core.tuner import evaluation_session
+    from autotune.rl import forward
+    from autotune.rl.env import PassOrderingEnv
+
+    session = evaluation_session(engine, autotune.load(MAML), budget=100)
+    env = PassOrderingEnv([session], engine.pipeline.passes(), max_length=3)
+    cls = {"dqn": DQN, "a2c": A2C, "ppo": PPO}[algo]
+    model = cls("MlpPolicy", env, seed=0, device="cpu",
+                policy_kwargs={"net_arch": [32, 16], "activation_fn": getattr(torch.nn, activation)})
+    network = forward.from_sb3(model.policy)
+    obs, _ = env.reset(seed=0)
+    for action in (engine.pipeline.passes().index("cse"), None):
+        with torch.no_grad():
+            tensor, _ = model.policy.obs_to_tensor(obs)
+            if algo == "dqn":
+                theirs, ours = model.q_net(tensor)[0].numpy(), network.scores(obs)
+            else:
+                theirs = model.policy.get_distribution(tensor).distribution.probs[0].numpy()
+                ours = network.probabilities(obs)
+        np.testing.assert_allclose(ours, theirs, atol=1e-5)
+        assert int(np.argmax(ours)) == int(model.predict(obs, deterministic=True)[0])
+        if action is not None:
+            obs, *_ = env.step(action)
