@@ -92,8 +92,9 @@ def _args(struct_type, *values):
 def cuda_plugin() -> tuple[str, Path]:
     """The module and library of the CUDA plugin jax loaded: CUDA 12's or CUDA 13's
     (``versions.CUDA_PLUGINS``), told apart by which library this process has mapped (both register
-    the platform ``cuda``; only the one jax initialised may be driven). Before jax loads either, or
-    where the process's mappings cannot be read, the first installed in ``CUDA_PLUGINS`` order."""
+    the platform ``cuda``; only the one jax initialised may be driven). With both installed jax maps
+    both and registers the first in ``CUDA_PLUGINS`` order (see there), which is then the one chosen;
+    before jax loads either, or where the process's mappings cannot be read, the first installed."""
     installed = []
     for name in versions.at(versions.CUDA_PLUGINS):
         try:

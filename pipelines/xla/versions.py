@@ -146,9 +146,12 @@ def runs_in_every_step(version: str | None = None) -> frozenset[str]:
 #: jax's PJRT plugin modules for NVIDIA GPUs, one per CUDA major version (``jax-cuda12-pjrt``,
 #: ``jax-cuda13-pjrt``; each has ``xla_cuda_plugin.so`` beside its ``__init__``, and both register
 #: the platform ``cuda``). jax loads whichever is installed; ``pjrt_hlo.cuda_api`` drives the one jax
-#: loaded. With both installed (not a setup jax supports: two plugins for one platform) CUDA 12 is
-#: tried first: it is what the ``gpu`` extra installs and what the shipped GPU figures were made with.
-#: Checked: 0.10.2/0.11.2/0.12.0.1 with CUDA 12; 0.11.2 with CUDA 13 (the H200 machines' jax).
+#: loaded. CUDA 12 first, because that is what jax does with both installed: it discovers
+#: ``jax_plugins.*`` in sorted order, registers ``xla_cuda12`` and refuses ``xla_cuda13``
+#: ("ALREADY_EXISTS: PJRT_Api already exists for device type cuda") after mapping its library too, so
+#: the mapped libraries cannot tell them apart and this order must be jax's (checked on 0.11.2 with
+#: both). Checked: 0.10.2/0.11.2/0.12.0.1 with CUDA 12; 0.11.2 with CUDA 13 alone (the H200 machines'
+#: jax: same H100 baseline as CUDA 12, 463 instructions for the decode step).
 CUDA_PLUGINS: dict[str, tuple[str, ...]] = {
     "0.10.2": ("jax_plugins.xla_cuda12", "jax_plugins.xla_cuda13"),
 }
