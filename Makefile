@@ -17,7 +17,8 @@ RECORD ?= examples/xla_dlrm_train_step.tuned.json
 
 # The newest-jax leg (CI's second): Python 3.12 (jax >= 0.11 needs it; the machine image has it under
 # pyenv), the newest jax CI has tested, no torch and no ray: what a JAX project on a current jax installs.
-PYTHON_NEWEST ?= $(shell command -v python3.12 2>/dev/null || ls -d $(HOME)/.pyenv/versions/3.12*/bin/python 2>/dev/null | tail -1)
+PYTHON_NEWEST ?= $(shell for p in $(HOME)/.pyenv/versions/3.12*/bin/python $$(command -v python3.12); do \
+	"$$p" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 12))' 2>/dev/null && { echo $$p; break; }; done)
 VENV_NEWEST := .venv-newest
 CONSTRAINTS_NEWEST ?= constraints/py3.12-newest.txt
 STAMP_NEWEST := $(VENV_NEWEST)/.installed-$(shell cat pyproject.toml $(CONSTRAINTS_NEWEST) | cksum | cut -d' ' -f1)
