@@ -68,3 +68,29 @@ def test_identity_runs_no_pass(pipeline, small_root):
 def test_dump_names_parse():
     m = _DUMP_NAME.match("module_0002.jit_step.0061.simplification.after_algsimp.before_simplify-sorts.txt")
     assert m and m["pipeline"] == "simplification" and m["after"] == "algsimp"
+
+
+def _gpu_dump(version: str, numbered: str) -> list[str]:
+    """A GPU dump's names shaped as XLA 0.11+ writes them (pre-SPMD ``algsimp``, a numbered
+    ``apply-xla-transforms``, ``fusion-wrapper`` a pipeline of its own), from the given jaxlib."""
+    runs = [("pre-spmd-partitioner", "call-inliner"), ("pre-spmd-partitioner", "algsimp"), ("sharding-removal", "dce"),
+            ("optimization", "dot_decomposer"), ("simplification", "algsimp"), ("simplification", "dce"),
+            ("optimization", "simplification"), ("optimization", "cse"), ("optimization", numbered),
+            ("layout_assignment", "layout-assignment"), ("fusion-wrapper", "fusion-wrapper")]
+    return [f"module_0000.m.{k:04d}.{p}.after_{n}.before_x.txt" for k, (p, n) in enumerate(runs)]
+
+
+@pytest.mark.parametrize("version,numbered", [("0.12.0.1", "apply-xla-transforms-7"), ("0.10.2", "apply-xla-transforms")])
+def test_the_gpu_region_starts_at_optimization_and_numbered_passes_read_as_their_family(version, numbered):
+    """Offline, for any installed jax: the actions are the post-SPMD ``optimization`` passes even where
+    the pre-partitioning pipeline runs ``algsimp`` too, ``apply-xla-transforms-N`` is its family (and
+    excluded), and a step leaves on what ends the compile on that version (``versions.GPU_STOP``)."""
+    from autotune.pipelines.xla.inventory import PassInventory
+
+    inv = PassInventory.from_dump_names(f"jaxlib-{version}-cpu-x86_64", _gpu_dump(version, numbered), platform="gpu")
+    assert inv.tunable == ("optimization",)
+    assert set(inv.actions) == {"dot_decomposer", "algsimp", "dce", "simplification", "cse"}
+    assert inv.actions["algsimp"].path == ("simplification",)  # its post-SPMD run, not the pre-partitioning one
+    assert "apply-xla-transforms" in inv.all_names and not any(n.startswith("apply-xla-transforms-") for n in inv.all_names)
+    assert inv.always_on == (("fusion-wrapper", "autotuner") if version == "0.10.2" else ("fusion-wrapper",))
+    assert PassInventory.from_json(inv.to_json()).actions == inv.actions
