@@ -226,17 +226,8 @@ class PPOStrategy(Strategy):
                               rollout_env.observation_names)
         if any(n.outputs != len(layout.outputs) or n.inputs != len(layout.inputs) for n in networks):
             raise BadInput(f"{self.policy}: its network does not match its sidecar's actions and observation")
-        # One line: how its vocabularies differ (matched by name), or the other pipeline version it was trained on.
-        version = f"; it was {other}: using it (same action vocabulary)" if other is not None else ""
-        if not diff.same_names:
-            version = "; " + diff.note(f"policy {self._name()}")
-        if self.is_default:
-            self._note(f"zero-shot from the {self._label()} (its roll-out first, then fine-tuning; "
-                       f"--policy none for PPO from scratch){version}")
-        elif not diff.same_names:
-            self._note(version[2:])
-        elif version:
-            self._note(f"{self._label()} was {other}: using it (same action vocabulary)")
+        skip = self._no_fine_tuning(layout) if self.finetune else None
+        self._say_how_it_is_used(diff, other, skip)
         rollout_env.reset(seed=seed)
         if self.branches > 1 and meta["algo"] not in ("ppo", "a2c"):
             raise BadInput(f"ppo: branches needs a policy's action probabilities; {self.policy} is a "
@@ -257,23 +248,42 @@ class PPOStrategy(Strategy):
             _rollout(actor, rollout_env)
             if self.branches > 1:
                 _branch(actor, rollout_env, self.branches)
-        if not self.finetune or evaluate.remaining <= 0:
+        if not self.finetune or skip is not None or evaluate.remaining <= 0:
             return
-        self._fine_tune(source, evaluate, space, policy_space, seed, shaping, gamma, env_options, layout, diff,
+        self._fine_tune(source, evaluate, space, policy_space, seed, shaping, gamma, env_options, layout,
                         rollout_env)
 
-    def _fine_tune(self, source, evaluate, space, policy_space, seed, shaping, gamma, env_options, layout, diff,
-                   rollout_env) -> None:
-        """Keep learning on this module from the first member (SB3, torch), alternating ``learn`` chunks
-        with roll-outs of the updated network; skipped, in one line, where it cannot be done right."""
+    def _no_fine_tuning(self, layout: Layout) -> str | None:
+        """Why fine-tuning cannot be done right here (no torch; a network of another layout), or None."""
         missing = training_missing()
         if missing is not None:
-            self._note(f"fine-tuning skipped ({missing}; the roll-out is the answer): {forward.INSTALL_TRAIN}")
-            return
+            return f"it needs torch and stable-baselines3 ({missing}): {forward.INSTALL_TRAIN}"
         if not layout.identity:
-            self._note("fine-tuning skipped: the policy's vocabulary differs from this XLA's (the roll-out is "
-                       "the answer; `autotune train` retrains it here)")
-            return
+            return "the policy's vocabulary differs from this XLA's (`autotune train` retrains it here)"
+        return None
+
+    def _say_how_it_is_used(self, diff, other: str | None, skip: str | None) -> None:
+        """ONE stderr line, when there is something to say: the shipped default being used, how the
+        policy's vocabularies differ from this XLA's (or the other pipeline version it was trained
+        on), and why fine-tuning will not follow the roll-out."""
+        parts = []
+        if self.is_default:
+            then = "" if skip else ", then fine-tuning"
+            parts.append(f"zero-shot from the {self._label()} (its roll-out first{then}; "
+                         "--policy none for PPO from scratch)")
+        if not diff.same_names:
+            parts.append(diff.note(f"policy {self._name()}"))
+        elif other is not None:
+            parts.append(f"{'it' if self.is_default else self._label()} was {other}: using it (same action vocabulary)")
+        if skip:
+            parts.append(f"fine-tuning skipped, the roll-out is the answer: {skip}")
+        if parts:
+            self._note("; ".join(parts))
+
+    def _fine_tune(self, source, evaluate, space, policy_space, seed, shaping, gamma, env_options, layout,
+                   rollout_env) -> None:
+        """Keep learning on this module from the first member (SB3, torch), alternating ``learn`` chunks
+        with roll-outs of the updated network."""
         meta = self.meta
         with _torch_session(seed):
             train_env = self._env(source, policy_space, shaping, gamma, env_options)

@@ -32,6 +32,7 @@ cheap and never imports torch. Training needs them (the ``autotune[train]`` extr
 from __future__ import annotations
 
 import functools
+import importlib.util
 import json
 import math
 import time
@@ -187,12 +188,15 @@ def check_vocabulary(meta: dict, actions: Sequence[str], zip_path: Path, target:
 
 
 def training_missing() -> str | None:
-    """What is missing for training and fine-tuning (torch, stable-baselines3), or None."""
-    try:
-        import stable_baselines3  # noqa: F401
-        import torch  # noqa: F401
-    except ImportError as exc:
-        return f"{exc.name or 'torch'} is not installed"
+    """What is missing for training and fine-tuning (torch, stable-baselines3), or None. Asked of the
+    import system without importing either (a roll-out must not pay torch's import to learn this)."""
+    for name in ("torch", "stable_baselines3"):
+        try:
+            found = importlib.util.find_spec(name) is not None
+        except (ImportError, ValueError):
+            found = False
+        if not found:
+            return f"{name} is not installed"
     return None
 
 
