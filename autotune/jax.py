@@ -44,6 +44,7 @@ from pathlib import Path
 
 from autotune.core.record import TuningRecord
 from autotune.pipelines.xla import hlo, loader, targets
+from autotune.pipelines.xla.versions import check_supported
 from autotune import policies
 from autotune.rl.ensemble import check_members
 from autotune.rl.train import check_vocabulary, read_sidecar
@@ -224,8 +225,6 @@ def use(records: Iterable[TuningRecord | str | Path] = (), cache: str | Path | N
     """
     import jax
     from jax._src import compiler
-
-    from autotune.pipelines.xla.versions import check_supported
 
     check_supported()  # BadInput naming the supported range before any compile is touched
     hook = _Hook(records, cache, workers, strict, policy, objective, target)

@@ -226,6 +226,7 @@ def test_shipped_policies_keep_their_layout_and_need_no_pipeline_note():
     layout they were trained on, and engine 7 (which only added counts they do not see) is no reason
     for a 'trained on another pipeline' note; a policy that observes the new counts would get one."""
     from autotune import policies
+    from autotune.pipelines.xla import xla_version
     from autotune.rl.observation import Observation
     from autotune.rl.train import other_pipeline_version, read_sidecar
 
@@ -233,6 +234,8 @@ def test_shipped_policies_keep_their_layout_and_need_no_pipeline_note():
         meta = read_sidecar(policies.resolve(name))
         assert not Observation.has_partition_features(meta["observation_names"])
         assert meta["pipeline_version"].endswith(":engine-6")
-        assert other_pipeline_version(meta) is None, name
+        trained_here = f":{xla_version()}:" in meta["pipeline_version"]
+        # On another jaxlib (CI's newest-jax leg) the note is due: the policy was trained elsewhere.
+        assert (other_pipeline_version(meta) is None) == trained_here, name
         newer = dict(meta, observation_names=[*meta["observation_names"], "partition:log2_devices"])
         assert other_pipeline_version(newer) is not None

@@ -50,7 +50,7 @@ OBJECTIVE_NAMES = frozenset({"final-ops", "ops", "cost", "runtime", "kernels", "
 #: starts, ``import autotune`` quietens jaxlib's logging by default, and the CLI keeps its own process's
 #: jax on the CPU (it runs nothing on a device).
 ENV_WRITERS = frozenset({"autotune/__init__.py", "autotune/cli/__init__.py", "pipelines/xla/worker.py",
-                         "pipelines/xla/gpu_worker.py"})
+                         "pipelines/xla/gpu_worker.py", "pipelines/xla/device_worker.py"})
 #: The engine options' variables and the one file that reads them (as click defaults).
 ENGINE_ENV = frozenset({"AUTOTUNE_BACKEND", "AUTOTUNE_TARGET", "AUTOTUNE_EXECUTOR", "AUTOTUNE_RAY_ADDRESS"})
 ENGINE_ENV_READER = "autotune/cli/common.py"

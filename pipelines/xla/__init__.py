@@ -302,20 +302,16 @@ class XlaPipeline(BackendBase):
         if chosen is None:
             return self.remote(timeout)
         if self._device_pool is None:
-            from autotune.core.backend import remote as typed
-
             env = device.worker_env(chosen.platform, WORKER_ENV)
             if chosen.on_gpu and getattr(self.executor, "name", "") == "local":
                 # No host memory limit (RLIMIT_DATA) on the CUDA worker: its runs are bounded by the
                 # device's memory (runner.device_limit) and the host's check of its inputs, and CUDA maps
                 # large regions whose accounting under that limit has not been checked on a GPU.
-                from autotune.core.workers import WorkerPool
-
                 self._device_pool = WorkerPool(DEVICE_WORKER, (chosen.platform,), size=1, env=env, memory_limit=0,
                                                start_timeout=self.executor.start_timeout, pin=self.executor.pin)
             else:
                 self._device_pool = self.executor.pool(DEVICE_WORKER, (chosen.platform,), size=1, env=env)
-            self._device_remote = lambda t: typed(self._device_pool, XlaRequests, t)
+            self._device_remote = lambda t: remote(self._device_pool, XlaRequests, t)
         return self._device_remote(timeout)
 
     def close(self) -> None:

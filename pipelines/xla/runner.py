@@ -26,6 +26,7 @@ jaxlib 0.10.2 calls used (checked on this version):
 from __future__ import annotations
 
 import hashlib
+import os
 import math
 import re
 import time
@@ -37,7 +38,7 @@ import numpy as np
 from autotune.errors import BadInput, PassFailed
 
 #: Execution memory limit (``AUTOTUNE_MAX_EXEC_BYTES`` or a share of MemAvailable): see core/limits.py.
-from autotune.core.limits import execution_limit, gib  # noqa: E402
+from autotune.core.limits import EXEC_LIMIT_ENV, execution_limit, gib  # noqa: E402
 from autotune.pipelines.xla import hlo, partitioned, standins
 
 
@@ -474,10 +475,6 @@ def device_limit(worker=None) -> tuple[int, str]:
     (a GPU: ``memory_stats()``, ``bytes_limit`` less ``bytes_in_use``) is its own limit: the host's
     memory says nothing about it. jax's CPU device reports none, so it is the host's
     ``execution_limit()`` (also for ``worker`` None, and ``AUTOTUNE_MAX_EXEC_BYTES`` wins everywhere)."""
-    import os
-
-    from autotune.core.limits import EXEC_LIMIT_ENV
-
     stats = None
     if worker is not None and not os.environ.get(EXEC_LIMIT_ENV):
         try:
