@@ -38,6 +38,7 @@ persistent study tells the replayed trials to it a second time.
 
 from __future__ import annotations
 
+import importlib.util
 import warnings
 
 import optuna
@@ -68,6 +69,10 @@ class OptunaSearch(ArchiveAskTell):
                 import cmaes  # noqa: F401  optuna's CmaEsSampler needs it
             except ImportError:
                 raise BadInput("optuna sampler 'cmaes' needs the 'cmaes' package (pip install cmaes)") from None
+        if sampler == "gp" and importlib.util.find_spec("torch") is None:
+            # optuna's GPSampler fits its Gaussian process with torch, which only autotune[train] brings.
+            raise BadInput("optuna sampler 'gp' needs torch (optuna's GPSampler fits with it): "
+                           "pip install 'autotune[train]'")
         if encoding is None:
             encoding = "integer" if sampler in _NUMERIC_SAMPLERS else "categorical"
         if encoding not in ENCODINGS:
