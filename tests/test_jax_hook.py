@@ -200,3 +200,14 @@ def test_policy_that_cannot_be_read_fails_at_use(tmp_path, db_path):
     with pytest.raises(autotune.BadInput, match="no such policy"):
         with autotune_jax.use(policy=tmp_path / "missing.zip", cache=db_path):
             pass
+
+
+def test_remembered_policy_decisions_are_keyed_by_the_compiler_version(engine):
+    """A decision remembered under one XLA is never replayed under another: the key names the
+    installed compiler (jaxlib) version, the pipeline version, the policy's digest and the objective."""
+    from autotune.jax import _PolicyDecider
+
+    decider = _PolicyDecider("llm", "final-ops")
+    key = decider.key(engine, "f" * 32)
+    assert engine.pipeline.compiler_version in key and engine.version in key
+    assert decider.digest in key and key.endswith("|final-ops|" + "f" * 32)
