@@ -58,7 +58,7 @@ demo: $(STAMP)
 
 ## test: set up with test extras, then run the whole test suite.
 test: $(STAMP)
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q --durations=30
 
 ## test-newest: the newest jax on Python 3.12 without torch: the quick start's commands, then NEWEST_TESTS.
 test-newest: $(STAMP_NEWEST)
