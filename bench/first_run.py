@@ -1,0 +1,95 @@
+#!/usr/bin/env python
+"""A newcomer's first run on real modules: ``autotune run --budget 3`` (validation on) on every real
+module at hand, each on a cold cache, with the time of each phase. Writes results/first_run.{md,json}.
+
+Why: issue 53 found first runs on real modules twice as slow as a round earlier (validation and pruning
+on large steps); this is the before/after figure for that work, with the jax that made it.
+
+    python bench/first_run.py [--modules DIR_OR_FILES...] [--budget 3] [--validate-seconds 30]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from importlib.metadata import version
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_DIRS = (ROOT / "tests" / "data" / "real", ROOT / "tests" / "data" / "real-llm", ROOT.parent / "shared" / "real-hlo")
+PHASES = ("load", "normalise", "default", "search", "prune", "validation")
+
+
+def modules(given: list[str]) -> list[Path]:
+    """The given files and folders' ``.hlo`` files, or the real modules at hand (one file per name)."""
+    found: dict[str, Path] = {}
+    for item in [Path(g) for g in given] or [d for d in DEFAULT_DIRS if d.is_dir()]:
+        for path in sorted(item.glob("*.hlo")) if item.is_dir() else [item]:
+            found.setdefault(path.name, path)
+    if not found:
+        raise SystemExit("first_run: no .hlo modules found")
+    return list(found.values())
+
+
+def run_one(path: Path, budget: int, validate_seconds: float) -> dict:
+    """One cold-cache ``autotune run`` of ``path``: its wall time, phases and answer."""
+    with tempfile.TemporaryDirectory() as tmp:
+        cmd = [sys.executable, "-P", "-m", "autotune.cli", "run", "--strategy", "random", "--budget", str(budget),
+               "--validate-seconds", str(validate_seconds), str(path), "--db", f"{tmp}/c.db", "--json"]
+        t0 = time.perf_counter()
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=3600)
+        wall = time.perf_counter() - t0
+    row = {"module": path.stem, "wall": wall, "rc": proc.returncode}
+    if proc.returncode == 0:
+        data = json.loads(proc.stdout)
+        row.update(phases=data.get("phases") or {}, level=data.get("validation_level"),
+                   default=data.get("default_cost"), best=(data.get("best") or {}).get("cost"))
+    else:
+        row["error"] = (proc.stderr.strip().splitlines() or ["?"])[-1][:200]
+    return row
+
+
+def render(rows: list[dict], meta: dict) -> str:
+    head = "| module | wall s | " + " | ".join(PHASES) + " | validation | default -> best |"
+    lines = ["# First run on real modules (`autotune run --strategy random --budget 3`, validation on)", "",
+             f"Made by `{meta['command']}` at {meta['revision']} with jax {meta['jax']} on {meta['machine']}; "
+             f"each module on a cold cache, `--validate-seconds {meta['validate_seconds']}`. Judged by XLA's "
+             "CPU pipeline; wall time of the whole command (start-up included) on a shared machine.", "",
+             head, "|" + "---|" * (len(PHASES) + 4)]
+    for r in rows:
+        ph = r.get("phases", {})
+        cells = " | ".join(f"{ph[p]:.1f}" if isinstance(ph.get(p), (int, float)) else "-" for p in PHASES)
+        answer = f"{r.get('default')} -> {r.get('best')}" if r["rc"] == 0 else r.get("error", "")
+        lines.append(f"| `{r['module']}` | {r['wall']:.1f} | {cells} | {r.get('level') or '-'} | {answer} |")
+    lines += ["", f"Total: {sum(r['wall'] for r in rows):.0f} s over {len(rows)} modules."]
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--modules", nargs="*", default=[])
+    ap.add_argument("--budget", type=int, default=3)
+    ap.add_argument("--validate-seconds", type=float, default=30.0)
+    ap.add_argument("--out", default=str(ROOT / "results"))
+    args = ap.parse_args()
+    rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT).stdout.strip()
+    meta = {"command": "python bench/first_run.py " + " ".join(sys.argv[1:]), "revision": rev or "?",
+            "jax": version("jaxlib"), "machine": f"{platform.machine()}, {platform.python_version()}",
+            "validate_seconds": args.validate_seconds}
+    rows = []
+    for path in modules(args.modules):
+        rows.append(run_one(path, args.budget, args.validate_seconds))
+        print(f"{path.stem}: {rows[-1]['wall']:.1f}s {rows[-1].get('phases', rows[-1].get('error'))}", flush=True)
+    out = Path(args.out)
+    (out / "first_run.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=2) + "\n")
+    (out / "first_run.md").write_text(render(rows, meta))
+    print(f"wrote {out / 'first_run.md'}")
+
+
+if __name__ == "__main__":
+    main()
