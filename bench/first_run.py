@@ -55,7 +55,7 @@ def run_one(path: Path, budget: int, validate_seconds: float) -> dict:
 
 
 def render(rows: list[dict], meta: dict) -> str:
-    head = "| module | wall s | " + " | ".join(PHASES) + " | validation | default -> best |"
+    head = "| module | wall s | " + " | ".join(PHASES) + " | level reached | default -> best |"
     lines = ["# First run on real modules (`autotune run --strategy random --budget 3`, validation on)", "",
              f"Made by `{meta['command']}` at {meta['revision']} with jax {meta['jax']} on {meta['machine']}; "
              f"each module on a cold cache, `--validate-seconds {meta['validate_seconds']}`. Judged by XLA's "
