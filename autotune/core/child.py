@@ -1,4 +1,5 @@
-"""How autotune starts its own Python child processes (compiler workers, the isolated parser).
+"""How autotune starts its own Python child processes (compiler workers, the isolated parser, the
+zoo's lowering child, the CUDA device probe).
 
 Why ``-P``: ``python -m pkg.mod`` puts the working directory first on ``sys.path``. Run from a clone
 of this repository with autotune installed (not editable), the child would then import the source
@@ -17,6 +18,12 @@ def python_module_command(module: str) -> list[str]:
     """The command line that runs ``module`` as ``__main__`` in this interpreter, never importing from
     the working directory."""
     return [sys.executable, "-P", "-m", module]
+
+
+def python_code_command(code: str) -> list[str]:
+    """The command line that runs ``code`` (``python -c``) in this interpreter, never importing from the
+    working directory (``-c`` puts it first on the path, as ``-m`` does)."""
+    return [sys.executable, "-P", "-c", code]
 
 
 def startup_failure(stderr: str) -> str | None:

@@ -29,6 +29,7 @@ import sys
 from types import ModuleType
 from typing import Any
 
+from autotune.core.child import python_code_command
 from autotune.quiet import cuda_plugin_lines_filtered
 
 with cuda_plugin_lines_filtered():  # the CUDA plugin's "Could not find cuda drivers" lines (autotune.quiet)
@@ -143,7 +144,7 @@ def _in_child(job: str, *args: Any) -> str:
     not multiprocessing: no ``__main__`` guard is asked of the caller's script); its ``ValueError``s come
     back as this process's."""
     env = dict(os.environ, JAX_PLATFORMS="cpu", TF_CPP_MIN_LOG_LEVEL="2")
-    proc = subprocess.run([sys.executable, "-c", "from autotune.zoo import _child_main; _child_main()"],
+    proc = subprocess.run(python_code_command("from autotune.zoo import _child_main; _child_main()"),
                           input=pickle.dumps((job, args)), capture_output=True, env=env)
     if proc.returncode:
         tail = proc.stderr.decode("utf-8", "replace").strip().splitlines()[-1:] or ["no output"]

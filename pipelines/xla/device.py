@@ -24,10 +24,10 @@ from __future__ import annotations
 import glob
 import os
 import subprocess
-import sys
 from dataclasses import dataclass
 from functools import lru_cache
 
+from autotune.core.child import python_code_command
 from autotune.errors import BadInput
 
 #: Names the platform a GPU target's executions use: ``auto`` (default: the CUDA device when jax sees
@@ -105,7 +105,7 @@ def cuda_devices(timeout: float = 120.0) -> int:
         return 0
     env = {**os.environ, "JAX_PLATFORMS": "cuda", "TF_CPP_MIN_LOG_LEVEL": "3"}
     try:
-        out = subprocess.run([sys.executable, "-c", _PROBE], capture_output=True, text=True, timeout=timeout, env=env)
+        out = subprocess.run(python_code_command(_PROBE), capture_output=True, text=True, timeout=timeout, env=env)
         return int(out.stdout.strip().splitlines()[-1]) if out.returncode == 0 and out.stdout.strip() else 0
     except (OSError, subprocess.TimeoutExpired, ValueError, IndexError):
         return 0
