@@ -32,7 +32,12 @@ from pathlib import Path
 
 import numpy as np
 
-import learning as L
+from autotune.core.engine import open_engine
+from autotune.core.module import load
+from autotune.core.tuner import evaluation_session
+
+from harness import LLM_STEPS as SHARED_LLM, REAL_LLM as SHARED, require
+import learn as L
 import seed_robustness as R
 
 
@@ -73,7 +78,7 @@ def distill(ev, work, seed: int, iterations: int, labels: dict) -> tuple[Path, l
     candidates = tuple(trained.get("candidates") or ())
     by_name = {x.stem: x for x in work.train_set()}
     names = list(trained["demonstrations"])
-    sessions = [L.evaluation_session(ev, L.load(by_name[n])) for n in names]
+    sessions = [evaluation_session(ev, load(by_name[n])) for n in names]
     env, demos = L.demonstration_env(ev, sessions, trained["demonstrations"], work.params.get("stop_labels", True))
     hp = dict(L.HYPERPARAMS, gae_lambda=0.95, clip_range=0.2, net_arch=64)
     obs, acts = [demos.observations], [demos.actions]
@@ -132,11 +137,11 @@ def main(argv=None) -> int:
     chosen = selected.get("chosen")
     if not (work.load("train") or {}).get("demonstrations") or not chosen:
         raise SystemExit(f"error: {L.rel(work.root)} has no training and selection yet (run bench/learning.py)")
-    L.require([L.SHARED / f for f in L.SHARED_LLM], "real LLM step")
+    require([SHARED / f for f in SHARED_LLM], "real LLM step")
     labels = work.load("distill-labels") or {}
     name = f"distill{args.iterations}"
     histories = {}
-    with L.open_engine(work.db("train"), workers=2, target=L.TARGET) as ev:
+    with open_engine(work.db("train"), workers=2, target=L.common.TARGET) as ev:
         for seed in L.SEEDS:
             path = R.policy_path(work, name, seed)
             if path.exists():
@@ -147,7 +152,7 @@ def main(argv=None) -> int:
     val = R.validation(work, named, chosen)
     test = R.test_rows(work, chosen, named)
     groups = sorted({g for n in test.values() for s in n.values() for g in s}, key=lambda g: (g == "shared", g))
-    with L.open_engine(work.db("policy"), workers=1, target=L.TARGET) as ev:
+    with open_engine(work.db("policy"), workers=1, target=L.common.TARGET) as ev:
         version = ev.version
     data = {
         "command": "python bench/distill.py" + (" --quick" if args.quick else "") + (" --spmd" if args.spmd else "")

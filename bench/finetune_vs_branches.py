@@ -21,7 +21,12 @@ import json
 import sys
 from pathlib import Path
 
-import learning as L
+from autotune.core.engine import open_engine
+from autotune.core.module import load
+from autotune.core.tuner import tune
+
+from harness import LLM_STEPS as SHARED_LLM, REAL_LLM as SHARED
+import learn as L
 
 BUDGET = 8
 
@@ -33,11 +38,11 @@ def finetune_rows(work, policy: Path, modules) -> dict:
     digest = L.file_digest(policy)
     if any(r.get("basis") != digest for r in rows.values()):
         rows = {}
-    with L.open_engine(work.db(tag), workers=2, target=L.TARGET) as ev:
+    with open_engine(work.db(tag), workers=2, target=L.common.TARGET) as ev:
         for path, split in modules:
             if path.stem in rows:
                 continue
-            r = L.tune(ev, L.load(path), strategy="ppo", budget=BUDGET, max_length=L.MAX_LENGTH, validate=False,
+            r = tune(ev, load(path), strategy="ppo", budget=BUDGET, max_length=L.MAX_LENGTH, validate=False,
                        prune=True, options={"policy": str(policy)})
             rows[path.stem] = {**L.tuned_row(r, path.stem, split), "basis": digest}
             work.save(f"eval-{tag}", rows)
@@ -56,7 +61,7 @@ def main() -> int:
     if not selected.get("chosen") or not search:
         print(f"error: {work.root} has no selection or search rows (run bench/learning.py --quick first)", file=sys.stderr)
         return 2
-    modules = [(x, "test") for x in work.test_set()] + [(L.SHARED / f, "shared") for f in L.SHARED_LLM]
+    modules = [(x, "test") for x in work.test_set()] + [(SHARED / f, "shared") for f in SHARED_LLM]
     table, data = [], {}
     for seed in [int(s) for s in args.seeds.split(",")]:
         policy = work.seed_policy(selected["chosen"], seed)

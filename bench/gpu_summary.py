@@ -37,7 +37,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from gpu import spearman as rho  # noqa: E402  (the run's own Spearman: scipy's, None on a constant side)
+from gpu_parts.report import spearman as rho  # noqa: E402  (the run's own Spearman: scipy's, None on a constant side)
 
 ROOT = Path(__file__).resolve().parent.parent
 RUNS = ("results/gpu-run1.json", "results/gpu.json", "results/gpu-run3.json")

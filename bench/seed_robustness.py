@@ -30,7 +30,10 @@ import json
 import sys
 from pathlib import Path
 
-import learning as L
+from autotune.core.engine import open_engine
+
+from harness import LLM_STEPS as SHARED_LLM, REAL_LLM as SHARED, require
+import learn as L
 
 SEEDS = L.SEEDS
 DEFAULT_WEIGHTS = (0.1, 0.3, 1.0)
@@ -50,7 +53,7 @@ def train_seeds(work, chosen: str, recipe: dict, weights, steps: int) -> dict[st
     out: dict[str, dict[int, Path]] = {}
     from autotune.rl.imitation import ImitationTerm
 
-    with L.open_engine(work.db("train"), workers=2, target=L.TARGET) as ev:
+    with open_engine(work.db("train"), workers=2, target=L.common.TARGET) as ev:
         demos = L.demonstration_data(ev, work)
         for weight in weights:
             term = ImitationTerm(demos, weight=weight, steps=steps)
@@ -93,7 +96,7 @@ def test_rows(work, chosen: str, policies: dict[str, dict[int, Path]], branches:
     """Roll-outs on the test modules and shared steps, per (variant, seed), each on its own cold cache
     (``branches`` > 1: the roll-out and the policy's next most likely first passes within ``budget``,
     ``-O branches``)."""
-    modules = [(x, "test") for x in work.test_set()] + [(L.SHARED / f, "shared") for f in L.SHARED_LLM]
+    modules = [(x, "test") for x in work.test_set()] + [(SHARED / f, "shared") for f in SHARED_LLM]
     all_policies = {chosen: {k: work.seed_policy(chosen, k) for k in SEEDS}, **policies}
     work.params.update(branches=branches, branch_budget=budget)  # what evaluate_modules' branches method reads
     out: dict = {}
@@ -236,7 +239,7 @@ def main(argv=None) -> int:
         L.FAMILIES.append("llm_spmd")
         tag = "learning-spmd"
     if args.target not in (None, "cpu"):
-        L.TARGET = args.target
+        L.common.TARGET = args.target
         tag = f"learning-{args.target.lower()}"
     parent = Path(args.work) if args.work else L.ROOT / ".autotune" / (tag or "learning")
     out = Path(args.out) if args.out else L.ROOT / "results" / tag if tag else L.ROOT / "results"
@@ -247,7 +250,7 @@ def main(argv=None) -> int:
     recipe = (selected.get("recipes") or {}).get(chosen or "", {})
     if not recipe.get("timesteps"):
         raise SystemExit(f"error: {L.rel(work.root)} has no selected PPO variant (run bench/learning.py first)")
-    L.require([L.SHARED / f for f in L.SHARED_LLM], "real LLM step")
+    require([SHARED / f for f in SHARED_LLM], "real LLM step")
     policies = train_seeds(work, chosen, recipe, weights, args.bc_steps)
     val = validation(work, policies, chosen)
     selected_name = choose(val, [chosen, *policies])  # the recipe without the term competes too
@@ -256,19 +259,19 @@ def main(argv=None) -> int:
         + f" -> {selected_name}")
     test = test_rows(work, chosen, policies, args.branches, args.branch_budget if args.branches > 1 else 4)
     groups = sorted({g for n in test.values() for s in n.values() for g in s}, key=lambda g: (g == "shared", g))
-    with L.open_engine(work.db("policy"), workers=1, target=L.TARGET) as ev:
+    with open_engine(work.db("policy"), workers=1, target=L.common.TARGET) as ev:
         version = ev.version
     from autotune.rl.imitation import Demonstrations
 
     data = {
         "command": "python bench/seed_robustness.py" + " ".join(
             [""] + (["--quick"] if args.quick else []) + (["--spmd"] if args.spmd else [])
-            + ([f"--target {args.target}"] if L.TARGET else []) + ([f"--work {args.work}"] if args.work else [])
+            + ([f"--target {args.target}"] if L.common.TARGET else []) + ([f"--work {args.work}"] if args.work else [])
             + ([f"--out {args.out}"] if args.out else []) + [f"--weights {args.weights}",
                                                                      f"--bc-steps {args.bc_steps}"]
             + ([f"--branches {args.branches} --branch-budget {args.branch_budget}"] if suffix else [])),
         "machine": "2 shared CPUs", "version": version, "work": L.rel(work.root), "quick": args.quick,
-        "target": L.TARGET or "cpu", "chosen": chosen, "recipe": recipe, "weights": list(weights),
+        "target": L.common.TARGET or "cpu", "chosen": chosen, "recipe": recipe, "weights": list(weights),
         "bc_steps": args.bc_steps, "branches": args.branches,
         "branch_budget": args.branch_budget if args.branches > 1 else 4, "pairs": len(Demonstrations.load(work.root / "demonstrations.npz")),
         "variants": list(policies), "selected": selected_name, "groups": groups,

@@ -37,7 +37,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from autotune.api import Session  # noqa: E402
 from autotune.core.tuner import evaluation_session  # noqa: E402
-from learning import pruned, random_until_steps  # noqa: E402
+from learn.train import pruned, random_until_steps  # noqa: E402
 import real_spmd  # noqa: E402
 from llm_headroom import ensure_suite, stratum  # noqa: E402
 

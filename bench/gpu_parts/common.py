@@ -1,0 +1,19 @@
+"""bench/gpu.py's settings and log, shared by both halves."""
+
+from __future__ import annotations
+
+import time
+
+from harness import ROOT
+
+BUNDLE = ROOT / "bench" / "gpu_bundle"
+EXTRAS = (("simplification",), ("simplification", "cse"))
+#: Figures the deviceless pipeline gives for every variant (``prepare``), ranked against GPU time.
+FIGURES = ("final_ops", "kernels", "estimate_us")
+#: Integers are drawn from [0, INT_HIGH): indices into any dimension of 4 or more (autotune's runner).
+INT_HIGH = 4
+MIN_SAMPLE_S = 0.01
+
+
+def log(msg: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
