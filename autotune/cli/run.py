@@ -255,8 +255,10 @@ def _report(result, as_json: bool, out_dir) -> None:
         color = "green" if result.surrogate.get("agree") else "yellow"
         out.print(f"[{color}]{result.surrogate['message']}[/]")
     if result.validation is not None:
-        out.print(f"validation: {result.validation.describe()}"
+        out.print(f"validation: {validation_line(result.validation, dict(result.phases).get('validation'))}"
                       + ("" if result.beats_default else f" (of the best candidate, which does not beat {base})"))
+        for skip in result.validation.skipped:
+            out.print(f"  {skip.describe()}")
     if result.memory is not None:
         m = result.memory
         out.print(f"[yellow]{m.describe()}: the answer needs more memory than XLA's default, which final-ops does "
@@ -267,6 +269,16 @@ def _report(result, as_json: bool, out_dir) -> None:
                   f"cache hit rate {result.cache_hit_rate:.0%}" + (f"; outputs in {out_dir}" if out_dir else ""))
     if result.phases:
         out.print("time per phase: " + ", ".join(f"{name} {sec:.1f}s" for name, sec in result.phases))
+
+
+def validation_line(validation, seconds: float | None) -> str:
+    """``executed-region in 38.9 s (budget 30 s): <reason>``: the level, the validation phase's total
+    beside its budget (``--validate-seconds`` bounds the phase as a whole), then why; the level and
+    reason alone where the phase did not run here (no total, or no budget: a stored verdict)."""
+    if seconds is None or validation.budget_seconds is None:
+        return validation.describe()
+    return (f"{validation.level} in {seconds:.1f} s (budget {validation.budget_seconds:g} s)"
+            + (f": {validation.reason}" if validation.reason else ""))
 
 
 def _dropped(found: tuple[str, ...], kept: tuple[str, ...]) -> list[str]:

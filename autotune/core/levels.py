@@ -51,6 +51,25 @@ def meets(level: str, required: str) -> bool:
 
 # ---- the level of a result ------------------------------------------------------------------------------
 @dataclass(frozen=True)
+class Skip:
+    """A check the validation phase did not start because of its time budget (``--validate-seconds``
+    for the phase as a whole, ``checks.budget``), and why, in one line."""
+
+    check: str
+    reason: str
+
+    def describe(self) -> str:
+        return f"{self.check} check skipped: {self.reason}"
+
+    def to_dict(self) -> dict:
+        return {"check": self.check, "reason": self.reason}
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "Skip":
+        return cls(str(data["check"]), str(data["reason"]))
+
+
+@dataclass(frozen=True)
 class Validation:
     """How far this machine could check that a tuned module computes what the original computes.
 
@@ -72,12 +91,17 @@ class Validation:
       compile on this host); ``reason`` says why.
 
     ``report`` is the output comparison (a ``OutputComparison``) when both modules ran.
+    ``skipped``: the checks the phase's time budget kept from starting (``checks.budget``), and
+    ``budget_seconds`` that budget (``--validate-seconds``), so a report can put the phase's total
+    beside it; both empty where nothing was established here (a cached or unchecked verdict).
     """
 
     level: str
     reason: str | None = None
     stand_ins: int = 0
     report: OutputComparison | None = None
+    skipped: tuple[Skip, ...] = ()
+    budget_seconds: float | None = None
 
     @property
     def ok(self) -> bool:
@@ -93,7 +117,8 @@ class Validation:
 
     def to_dict(self) -> dict:
         data = {"level": self.level, "ok": self.ok, "reason": self.reason, "stand_ins": self.stand_ins,
-                "report": self.report.to_dict() if self.report else None}
+                "report": self.report.to_dict() if self.report else None,
+                "skipped": [s.to_dict() for s in self.skipped], "budget_seconds": self.budget_seconds}
         return data
 
     @classmethod
@@ -116,7 +141,10 @@ class Validation:
         level = data.get("level")
         if level is None:  # a stored pre-level report: it ran, so it was executed or invalid
             level = EXECUTED if data.get("ok") else INVALID
-        return cls(level, data.get("reason"), int(data.get("stand_ins") or 0), rep)
+        budget = data.get("budget_seconds")
+        return cls(level, data.get("reason"), int(data.get("stand_ins") or 0), rep,
+                   tuple(Skip.from_dict(s) for s in data.get("skipped") or ()),
+                   None if budget is None else float(budget))
 
 
 def not_checked(reason: str = "not checked (--no-validate)") -> Validation:

@@ -34,6 +34,7 @@ from autotune.core.runs import RunStore, TrialRecord
 from autotune.core.spec import RunSpec
 from autotune.errors import AutotuneError
 from autotune.strategy import BudgetExhausted, Evaluate, SearchSpace, Trial
+from autotune.core.limits import validate_seconds
 from autotune.core.validation import COMPILED, EXECUTED_REGION, UNVERIFIED, Validation, establish
 
 if TYPE_CHECKING:
@@ -421,7 +422,7 @@ VALIDATION_VERSION = "validation-2"
 
 
 def validity_of(evaluator: Evaluator, root: Module, state: str, seed: int = 0,
-                bound_seconds: float | None = None, progress=None) -> Validation:
+                bound_seconds: float | None = None, progress=None, budget=None) -> Validation:
     """The validation (level, reason, output comparison) of ``state`` against ``root``.
 
     ``identical`` when the state ends, after XLA's default pipeline, as the same module as the
@@ -430,19 +431,22 @@ def validity_of(evaluator: Evaluator, root: Module, state: str, seed: int = 0,
     Levels that are facts about the two modules (identical, executed, executed-with-stand-ins,
     invalid) are cached per (root, state, seed); ``executed-region``, ``compiled`` and
     ``unverified`` depend on this machine's memory and time bound and are established again next
-    time. ``bound_seconds`` bounds each execution (``validation.execution_plan``); ``progress``
-    hears each step (one line).
+    time. ``bound_seconds`` bounds each execution (``validation.execution_plan``); ``budget`` (a
+    ``checks.budget.PhaseBudget``) is the validation phase's time, shared by the caller's candidates
+    (by default this call's own); ``progress`` hears each step (one line).
     """
     key = f"{evaluator.version}|{VALIDATION_VERSION}|{root.fingerprint}|{state}|{seed}"
     stored = evaluator.cache.get_report("validation", key)
-    if stored is not None:
-        return Validation.from_dict(stored)
+    if stored is not None:  # a fact about the two modules, established by an earlier run: nothing skipped now
+        return replace(Validation.from_dict(stored), skipped=(),
+                       budget_seconds=budget.seconds if budget is not None else validate_seconds(bound_seconds))
     final, default = evaluator.final(state), evaluator.default(root)
     identical = final.ok and default.ok and final.state == default.state
     finals = (evaluator.module(default.state, root.name), evaluator.module(final.state, root.name)) \
         if final.ok and default.ok else None
     result = establish(evaluator.pipeline, root, evaluator.module(state, root.name), seed=seed,
-                       identical=identical, bound_seconds=bound_seconds, progress=progress, finals=finals)
+                       identical=identical, bound_seconds=bound_seconds, progress=progress, finals=finals,
+                       budget=budget)
     if result.level not in (COMPILED, UNVERIFIED, EXECUTED_REGION):
         evaluator.cache.put_report("validation", key, result.to_dict())
     return result

@@ -34,7 +34,9 @@ from autotune.core.objectives import Claim, Objective, ObjectiveContext
 from autotune.core.observer import Observer
 from autotune.core.results import Candidate, FleetResult, TuneResult
 from autotune.core.runs import RunStore, TrialRecord, new_run_id
+from autotune.core.checks.budget import MEMORY_CHECK, PhaseBudget
 from autotune.core.levels import Validation, not_checked
+from autotune.core.limits import validate_seconds as seconds_of_bound
 from autotune.core.spec import DEFAULT_MAX_LENGTH, RunSpec
 from autotune.errors import AutotuneError, BadInput
 from autotune.strategy import SearchSpace
@@ -190,9 +192,20 @@ class ModuleSearch(Search):
         seq, state, cost = prune(rec.sequence, rec.cost, evaluate)
         return replace(rec, sequence=seq, state=state if state is not None else rec.state, cost=cost)
 
+    @property
+    def validation_budget(self) -> PhaseBudget:
+        """The validation phase's time budget (``--validate-seconds`` for the phase as a whole), one per
+        run: every candidate's checks and the memory comparison draw on it. Its clock is the run's own
+        ``validation`` phase total, so the budget and the total reported beside it are one figure."""
+        if getattr(self, "_validation_budget", None) is None:
+            self._validation_budget = PhaseBudget(seconds_of_bound(self.validate_seconds), started=0.0,
+                                                  clock=lambda: dict(self.phases.result()).get("validation", 0.0))
+        return self._validation_budget
+
     def check(self, rec: TrialRecord, n: int, seed: int) -> tuple[Validation, str | None]:
         report = validity_of(self.ev, self.root, rec.state, seed, self.validate_seconds,
-                             progress=lambda line: self.phases.enter("validation", f"candidate {n}: {line}"))
+                             progress=lambda line: self.phases.enter("validation", f"candidate {n}: {line}"),
+                             budget=self.validation_budget)
         if report.ok:
             return report, None
         self.runs.mark_invalid(self.run_id, rec.state, report.reason)
@@ -242,8 +255,13 @@ class ModuleSearch(Search):
                 best = replace(best, sequence=())  # nothing beats the default: apply nothing (``found`` keeps it)
         memory = None
         if best is not None and best.sequence and self.spec.validate and status != "interrupted":
-            self.phases.enter("validation", "memory: both modules' buffer assignments")
-            memory = footprint.compare(self.ev.pipeline, self.root, self.ev.module(best.state, self.root.name))
+            budget = self.validation_budget  # two full compiles (the tuned one usually cached): within budget only
+            skip = budget.refuse(MEMORY_CHECK, budget.compile_seconds, "a full compile of the original")
+            if skip is None:
+                self.phases.enter("validation", "memory: both modules' buffer assignments")
+                memory = footprint.compare(self.ev.pipeline, self.root, self.ev.module(best.state, self.root.name))
+            elif validity is not None:
+                validity = replace(validity, skipped=validity.skipped + (skip,))
         compiled, cached = self.steps()
         return TuneResult(
             run_id=self.run_id, module=self.root.name, fingerprint=self.root.fingerprint,

@@ -25,8 +25,11 @@ integers fix it).
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from autotune.core.backend import supports
 from autotune.core.checks import Case, run_chain
+from autotune.core.checks.budget import PhaseBudget
 from autotune.core.checks.compiled import Compiled, TunedCompiles
 from autotune.core.checks.executed import DECLINED, ExecutionPlan, Executed, execution_plan, is_declined  # noqa: F401
 from autotune.core.checks.identical import Identical
@@ -36,13 +39,15 @@ from autotune.core.checks.target import TargetCompile, target_checks  # noqa: F4
 from autotune.core.execution import (INPUT_LADDER, CannotRun, OriginalFails, Overran, bounded, compare_tuned,  # noqa: F401
                                      original_outputs_or_reason, stand_in, validate)
 from autotune.core.levels import (COMPILED, EXECUTED, EXECUTED_REGION, EXECUTED_WITH_STAND_INS, IDENTICAL,  # noqa: F401
-                                  INVALID, LEVELS, REQUIREMENTS, UNVERIFIED, Validation, meets, not_checked, rank,
-                                  verified)
+                                  INVALID, LEVELS, REQUIREMENTS, UNVERIFIED, Skip, Validation, meets, not_checked,
+                                  rank, verified)
+from autotune.core.limits import validate_seconds
 from autotune.core.outputs import OutputComparison, OutputDiff, category, compare_outputs, nonfinite, tolerance  # noqa: F401
 
 
 def establish(pipeline, original, tuned, seed: int = 0, identical: bool = False,
-              bound_seconds: float | None = None, progress=None, finals=None) -> Validation:
+              bound_seconds: float | None = None, progress=None, finals=None,
+              budget: PhaseBudget | None = None) -> Validation:
     """The strongest level this machine can establish for ``tuned`` against ``original``.
 
     ``identical``: the caller already knows both end as the same module after the default
@@ -58,12 +63,22 @@ def establish(pipeline, original, tuned, seed: int = 0, identical: bool = False,
     were compared. Never raises for a module that cannot be executed: a lower level is the answer.
     ``progress`` (a callable taking one line) hears what is being done, with the estimate;
     ``finals``: ``(the default final module, the tuned final module)`` when the caller has them.
+    ``budget``: the validation phase's time (``checks.budget.PhaseBudget``), shared by the caller
+    over all its candidates; by default one of ``bound_seconds`` for this call alone. The checkers
+    that execute are skipped before they start once it is spent or cannot cover their estimate; the
+    verdict lists those skips (``Validation.skipped``) and carries the budget's seconds.
     """
-    case = Case(pipeline, original, tuned, int(seed), bound_seconds, progress or (lambda line: None), finals)
+    budget = budget if budget is not None else PhaseBudget(validate_seconds(bound_seconds))
+    case = Case(pipeline, original, tuned, int(seed), bound_seconds, progress or (lambda line: None), finals,
+                budget=budget)
     if not identical and not supports(pipeline, "execute"):
-        return Validation(UNVERIFIED, f"the {pipeline.name} backend cannot compile and run modules: nothing was "
-                                      "executed")
-    return run_chain(chain(pipeline, identical), case)
+        verdict = Validation(UNVERIFIED, f"the {pipeline.name} backend cannot compile and run modules: nothing "
+                                         "was executed")
+    else:
+        before = len(budget.skipped)
+        verdict = run_chain(chain(pipeline, identical), case)
+        verdict = replace(verdict, skipped=verdict.skipped + tuple(budget.skipped[before:]))
+    return replace(verdict, budget_seconds=budget.seconds)
 
 
 def chain(pipeline, identical: bool = False) -> list:

@@ -15,6 +15,11 @@ it down the chain; each checker either answers (a ``Validation``: the level reac
 6. ``region.Region``: only the regions that differ run (``executed-region``);
 7. ``compiled.Compiled``: what is left: ``compiled``, with every reason a stronger level was not reached.
 
+Time: the phase as a whole has one budget, ``--validate-seconds`` (``budget.PhaseBudget``): the
+checkers that execute (4 and 6) ask it before they start and are skipped, with a one-line reason,
+when it is spent or their estimate exceeds what is left; the compiles that establish ``compiled``
+always run (``budget``'s docstring says why and what bound that gives).
+
 Why a chain: each level is one question with its own failure modes, and a new one (a device's own
 execution, say) is one more file and one more place in the list, not another branch in one function.
 A checker may also ``finish`` the verdict the chain returns (the GPU target says where the
@@ -55,6 +60,9 @@ class Case:
     region_note: str = ""
     #: The target's whole compile rejects the original as well (``TargetCompile``): said in the verdict.
     target_note: str = ""
+    #: The validation phase's time budget (``checks.budget.PhaseBudget``), shared by every candidate of
+    #: a run: the checkers that can only raise the level (executions) ask it before they start.
+    budget: object = None
 
 
 class Check(Protocol):

@@ -6,21 +6,30 @@ nothing); ``Compiled`` ends the chain with every reason a stronger level was not
 
 from __future__ import annotations
 
+import time
+
 from autotune.core.checks import Case, Checker, compile_errors
 from autotune.core.levels import COMPILED, INVALID, UNVERIFIED, Validation
 
 
 class TunedCompiles(Checker):
     """``invalid`` when only the tuned module fails the full compile, ``unverified`` when the original
-    fails it too; otherwise the case goes on (skipped when the target's compile already passed)."""
+    fails it too; otherwise the case goes on (skipped when the target's compile already passed).
+
+    Never skipped for time: it is what establishes ``compiled``, the level a declined execution falls
+    back to. Its time is kept in the phase budget as the estimate of the next full compile (the
+    memory comparison's)."""
 
     def check(self, case: Case) -> Validation | None:
         if case.compiled or case.target_note:  # the target's whole compile was tried (checks.target)
             return None
         pipeline, runs = case.pipeline, case.runs
         case.say(f"compiling the tuned module with {pipeline.compiler}'s full pipeline")
+        t0 = time.perf_counter()
         failed = compile_errors(pipeline, runs.tuned, runs.original)
         if failed is None:
+            if case.budget is not None:
+                case.budget.timed_compile(time.perf_counter() - t0)
             return None
         tuned_error, original_error = failed
         if original_error is not None:

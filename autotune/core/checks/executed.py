@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from autotune.core.checks import Case, Checker
+from autotune.core.checks.budget import EXECUTED_CHECK
 from autotune.core.execution import (CannotRun, OriginalFails, Overran, bounded, compare_tuned,
                                      original_outputs_or_reason)
 from autotune.core.levels import EXECUTED, EXECUTED_WITH_STAND_INS, INVALID, UNVERIFIED, Validation
@@ -85,17 +86,29 @@ def execution_plan(pipeline, original, tuned, specs, bound_seconds: float | None
 
 class Executed(Checker):
     """Answers ``executed``/``executed-with-stand-ins`` (same outputs), ``invalid`` (other outputs) or
-    ``unverified`` (the original itself does not run here); otherwise records the declined plan."""
+    ``unverified`` (the original itself does not run here); otherwise records the declined plan.
+
+    Skipped before it spends anything (``case.budget``, the phase's time): when the phase budget is
+    already spent, or when the execution's estimate exceeds what is left of it; the plan is then
+    declined with that reason, as for an estimate over the per-execution bound."""
 
     def check(self, case: Case) -> Validation | None:
+        bound = validate_seconds(case.bound_seconds)
+        if case.budget is not None and (skip := case.budget.refuse(EXECUTED_CHECK)) is not None:
+            case.specs, case.plan = None, ExecutionPlan(False, f"not tried: {skip.reason}", None, bound)
+            return None
         case.say("estimating execution time")
         runs = case.runs
         try:
             case.specs = case.pipeline.parameter_specs(case.original)
             case.plan = execution_plan(case.pipeline, runs.original, runs.tuned, case.specs, case.bound_seconds)
         except BadInput as exc:
-            case.specs, case.plan = None, ExecutionPlan(False, str(exc), None, validate_seconds(case.bound_seconds))
+            case.specs, case.plan = None, ExecutionPlan(False, str(exc), None, bound)
         if not case.plan.fits:
+            return None
+        if case.budget is not None and (skip := case.budget.refuse(
+                EXECUTED_CHECK, case.plan.estimate_seconds, "the longer module's execution")) is not None:
+            case.plan = case.plan.declined(f"not tried: {skip.reason}")
             return None
         return self._run_whole(case)
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from autotune.core.backend import supports
 from autotune.core.checks import Case, Checker
+from autotune.core.checks.budget import REGION_CHECK, PhaseBudget
 from autotune.core.execution import Overran, bounded, describe_inputs, execute_bounded, rungs, stand_in
 from autotune.core.levels import EXECUTED_REGION, INVALID, Validation
 from autotune.core.outputs import OutputDiff, OutputComparison, compare_outputs, nonfinite
@@ -16,12 +17,18 @@ from autotune.core.limits import duration, execution_limit, gib
 
 class Region(Checker):
     """Answers ``executed-region`` or ``invalid`` (a region computes other values); otherwise records
-    why no region ran (``case.region_note``) for ``compiled``'s reason."""
+    why no region ran (``case.region_note``) for ``compiled``'s reason.
+
+    Skipped before it spends anything when the phase budget (``case.budget``) is spent; each region's
+    run is also refused when its own estimate exceeds what is left (``establish_region``)."""
 
     def check(self, case: Case) -> Validation | None:
+        if case.budget is not None and (skip := case.budget.refuse(REGION_CHECK)) is not None:
+            case.region_note = f"; no region check: {skip.reason}"
+            return None
         case.say("executing only the changed regions")
         found = establish_region(case.pipeline, case.original, case.tuned, case.seed, case.plan.why, case.finals,
-                                 case.plan.bound_seconds)
+                                 case.plan.bound_seconds, case.budget)
         if isinstance(found, Validation):
             return found
         case.region_note = found
@@ -29,7 +36,7 @@ class Region(Checker):
 
 
 def establish_region(pipeline, original, tuned, seed: int, why_not: str, finals=None,
-                     bound_seconds: float | None = None) -> "Validation | str":
+                     bound_seconds: float | None = None, budget: PhaseBudget | None = None) -> "Validation | str":
     """Execute only the region(s) where the tuned final module differs from XLA's default one.
 
     Used when whole execution was declined (``why_not``). The backend cuts the regions
@@ -40,6 +47,8 @@ def establish_region(pipeline, original, tuned, seed: int, why_not: str, finals=
     each run bounded like a whole execution (``bound_seconds``; compiling not counted). Returns ``executed-region`` (reason: regions, instructions, bytes executed vs the whole module's),
     ``invalid`` for a region whose outputs differ (naming the region, listing its instructions), or a
     note (``"; no region check: ..."``: why it could not be done, or was stopped) for ``compiled``.
+    ``budget``: the phase's time; a region whose run is estimated longer than what is left of it (or
+    that would start once it is spent) is not started, and the note says so.
     """
     if not supports(pipeline, "regions"):
         return ""
@@ -63,6 +72,9 @@ def establish_region(pipeline, original, tuned, seed: int, why_not: str, finals=
     outputs, stand_ins, n_inputs, described, n_nonfinite, elements, rounding = [], 0, 0, None, 0, 0, []
     lifted = pipeline.exclusive_runs
     for r in cut.regions:
+        refused = _refused(pipeline, r, budget)
+        if refused is not None:
+            return refused
         ran = _run_region(pipeline, r, seed, bound_seconds)
         if not isinstance(ran, tuple):
             return ran  # an ``invalid`` Validation, or the note saying why no region check was done
@@ -85,6 +97,22 @@ def establish_region(pipeline, original, tuned, seed: int, why_not: str, finals=
          if pipeline.exclusive_runs > lifted else ""] + [f"; {note}" for note in rounding])
     return Validation(EXECUTED_REGION, reason, stand_ins,
                       OutputComparison(True, None, tuple(outputs), int(seed), n_inputs, described or describe_inputs("normal", 4)))
+
+
+def _refused(pipeline, r, budget: PhaseBudget | None) -> str | None:
+    """The note when the phase budget refuses ``r``'s run before anything of it is compiled or run:
+    spent, or its estimate (``execution_estimate`` of both sides, XLA's cost analysis: no compile)
+    over what is left; the f32 second opinion a bf16 region may need is not in it)."""
+    if budget is None:
+        return None
+    estimate = None
+    if bounded(pipeline) and budget.left() > 0:
+        try:
+            estimate = pipeline.execution_estimate(r.modules()[0])
+        except (BadInput, PassFailed):
+            estimate = None
+    skip = budget.refuse(REGION_CHECK, estimate, f"{r.describe()}'s run")
+    return None if skip is None else f"; no region check: {skip.reason}"
 
 
 def _region_reason(cut, whole: int | None, why_not: str) -> str:
