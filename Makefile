@@ -90,7 +90,7 @@ check-record: $(STAMP)
 PAPER_FLAGS ?= --quick --test-modules 48 --train-modules 96 --budget 100 --timesteps 10000
 bench: $(STAMP)
 	$(BIN)/python bench/perf.py
-	$(BIN)/python bench/exhaustive.py
+	$(BIN)/python bench/experiments/exhaustive.py
 
 paper: $(STAMP)
 	$(BIN)/python bench/paper.py $(PAPER_FLAGS)

@@ -22,32 +22,22 @@ shared cores with a cold cache.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from harness import ROOT, Provenance, all_real, log, require, write, write_markdown  # first: the repository on the path
 
-from autotune.core.engine import open_engine  # noqa: E402
-from autotune.core.tuner import tune_fleet  # noqa: E402
-from autotune.core.module import load  # noqa: E402
-from autotune.core.tuner import tune  # noqa: E402
-from autotune.reporting.explain import explain  # noqa: E402
-
-sys.path.insert(0, str(ROOT / "bench"))
-from realmods import all_real, require  # noqa: E402
+from autotune.core.engine import open_engine
+from autotune.core.module import load
+from autotune.core.tuner import tune, tune_fleet
+from autotune.reporting.explain import explain
 DLRM = ROOT / "tests/data/real/xla_dlrm_train_step.hlo"
 DLRM_WIN = ("call-inliner", "algsimp", "reshape-mover")
 #: (family, index into that family's suite entries): small, varied modules of the generated suite.
 SUITE_PICKS = (("gpt2", 0), ("gpt2", 3), ("bert", 0), ("bert", 7), ("resnet", 0), ("resnet", 6))
-
-
-def log(msg: str) -> None:
-    print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
 
 
 def suite_sample(out: Path) -> list[Path]:
@@ -180,7 +170,8 @@ def main(argv=None) -> int:
     with open_engine(db, workers=2) as ev:
         log("explain: DLRM")
         e = explain(ev, ev.prepare(load(DLRM)), DLRM_WIN, model_path="tests/data/real/xla_dlrm_train_step.hlo")
-        (out / "explain_dlrm.md").write_text(e.to_markdown())
+        prov = Provenance.now()
+        write_markdown(out / "explain_dlrm.md", e.to_markdown(), prov)
         parts = [compare(ev, real, args.budget, args.max_length,
                          "Real third-party modules (tests/data/real, tests/data/real-llm)")]
         log("suite sample: lowering 6 modules")
@@ -188,9 +179,7 @@ def main(argv=None) -> int:
                              "Suite sample (6 generated modules)"))
         data = {"command": command, "version": ev.version, "seconds": time.perf_counter() - t0, "parts": parts,
                 "explain": e.to_dict()}
-    (out / "fleet.json").write_text(json.dumps(data, indent=2))
-    (out / "fleet.md").write_text(markdown(data))
-    log(f"wrote {out / 'fleet.md'} in {(time.perf_counter() - t0) / 60:.1f} min")
+    log(f"wrote {write(out, 'fleet', data, markdown(data), prov)} in {(time.perf_counter() - t0) / 60:.1f} min")
     return 0
 
 

@@ -44,6 +44,22 @@ for _path in (str(ROOT), str(ROOT / "bench")):  # the package and the benchmarks
         sys.path.insert(0, _path)
 
 
+# ---- logging and paths ----------------------------------------------------------------------------
+def log(msg: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+def rel(path: Path) -> str:
+    """A path as results/ may show it: relative to the repository (a path outside it is shown whole)."""
+    path = Path(path).resolve()
+    for base, prefix in ((ROOT, ""), (ROOT.parent, "../")):
+        try:
+            return prefix + str(path.relative_to(base))
+        except ValueError:
+            continue
+    return str(path)  # outside the repository: the whole path, which says where it is
+
+
 # ---- inputs ---------------------------------------------------------------------------------------------
 def llm_steps() -> list[Path]:
     return [REAL_LLM / name for name in LLM_STEPS]

@@ -42,10 +42,10 @@ import tempfile
 import time
 from pathlib import Path
 
+from harness import LLM_STEPS as LLM_MODULES, REAL_LLM, ROOT, Provenance, write, write_markdown  # first: the repository on the path
+
 from autotune.core.engine import open_engine
 from autotune.core.module import load
-
-from harness import LLM_STEPS as LLM_MODULES, REAL_LLM, ROOT, Provenance, write, write_markdown
 from perf import median_ms, step_latency
 from realscale_parts.report import ENGINE_PARTS, render
 from realscale_parts.search import before_after, cli_checks, search_pair

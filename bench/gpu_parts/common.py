@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import time
 
-from harness import ROOT
+from harness import ROOT, log  # noqa: F401  (both halves' log)
 
 BUNDLE = ROOT / "bench" / "gpu_bundle"
 EXTRAS = (("simplification",), ("simplification", "cse"))
@@ -14,6 +13,3 @@ FIGURES = ("final_ops", "kernels", "estimate_us")
 INT_HIGH = 4
 MIN_SAMPLE_S = 0.01
 
-
-def log(msg: str) -> None:
-    print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)

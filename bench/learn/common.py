@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import hashlib
 import json
-import time
 from pathlib import Path
 
 from autotune.zoo import suite
-from harness import ROOT
+from harness import ROOT, log, rel  # noqa: F401  (the stages' log and paths)
 
 POLICY = ROOT / "autotune" / "policies" / "llm.zip"
 METHODS = ("policy", "roll-out", "imitation", "ppo", "random@evals", "random@steps", "random@4xsteps", "fixed",
@@ -44,21 +43,6 @@ QUICK = {"probe_modules": 12, "train_modules": 64, "val_modules": 48, "timesteps
          "test_modules": 24, "search_budget": 40}
 HYPERPARAMS = {"n_steps": 32, "batch_size": 32, "n_epochs": 10, "learning_rate": 1e-3, "ent_coef": 0.01,
                "gamma": 0.99}
-
-
-def log(msg: str) -> None:
-    print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
-
-
-def rel(path: Path) -> str:
-    """A path as results/ may show it: relative to the repository (a path outside it is shown whole)."""
-    path = Path(path).resolve()
-    for base, prefix in ((ROOT, ""), (ROOT.parent, "../")):
-        try:
-            return prefix + str(path.relative_to(base))
-        except ValueError:
-            continue
-    return str(path)  # outside the repository: the whole path, which says where it is
 
 
 #: The command that retrains a policy this run writes (its sidecar says so); main() sets it.

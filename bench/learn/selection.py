@@ -144,7 +144,7 @@ def held_out_rows(work: Work, policies: dict[str, Path], cached: dict | None = N
     final-ops) with a column for each of ``policies`` ({column: policy}) that a row lacks: that
     policy's roll-out, never above the default. ``cached`` ({stem: {column: final-ops}}) holds columns
     measured before and receives the new ones. Why one helper: the seed spread here and the
-    seed-robust methods of ``bench/seed_robustness.py`` must score their policies on the same
+    seed-robust methods of ``bench/experiments/seed_robustness.py`` must score their policies on the same
     modules, the same way, as the selection scored the shipped one."""
     selected = work.load("select") or {}
     rows = {k: dict(v) for k, v in (selected.get("rows") or {}).items()}

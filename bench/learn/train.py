@@ -52,7 +52,7 @@ def demonstrations(ev, work: Work, paths: list[Path]) -> dict:
 def beam_search(session, candidates: tuple[str, ...], prefix: tuple[str, ...] = ()) -> tuple[float, tuple[str, ...]]:
     """(lowest final-ops, shortest sequence reaching it) of a width-``BEAM`` beam over ``candidates``
     up to ``MAX_LENGTH`` passes; ``(default, ())`` when nothing beats the default. With a ``prefix``
-    (``bench/distill.py``'s expert at a state), the beam continues it up to ``MAX_LENGTH`` passes in
+    (``bench/experiments/distill.py``'s expert at a state), the beam continues it up to ``MAX_LENGTH`` passes in
     all and returns the best continuation, ``(inf, ())`` when the prefix is at the horizon."""
     top: tuple[float, tuple[str, ...]] = (float("inf") if prefix else session.empty_cost, ())
     beam: list[tuple[str, ...]] = [()]

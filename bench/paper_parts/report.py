@@ -44,7 +44,7 @@ def write(main, ops_comp, data: dict, results: Path, log=print) -> None:
             "with XLA's default (722 final-ops). Regenerate: `autotune compare --strategies "
             "random,greedy,optuna,nevergrad,ppo --budget 200 examples/gpt2_train_step.hlo --out results/gpt2`.",
             "[`exhaustive.md`](exhaustive.md): every sequence of up to three passes on the three bundled examples "
-            "and two real modules, walked over distinct states (`python bench/exhaustive.py`): nothing within three "
+            "and two real modules, walked over distinct states (`python bench/experiments/exhaustive.py`): nothing within three "
             "passes beats XLA's default on the examples; on DLRM the best is 913, what optuna and nevergrad found.",
             "[`perf.md`](perf.md): engine speed (`python bench/perf.py`).",
         )),

@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """At the same budget, does a policy do better fine-tuning after its roll-out or trying its branches?
 
-    python bench/finetune_vs_branches.py --work .autotune/learning-e7q --seeds 0,1,2,3,4,5,6,7,8
+    python bench/experiments/finetune_vs_branches.py --work .autotune/learning-e7q --seeds 0,1,2,3,4,5,6,7,8
 
 Issue 31: one roll-out (``--budget 4``) of a PPO policy depends on its training seed. Two ways of
 spending a few more evaluations exist: ``autotune run --strategy ppo --budget 8`` (the default:
@@ -17,7 +17,6 @@ CPU pipeline on final-ops, nothing timed, answers not validated here.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
@@ -25,8 +24,9 @@ from autotune.core.engine import open_engine
 from autotune.core.module import load
 from autotune.core.tuner import tune
 
-from harness import LLM_STEPS as SHARED_LLM, REAL_LLM as SHARED
-import learn as L
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # bench/: the harness
+from harness import LLM_STEPS as SHARED_LLM, REAL_LLM as SHARED, Provenance, write  # noqa: E402
+import learn as L  # noqa: E402
 
 BUDGET = 8
 
@@ -78,12 +78,10 @@ def main() -> int:
                  for g in ("llm", "shared") for m in ("finetune", "branches")]
         table.append(f"| {seed} | " + " | ".join(cells) + " |")
     out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "finetune_vs_branches.json").write_text(json.dumps(data, indent=2))
     worst = {m: {g: min(d[m][g]["mean_fraction"] for d in data.values()) for g in ("llm", "shared")}
              for m in ("finetune", "branches")}
     lines = [f"# Fine-tuning or branches at `--budget {BUDGET}`, per PPO seed", "",
-             f"Made by `python bench/finetune_vs_branches.py --work {args.work} --seeds {args.seeds} --out {args.out}` "
+             f"Made by `python bench/experiments/finetune_vs_branches.py --work {args.work} --seeds {args.seeds} --out {args.out}` "
              f"on the work directory's test modules and the three real LLM steps, each seed on its own cold cache. "
              "Mean of per-module fractions of the work directory's budget-40 search's gain, then compiled steps per "
              "module. Judged by XLA's CPU pipeline on final-ops, nothing timed, answers not validated here.", "",
@@ -95,7 +93,7 @@ def main() -> int:
              f"Worst seed: fine-tuning {worst['finetune']['llm']:.0%} on the test split and "
              f"{worst['finetune']['shared']:.0%} on the real steps; branches {worst['branches']['llm']:.0%} and "
              f"{worst['branches']['shared']:.0%}.", ""]
-    (out / "finetune_vs_branches.md").write_text("\n".join(lines))
+    write(out, "finetune_vs_branches", data, "\n".join(lines), Provenance.now())
     L.log(f"wrote {out / 'finetune_vs_branches.md'}")
     return 0
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Does the policy's quality depend on the PPO seed, with and without an imitation term kept during PPO?
 
-    python bench/seed_robustness.py --quick [--spmd] [--weights 0.1,0.3,1] [--bc-steps 10]
+    python bench/experiments/seed_robustness.py --quick [--spmd] [--weights 0.1,0.3,1] [--bc-steps 10]
 
 Issue 31: the recipe of ``bench/learning.py`` (behaviour cloning on a beam search's winners, then
 PPO fine-tuning) gives policies whose result on unseen steps depends on PPO's seed. This script
@@ -26,14 +26,14 @@ timed; final-ops of XLA's pipeline for the work directory's target, answers not 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
 from autotune.core.engine import open_engine
 
-from harness import LLM_STEPS as SHARED_LLM, REAL_LLM as SHARED, require
-import learn as L
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # bench/: the harness
+from harness import LLM_STEPS as SHARED_LLM, REAL_LLM as SHARED, Provenance, require, write  # noqa: E402
+import learn as L  # noqa: E402
 
 SEEDS = L.SEEDS
 DEFAULT_WEIGHTS = (0.1, 0.3, 1.0)
@@ -264,7 +264,7 @@ def main(argv=None) -> int:
     from autotune.rl.imitation import Demonstrations
 
     data = {
-        "command": "python bench/seed_robustness.py" + " ".join(
+        "command": "python bench/experiments/seed_robustness.py" + " ".join(
             [""] + (["--quick"] if args.quick else []) + (["--spmd"] if args.spmd else [])
             + ([f"--target {args.target}"] if L.common.TARGET else []) + ([f"--work {args.work}"] if args.work else [])
             + ([f"--out {args.out}"] if args.out else []) + [f"--weights {args.weights}",
@@ -281,9 +281,7 @@ def main(argv=None) -> int:
     }
     data["spread"] = {n: spread(val, test, n) for n in [chosen, *policies]}
     data["verdict"] = verdict(data)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / f"seed_robustness{suffix}.json").write_text(json.dumps(data, indent=2))
-    (out / f"seed_robustness{suffix}.md").write_text(markdown(data))
+    write(out, f"seed_robustness{suffix}", data, markdown(data), Provenance.now(target=L.common.TARGET or "cpu"))
     L.log(f"wrote {L.rel(out / f'seed_robustness{suffix}.md')}: {data['verdict']}")
     return 0
 

@@ -10,7 +10,7 @@ the guarded run offers instead: instructions, launches and the roofline estimate
 module, against XLA's default. Both runs share one cache and one seed; the guarded search is told that
 a state the guard sets aside failed, so it is steered elsewhere and may find another answer.
 
-    python bench/gpu_guard.py [--target h100] [--budget 40] [--family 12] [--strategy nevergrad]
+    python bench/experiments/gpu_guard.py [--target h100] [--budget 40] [--family 12] [--strategy nevergrad]
 
 Writes ``results/gpu_guard.md`` and ``results/gpu_guard.json``. Compile-only figures (XLA's GPU
 pipeline, deviceless); nothing is timed on a GPU.
@@ -19,23 +19,16 @@ pipeline, deviceless); nothing is timed on a GPU.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "bench"))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # bench/: the harness
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
-from realmods import REAL, llm_steps, require  # noqa: E402
-
-
-def log(msg: str) -> None:
-    print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
+from harness import REAL, ROOT, Provenance, llm_steps, log, require, write  # noqa: E402
 
 
 def figures(metrics) -> dict:
@@ -90,7 +83,7 @@ def main() -> None:
             log(f"{name}: default {row['default']}, unguarded {row['unguarded']['sequence']} "
                 f"{row['unguarded']['kernels']}, guarded {row['guarded']['sequence']} {row['guarded']['kernels']}")
         target = s.target
-        write(args, rows, target, time.time() - t0)
+        report(args, rows, target, time.time() - t0)
 
 
 def rises(ans: dict, default: dict) -> bool:
@@ -100,7 +93,7 @@ def rises(ans: dict, default: dict) -> bool:
                for f, _, _, slack in GUARDED)
 
 
-def write(args, rows: list[dict], target, seconds: float) -> None:
+def report(args, rows: list[dict], target, seconds: float) -> None:
     import jax
 
     ok = [r for r in rows if "error" not in r]
@@ -109,14 +102,12 @@ def write(args, rows: list[dict], target, seconds: float) -> None:
     still_win = [r for r in changed if r["guarded"]["sequence"]]
     wins = {k: sum(1 for r in ok if r[k]["sequence"]) for k in ("unguarded", "guarded")}
     out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    data = {"command": "python bench/gpu_guard.py " + " ".join(sys.argv[1:]), "target": target.key,
+    data = {"command": "python bench/experiments/gpu_guard.py " + " ".join(sys.argv[1:]), "target": target.key,
             "judged_by": target.judged_by(), "budget": args.budget, "strategy": args.strategy, "jax": jax.__version__,
             "seconds": round(seconds), "rows": rows,
             "summary": {"modules": len(ok), "errors": len(rows) - len(ok), "unguarded_raise": len(rising),
                         "changed": len(changed), "changed_still_beat_default": len(still_win),
                         "beat_default": wins}}
-    out.with_suffix(".json").write_text(json.dumps(data, indent=1))
 
     def fig(a: dict) -> str:
         est = "-" if a["estimate_us"] is None else f"{a['estimate_us']:.1f}"
@@ -142,8 +133,8 @@ def write(args, rows: list[dict], target, seconds: float) -> None:
         u, g = r["unguarded"], r["guarded"]
         lines.append(f"| {r['module']} | {r['group']} | {fig(r['default'])} | `{','.join(u['sequence']) or '(default)'}` "
                      f"{fig(u)} | `{','.join(g['sequence']) or '(default)'}` {fig(g)} |")
-    out.with_suffix(".md").write_text("\n".join(lines) + "\n")
-    log(f"wrote {out.with_suffix('.md')}")
+    path = write(out.parent, out.name, data, "\n".join(lines), Provenance.now(target=target.key), indent=1)
+    log(f"wrote {path}")
 
 
 if __name__ == "__main__":

@@ -12,13 +12,12 @@ median of ``--repeats`` is kept.
 Honest reading: the machine's core count bounds the speed-up (compiles are CPU-bound; each env has
 one compiler worker), and the machine is shared, so the load average at the start is recorded.
 
-    python bench/train_throughput.py [--quick]
+    python bench/experiments/train_throughput.py [--quick]
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import statistics
@@ -27,15 +26,15 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # bench/: the harness
+from harness import ROOT, Provenance, pyplot, save_figure, write  # noqa: E402
 
 from autotune.core.cache import Cache  # noqa: E402
 from autotune.core.engine import open_engine  # noqa: E402
 from autotune.core.module import load  # noqa: E402
 from autotune.rl.train import train_policy  # noqa: E402
 
-COMMAND = "python bench/train_throughput.py"
+COMMAND = "python bench/experiments/train_throughput.py"
 ENVS = (1, 2, 4)
 QUICK_MODULES = ("tests/data/real/hloenv_maml_train_step.hlo", "examples/gpt2_train_step.hlo")
 FULL_MODULES = ("tests/data/real/hloenv_maml_train_step.hlo", "tests/data/real/hloenv_jaxrl_td_target.hlo",
@@ -62,11 +61,7 @@ def _one(envs: int, modules: list, timesteps: int, max_length: int, tmp: Path, t
 
 
 def _plot(rows: list[dict], out: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     xs = [r["envs"] for r in rows]
     ys = [r["steps_per_second"] for r in rows]
     fig, ax = plt.subplots(figsize=(5, 3.5))
@@ -79,9 +74,7 @@ def _plot(rows: list[dict], out: Path) -> None:
     ax.set_xticks(xs)
     ax.set_title("PPO training throughput")
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(out, dpi=120)
-    plt.close(fig)
+    save_figure(fig, out, dpi=120)
 
 
 def main() -> int:
@@ -114,14 +107,11 @@ def main() -> int:
     for r in rows:
         r["speedup"] = r["steps_per_second"] / base
     out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
     command = COMMAND + (" --quick" if args.quick else "") + (f" --repeats {args.repeats}" if args.repeats else "")
     data = {"command": command, "quick": args.quick, "modules": list(names), "timesteps": timesteps,
             "max_length": max_length, "repeats": repeats, "cpu_count": os.cpu_count(),
             "load_average_at_start": load1, "machine": platform.machine(), "python": platform.python_version(),
             "rows": rows}
-    (out / "train_throughput.json").write_text(json.dumps(data, indent=2) + "\n")
-    _plot(rows, out / "train_throughput.png")
     lines = [
         "# Training throughput: parallel environments",
         "",
@@ -164,8 +154,8 @@ def main() -> int:
         "(each env has its own seed).",
         "",
     ]
-    (out / "train_throughput.md").write_text("\n".join(lines))
-    print((out / "train_throughput.md").read_text())
+    print(write(out, "train_throughput", data, "\n".join(lines), Provenance.now(),
+                plot=lambda path: _plot(rows, path)).read_text())
     return 0
 
 

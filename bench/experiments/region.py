@@ -16,7 +16,7 @@ operands of a changed subtract/divide/compare, or scale a scalar constant the re
 judge that with both. Agreement: the same verdict (ok / invalid); a region check that declines
 (no sound cut, outputs not finite) is listed as such.
 
-    python bench/region.py [--quick]
+    python bench/experiments/region.py [--quick]
 
 Writes ``results/region.md`` and ``results/region.json``.
 """
@@ -31,10 +31,8 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "bench"))
-from realmods import REAL_LLM as SHARED, all_real, require  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # bench/: the harness
+from harness import REAL_LLM as SHARED, ROOT, Provenance, all_real, rel, require, write  # noqa: E402
 LLMS = ("rocm_llama3_8b_generate", "rocm_gpt_oss_20b_prefill", "rocm_deepseek2_16b_generate")
 #: What ``autotune run --strategy random --budget 20`` finds on each (README, results/real_models.md).
 FOUND = {
@@ -46,13 +44,6 @@ FOUND = {
 CANDIDATES = (["tree_reduction_rewriter"], ["call-inliner", "algsimp", "reshape-mover"], ["dot_decomposer", "cse"],
               ["reshape-mover"], ["cse", "dce", "simplification"], ["algsimp"], ["dot_decomposer"],
               ["post_scatter_expansion_simplification", "cse"])
-
-
-def rel(path: Path) -> str:
-    try:
-        return str(path.resolve().relative_to(ROOT.resolve()))
-    except ValueError:
-        return "../" + str(path.resolve().relative_to(ROOT.resolve().parent))
 
 
 # ---- part 1 ------------------------------------------------------------------------------------------
@@ -264,7 +255,7 @@ def main() -> int:
     require([SHARED / f"{name}.hlo" for name in LLMS] + executable_modules(), "module")
     from autotune.core.engine import open_engine
 
-    command = "python bench/region.py" + (" --quick" if args.quick else "")
+    command = "python bench/experiments/region.py" + (" --quick" if args.quick else "")
     with tempfile.TemporaryDirectory() as tmp, open_engine(args.db or Path(tmp) / "cache.db", workers=1) as ev:
         llm = []
         for name in LLMS:
@@ -279,11 +270,8 @@ def main() -> int:
             row = agreement_row(ev, path)
             print(json.dumps(row), flush=True)
             agree.append(row)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "region.json").write_text(json.dumps({"command": command, "llm": llm, "agreement": agree}, indent=2) + "\n")
-    (out / "region.md").write_text(markdown(llm, agree, command))
-    print(f"wrote {rel(out / 'region.md')}")
+    data = {"command": command, "llm": llm, "agreement": agree}
+    print(f"wrote {rel(write(Path(args.out), 'region', data, markdown(llm, agree, command), Provenance.now()))}")
     return 0
 
 

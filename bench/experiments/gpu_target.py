@@ -13,7 +13,7 @@ judges like compiling it whole.
    Spearman over their ratios to the default, and how often the two agree on "better than the
    default" / "worse".
 
-    python bench/gpu_target.py [--quick] [--target h100]
+    python bench/experiments/gpu_target.py [--quick] [--target h100]
 
 Writes ``results/gpu_target.md`` and ``results/gpu_target.json``. Nothing here runs on a GPU.
 """
@@ -30,12 +30,10 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "bench"))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # bench/: the harness
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
-from realmods import REAL, llm_steps, require  # noqa: E402
+from harness import REAL, ROOT, Provenance, llm_steps, require, write  # noqa: E402
 
 PASSES = ("algsimp", "cse", "reshape-mover", "dce", "simplification", "dot_decomposer", "call-inliner",
           "constant_folding")
@@ -185,7 +183,7 @@ def main() -> int:
     from autotune.core.evaluator import Evaluator
     from autotune.pipelines.xla import XlaPipeline
 
-    command = "python bench/gpu_target.py" + "".join(f" {a}" for a in sys.argv[1:])
+    command = "python bench/experiments/gpu_target.py" + "".join(f" {a}" for a in sys.argv[1:])
     with tempfile.TemporaryDirectory() as tmp:
         cache = Cache(Path(tmp) / "cache.db")
         with XlaPipeline(workers=1, cache=cache) as cpu, XlaPipeline(workers=1, cache=cache, target=args.target) as gpu:
@@ -198,9 +196,7 @@ def main() -> int:
         cache.close()
     data = {"command": command, "cpus": os.cpu_count(), "date": time.strftime("%Y-%m-%d"), "target": target,
             "repeats": args.repeats, "cost": cost, "agreement": agree}
-    out = Path(args.out)
-    (out / "gpu_target.json").write_text(json.dumps(data, indent=1) + "\n")
-    (out / "gpu_target.md").write_text(markdown(data))
+    write(Path(args.out), "gpu_target", data, markdown(data), Provenance.now(target=target), indent=1)
     print(markdown(data))
     return 0
 

@@ -9,7 +9,7 @@ run in f32. This measures, per input draw, the strict verdict, the tuned/default
 against the reference (one draw), and the final verdict (``validate``, extra draws included), for
 the win and for three miscompiles injected into the same tuned module.
 
-    python bench/bf16_precision.py [--quick]
+    python bench/experiments/bf16_precision.py [--quick]
 
 ``--quick``: seeds 0-3 (about 1 min on 2 cores); default: seeds 0-7. Writes
 ``results/bf16_precision.md`` and ``results/bf16_precision.json``.
@@ -18,12 +18,11 @@ the win and for three miscompiles injected into the same tuned module.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # bench/: the harness
+from harness import RESULTS, Provenance, write  # noqa: E402
 
 from autotune.core.module import load  # noqa: E402
 from autotune.core.precision import reference_errors  # noqa: E402
@@ -80,9 +79,7 @@ def main() -> None:
                 print(rows[-1], flush=True)
     finally:
         pipeline.close()
-    cmd = "python bench/bf16_precision.py" + (" --quick" if args.quick else "")
-    out = ROOT / "results"
-    (out / "bf16_precision.json").write_text(json.dumps({"command": cmd, "rows": rows}, indent=1) + "\n")
+    cmd = "python bench/experiments/bf16_precision.py" + (" --quick" if args.quick else "")
     lines = ["# bf16 results judged against an f32 reference", "", f"Regenerate: `{cmd}`", "",
              "Module: `lower('llm', 'decode', LLMConfig())` (4 layers, bf16). `strict`: the elementwise "
              "comparison with XLA's default (bf16 rtol 0.05, atol 0.01); `ratio`: the tuned module's "
@@ -94,7 +91,7 @@ def main() -> None:
         lines.append(f"| {r['seed']} | {r['candidate']} | {'ok' if r['strict_ok'] else 'fails'} | "
                      f"{r['strict_mismatches']} | {r['worst_error_ratio']:.2f} | "
                      f"{'accepted' if r['accepted'] else 'rejected'} |")
-    (out / "bf16_precision.md").write_text("\n".join(lines) + "\n")
+    write(RESULTS, "bf16_precision", {"command": cmd, "rows": rows}, "\n".join(lines), Provenance.now(), indent=1)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """A search-distilled policy (DAgger over the beam-search expert), and whether it depends on its seed.
 
-    python bench/distill.py --quick [--spmd] [--iterations 2]
+    python bench/experiments/distill.py --quick [--spmd] [--iterations 2]
 
 Issue 31 asks for training that does not depend on luck, e.g. DAgger or a search-distilled policy.
 The recipe of ``bench/learning.py`` clones the beam search's winners (the states on the expert's
@@ -18,7 +18,7 @@ best continuation when that lowers the episode's best-so-far final-ops (the rewa
 judged by), else STOP. Labels are kept in the work directory (``distill-labels.json``) and shared by
 the seeds, and every expert evaluation lands in the training cache.
 
-Seeds 0, 1, 2 are then rolled out once (``--budget 4``, pruned) like ``bench/seed_robustness.py``
+Seeds 0, 1, 2 are then rolled out once (``--budget 4``, pruned) like ``bench/experiments/seed_robustness.py``
 does (held-out train modules, test modules, shared real steps) beside the recipe's own three PPO
 seeds. Writes ``<out>/distill.md`` and ``.json``. Final-ops, nothing timed, not validated here.
 """
@@ -36,9 +36,10 @@ from autotune.core.engine import open_engine
 from autotune.core.module import load
 from autotune.core.tuner import evaluation_session
 
-from harness import LLM_STEPS as SHARED_LLM, REAL_LLM as SHARED, require
-import learn as L
-import seed_robustness as R
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # bench/: the harness
+from harness import LLM_STEPS as SHARED_LLM, REAL_LLM as SHARED, Provenance, require, write  # noqa: E402
+import learn as L  # noqa: E402
+import seed_robustness as R  # noqa: E402
 
 
 def expert_label(session, prefix: tuple[str, ...], candidates: tuple[str, ...]) -> str:
@@ -111,7 +112,7 @@ def distill(ev, work, seed: int, iterations: int, labels: dict) -> tuple[Path, l
     model.save(str(out))
     side = json.loads(sidecar_path(work.root / "imitation.zip").read_text())
     side.update(timesteps=0, seed=seed, note=f"search-distilled (DAgger, {iterations} iterations over the beam-search "
-                                            "expert; bench/distill.py), no PPO", distill=history)
+                                            "expert; bench/experiments/distill.py), no PPO", distill=history)
     sidecar_path(out).write_text(json.dumps(side, indent=2))
     return out, history
 
@@ -155,7 +156,7 @@ def main(argv=None) -> int:
     with open_engine(work.db("policy"), workers=1, target=L.common.TARGET) as ev:
         version = ev.version
     data = {
-        "command": "python bench/distill.py" + (" --quick" if args.quick else "") + (" --spmd" if args.spmd else "")
+        "command": "python bench/experiments/distill.py" + (" --quick" if args.quick else "") + (" --spmd" if args.spmd else "")
                    + (f" --work {args.work}" if args.work else "") + (f" --out {args.out}" if args.out else "")
                    + f" --iterations {args.iterations}",
         "version": version, "work": L.rel(work.root), "chosen": chosen, "name": name, "groups": groups,
@@ -164,9 +165,7 @@ def main(argv=None) -> int:
         "test": {n: {str(k): v for k, v in s.items()} for n, s in test.items()},
         "spread": {n: R.spread(val, test, n) for n in (chosen, name)},
     }
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "distill.json").write_text(json.dumps(data, indent=2))
-    (out / "distill.md").write_text(markdown(data))
+    write(out, "distill", data, markdown(data), Provenance.now(target=L.common.TARGET or "cpu"))
     L.log(f"wrote {L.rel(out / 'distill.md')}")
     return 0
 

@@ -8,7 +8,7 @@
 This answers the question a search result alone cannot: when every strategy ties with XLA's
 default, is there nothing better within reach, or did the searches miss it?
 
-    python bench/exhaustive.py [--depth 3] [--db PATH] [MODULE ...]
+    python bench/experiments/exhaustive.py [--depth 3] [--db PATH] [MODULE ...]
 
 Writes ``results/exhaustive.md`` and ``results/exhaustive.json``.
 """
@@ -16,13 +16,12 @@ Writes ``results/exhaustive.md`` and ``results/exhaustive.json``.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # bench/: the harness
+from harness import ROOT, Provenance, require, write  # noqa: E402
 
 from autotune.core.engine import open_engine  # noqa: E402
 from autotune.core.explore import Outcome, explore  # noqa: E402
@@ -65,7 +64,7 @@ def markdown(outcomes: list[Outcome], depth: int, command: str, version: str, n_
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python bench/exhaustive.py", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python bench/experiments/exhaustive.py", description=__doc__.splitlines()[0])
     p.add_argument("modules", nargs="*", type=Path, help="modules (default: the bundled examples and two real ones)")
     p.add_argument("--depth", type=int, default=3, help="longest sequence enumerated (default 3)")
     p.add_argument("--db", help="cache database (default: .autotune/cache.db or $AUTOTUNE_DB)")
@@ -75,7 +74,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.depth < 1:
         p.error("--depth must be at least 1")
     modules = args.modules or list(DEFAULT_MODULES)
-    command = "python bench/exhaustive.py" + (f" --depth {args.depth}" if args.depth != 3 else "") + (
+    require(modules, "module")
+    command = "python bench/experiments/exhaustive.py" + (f" --depth {args.depth}" if args.depth != 3 else "") + (
         "" if not args.modules else " " + " ".join(str(m) for m in args.modules))
 
     def log(msg: str) -> None:
@@ -92,11 +92,9 @@ def main(argv: list[str] | None = None) -> int:
             log(f"  default {o.default_final_ops}, best {o.best_final_ops} {list(o.best_sequence)} "
                 f"({o.distinct_states} states, {o.steps_compiled} steps compiled, {o.seconds:.0f}s)")
         version, n_actions = ev.version, len(ev.pipeline.passes())
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "exhaustive.md").write_text(markdown(outcomes, args.depth, command, version, n_actions))
-    (args.out / "exhaustive.json").write_text(json.dumps(
-        {"command": command, "depth": args.depth, "pipeline_version": version, "cpus": os.cpu_count(),
-         "outcomes": [o.to_dict() for o in outcomes]}, indent=2) + "\n")
+    data = {"command": command, "depth": args.depth, "pipeline_version": version, "cpus": os.cpu_count(),
+            "outcomes": [o.to_dict() for o in outcomes]}
+    write(args.out, "exhaustive", data, markdown(outcomes, args.depth, command, version, n_actions), Provenance.now())
     return 0
 
 
