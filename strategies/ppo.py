@@ -131,6 +131,9 @@ class PPOStrategy(Strategy):
         elif str(policy).lower() not in NO_POLICY:
             names = [p.strip() for p in str(policy).split(",") if p.strip()]
             resolved = [policies.resolve(p) for p in names]  # a shipped policy's name, or a path
+            for name, path in zip(names, resolved):
+                if (said := policies.variant_note(name, path)) is not None:
+                    self._note(said)
             paths = [m for r in resolved for m in policies.members(r)]  # a committee: its members
             if ensemble is None and any(r.is_dir() for r in resolved):
                 self.ensemble = "each"  # a committee acts as its members, each alone

@@ -360,3 +360,51 @@ def test_numpy_forward_pass_matches_torch_for_each_algorithm_and_activation(engi
         assert int(np.argmax(ours)) == int(model.predict(obs, deterministic=True)[0])
         if action is not None:
             obs, *_ = env.step(action)
+
+
+# ---- a policy retrained on another jaxlib: NAME.jax-X.Y beside NAME, chosen by the installed jaxlib ----------
+def _variant_folder(tmp_path, trained: dict[str, str]) -> None:
+    """``mine.zip`` copies of the shipped ``llm`` in ``tmp_path``, one per ``{file stem: jaxlib version}``."""
+    src = policies.find("llm")
+    meta = json.loads(src.with_name(src.name + ".json").read_text())
+    for stem, version in trained.items():
+        for suffix in ("", ".npz"):
+            shutil.copy(f"{src}{suffix}", tmp_path / f"{stem}.zip{suffix}")
+        (tmp_path / f"{stem}.zip.json").write_text(json.dumps({**meta, "xla_version": f"jaxlib-{version}-cpu-x86_64"}))
+
+
+def test_the_variant_trained_on_the_installed_jaxlib_answers_to_the_plain_name(tmp_path, monkeypatch):
+    _variant_folder(tmp_path, {"mine": "0.10.2", "mine.jax-0.11": "0.11.2", "mine.jax-0.12": "0.12.0.1"})
+    files = [tmp_path / f"{s}.zip" for s in ("mine", "mine.jax-0.11", "mine.jax-0.12")]
+    base, v11, v12 = files
+    assert policies.for_jaxlib(files, (0, 10, 2)) == base
+    assert policies.for_jaxlib(files, (0, 11, 0)) == v11
+    assert policies.for_jaxlib(files, (0, 12, 0, 1)) == v12 and policies.for_jaxlib(files, (0, 12, 3)) == v12
+    assert policies.for_jaxlib(files, (0, 13, 0)) == v12  # nearest release
+    assert policies.for_jaxlib([base, v12], (0, 11, 2)) == base  # equally near: the older
+    assert policies.trained_on(v11) == (0, 11, 2)
+    from autotune.pipelines.xla import versions
+
+    monkeypatch.setenv("AUTOTUNE_POLICY_PATH", str(tmp_path))
+    installed = versions.parse(versions.installed())[:2]
+    expected = {(0, 10): base, (0, 11): v11, (0, 12): v12}[installed]
+    assert policies.find("mine") == expected and policies.resolve("mine") == expected
+    assert policies.resolve("mine.jax-0.11") == v11  # one variant by its own name
+    assert "mine" in policies.names() and not any(".jax-" in n for n in policies.names())
+
+
+def test_run_rolls_out_the_variant_for_the_installed_jaxlib_and_names_it(tmp_path, db_path):
+    """``--policy mine`` with ``mine`` trained on an older jaxlib and ``mine.jax-X.Y`` on this one: the
+    run rolls out the variant and says so in one line."""
+    from autotune.pipelines.xla import versions
+
+    here = versions.installed()
+    minor = ".".join(here.split(".")[:2])
+    _variant_folder(tmp_path, {"mine": "0.9.0", f"mine.jax-{minor}": here})
+    proc = run_cli("run", "--strategy", "ppo", str(SMALL), "--policy", "mine", "--budget", "4", "-O", "finetune=false",
+                   "--no-validate", "--json", db=db_path, env={"AUTOTUNE_POLICY_PATH": str(tmp_path)})
+    assert proc.returncode == 0, proc.stderr
+    said = [line for line in proc.stderr.splitlines() if "variant" in line]
+    assert said == [f"note: ppo: policy 'mine' is its variant mine.jax-{minor} here (trained on jaxlib {here}, "
+                    "nearest this jaxlib)"], proc.stderr
+    assert json.loads(proc.stdout)["evaluations"] >= 1

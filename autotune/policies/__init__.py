@@ -17,11 +17,21 @@ same recipe trained with another PPO seed can be tens of points worse on real st
 (docs/policies.md), and a committee of three seeds is not (each of three disjoint draws of the
 quick recipe's nine seeds recovered 124-126% of a search's gain on the shared LLM steps), so the
 members ship together, in name order, and are used together.
+
+A policy **retrained on another jaxlib** ships beside the original as ``NAME.jax-MAJOR.MINOR.zip``
+(``llm.jax-0.12.zip``) and answers to the plain name: ``find("llm")`` returns the variant whose
+sidecar says it was trained on the installed jaxlib's minor release, else the one trained nearest it.
+Why: a policy is matched to another XLA's passes by name (``autotune.rl.vocabulary``), but it cannot
+choose a pass it never saw, and on jax 0.12 the 0.10.2-trained ``llm`` recovered 75% of a search's gain
+on the real LLM steps where it recovered 95% on its own jaxlib (results/policy-versions/).
+``--policy llm.jax-0.12`` names one variant explicitly.
 """
 
 from __future__ import annotations
 
+import json
 import os
+import re
 from pathlib import Path
 
 from autotune.errors import BadInput
@@ -31,6 +41,8 @@ DEFAULT = "llm"
 #: The default for a partitioned step (a module with collectives) when it is shipped: ``llm`` never saw
 #: one and recovers 65% of a search's gain on the partitioned test modules where this one gets 99%.
 PARTITIONED = "llm-spmd"
+#: ``NAME.jax-0.12``: the policy ``NAME`` retrained on that jaxlib (module docstring).
+VARIANT = re.compile(r"^(?P<base>.+)\.jax-(?P<version>\d+(?:\.\d+)*)$")
 
 
 def directory() -> Path:
@@ -74,15 +86,64 @@ def members(policy: Path) -> list[Path]:
 
 
 def names() -> list[str]:
-    """Names of the policies and committees found by name."""
-    return sorted({name for folder in search_path() for name in _policies(folder)})
+    """Names of the policies and committees found by name (a jaxlib variant answers to its base name)."""
+    return sorted({name for folder in search_path() for name in _policies(folder) if not VARIANT.match(name)})
+
+
+def trained_on(policy: Path) -> tuple[int, ...] | None:
+    """The jaxlib version a policy file was trained on (its sidecar), or None when unrecorded."""
+    from autotune.rl.vocabulary import trained_xla  # numpy only; the package import stays light
+
+    try:
+        meta = json.loads(Path(f"{policy}.json").read_text())
+    except (OSError, ValueError):
+        return None
+    found = re.search(r"jaxlib-(\d+(?:\.\d+)*)", trained_xla(meta))
+    return tuple(int(x) for x in found.group(1).split(".")) if found else None
+
+
+def for_jaxlib(candidates: list[Path], installed: tuple[int, ...]) -> Path:
+    """Of one policy's jaxlib variants, the one trained on ``installed``'s minor release (``0.12.x``),
+    else the one trained on the nearest release (the older on a tie); unrecorded ones come last."""
+    def distance(path: Path) -> tuple:
+        version = trained_on(path)
+        if version is None:
+            return (2, 0, ())
+        gap = abs((version + (0, 0))[1] - (installed + (0, 0))[1]) + 1000 * abs(version[0] - installed[0])
+        return (0 if version[:2] == installed[:2] else 1, gap, version)
+    return min(candidates, key=distance)
+
+
+def variant_note(name: str, path: Path) -> str | None:
+    """One clause when ``name`` resolved to a jaxlib variant of that name (``find``), else None."""
+    stem = path.name[: -len(".zip")] if path.name.endswith(".zip") else path.name
+    if stem == name or not VARIANT.match(stem):
+        return None
+    version = trained_on(path)
+    trained = ".".join(map(str, version)) if version else "an unrecorded jaxlib"
+    return f"policy '{name}' is its variant {stem} here (trained on jaxlib {trained}, nearest this jaxlib)"
+
+
+def _installed_jaxlib() -> tuple[int, ...]:
+    from autotune.pipelines.xla import versions
+
+    try:
+        return versions.parse(versions.installed())
+    except ValueError:  # no jaxlib: the base policy
+        return ()
 
 
 def find(name: str) -> Path | None:
-    """The policy file (or committee directory) called ``name`` (first in ``search_path()``), or None."""
+    """The policy file (or committee directory) called ``name`` (first in ``search_path()``), or None.
+    Where the folder also holds ``NAME.jax-X.Y`` variants, the one for the installed jaxlib (``for_jaxlib``)."""
     for folder in search_path():
-        found = _policies(folder).get(name)
+        here = _policies(folder)
+        found = here.get(name)
         if found is not None:
+            variants = [p for n, p in here.items()
+                        if (m := VARIANT.match(n)) and m["base"] == name and p.is_file()]
+            if variants and found.is_file():
+                return for_jaxlib([found, *variants], _installed_jaxlib())
             return found
     return None
 
