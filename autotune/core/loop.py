@@ -34,7 +34,6 @@ from autotune.core.runs import RunStore, TrialRecord
 from autotune.core.spec import RunSpec
 from autotune.errors import AutotuneError
 from autotune.strategy import BudgetExhausted, Evaluate, SearchSpace, Trial
-from autotune.core.limits import validate_seconds
 from autotune.core.validation import COMPILED, EXECUTED_REGION, UNVERIFIED, Validation, establish
 
 if TYPE_CHECKING:
@@ -433,13 +432,13 @@ def validity_of(evaluator: Evaluator, root: Module, state: str, seed: int = 0,
     ``unverified`` depend on this machine's memory and time bound and are established again next
     time. ``bound_seconds`` bounds each execution (``validation.execution_plan``); ``budget`` (a
     ``checks.budget.PhaseBudget``) is the validation phase's time, shared by the caller's candidates
-    (by default this call's own); ``progress`` hears each step (one line).
+    (None: only each execution is bounded); ``progress`` hears each step (one line).
     """
     key = f"{evaluator.version}|{VALIDATION_VERSION}|{root.fingerprint}|{state}|{seed}"
     stored = evaluator.cache.get_report("validation", key)
     if stored is not None:  # a fact about the two modules, established by an earlier run: nothing skipped now
         return replace(Validation.from_dict(stored), skipped=(),
-                       budget_seconds=budget.seconds if budget is not None else validate_seconds(bound_seconds))
+                       budget_seconds=budget.seconds if budget is not None else None)
     final, default = evaluator.final(state), evaluator.default(root)
     identical = final.ok and default.ok and final.state == default.state
     finals = (evaluator.module(default.state, root.name), evaluator.module(final.state, root.name)) \

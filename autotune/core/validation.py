@@ -41,7 +41,6 @@ from autotune.core.execution import (INPUT_LADDER, CannotRun, OriginalFails, Ove
 from autotune.core.levels import (COMPILED, EXECUTED, EXECUTED_REGION, EXECUTED_WITH_STAND_INS, IDENTICAL,  # noqa: F401
                                   INVALID, LEVELS, REQUIREMENTS, UNVERIFIED, Skip, Validation, meets, not_checked,
                                   rank, verified)
-from autotune.core.limits import validate_seconds
 from autotune.core.outputs import OutputComparison, OutputDiff, category, compare_outputs, nonfinite, tolerance  # noqa: F401
 
 
@@ -63,22 +62,22 @@ def establish(pipeline, original, tuned, seed: int = 0, identical: bool = False,
     were compared. Never raises for a module that cannot be executed: a lower level is the answer.
     ``progress`` (a callable taking one line) hears what is being done, with the estimate;
     ``finals``: ``(the default final module, the tuned final module)`` when the caller has them.
-    ``budget``: the validation phase's time (``checks.budget.PhaseBudget``), shared by the caller
-    over all its candidates; by default one of ``bound_seconds`` for this call alone. The checkers
-    that execute are skipped before they start once it is spent or cannot cover their estimate; the
-    verdict lists those skips (``Validation.skipped``) and carries the budget's seconds.
+    ``budget``: the validation phase's time (``checks.budget.PhaseBudget``), shared by a run over all
+    its candidates: the checkers that execute are skipped before they start once it is spent or
+    cannot cover their estimate; the verdict lists those skips (``Validation.skipped``) and carries
+    the budget's seconds. Without one (``autotune validate``, ``Session.validation``: one pair, no
+    phase around it) only each execution is bounded, as before.
     """
-    budget = budget if budget is not None else PhaseBudget(validate_seconds(bound_seconds))
     case = Case(pipeline, original, tuned, int(seed), bound_seconds, progress or (lambda line: None), finals,
                 budget=budget)
     if not identical and not supports(pipeline, "execute"):
-        verdict = Validation(UNVERIFIED, f"the {pipeline.name} backend cannot compile and run modules: nothing "
-                                         "was executed")
-    else:
-        before = len(budget.skipped)
-        verdict = run_chain(chain(pipeline, identical), case)
-        verdict = replace(verdict, skipped=verdict.skipped + tuple(budget.skipped[before:]))
-    return replace(verdict, budget_seconds=budget.seconds)
+        return Validation(UNVERIFIED, f"the {pipeline.name} backend cannot compile and run modules: nothing was "
+                                      "executed")
+    if budget is None:
+        return run_chain(chain(pipeline, identical), case)
+    before = len(budget.skipped)
+    verdict = run_chain(chain(pipeline, identical), case)
+    return replace(verdict, skipped=verdict.skipped + tuple(budget.skipped[before:]), budget_seconds=budget.seconds)
 
 
 def chain(pipeline, identical: bool = False) -> list:

@@ -1,0 +1,135 @@
+"""The validation phase's time budget (``--validate-seconds`` for the phase as a whole, issue 53).
+
+Real XLA throughout, nothing mocked: the modules are made here and the verdicts come from the real
+chain of checkers. No test times anything: each asserts on the decisions (which check was skipped,
+why, what level that leaves). A spent budget or a given time left is made deterministic by handing
+``PhaseBudget`` a clock that stands still (its ``clock`` argument), never by waiting.
+"""
+
+from __future__ import annotations
+
+import json
+
+from autotune.core.checks.budget import EXECUTED_CHECK, MEMORY_CHECK, REGION_CHECK, PhaseBudget
+from autotune.core.levels import Skip, Validation
+from autotune.core.module import Module
+from autotune.core.validation import (COMPILED, EXECUTED, EXECUTED_REGION, establish, execution_plan,
+                                      is_declined)
+from autotune.pipelines.xla import hlo
+from autotune.pipelines.xla.loader import module_from_proto
+from conftest import run_cli
+
+
+def _module(y: str) -> str:
+    """16 MiB of inputs (``w``) and an 8-element value ``y`` the variants compute differently."""
+    return f"""HloModule m
+%add (a: f32[], b: f32[]) -> f32[] {{
+  %a = f32[] parameter(0)
+  %b = f32[] parameter(1)
+  ROOT %s = f32[] add(%a, %b)
+}}
+
+ENTRY %main (w: f32[2048,2048], x: f32[8]) -> (f32[8], f32[2048]) {{
+  %w = f32[2048,2048] parameter(0)
+  %x = f32[8] parameter(1)
+  %c2 = f32[] constant(2)
+  %b = f32[8] broadcast(%c2), dimensions={{}}
+  %y = f32[8] {y}
+  %e = f32[8] exponential(%y)
+  %z = f32[] constant(0)
+  %r = f32[2048] reduce(%w, %z), dimensions={{0}}, to_apply=%add
+  ROOT %t = (f32[8], f32[2048]) tuple(%e, %r)
+}}
+"""
+
+
+def text_module(text: str, name: str) -> Module:
+    return module_from_proto(hlo.parse_text(text).as_serialized_hlo_module_proto(), name)
+
+
+DEFAULT = text_module(_module("multiply(%x, %b)"), "default")
+SAME = text_module(_module("add(%x, %x)"), "same")  # x*2 == x+x: the region check passes it
+
+
+def frozen(seconds: float, left: float) -> PhaseBudget:
+    """A budget of ``seconds`` with exactly ``left`` of it left, whenever it is asked."""
+    return PhaseBudget(seconds, started=0.0, clock=lambda: seconds - left)
+
+
+def test_a_spent_budget_skips_every_execution_and_keeps_the_compile(pipeline):
+    """Spent before the chain starts: neither the whole execution nor the region runs, each says why
+    in one line, and the full compile still establishes ``compiled`` (never skipped)."""
+    budget = frozen(30, left=-5)
+    v = establish(pipeline, DEFAULT, SAME, finals=(DEFAULT, SAME), budget=budget)
+    assert v.level == COMPILED and is_declined(v.reason), v.describe()
+    assert [s.check for s in v.skipped] == [EXECUTED_CHECK, REGION_CHECK]
+    assert all("30 s budget (--validate-seconds) was spent (35 s so far)" in s.reason for s in v.skipped)
+    assert "\n" not in "".join(s.describe() for s in v.skipped)
+    assert "no region check: the validation phase's 30 s budget" in v.reason
+    assert v.budget_seconds == 30
+    # the same pair with time left is executed whole: the budget made the difference
+    ran = establish(pipeline, DEFAULT, SAME, finals=(DEFAULT, SAME), budget=frozen(30, left=30))
+    assert ran.level == EXECUTED and ran.skipped == (), ran.describe()
+
+
+def test_an_execution_estimated_over_what_is_left_is_skipped_before_it_runs(pipeline):
+    """The whole execution's own estimate (XLA's cost analysis, the longer of the two modules) against
+    what is left: half the estimate left skips it (the region, far cheaper, runs instead), twice the
+    estimate lets it run."""
+    plan = execution_plan(pipeline, DEFAULT, SAME, pipeline.parameter_specs(DEFAULT), bound_seconds=30)
+    assert plan.fits and plan.estimate_seconds is not None and plan.estimate_seconds > 0
+    estimate = plan.estimate_seconds
+    v = establish(pipeline, DEFAULT, SAME, finals=(DEFAULT, SAME), bound_seconds=30,
+                  budget=frozen(30, left=estimate / 2))
+    assert v.skipped and v.skipped[0].check == EXECUTED_CHECK, v.describe()
+    assert "the longer module's execution would take ~" in v.skipped[0].reason
+    assert "left of the validation phase's 30 s budget" in v.skipped[0].reason
+    # the region (microseconds) fits what is left: it runs instead, and says why the whole did not
+    assert v.level == EXECUTED_REGION and "not executed: not tried: the longer module's execution" in v.reason
+    ran = establish(pipeline, DEFAULT, SAME, finals=(DEFAULT, SAME), bound_seconds=30,
+                    budget=frozen(30, left=estimate * 2 + 1))
+    assert ran.level == EXECUTED and ran.skipped == (), ran.describe()
+
+
+def test_a_region_estimated_over_what_is_left_is_not_run(monkeypatch, pipeline):
+    """Whole execution declined for memory; the changed region is cut (no compile), then its run's
+    estimate is set against what is left: not started when it does not fit, run when it does."""
+    monkeypatch.setenv("AUTOTUNE_MAX_EXEC_BYTES", "1M")
+    v = establish(pipeline, DEFAULT, SAME, finals=(DEFAULT, SAME), budget=frozen(30, left=1e-9))
+    assert v.level == COMPILED, v.describe()
+    assert [s.check for s in v.skipped] == [REGION_CHECK]
+    assert v.skipped[0].reason.startswith("region 1 (") and "'s run would take ~" in v.skipped[0].reason
+    assert "inputs need 16.0 MiB, 1.0 MiB available" in v.reason and "no region check: region 1" in v.reason
+    ran = establish(pipeline, DEFAULT, SAME, finals=(DEFAULT, SAME), budget=frozen(30, left=30))
+    assert ran.level == EXECUTED_REGION and ran.skipped == (), ran.describe()
+
+
+def test_a_run_shares_one_budget_and_reports_the_phase_total_beside_it(tmp_path):
+    """``autotune run`` (real CLI, real DLRM train step): with a budget too small for anything the
+    executions and the memory comparison are skipped, said in the JSON and in the report, and the
+    validation phase's total is printed beside the budget."""
+    model = "tests/data/real/xla_dlrm_train_step.hlo"
+    args = ("run", "--strategy", "random", "--budget", "3", "--seed", "0", model, "--validate-seconds", "0.001")
+    proc = run_cli(*args, "--json", db=tmp_path / "c.db")
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    v = Validation.from_dict(data["validity"])
+    assert v.level == COMPILED and v.budget_seconds == 0.001, v.describe()
+    checks = [s.check for s in v.skipped]
+    assert checks[-2:] == [REGION_CHECK, MEMORY_CHECK], checks
+    # the whole execution: skipped as spent, or (when a millisecond was left) declined by its estimate
+    assert checks[:-2] == [EXECUTED_CHECK] or "execution would take ~" in v.reason, v.describe()
+    assert data["memory"] is None and "validation" in data["phases"]
+    text = run_cli(*args, db=tmp_path / "d.db")
+    assert text.returncode == 0, text.stderr
+    out = " ".join(text.stdout.split())  # rich wraps long lines
+    assert "validation: compiled in " in out and " s (budget 0.001 s): whole execution declined" in out
+    assert "memory check skipped: the validation phase's 1 ms budget (--validate-seconds) was spent" in out
+
+
+def test_skips_and_the_budget_survive_the_stored_result():
+    v = Validation(COMPILED, "why", skipped=(Skip(REGION_CHECK, "spent"),), budget_seconds=30.0)
+    back = Validation.from_dict(json.loads(json.dumps(v.to_dict())))
+    assert back == v and back.skipped[0].describe() == "executed-region check skipped: spent"
+    old = {"level": "compiled", "ok": True, "reason": "why", "stand_ins": 0, "report": None}
+    assert Validation.from_dict(old) == Validation(COMPILED, "why")  # stored before the budget existed
