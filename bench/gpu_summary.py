@@ -36,10 +36,8 @@ import math
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from gpu_parts.report import spearman as rho  # noqa: E402  (the run's own Spearman: scipy's, None on a constant side)
-
-ROOT = Path(__file__).resolve().parent.parent
+from gpu_parts.report import spearman as rho  # the run's own Spearman: scipy's, None on a constant side
+from harness import RESULTS, ROOT, Provenance, fail, pyplot, save_figure, write_markdown
 RUNS = ("results/gpu-run1.json", "results/gpu.json", "results/gpu-run3.json")
 BUNDLES = ("results/gpu_bundle_engine1_manifest.json",)
 ANSWERS = ("h100", "cpu", "policy")
@@ -201,11 +199,7 @@ def markdown(s: dict, runs: list[dict], names: list[str], paths: list[str], mani
 
 
 def plot(s: dict, names: list[str], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     rows = [(m, lb, cells) for (m, lb), cells in s["answers"].items()]
     fig, ax = plt.subplots(figsize=(8, 0.28 * len(rows) + 1.5))
     colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
@@ -224,8 +218,7 @@ def plot(s: dict, names: list[str], path: Path) -> None:
     ax.invert_yaxis()
     ax.set_xlabel("GPU time, answer / XLA's default (95% interval); < 1 is faster")
     ax.legend(fontsize=7, loc="lower right")
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    save_figure(fig, path, dpi=120)
 
 
 def main(argv=None) -> int:
@@ -233,27 +226,24 @@ def main(argv=None) -> int:
     ap.add_argument("--runs", nargs="+", default=list(RUNS))
     ap.add_argument("--bundle", nargs="+", default=list(BUNDLES),
                     help="the bundles the runs timed (directories or manifest files): their compile-only figures")
-    ap.add_argument("--out", default=str(ROOT / "results"))
+    ap.add_argument("--out", default=str(RESULTS))
     args = ap.parse_args(argv)
     paths = [Path(p) if Path(p).is_absolute() else ROOT / p for p in args.runs]
     missing = [str(p) for p in paths if not p.is_file()]
     if missing:
-        print(f"gpu_summary.py: error: no such run: {', '.join(missing)}", file=sys.stderr)
-        return 2
+        fail(f"no such run: {', '.join(missing)}")
     runs = [json.loads(p.read_text()) for p in paths]
     names = [f"run {i + 1}" for i in range(len(paths))]
     bundles = [Path(b) if Path(b).is_absolute() else ROOT / b for b in args.bundle]
     absent = [str(b) for b in bundles if not (b / "manifest.json" if b.is_dir() else b).is_file()]
     if absent:
-        print(f"gpu_summary.py: error: no bundle manifest at {', '.join(absent)}", file=sys.stderr)
-        return 2
+        fail(f"no bundle manifest at {', '.join(absent)}")
     manifest = load_manifest(bundles)
     s = summarize(runs, names, manifest)
     out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
     command = "python bench/gpu_summary.py" + "".join(f" {a}" for a in (sys.argv[1:] if argv is None else argv))
     rel = [str(p.relative_to(ROOT)) if p.is_relative_to(ROOT) else str(p) for p in paths]
-    (out / "gpu-summary.md").write_text(markdown(s, runs, names, rel, manifest, command))
+    write_markdown(out / "gpu-summary.md", markdown(s, runs, names, rel, manifest, command), Provenance.now())
     plot(s, names, out / "gpu-summary.png")
     print(f"wrote {out / 'gpu-summary.md'}")
     return 0

@@ -33,7 +33,7 @@ import tomllib
 from importlib.metadata import PackageNotFoundError, distribution
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+from harness import ROOT
 #: What a jax + torch GPU machine has (and everything these require, found by the same walk).
 PRESENT = ("numpy", "scipy", "matplotlib", "jax", "jaxlib", "ml-dtypes", "opt-einsum", "torch", "pip",
            "setuptools", "packaging", "typing-extensions", "python-dateutil", "six", "filelock", "jinja2",

@@ -40,11 +40,10 @@ import time
 from collections import Counter
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from harness import RESULTS, ROOT, Provenance, ensure_suite, write  # first: the repository on the path
 
-from autotune.api import Session  # noqa: E402
-from autotune.zoo import suite  # noqa: E402
+from autotune.api import Session
+from autotune.zoo import suite
 
 STRATEGY = "random"
 
@@ -84,18 +83,6 @@ def sample(manifest: suite.Manifest, per_stratum: int) -> list[suite.ManifestEnt
                     picked.append(sides[side].pop(0))
         out.extend(picked)
     return out
-
-
-def ensure_suite(directory: Path, family: str = "llm") -> suite.Manifest:
-    """The family in ``directory``, generated when missing or generated from another grid."""
-    manifest = suite.load_manifest(directory) if (directory / "manifest.json").exists() else None
-    if manifest is None or not suite.is_current(manifest, [family]):
-        print(f"generating the {family} family into {directory} ...", file=sys.stderr, flush=True)
-        suite.generate(directory, families=[family])
-        manifest = suite.load_manifest(directory)
-    if not any(e.family == family for e in manifest.entries):
-        raise SystemExit(f"error: {directory} holds no {family} modules")
-    return manifest
 
 
 def tune_row(session: Session, path: Path, entry: suite.ManifestEntry, budget: int, seed: int) -> dict:
@@ -143,7 +130,7 @@ def fixed_sequences(session: Session, rows: list[dict], paths: dict[str, Path], 
 def real_llm_rows() -> tuple[str | None, list[dict]]:
     """The command and the shared real LLM steps' rows of results/real_models.json (a cross-reference,
     not re-measured here)."""
-    path = ROOT / "results" / "real_models.json"
+    path = RESULTS / "real_models.json"
     if not path.exists():
         return None, []
     data = json.loads(path.read_text())
@@ -252,7 +239,7 @@ def main(argv: list[str] | None = None) -> int:
                    help="generated family (default .autotune/<family>-suite; generated there when missing)")
     p.add_argument("--db", type=Path, default=None, help="shared cache database (default .autotune/llm_headroom.db)")
     p.add_argument("--workers", type=int, default=None, help="compiler worker processes")
-    p.add_argument("--out", type=Path, default=ROOT / "results")
+    p.add_argument("--out", type=Path, default=RESULTS)
     p.add_argument("--target", default=None, help="judge for this target (default cpu; e.g. h100)")
     args = p.parse_args(argv)
     target_tag = "" if args.target in (None, "cpu") else f"_{args.target}"
@@ -314,9 +301,7 @@ def main(argv: list[str] | None = None) -> int:
         "fixed": fixed, "rows": [{k: v for k, v in r.items() if k != "run_id"} for r in rows],
     }
     data["real_llm_command"], data["real_llm"] = real_llm_rows() if not tag else (None, [])
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / f"{stem}{tag}.json").write_text(json.dumps(data, indent=1) + "\n")
-    (args.out / f"{stem}{tag}.md").write_text(markdown(data))
+    write(args.out, f"{stem}{tag}", data, markdown(data), Provenance.now(target=target), indent=1)
     s = data["summary"]
     print(f"{s['with_headroom']}/{s['modules']} modules with headroom; wrote {args.out / f'{stem}{tag}.md'}")
     return 0

@@ -28,12 +28,11 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from harness import RESULTS, ROOT, Provenance, write, write_markdown  # first: the repository on the path
 
-from autotune.core.engine import open_engine  # noqa: E402
-from autotune.core.module import load  # noqa: E402
-from autotune.core.tuner import tune  # noqa: E402
+from autotune.core.engine import open_engine
+from autotune.core.module import load
+from autotune.core.tuner import tune
 
 MODULES = {
     "small": ROOT / "tests/data/real/hloenv_maml_train_step.hlo",
@@ -226,13 +225,13 @@ def main() -> None:
         return
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true", help="fewer actions and a smaller search (smoke run)")
-    ap.add_argument("--out", default=str(ROOT / "results"))
+    ap.add_argument("--out", default=str(RESULTS))
     ap.add_argument("--render-only", action="store_true", help="re-render perf.md from an existing perf.json")
     args = ap.parse_args()
     if args.render_only:
         out = Path(args.out)
-        (out / "perf.md").write_text(render(json.loads((out / "perf.json").read_text())))
-        print((out / "perf.md").read_text())
+        data = json.loads((out / "perf.json").read_text())
+        print(write_markdown(out / "perf.md", render(data), Provenance.of(data)).read_text())
         return
     repeats = 5 if args.quick else 15
     budget = 40 if args.quick else 200
@@ -260,11 +259,7 @@ def main() -> None:
         two = throughput_isolated(medium, tmp, 2, budget, seed=1)
         report["search"] = {"module": medium.name, "budget": budget, "workers_1": one, "workers_2": two,
                             "speedup_2_over_1_cold": one["cold"]["seconds"] / two["cold"]["seconds"]}
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "perf.json").write_text(json.dumps(report, indent=2))
-    (out / "perf.md").write_text(render(report))
-    print((out / "perf.md").read_text())
+    print(write(Path(args.out), "perf", report, render(report), Provenance.now()).read_text())
 
 
 def render(r: dict) -> str:

@@ -30,9 +30,8 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "bench"))
-from realmods import all_real, require  # noqa: E402
+from harness import RESULTS, ROOT, Provenance, all_real, require, write, write_json, write_markdown
+
 #: Longest one module may take (the issue's bound for ``--budget 40`` on 2 cores).
 MODULE_LIMIT_S = 600
 PHASES = ("load", "normalise", "default", "search", "recheck", "prune", "validation", "confirmation")
@@ -44,7 +43,6 @@ def default_modules() -> list[Path]:
 
 def generated_modules(out: Path) -> list[Path]:
     """The largest generated modules, written to ``out`` (lowered from abstract shapes; ~1 min)."""
-    sys.path.insert(0, str(ROOT / "bench"))
     from realscale_models import SCALE_LAYERS, embedded_weights, llama_train_step
 
     made = []
@@ -190,7 +188,7 @@ def main() -> None:
     p.add_argument("--budget", type=int, default=None, help="default 40 (10 with --quick)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--db", type=Path, default=None, help="cache database (default: a fresh temporary one)")
-    p.add_argument("--out", type=Path, default=ROOT / "results")
+    p.add_argument("--out", type=Path, default=RESULTS)
     p.add_argument("--estimates-only", action="store_true",
                    help="only the execution plans of the modules, added to the existing results/real_models.json")
     args = p.parse_args()
@@ -200,8 +198,9 @@ def main() -> None:
         with tempfile.TemporaryDirectory(prefix="autotune-real-") as tmp:
             modules = args.modules or (default_modules() + generated_modules(Path(tmp)))
             data["estimates"] = estimates(modules, Path(tmp) / "cache.db")
-        (args.out / "real_models.json").write_text(json.dumps(data, indent=2))
-        (args.out / "real_models.md").write_text(markdown(data["rows"], data["command"], data["estimates"]))
+        write_json(args.out / "real_models.json", data, None)  # the rows' provenance stays theirs
+        write_markdown(args.out / "real_models.md", markdown(data["rows"], data["command"], data["estimates"]),
+                       Provenance.of(data))
         return
     args.budget = args.budget or (10 if args.quick else 40)
     with tempfile.TemporaryDirectory(prefix="autotune-real-") as tmp:
@@ -218,10 +217,8 @@ def main() -> None:
         + ("" if args.strategy == "nevergrad" else f" --strategy {args.strategy}") \
         + ("" if args.budget == (10 if args.quick else 40) else f" --budget {args.budget}") \
         + "".join(f" {_rel(m)}" for m in args.modules)
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "real_models.json").write_text(json.dumps({"command": command, "rows": rows, "estimates": plans},
-                                                          indent=2))
-    (args.out / "real_models.md").write_text(markdown(rows, command, plans))
+    write(args.out, "real_models", {"command": command, "rows": rows, "estimates": plans}, markdown(rows, command, plans),
+          Provenance.now())
 
 
 if __name__ == "__main__":

@@ -28,10 +28,8 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from harness import REAL_LLM as SOURCES, ROOT
 
-SOURCES = ROOT / "tests" / "data" / "real-llm"
 DEFAULT_DIR = ROOT / ".autotune" / "real-spmd"
 #: The meshes, one rule for every step (see the module docstring): each axis of the step's mesh alone
 #: over 4 devices, then these (where the step's mesh has their axes).

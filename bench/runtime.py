@@ -36,13 +36,12 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from harness import RESULTS, ROOT, Provenance, write, write_markdown  # first: the repository on the path
 
-from autotune.core import stats  # noqa: E402
-from autotune.core.engine import open_engine  # noqa: E402
-from autotune.core.module import load  # noqa: E402
-from autotune.core.objectives.runtime import Runtime  # noqa: E402
+from autotune.core import stats
+from autotune.core.engine import open_engine
+from autotune.core.module import load
+from autotune.core.objectives.runtime import Runtime
 
 COMMAND = "python bench/runtime.py"
 ISSUE_COMMAND = ["run", "--strategy", "random", "--objective", "runtime", "--budget", "30", "--seed", "2",
@@ -222,11 +221,12 @@ def markdown(data: dict) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer trials (a smoke run; not for results/)")
-    parser.add_argument("--out", default=str(ROOT / "results"))
+    parser.add_argument("--out", default=str(RESULTS))
     parser.add_argument("--from-json", action="store_true", help="rewrite runtime.md from runtime.json only")
     args = parser.parse_args()
     if args.from_json:
-        (Path(args.out) / "runtime.md").write_text(markdown(json.loads((Path(args.out) / "runtime.json").read_text())))
+        data = json.loads((Path(args.out) / "runtime.json").read_text())
+        write_markdown(Path(args.out) / "runtime.md", markdown(data), Provenance.of(data))
         return
     t0 = time.perf_counter()
     load_before = " ".join(f"{x:.1f}" for x in os.getloadavg())
@@ -243,11 +243,8 @@ def main() -> None:
                      "min_sample_seconds": Runtime().confirm_min_seconds},
         "aa": aa, "fusion": fusion, "issue_command": cmd,
     }
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
     suffix = "-quick" if args.quick else ""
-    (out / f"runtime{suffix}.json").write_text(json.dumps(data, indent=2) + "\n")
-    (out / f"runtime{suffix}.md").write_text(markdown(data))
+    write(Path(args.out), f"runtime{suffix}", data, markdown(data), Provenance.now())
     print(markdown(data))
 
 

@@ -27,14 +27,13 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from harness import RESULTS, ROOT, Provenance, write  # first: the repository on the path
 
-from autotune.core.cache import Cache  # noqa: E402
-from autotune.core.engine import open_engine  # noqa: E402
-from autotune.core.evaluator import Evaluator  # noqa: E402
-from autotune.core.module import load  # noqa: E402
-from autotune.core.tuner import tune  # noqa: E402
+from autotune.core.cache import Cache
+from autotune.core.engine import open_engine
+from autotune.core.evaluator import Evaluator
+from autotune.core.module import load
+from autotune.core.tuner import tune
 
 MODULE = ROOT / "examples/gpt2_train_step.hlo"
 COMMAND = "python bench/scale.py"
@@ -169,7 +168,7 @@ def _medium_step_ms(perf: dict) -> float:
     return float(perf["modules"]["medium"]["uncached_ms"]["median"])
 
 
-def write(data: dict) -> None:
+def report(data: dict, prov: Provenance | None) -> None:
     tp, sc, pl = data["throughput"], data["scaling"], data["plan"]
     m = tp["median"]
     L = [
@@ -236,8 +235,7 @@ def write(data: dict) -> None:
           "cache more, so this is an upper bound). Both need enough runs in flight to fill 1024 workers: a random "
           "search keeps 16 sequences in flight, so ~64 concurrent runs (or more parallel strategies) are needed; "
           "memory per LLM-sized worker was not measured here.", ""]
-    (ROOT / "results/scale.md").write_text("\n".join(L))
-    (ROOT / "results/scale.json").write_text(json.dumps(data, indent=2))
+    write(RESULTS, "scale", {k: v for k, v in data.items() if k != "provenance"}, "\n".join(L), prov)
 
 
 def main() -> None:
@@ -251,7 +249,7 @@ def main() -> None:
     if args.rewrite:
         data = json.loads((ROOT / "results/scale.json").read_text())
         data["plan"] = plan(data["throughput"])
-        write(data)
+        report(data, Provenance.of(data))
         return
     budget, repeats, steps = (30, 1, 24) if args.quick else (100, 3, 60)
     t0 = time.perf_counter()
@@ -265,8 +263,8 @@ def main() -> None:
     data["plan"] = plan(tp)
     data["seconds"] = time.perf_counter() - t0
     data["command"] = " ".join(["python bench/scale.py", *sys.argv[1:]])
-    write(data)
-    print((ROOT / "results/scale.md").read_text())
+    report(data, Provenance.now())
+    print((RESULTS / "scale.md").read_text())
 
 
 if __name__ == "__main__":

@@ -31,15 +31,14 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "bench"))
+from harness import RESULTS, ROOT, Provenance, ensure_suite, write  # first: the repository on the path
 
-from autotune.api import Session  # noqa: E402
-from autotune.core.tuner import evaluation_session  # noqa: E402
-from learn.train import pruned, random_until_steps  # noqa: E402
-import real_spmd  # noqa: E402
-from llm_headroom import ensure_suite, stratum  # noqa: E402
+from autotune.api import Session
+from autotune.core.tuner import evaluation_session
+
+import real_spmd
+from learn.train import pruned, random_until_steps
+from llm_headroom import stratum
 
 POLICY = ROOT / "autotune" / "policies" / "llm.zip"
 #: Families of partitioned steps: rows by parallel style or mesh, validated by running N partitions.
@@ -169,7 +168,7 @@ def main(argv=None) -> int:
     p.add_argument("--tag", default="", help="suffix of the result files (results/spmd_policy<tag>.md)")
     p.add_argument("--target", default="cpu", help="judge for this target (default cpu; e.g. h100, with the "
                                                    "policy trained for it: --policy autotune/policies/llm-h100.zip)")
-    p.add_argument("--out", type=Path, default=ROOT / "results")
+    p.add_argument("--out", type=Path, default=RESULTS)
     args = p.parse_args(argv)
     target_tag = "" if args.target == "cpu" else f"_{args.target}"
     args.suite = args.suite or (real_spmd.DEFAULT_DIR if args.family == "real_spmd"
@@ -247,9 +246,7 @@ def main(argv=None) -> int:
             "split": args.split, "budget": args.budget, "branches": args.branches,
             "policy_budget": args.policy_budget, "finetune": args.finetune, "summary": summarize(rows),
             "by_style": {s: summarize([r for r in rows if r["style"] == s]) for s in styles}, "rows": rows}
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / f"{stem}{args.tag}.json").write_text(json.dumps(data, indent=1) + "\n")
-    (args.out / f"{stem}{args.tag}.md").write_text(markdown(data))
+    write(args.out, f"{stem}{args.tag}", data, markdown(data), Provenance.now(target=args.target or "cpu"), indent=1)
     s = data["summary"]
     print(f"policy: {s['mean_fraction']} of the ceiling (pooled {s['pooled']}) on {s['modules']} modules; "
           f"wrote {args.out / f'{stem}{args.tag}.md'}")

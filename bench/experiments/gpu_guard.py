@@ -59,7 +59,7 @@ def main() -> None:
     require(paths)
     modules = [(p.stem, "real" if p.parent != ROOT / "examples" else "example", p.read_text()) for p in paths]
     if args.family:
-        from gpu import family_sample
+        from gpu_parts.prepare import family_sample
 
         log(f"lowering {args.family} llm family modules")
         modules += [(name, "llm family", text) for name, text in family_sample(args.family)]

@@ -9,7 +9,7 @@ import sys
 import time
 from pathlib import Path
 
-from harness import Provenance, write_json
+from harness import REAL, Provenance, llm_steps, require, write_json
 from gpu_parts.common import EXTRAS, ROOT, log
 
 
@@ -44,9 +44,6 @@ def family_sample(n: int) -> list[tuple[str, str]]:
 
 def module_list(family: int) -> list[tuple[str, str, str]]:
     """(name, group, HLO text) of every module the benchmark measures."""
-    sys.path.insert(0, str(ROOT / "bench"))
-    from harness import REAL, llm_steps, require
-
     fixed = [(p, "shared-llm") for p in llm_steps()] + [(ROOT / "examples" / "llm_decode_step.hlo", "bundled"),
                                                          (REAL / "xla_dlrm_train_step.hlo", "dlrm")]
     require([p for p, _ in fixed], "module")
@@ -170,7 +167,6 @@ def write_variants(entry: dict, plan, gpu, name: str, text: str, args, out: Path
 
 def prepare(args) -> int:
     os.environ.setdefault("JAX_PLATFORMS", "cpu")  # lowering and tuning never need a device here
-    sys.path.insert(0, str(ROOT))
     from autotune.api import Session
 
     out = Path(args.bundle)
