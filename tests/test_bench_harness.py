@@ -1,0 +1,90 @@
+"""bench/'s shape and its harness (bench/harness.py): small files, results that say who made them, a
+missing input refused in one line, and every benchmark still importable after a move (< 20 s, no compile)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from importlib.metadata import version
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+BENCH = ROOT / "bench"
+MAX_LINES = 400
+#: Every benchmark script (the packages under bench/ are imported through them).
+SCRIPTS = sorted([*BENCH.glob("*.py"), *(BENCH / "experiments").glob("*.py")])
+
+if str(BENCH) not in sys.path:
+    sys.path.insert(0, str(BENCH))
+import harness  # noqa: E402
+
+
+def test_no_bench_file_is_over_the_limit():
+    long = {str(p.relative_to(ROOT)): n for p in BENCH.rglob("*.py") if "__pycache__" not in p.parts
+            for n in [len(p.read_text().splitlines())] if n > MAX_LINES}
+    assert long == {}, f"split these (at most {MAX_LINES} lines a file): {long}"
+
+
+def test_results_carry_command_revision_and_jax(tmp_path):
+    prov = harness.Provenance.now(["--quick", "--out", "x y"], target="h100", script=str(BENCH / "perf.py"))
+    assert prov.command == "python bench/perf.py --quick --out 'x y'"
+    assert prov.jax == version("jax") and prov.jaxlib == version("jaxlib") and prov.target == "h100"
+    rev = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+    assert prov.revision.split("+")[0] == (rev or "?")
+
+    drawn = []
+    md_path = harness.write(tmp_path / "out", "thing", {"rows": [1, 2]}, "# Title\n\nBody.\n", prov, indent=1,
+                            plot=drawn.append)
+    data = json.loads((tmp_path / "out" / "thing.json").read_text())
+    assert data["rows"] == [1, 2] and harness.Provenance.of(data) == prov
+    md = md_path.read_text()
+    assert md_path == tmp_path / "out" / "thing.md" and md.startswith("# Title\n\nMade by `python bench/perf.py")
+    for text in (json.dumps(data), md):
+        assert prov.command.replace("'", "") in text.replace("'", "").replace("\\", "")
+        assert prov.revision in text and prov.jax in text
+    assert md.rstrip().endswith("Body.") and drawn == [tmp_path / "out" / "thing.png"]
+    # a Markdown without a title gets the line on top; a re-render without provenance is left as it was
+    assert harness.stamp("no title\n", prov).startswith("Made by ")
+    assert harness.stamp("# T\n", None) == "# T\n"
+
+
+def test_a_missing_input_is_one_line_and_exit_2(tmp_path, capsys):
+    present = tmp_path / "a.hlo"
+    present.write_text("HloModule a\n")
+    assert harness.hlo_files([tmp_path]) == [present]
+    for given in ([tmp_path / "nope"], [tmp_path / "empty"]):
+        (tmp_path / "empty").mkdir(exist_ok=True)
+        with pytest.raises(SystemExit) as exc:
+            harness.hlo_files(given)
+        assert exc.value.code == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and ": error: " in err[0] and str(given[0]) in err[0]
+    with pytest.raises(SystemExit) as exc:
+        harness.require([present, tmp_path / "gone.hlo"], "module")
+    assert exc.value.code == 2 and capsys.readouterr().err.count("\n") == 1
+
+
+def test_every_benchmark_imports_and_the_big_ones_answer_help():
+    """One child process (scripts set their own path and environment): import each script by its path,
+    then ``--help`` of the split and moved ones, so a broken move fails here and not after an hour."""
+    code = (
+        "import importlib.util, sys\n"
+        f"sys.path.insert(0, {str(BENCH)!r})\n"
+        f"for i, path in enumerate({[str(p) for p in SCRIPTS]!r}):\n"
+        "    sys.path.insert(0, path.rsplit('/', 1)[0])  # as when run: the script's own folder first\n"
+        "    spec = importlib.util.spec_from_file_location(f'bench_script_{i}', path)\n"
+        "    mod = importlib.util.module_from_spec(spec)\n"
+        "    sys.modules[spec.name] = mod\n"
+        "    spec.loader.exec_module(mod)\n"
+        "import learn.train, learn.selection, learn.evaluate, learn.seeds, learn.report\n"
+        "import gpu_parts.prepare, gpu_parts.timing, paper_parts.report, realscale_parts.search\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    for script in ("learning.py", "gpu.py", "experiments/distill.py"):
+        proc = subprocess.run([sys.executable, str(BENCH / script), "--help"], capture_output=True, text=True,
+                              cwd=ROOT, timeout=60)
+        assert proc.returncode == 0 and "usage:" in proc.stdout, (script, proc.stderr[-1000:])
