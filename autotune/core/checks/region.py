@@ -72,10 +72,7 @@ def establish_region(pipeline, original, tuned, seed: int, why_not: str, finals=
     outputs, stand_ins, n_inputs, described, n_nonfinite, elements, rounding = [], 0, 0, None, 0, 0, []
     lifted = pipeline.exclusive_runs
     for r in cut.regions:
-        refused = _refused(pipeline, r, budget)
-        if refused is not None:
-            return refused
-        ran = _run_region(pipeline, r, seed, bound_seconds)
+        ran = _refused(pipeline, r, budget) or _run_region(pipeline, r, seed, bound_seconds)
         if not isinstance(ran, tuple):
             return ran  # an ``invalid`` Validation, or the note saying why no region check was done
         report, orig_outs, n_t = ran
