@@ -78,9 +78,11 @@ def fail(message: str) -> None:
 
 def require(paths, what: str = "input") -> None:
     """Exit 2 with one line naming the first missing file (before any work is done)."""
-    for path in paths:
-        if not Path(path).is_file():
-            fail(f"{what} {path} is missing (a clone of the repository has it; see {Path(path).parent}/SOURCES.md)")
+    for path in map(Path, paths):
+        if not path.is_file():
+            inside = path.resolve().is_relative_to(ROOT)  # the repository's own inputs say where they come from
+            fail(f"{what} {path} is missing" + (f" (a clone of the repository has it; see {path.parent}/SOURCES.md)"
+                                                 if inside else ""))
 
 
 def hlo_files(given, pattern: str = "*.hlo") -> list[Path]:
