@@ -93,13 +93,22 @@ def test_an_execution_estimated_over_what_is_left_is_skipped_before_it_runs(pipe
 
 def test_a_region_estimated_over_what_is_left_is_not_run(monkeypatch, pipeline):
     """Whole execution declined for memory; the changed region is cut (no compile), then its run's
-    estimate is set against what is left: not started when it does not fit, run when it does."""
+    estimate is set against what is left and the per-execution bound: not started when it does not
+    fit, run when it does."""
+    pipeline.execution_rates()  # calibrated (it runs two small modules) before the limit that declines
     monkeypatch.setenv("AUTOTUNE_MAX_EXEC_BYTES", "1M")
     v = establish(pipeline, DEFAULT, SAME, finals=(DEFAULT, SAME), budget=frozen(30, left=1e-9))
     assert v.level == COMPILED, v.describe()
     assert [s.check for s in v.skipped] == [REGION_CHECK]
     assert v.skipped[0].reason.startswith("region 1 (") and "'s run would take ~" in v.skipped[0].reason
     assert "inputs need 16.0 MiB, 1.0 MiB available" in v.reason and "no region check: region 1" in v.reason
+    # a region estimated over one execution's bound would be stopped there: not started either (its
+    # estimate is a fraction of a microsecond: 32 bytes in, a few flops)
+    over = establish(pipeline, DEFAULT, SAME, finals=(DEFAULT, SAME), bound_seconds=1e-9,
+                     budget=frozen(1000, left=1000))
+    assert over.level == COMPILED and [s.check for s in over.skipped] == [REGION_CHECK], over.describe()
+    assert "'s run would take ~" in over.skipped[0].reason
+    assert "on this machine (bound 0 ms per execution, --validate-seconds)" in over.skipped[0].reason
     ran = establish(pipeline, DEFAULT, SAME, finals=(DEFAULT, SAME), budget=frozen(30, left=30))
     assert ran.level == EXECUTED_REGION and ran.skipped == (), ran.describe()
 

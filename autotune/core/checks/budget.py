@@ -51,13 +51,18 @@ class PhaseBudget:
     def left(self) -> float:
         return self.seconds - self.spent()
 
-    def refuse(self, check: str, estimate: float | None = None, what: str = "it") -> Skip | None:
-        """A recorded ``Skip`` when ``check`` must not start: the budget is spent, or ``estimate``
-        (seconds, None where unknown) exceeds what is left; None when it may start."""
+    def refuse(self, check: str, estimate: float | None = None, what: str = "it",
+               bound: float | None = None) -> Skip | None:
+        """A recorded ``Skip`` when ``check`` must not start: the budget is spent, ``estimate``
+        (seconds, None where unknown) exceeds what is left, or it exceeds ``bound`` (one execution's
+        bound: the run would be stopped there, after its compile, for nothing); None when it may start."""
         left = self.left()
         if left <= 0:
             reason = (f"the validation phase's {duration(self.seconds)} budget (--validate-seconds) was spent "
                       f"({duration(self.spent())} so far)")
+        elif estimate is not None and bound is not None and estimate > bound:
+            reason = (f"{what} would take ~{duration(estimate)} on this machine (bound {duration(bound)} per "
+                      "execution, --validate-seconds)")
         elif estimate is not None and estimate > left:
             reason = (f"{what} would take ~{duration(estimate)}, {duration(left)} left of the validation "
                       f"phase's {duration(self.seconds)} budget (--validate-seconds)")

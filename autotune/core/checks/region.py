@@ -13,7 +13,7 @@ from autotune.core.levels import EXECUTED_REGION, INVALID, Validation
 from autotune.core.outputs import OutputDiff, OutputComparison, compare_outputs, nonfinite
 from autotune.core.precision import second_opinion_paired
 from autotune.errors import BadInput, PassFailed
-from autotune.core.limits import duration, execution_limit, gib
+from autotune.core.limits import duration, execution_limit, gib, validate_seconds
 
 class Region(Checker):
     """Answers ``executed-region`` or ``invalid`` (a region computes other values); otherwise records
@@ -72,7 +72,7 @@ def establish_region(pipeline, original, tuned, seed: int, why_not: str, finals=
     outputs, stand_ins, n_inputs, described, n_nonfinite, elements, rounding = [], 0, 0, None, 0, 0, []
     lifted = pipeline.exclusive_runs
     for r in cut.regions:
-        ran = _refused(pipeline, r, budget) or _run_region(pipeline, r, seed, bound_seconds)
+        ran = _refused(pipeline, r, budget, bound_seconds) or _run_region(pipeline, r, seed, bound_seconds)
         if not isinstance(ran, tuple):
             return ran  # an ``invalid`` Validation, or the note saying why no region check was done
         report, orig_outs, n_t = ran
@@ -96,10 +96,11 @@ def establish_region(pipeline, original, tuned, seed: int, why_not: str, finals=
                       OutputComparison(True, None, tuple(outputs), int(seed), n_inputs, described or describe_inputs("normal", 4)))
 
 
-def _refused(pipeline, r, budget: PhaseBudget | None) -> str | None:
+def _refused(pipeline, r, budget: PhaseBudget | None, bound: float | None) -> str | None:
     """The note when the phase budget refuses ``r``'s run before anything of it is compiled or run:
-    spent, or its estimate (``execution_estimate`` of both sides, XLA's cost analysis: no compile)
-    over what is left; the f32 second opinion a bf16 region may need is not in it)."""
+    spent, or its estimate (``execution_estimate`` of both sides, XLA's cost analysis: no compile;
+    the f32 second opinion a bf16 region may need is not in it) over what is left or over one
+    execution's bound (where the run would be stopped anyway)."""
     if budget is None:
         return None
     estimate = None
@@ -108,7 +109,7 @@ def _refused(pipeline, r, budget: PhaseBudget | None) -> str | None:
             estimate = pipeline.execution_estimate(r.modules()[0])
         except (BadInput, PassFailed):
             estimate = None
-    skip = budget.refuse(REGION_CHECK, estimate, f"{r.describe()}'s run")
+    skip = budget.refuse(REGION_CHECK, estimate, f"{r.describe()}'s run", validate_seconds(bound))
     return None if skip is None else f"; no region check: {skip.reason}"
 
 
