@@ -6,6 +6,12 @@ Why: issue 53 found first runs on real modules twice as slow as a round earlier 
 on large steps); this is the before/after figure for that work, with the jax that made it.
 
     python bench/first_run.py [--modules DIR_OR_FILES...] [--budget 3] [--validate-seconds 30]
+                              [--before results/first_run_before.json] [--name first_run]
+
+``--before`` puts an earlier run's figures (its JSON) beside these, module by module; ``--name`` is
+the stem of what is written under ``--out``. The validation column is the phase's total, to be read
+against ``--validate-seconds`` (since issue 53 a budget for the phase as a whole); the checks the
+budget skipped are listed per module.
 """
 
 from __future__ import annotations
@@ -48,13 +54,14 @@ def run_one(path: Path, budget: int, validate_seconds: float) -> dict:
     if proc.returncode == 0:
         data = json.loads(proc.stdout)
         row.update(phases=data.get("phases") or {}, level=data.get("validation_level"),
-                   default=data.get("default_cost"), best=(data.get("best") or {}).get("cost"))
+                   default=data.get("default_cost"), best=(data.get("best") or {}).get("cost"),
+                   skipped=[f"{s['check']}: {s['reason']}" for s in (data.get("validity") or {}).get("skipped") or ()])
     else:
         row["error"] = (proc.stderr.strip().splitlines() or ["?"])[-1][:200]
     return row
 
 
-def render(rows: list[dict], meta: dict) -> str:
+def render(rows: list[dict], meta: dict, before: dict | None = None) -> str:
     head = "| module | wall s | " + " | ".join(PHASES) + " | level reached | default -> best |"
     lines = ["# First run on real modules (`autotune run --strategy random --budget 3`, validation on)", "",
              f"Made by `{meta['command']}` at {meta['revision']} with jax {meta['jax']} on {meta['machine']}; "
@@ -67,7 +74,42 @@ def render(rows: list[dict], meta: dict) -> str:
         answer = f"{r.get('default')} -> {r.get('best')}" if r["rc"] == 0 else r.get("error", "")
         lines.append(f"| `{r['module']}` | {r['wall']:.1f} | {cells} | {r.get('level') or '-'} | {answer} |")
     lines += ["", f"Total: {sum(r['wall'] for r in rows):.0f} s over {len(rows)} modules."]
+    skipped = [(r["module"], s) for r in rows for s in r.get("skipped") or ()]
+    if skipped:
+        lines += ["", "Checks the validation phase's budget skipped before they started:", ""]
+        lines += [f"- `{module}`: {s}" for module, s in skipped]
+    if before is not None:
+        lines += ["", *beside(rows, before)]
     return "\n".join(lines) + "\n"
+
+
+def beside(rows: list[dict], before: dict) -> list[str]:
+    """These rows' wall and validation seconds next to an earlier run's (``--before``), per module."""
+    old = {r["module"]: r for r in before["rows"]}
+    meta = before["meta"]
+    lines = [f"## Before and after (before: `{meta['command'].strip()}` at {meta['revision']}, jax {meta['jax']}, "
+             f"`--validate-seconds {meta['validate_seconds']}`)", "",
+             "| module | wall s before | wall s after | validation s before | validation s after | level before | level after |",
+             "|---|---|---|---|---|---|---|"]
+
+    def val(r):
+        v = (r or {}).get("phases", {}).get("validation")
+        return f"{v:.1f}" if isinstance(v, (int, float)) else "-"
+
+    for r in rows:
+        b = old.get(r["module"])
+        lines.append(f"| `{r['module']}` | {b['wall']:.1f} | {r['wall']:.1f} | {val(b)} | {val(r)} | "
+                     f"{b.get('level') or '-'} | {r.get('level') or '-'} |" if b else
+                     f"| `{r['module']}` | - | {r['wall']:.1f} | - | {val(r)} | - | {r.get('level') or '-'} |")
+    common = [r for r in rows if r["module"] in old]
+    lines += ["", f"Total over the {len(common)} modules in both: {sum(old[r['module']]['wall'] for r in common):.0f} s "
+              f"before, {sum(r['wall'] for r in common):.0f} s after (validation {sum_phase(old[r['module']] for r in common):.0f} s "
+              f"-> {sum_phase(common):.0f} s)."]
+    return lines
+
+
+def sum_phase(rows, phase: str = "validation") -> float:
+    return sum(float((r.get("phases") or {}).get(phase) or 0.0) for r in rows)
 
 
 def main() -> None:
@@ -76,7 +118,13 @@ def main() -> None:
     ap.add_argument("--budget", type=int, default=3)
     ap.add_argument("--validate-seconds", type=float, default=30.0)
     ap.add_argument("--out", default=str(ROOT / "results"))
+    ap.add_argument("--name", default="first_run", help="stem of the files written under --out")
+    ap.add_argument("--before", default=None, help="an earlier run's JSON, shown beside this one")
     args = ap.parse_args()
+    try:
+        before = json.loads(Path(args.before).read_text()) if args.before else None
+    except (OSError, ValueError) as exc:
+        raise SystemExit(f"first_run: --before {args.before}: {exc}") from None
     rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT).stdout.strip()
     meta = {"command": "python bench/first_run.py " + " ".join(sys.argv[1:]), "revision": rev or "?",
             "jax": version("jaxlib"), "machine": f"{platform.machine()}, {platform.python_version()}",
@@ -86,9 +134,9 @@ def main() -> None:
         rows.append(run_one(path, args.budget, args.validate_seconds))
         print(f"{path.stem}: {rows[-1]['wall']:.1f}s {rows[-1].get('phases', rows[-1].get('error'))}", flush=True)
     out = Path(args.out)
-    (out / "first_run.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=2) + "\n")
-    (out / "first_run.md").write_text(render(rows, meta))
-    print(f"wrote {out / 'first_run.md'}")
+    (out / f"{args.name}.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=2) + "\n")
+    (out / f"{args.name}.md").write_text(render(rows, meta, before))
+    print(f"wrote {out / (args.name + '.md')}")
 
 
 if __name__ == "__main__":
