@@ -229,9 +229,6 @@ class PPOStrategy(Strategy):
                               rollout_env.observation_names)
         if any(n.outputs != len(layout.outputs) or n.inputs != len(layout.inputs) for n in networks):
             raise BadInput(f"{self.policy}: its network does not match its sidecar's actions and observation")
-        skip = self._no_fine_tuning(layout) if self.finetune else None
-        self._say_how_it_is_used(diff, other, skip)
-        rollout_env.reset(seed=seed)
         if self.branches > 1 and meta["algo"] not in ("ppo", "a2c"):
             raise BadInput(f"ppo: branches needs a policy's action probabilities; {self.policy} is a "
                            f"{meta['algo']} policy")
@@ -240,6 +237,12 @@ class PPOStrategy(Strategy):
         actors = (members_actors if self.ensemble == "each" or len(members_actors) == 1
                   else [Ensemble(members_actors)])
         rollouts = len(actors) * self.branches  # each actor's roll-out and its branches
+        skip = self._no_fine_tuning(layout) if self.finetune else None
+        # Fine-tuning's absence is worth a word only where the budget outlasts the roll-outs (said
+        # after them, below, when they stop early).
+        outlasts = evaluate.remaining > rollouts * policy_space.max_length
+        self._say_how_it_is_used(diff, other, skip if outlasts else None, self.finetune and outlasts and skip is None)
+        rollout_env.reset(seed=seed)
         if len(actors) > 1:
             names = ", ".join(f"{p.parent.name}/{p.name}" for p, _ in self.members)
             self._note(f"a committee of {len(actors)} policies ({names}): each rolled out in turn, the best answer kept")
@@ -251,6 +254,9 @@ class PPOStrategy(Strategy):
             _rollout(actor, rollout_env)
             if self.branches > 1:
                 _branch(actor, rollout_env, self.branches)
+        if skip is not None and not outlasts and evaluate.remaining > 0:
+            self._note(f"fine-tuning skipped with {evaluate.remaining} evaluations left, the roll-out is the "
+                       f"answer: {skip}")
         if not self.finetune or skip is not None or evaluate.remaining <= 0:
             return
         self._fine_tune(source, evaluate, space, policy_space, seed, shaping, gamma, env_options, layout,
@@ -265,13 +271,13 @@ class PPOStrategy(Strategy):
             return "the policy's vocabulary differs from this XLA's (`autotune train` retrains it here)"
         return None
 
-    def _say_how_it_is_used(self, diff, other: str | None, skip: str | None) -> None:
+    def _say_how_it_is_used(self, diff, other: str | None, skip: str | None, fine_tunes: bool) -> None:
         """ONE stderr line, when there is something to say: the shipped default being used, how the
         policy's vocabularies differ from this XLA's (or the other pipeline version it was trained
         on), and why fine-tuning will not follow the roll-out."""
         parts = []
         if self.is_default:
-            then = "" if skip else ", then fine-tuning"
+            then = ", then fine-tuning" if fine_tunes else ""
             parts.append(f"zero-shot from the {self._label()} (its roll-out first{then}; "
                          "--policy none for PPO from scratch)")
         if not diff.same_names:
