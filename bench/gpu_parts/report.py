@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from harness import Provenance, write
+from harness import Provenance, write as write_results
 from gpu_parts.common import FIGURES
 
 
@@ -58,7 +58,7 @@ def write(data: dict, manifest: dict, out: Path) -> Path:
     data["correlation"] = correlations(manifest, data["rows"])
     stem = "gpu" if data["platform"] != "cpu" else "gpu-dryrun-cpu"
     prov = Provenance.now(target=f"{data['platform']} ({data['device']})")
-    return write(out, stem, data, markdown(data, manifest), prov, indent=1)
+    return write_results(out, stem, data, markdown(data, manifest), prov, indent=1)
 
 
 def markdown(data: dict, manifest: dict) -> str:
