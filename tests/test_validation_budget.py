@@ -51,15 +51,15 @@ DEFAULT = text_module(_module("multiply(%x, %b)"), "default")
 SAME = text_module(_module("add(%x, %x)"), "same")  # x*2 == x+x: the region check passes it
 
 
-def frozen(seconds: float, left: float) -> PhaseBudget:
-    """A budget of ``seconds`` with exactly ``left`` of it left, whenever it is asked."""
-    return PhaseBudget(seconds, started=0.0, clock=lambda: seconds - left)
+def frozen(seconds: float, spent: float) -> PhaseBudget:
+    """A budget of ``seconds`` of which exactly ``spent`` is spent, whenever it is asked."""
+    return PhaseBudget(seconds, started=0.0, clock=lambda: spent)
 
 
 def test_a_spent_budget_skips_every_execution_and_keeps_the_compile(pipeline):
     """Spent before the chain starts: neither the whole execution nor the region runs, each says why
     in one line, and the full compile still establishes ``compiled`` (never skipped)."""
-    budget = frozen(30, left=-5)
+    budget = frozen(30, spent=35)
     v = establish(pipeline, DEFAULT, SAME, finals=(DEFAULT, SAME), budget=budget)
     assert v.level == COMPILED and is_declined(v.reason), v.describe()
     assert [s.check for s in v.skipped] == [EXECUTED_CHECK, REGION_CHECK]
@@ -68,48 +68,52 @@ def test_a_spent_budget_skips_every_execution_and_keeps_the_compile(pipeline):
     assert "no region check: the validation phase's 30 s budget" in v.reason
     assert v.budget_seconds == 30
     # the same pair with time left is executed whole: the budget made the difference
-    ran = establish(pipeline, DEFAULT, SAME, finals=(DEFAULT, SAME), budget=frozen(30, left=30))
+    ran = establish(pipeline, DEFAULT, SAME, finals=(DEFAULT, SAME), budget=frozen(30, spent=0))
     assert ran.level == EXECUTED and ran.skipped == (), ran.describe()
 
 
-def test_an_execution_estimated_over_what_is_left_is_skipped_before_it_runs(pipeline):
+def test_an_execution_estimated_past_twice_the_budget_is_skipped_before_it_runs(pipeline):
     """The whole execution's own estimate (XLA's cost analysis, the longer of the two modules) against
-    what is left: half the estimate left skips it (the region, far cheaper, runs instead), twice the
-    estimate lets it run."""
+    the phase's cap (twice the budget): a budget of a quarter of the estimate, nearly spent, skips it
+    (the region, far cheaper, runs instead); a budget of the estimate itself lets it run."""
     plan = execution_plan(pipeline, DEFAULT, SAME, pipeline.parameter_specs(DEFAULT), bound_seconds=30)
     assert plan.fits and plan.estimate_seconds is not None and plan.estimate_seconds > 0
     estimate = plan.estimate_seconds
     v = establish(pipeline, DEFAULT, SAME, finals=(DEFAULT, SAME), bound_seconds=30,
-                  budget=frozen(30, left=estimate / 2))
+                  budget=frozen(estimate / 4, spent=0.99 * estimate / 4))
     assert v.skipped and v.skipped[0].check == EXECUTED_CHECK, v.describe()
     assert "the longer module's execution would take ~" in v.skipped[0].reason
-    assert "left of the validation phase's 30 s budget" in v.skipped[0].reason
+    assert "budget (--validate-seconds): past twice the budget" in v.skipped[0].reason
     # the region (microseconds) fits what is left: it runs instead, and says why the whole did not
     assert v.level == EXECUTED_REGION and "not executed: not tried: the longer module's execution" in v.reason
     ran = establish(pipeline, DEFAULT, SAME, finals=(DEFAULT, SAME), bound_seconds=30,
-                    budget=frozen(30, left=estimate * 2 + 1))
+                    budget=frozen(estimate, spent=0))
     assert ran.level == EXECUTED and ran.skipped == (), ran.describe()
 
 
-def test_a_region_estimated_over_what_is_left_is_not_run(monkeypatch, pipeline):
+def test_a_region_estimated_past_the_cap_or_the_bound_is_not_run(monkeypatch, pipeline):
     """Whole execution declined for memory; the changed region is cut (no compile), then its run's
-    estimate is set against what is left and the per-execution bound: not started when it does not
-    fit, run when it does."""
+    estimate is set against the phase's cap and the per-execution bound: not started when it does
+    not fit, run when it does."""
     pipeline.execution_rates()  # calibrated (it runs two small modules) before the limit that declines
+    region = pipeline.regions(DEFAULT, SAME).regions[0]
+    estimate = pipeline.execution_estimate(region.modules()[0])  # 32 bytes in, a few flops: microseconds
+    assert estimate is not None and 0 < estimate < 0.01
     monkeypatch.setenv("AUTOTUNE_MAX_EXEC_BYTES", "1M")
-    v = establish(pipeline, DEFAULT, SAME, finals=(DEFAULT, SAME), budget=frozen(30, left=1e-9))
+    v = establish(pipeline, DEFAULT, SAME, finals=(DEFAULT, SAME),
+                  budget=frozen(estimate / 4, spent=0.99 * estimate / 4))
     assert v.level == COMPILED, v.describe()
     assert [s.check for s in v.skipped] == [REGION_CHECK]
     assert v.skipped[0].reason.startswith("region 1 (") and "'s run would take ~" in v.skipped[0].reason
+    assert v.skipped[0].reason.endswith("past twice the budget")
     assert "inputs need 16.0 MiB, 1.0 MiB available" in v.reason and "no region check: region 1" in v.reason
-    # a region estimated over one execution's bound would be stopped there: not started either (its
-    # estimate is a fraction of a microsecond: 32 bytes in, a few flops)
-    over = establish(pipeline, DEFAULT, SAME, finals=(DEFAULT, SAME), bound_seconds=1e-9,
-                     budget=frozen(1000, left=1000))
+    # a region estimated over one execution's bound would be stopped there: not started either
+    over = establish(pipeline, DEFAULT, SAME, finals=(DEFAULT, SAME), bound_seconds=estimate / 10,
+                     budget=frozen(1000, spent=0))
     assert over.level == COMPILED and [s.check for s in over.skipped] == [REGION_CHECK], over.describe()
     assert "'s run would take ~" in over.skipped[0].reason
     assert "on this machine (bound 0 ms per execution, --validate-seconds)" in over.skipped[0].reason
-    ran = establish(pipeline, DEFAULT, SAME, finals=(DEFAULT, SAME), budget=frozen(30, left=30))
+    ran = establish(pipeline, DEFAULT, SAME, finals=(DEFAULT, SAME), budget=frozen(30, spent=0))
     assert ran.level == EXECUTED_REGION and ran.skipped == (), ran.describe()
 
 
@@ -133,7 +137,8 @@ def test_a_run_shares_one_budget_and_reports_the_phase_total_beside_it(tmp_path)
     assert text.returncode == 0, text.stderr
     out = " ".join(text.stdout.split())  # rich wraps long lines
     assert "validation: compiled in " in out and " s (budget 0.001 s): whole execution declined" in out
-    assert "memory check skipped: the validation phase's 1 ms budget (--validate-seconds) was spent" in out
+    assert "memory check skipped: comparing memory (a full compile of the original) would take ~" in out
+    assert "past twice the budget" in out  # timed by the tuned module's compile: past the 2 ms cap
 
 
 def test_skips_and_the_budget_survive_the_stored_result():

@@ -255,8 +255,9 @@ class ModuleSearch(Search):
                 best = replace(best, sequence=())  # nothing beats the default: apply nothing (``found`` keeps it)
         memory = None
         if best is not None and best.sequence and self.spec.validate and status != "interrupted":
-            budget = self.validation_budget  # two full compiles (the tuned one usually cached): within budget only
-            skip = budget.refuse(MEMORY_CHECK, budget.compile_seconds, "a full compile of the original")
+            budget = self.validation_budget  # compiles both (the tuned one usually cached): within budget only
+            skip = budget.refuse(MEMORY_CHECK, budget.compile_seconds, "comparing memory (a full compile of the "
+                                 "original)", late=True)
             if skip is None:
                 self.phases.enter("validation", "memory: both modules' buffer assignments")
                 memory = footprint.compare(self.ev.pipeline, self.root, self.ev.module(best.state, self.root.name))

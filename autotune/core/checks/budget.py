@@ -4,15 +4,24 @@ Why: ``--validate-seconds`` used to bound each execution alone, while the phase 
 another (the tuned module's full compile, the changed regions with their input ladder and f32 second
 opinion, every region of every candidate, then the memory comparison's two full compiles), so a
 Gemma-size step spent 291 s in validation under a 30 s bound to end at ``compiled``. Now the run holds
-one ``PhaseBudget`` for all the candidates it validates, and a checker that cannot raise the level in
-the time left is skipped *before* it spends any: one that would start after the budget is spent, or
-whose own estimate (an execution's, from XLA's cost analysis; a compile's, from the full compile this
-phase already timed) exceeds what is left. Each skip is one ``Skip`` line, kept with the verdict.
+one ``PhaseBudget`` for all the candidates it validates and the memory comparison, and a check that
+cannot finish in time is skipped *before* it spends any:
 
-What is never skipped: the checks that establish the floor level, ``compiled`` (the tuned module's
-full compile, the target's compile), and the cheap ones before them; a check that started within the
-budget finishes its current run, each run still stopped at ``--validate-seconds``. So the phase ends
-within twice ``--validate-seconds`` plus the full compile(s) it needs to say ``compiled``.
+* nothing starts once the budget (``--validate-seconds``, B) is spent (but the memory comparison, whose
+  compile was timed, may while it ends within the cap);
+* nothing starts whose own estimate would carry the phase past twice the budget (the cap, 2B): an
+  execution's estimate (XLA's cost analysis), a compile's (the full compile this phase already timed);
+* an execution estimated over one execution's bound (B) is not started either: it would be stopped
+  there after its compile, for nothing.
+
+Why twice and not B itself: estimates are rough (a ViT execution estimated at 29 s ran in a few), and
+the executions the old bound allowed (estimated within B, started early in the phase) must still run,
+or levels drop on the modules that were fine; the cap stops what made the phase unbounded. Each skip
+is one ``Skip`` line, kept with the verdict. Never skipped: the checks that establish the floor level,
+``compiled`` (the tuned module's full compile, the target's compile), and the cheap ones before them.
+So the phase ends within about twice ``--validate-seconds`` plus the full compile(s) ``compiled``
+needs; what can still pass that: the compiles an execution needs before its bounded run (not
+estimated), and runs that overrun their estimate (each stopped at the bound).
 """
 
 from __future__ import annotations
@@ -34,8 +43,9 @@ class PhaseBudget:
 
     Mutable working state like ``checks.Case`` (it accumulates what it refused and the full compile
     it saw timed); what leaves the chain is frozen (``Skip`` in ``Validation.skipped``). ``clock``
-    is ``time.perf_counter``; a test hands a ``started`` in the past to find the budget spent
-    without waiting (decisions are tested, not speed).
+    is ``time.perf_counter`` by default; a run hands its ``validation`` phase total (so the budget and
+    the total printed beside it are one figure), a test a clock that stands still, to find the budget
+    spent or a given time left without waiting (decisions are tested, not speed).
     """
 
     def __init__(self, seconds: float, started: float | None = None, clock=time.perf_counter):
@@ -45,27 +55,32 @@ class PhaseBudget:
         #: How long the tuned module's full compile took in this phase (the estimate of another one).
         self.compile_seconds: float | None = None
 
+    @property
+    def cap(self) -> float:
+        """No check starts that is estimated to end past this: twice the budget."""
+        return 2 * self.seconds
+
     def spent(self) -> float:
         return max(0.0, self.clock() - self.started)
 
-    def left(self) -> float:
-        return self.seconds - self.spent()
-
     def refuse(self, check: str, estimate: float | None = None, what: str = "it",
-               bound: float | None = None) -> Skip | None:
+               bound: float | None = None, late: bool = False) -> Skip | None:
         """A recorded ``Skip`` when ``check`` must not start: the budget is spent, ``estimate``
-        (seconds, None where unknown) exceeds what is left, or it exceeds ``bound`` (one execution's
-        bound: the run would be stopped there, after its compile, for nothing); None when it may start."""
-        left = self.left()
-        if left <= 0:
-            reason = (f"the validation phase's {duration(self.seconds)} budget (--validate-seconds) was spent "
-                      f"({duration(self.spent())} so far)")
+        (seconds, None where unknown) would carry the phase past ``cap``, or it exceeds ``bound``
+        (one execution's bound: the run would be stopped there, after its compile, for nothing);
+        None when it may start. ``late``: a check with a known estimate may start after the budget is
+        spent if it ends within the cap (the memory comparison: a warning worth a few seconds' compile
+        on an ordinary step, not worth a 19k-instruction step's)."""
+        spent = self.spent()
+        budget = f"the validation phase's {duration(self.seconds)} budget (--validate-seconds)"
+        if spent >= self.seconds and not (late and estimate is not None):
+            reason = f"{budget} was spent ({duration(spent)} so far)"
         elif estimate is not None and bound is not None and estimate > bound:
             reason = (f"{what} would take ~{duration(estimate)} on this machine (bound {duration(bound)} per "
                       "execution, --validate-seconds)")
-        elif estimate is not None and estimate > left:
-            reason = (f"{what} would take ~{duration(estimate)}, {duration(left)} left of the validation "
-                      f"phase's {duration(self.seconds)} budget (--validate-seconds)")
+        elif estimate is not None and spent + estimate > self.cap:
+            reason = (f"{what} would take ~{duration(estimate)}, {duration(spent)} into {budget}: past twice "
+                      "the budget")
         else:
             return None
         skip = Skip(check, reason)

@@ -89,8 +89,8 @@ class Executed(Checker):
     ``unverified`` (the original itself does not run here); otherwise records the declined plan.
 
     Skipped before it spends anything (``case.budget``, the phase's time): when the phase budget is
-    already spent, or when the execution's estimate exceeds what is left of it; the plan is then
-    declined with that reason, as for an estimate over the per-execution bound."""
+    already spent, or when the execution's estimate would carry the phase past twice it; the plan is
+    then declined with that reason, as for an estimate over the per-execution bound."""
 
     def check(self, case: Case) -> Validation | None:
         bound = validate_seconds(case.bound_seconds)

@@ -20,7 +20,7 @@ class Region(Checker):
     why no region ran (``case.region_note``) for ``compiled``'s reason.
 
     Skipped before it spends anything when the phase budget (``case.budget``) is spent; each region's
-    run is also refused when its own estimate exceeds what is left (``establish_region``)."""
+    run is also refused by its own estimate (``establish_region``)."""
 
     def check(self, case: Case) -> Validation | None:
         if case.budget is not None and (skip := case.budget.refuse(REGION_CHECK)) is not None:
@@ -47,8 +47,8 @@ def establish_region(pipeline, original, tuned, seed: int, why_not: str, finals=
     each run bounded like a whole execution (``bound_seconds``; compiling not counted). Returns ``executed-region`` (reason: regions, instructions, bytes executed vs the whole module's),
     ``invalid`` for a region whose outputs differ (naming the region, listing its instructions), or a
     note (``"; no region check: ..."``: why it could not be done, or was stopped) for ``compiled``.
-    ``budget``: the phase's time; a region whose run is estimated longer than what is left of it (or
-    that would start once it is spent) is not started, and the note says so.
+    ``budget``: the phase's time; a region that would start once it is spent, or whose run is estimated
+    past twice it or past one execution's bound, is not started, and the note says so.
     """
     if not supports(pipeline, "regions"):
         return ""
@@ -99,12 +99,12 @@ def establish_region(pipeline, original, tuned, seed: int, why_not: str, finals=
 def _refused(pipeline, r, budget: PhaseBudget | None, bound: float | None) -> str | None:
     """The note when the phase budget refuses ``r``'s run before anything of it is compiled or run:
     spent, or its estimate (``execution_estimate`` of both sides, XLA's cost analysis: no compile;
-    the f32 second opinion a bf16 region may need is not in it) over what is left or over one
+    the f32 second opinion a bf16 region may need is not in it) past twice the budget or over one
     execution's bound (where the run would be stopped anyway)."""
     if budget is None:
         return None
     estimate = None
-    if bounded(pipeline) and budget.left() > 0:
+    if bounded(pipeline) and budget.spent() < budget.seconds:
         try:
             estimate = pipeline.execution_estimate(r.modules()[0])
         except (BadInput, PassFailed):
