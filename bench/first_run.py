@@ -7,9 +7,13 @@ on large steps); this is the before/after figure for that work, with the jax tha
 
     python bench/first_run.py [--modules DIR_OR_FILES...] [--budget 3] [--validate-seconds 30]
                               [--before results/first_run_before.json] [--name first_run]
+                              [--against DIR --against-label REV]
 
-``--before`` puts an earlier run's figures (its JSON) beside these, module by module; ``--name`` is
-the stem of what is written under ``--out``. The validation column is the phase's total, to be read
+``--before`` puts an earlier run's figures (its JSON) beside these, module by module. ``--against``
+runs an older ``autotune`` package (``DIR/autotune``, e.g. from ``git archive REV autotune | tar -x -C
+DIR``; put first on ``PYTHONPATH``, the rest of this environment shared) on each module right before
+this tree, so that both see the same load on a shared machine; its rows are the "before" then (also
+written as ``NAME_against.json``). ``--name`` is the stem of what is written under ``--out``. The validation column is the phase's total, to be read
 against ``--validate-seconds`` (since issue 53 a budget for the phase as a whole); the checks the
 budget skipped are listed per module.
 """
@@ -18,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import subprocess
 import sys
@@ -42,13 +47,17 @@ def modules(given: list[str]) -> list[Path]:
     return list(found.values())
 
 
-def run_one(path: Path, budget: int, validate_seconds: float) -> dict:
-    """One cold-cache ``autotune run`` of ``path``: its wall time, phases and answer."""
+def run_one(path: Path, budget: int, validate_seconds: float, package: str | None = None) -> dict:
+    """One cold-cache ``autotune run`` of ``path``: its wall time, phases and answer; ``package``: a
+    directory whose ``autotune`` runs instead of this tree's (first on ``PYTHONPATH``)."""
+    env = dict(os.environ)
+    if package:
+        env["PYTHONPATH"] = os.pathsep.join([package, *filter(None, [env.get("PYTHONPATH")])])
     with tempfile.TemporaryDirectory() as tmp:
         cmd = [sys.executable, "-P", "-m", "autotune.cli", "run", "--strategy", "random", "--budget", str(budget),
                "--validate-seconds", str(validate_seconds), str(path), "--db", f"{tmp}/c.db", "--json"]
         t0 = time.perf_counter()
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=3600)
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=3600, env=env)
         wall = time.perf_counter() - t0
     row = {"module": path.stem, "wall": wall, "rc": proc.returncode}
     if proc.returncode == 0:
@@ -61,7 +70,7 @@ def run_one(path: Path, budget: int, validate_seconds: float) -> dict:
     return row
 
 
-def render(rows: list[dict], meta: dict, before: dict | None = None) -> str:
+def render(rows: list[dict], meta: dict, befores: list[dict] = ()) -> str:
     head = "| module | wall s | " + " | ".join(PHASES) + " | level reached | default -> best |"
     lines = ["# First run on real modules (`autotune run --strategy random --budget 3`, validation on)", "",
              f"Made by `{meta['command']}` at {meta['revision']} with jax {meta['jax']} on {meta['machine']}; "
@@ -78,7 +87,7 @@ def render(rows: list[dict], meta: dict, before: dict | None = None) -> str:
     if skipped:
         lines += ["", "Checks the validation phase's budget skipped before they started:", ""]
         lines += [f"- `{module}`: {s}" for module, s in skipped]
-    if before is not None:
+    for before in befores:
         lines += ["", *beside(rows, before)]
     return "\n".join(lines) + "\n"
 
@@ -120,7 +129,12 @@ def main() -> None:
     ap.add_argument("--out", default=str(ROOT / "results"))
     ap.add_argument("--name", default="first_run", help="stem of the files written under --out")
     ap.add_argument("--before", default=None, help="an earlier run's JSON, shown beside this one")
+    ap.add_argument("--against", default=None, help="a directory holding an older autotune package, run on "
+                                                    "each module right before this tree (the before figure)")
+    ap.add_argument("--against-label", default=None, help="what --against is (a revision)")
     args = ap.parse_args()
+    if args.against and not (Path(args.against) / "autotune" / "__init__.py").is_file():
+        raise SystemExit(f"first_run: --against {args.against}: no autotune package there")
     try:
         before = json.loads(Path(args.before).read_text()) if args.before else None
     except (OSError, ValueError) as exc:
@@ -129,13 +143,23 @@ def main() -> None:
     meta = {"command": "python bench/first_run.py " + " ".join(sys.argv[1:]), "revision": rev or "?",
             "jax": version("jaxlib"), "machine": f"{platform.machine()}, {platform.python_version()}",
             "validate_seconds": args.validate_seconds}
-    rows = []
+    rows, against = [], []
     for path in modules(args.modules):
+        if args.against:
+            against.append(run_one(path, args.budget, args.validate_seconds, str(Path(args.against).resolve())))
+            print(f"{path.stem} (against): {against[-1]['wall']:.1f}s "
+                  f"{against[-1].get('phases', against[-1].get('error'))}", flush=True)
         rows.append(run_one(path, args.budget, args.validate_seconds))
         print(f"{path.stem}: {rows[-1]['wall']:.1f}s {rows[-1].get('phases', rows[-1].get('error'))}", flush=True)
     out = Path(args.out)
+    if args.against:
+        before_ab = {"meta": {**meta, "revision": args.against_label or args.against,
+                              "command": meta["command"] + " (the --against package, each module run just before)"},
+                     "rows": against}
+        (out / f"{args.name}_against.json").write_text(json.dumps(before_ab, indent=2) + "\n")
     (out / f"{args.name}.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=2) + "\n")
-    (out / f"{args.name}.md").write_text(render(rows, meta, before))
+    befores = ([before_ab] if args.against else []) + ([before] if before is not None else [])
+    (out / f"{args.name}.md").write_text(render(rows, meta, befores))
     print(f"wrote {out / (args.name + '.md')}")
 
 
