@@ -35,6 +35,8 @@ import re
 from pathlib import Path
 
 from autotune.errors import BadInput
+from autotune.pipelines.xla import versions
+from autotune.rl.vocabulary import trained_xla
 
 #: The policy ``autotune run --strategy ppo`` starts from when it is shipped.
 DEFAULT = "llm"
@@ -92,8 +94,6 @@ def names() -> list[str]:
 
 def trained_on(policy: Path) -> tuple[int, ...] | None:
     """The jaxlib version a policy file was trained on (its sidecar), or None when unrecorded."""
-    from autotune.rl.vocabulary import trained_xla  # numpy only; the package import stays light
-
     try:
         meta = json.loads(Path(f"{policy}.json").read_text())
     except (OSError, ValueError):
@@ -125,8 +125,6 @@ def variant_note(name: str, path: Path) -> str | None:
 
 
 def _installed_jaxlib() -> tuple[int, ...]:
-    from autotune.pipelines.xla import versions
-
     try:
         return versions.parse(versions.installed())
     except ValueError:  # no jaxlib: the base policy
