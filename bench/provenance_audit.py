@@ -40,8 +40,8 @@ COMMAND = re.compile(r"(?:Made by|Regenerat\w*:?)[^`\n]{0,3}`((?:python|autotune
                      r"|^`(python bench/[^`]+)`", re.M)
 FENCED = re.compile(r"```[^\n]*\n(.*?)```", re.S)
 FENCED_COMMAND = re.compile(r"^\s*(python bench/\S.*)$", re.M)  # a "Reproduce" block of autotune calls is not one
-REVISION = re.compile(r"\b(?:committed in|revision|commit)\s+`?([0-9a-f]{7,40})\b(?!-)"  # "at" + digits alone: a number
-                      r"|\bat\s+`?((?=[0-9a-f]*[a-f])[0-9a-f]{7,40})\b(?!-)")
+REVISION = re.compile(r"\b(?:committed in|revision|commit)\s+`?([0-9a-f]{7,40})\b(?!-)|\bat\s+`?((?=[0-9a-f]*[a-f])"
+                      r"[0-9a-f]{7,40}|\d{7,40}(?=(?:\+dirty)? with jax))\b(?!-)")  # "at 1234567" alone: a number
 JAX = re.compile(r"\bjax(?:lib)?(?:[ =-]|==)v?(\d+\.\d+(?:\.\d+)*)")
 
 
