@@ -28,13 +28,9 @@ from harness import RESULTS, Provenance, rel, write
 OUT_STEM = "provenance"
 #: Results Markdown that does not name both a command and a jax version, and why (tests/test_bench_harness.py
 #: holds every other results Markdown to both; a new results file belongs on the harness, not here).
-#: These five record no jax version and were changed by another developer within three hours of the backfill
-#: (d604010 moved their scripts to bench/experiments/ and rewrote the command line), so they were left as they
-#: were; the change before it (an ancestor of 4ec50f9) would give jax 0.10.2 to whoever owns them.
-INCOMPLETE = frozenset({
-    "results/bf16_precision.md", "results/gpu_target.md", "results/learning-quick-engine7/finetune_vs_branches.md",
-    "results/region.md", "results/train_throughput.md",
-})
+#: Empty: the last five (scripts moved to bench/experiments/ in d604010) were backfilled from the change before
+#: the move, an ancestor of 4ec50f9, when jax was pinned at 0.10.2.
+INCOMPLETE: frozenset[str] = frozenset()
 
 COMMAND = re.compile(r"(?:Made by|Regenerat\w*:?)[^`\n]{0,3}`((?:python|autotune|make) [^`]+)`"
                      r"|^`(python bench/[^`]+)`", re.M)
