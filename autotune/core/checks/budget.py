@@ -21,7 +21,8 @@ is one ``Skip`` line, kept with the verdict. Never skipped: the checks that esta
 ``compiled`` (the tuned module's full compile, the target's compile), and the cheap ones before them.
 So the phase ends within about twice ``--validate-seconds`` plus the full compile(s) ``compiled``
 needs; what can still pass that: the compiles an execution needs before its bounded run (not
-estimated), and runs that overrun their estimate (each stopped at the bound).
+estimated), and the f32 reference runs of a bf16 region's second opinion that started in time. Every
+bounded run is also stopped at the cap (``run_bound``).
 """
 
 from __future__ import annotations
@@ -86,6 +87,13 @@ class PhaseBudget:
         skip = Skip(check, reason)
         self.skipped.append(skip)
         return skip
+
+    def run_bound(self, bound: float | None) -> float | None:
+        """The bound of one run starting now: one execution's ``bound``, or what is left until the
+        cap when that is less (0 once it is reached). Early in the phase this is ``bound`` itself."""
+        if bound is None:
+            return None
+        return max(0.0, min(bound, self.cap - self.spent()))
 
     def timed_compile(self, seconds: float) -> None:
         """Remember the longest full compile seen in this phase: the estimate of the next one."""

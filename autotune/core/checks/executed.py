@@ -118,23 +118,28 @@ class Executed(Checker):
         est = f" (estimated {duration(plan.estimate_seconds)}, bound {duration(bound)})" \
             if plan.estimate_seconds is not None else ""
         case.say(f"executing the original{est}")
+        now = _bound_now(case, bound)
         try:
-            orig_outs, floats, int_high = original_outputs_or_reason(pipeline, runs.original, seed, case.specs, bound)
+            orig_outs, floats, int_high = original_outputs_or_reason(pipeline, runs.original, seed, case.specs, now)
         except CannotRun as exc:
             return self._declined(case, str(exc))
         except OriginalFails as exc:
             return Validation(UNVERIFIED, f"the original does not compile and run on this host: {exc}{runs.note()}",
                               runs.n_tuned)
         except Overran:
-            return self._declined(case, _overran(plan, "the original's"))
+            return self._declined(case, _overran(plan, "the original's", now))
         case.say(f"executing the tuned module{est}")
+        now = _bound_now(case, bound)
+        if now is not None and now <= 0:  # the original's run took the phase to its cap: not compiled, not run
+            return self._declined(case, "the tuned module's execution was not started: the original's took the "
+                                        "validation phase to its cap (twice its budget, --validate-seconds)")
         try:
-            report = compare_tuned(pipeline, runs.tuned, case.specs, orig_outs, seed, floats, int_high, bound,
+            report = compare_tuned(pipeline, runs.tuned, case.specs, orig_outs, seed, floats, int_high, now,
                                    original=runs.original)
         except BadInput:  # the tuned module needs more memory than the original did
             return self._declined(case, "the tuned module's run does not fit the execution limit")
         except Overran:
-            return self._declined(case, _overran(plan, "the tuned module's"))
+            return self._declined(case, _overran(plan, "the tuned module's", now))
         if not report.ok:
             return Validation(INVALID, report.reason, runs.n_tuned, report)
         level = EXECUTED_WITH_STAND_INS if runs.n_tuned or runs.n_orig else EXECUTED
@@ -146,7 +151,16 @@ class Executed(Checker):
         return None
 
 
-def _overran(plan: ExecutionPlan, whose: str) -> str:
+def _bound_now(case: Case, bound: float | None) -> float | None:
+    """One run's bound now: ``bound``, or what is left until the phase's cap when that is nearer
+    (``PhaseBudget.run_bound``; never early in the phase, where the estimate's check let it start)."""
+    return bound if case.budget is None else case.budget.run_bound(bound)
+
+
+def _overran(plan: ExecutionPlan, whose: str, applied: float | None = None) -> str:
     est = f"; estimated {duration(plan.estimate_seconds)}" if plan.estimate_seconds is not None else ""
-    return (f"{whose} execution was stopped at the {duration(plan.bound_seconds)} bound{est} "
+    bound = plan.bound_seconds if applied is None else applied
+    cap = " (the validation phase's cap, twice its budget)" if bound is not None and plan.bound_seconds is not None \
+        and bound < plan.bound_seconds else ""
+    return (f"{whose} execution was stopped at the {duration(bound)} bound{cap}{est} "
             f"(--validate-seconds; its worker was replaced)")

@@ -72,7 +72,7 @@ def establish_region(pipeline, original, tuned, seed: int, why_not: str, finals=
     outputs, stand_ins, n_inputs, described, n_nonfinite, elements, rounding = [], 0, 0, None, 0, 0, []
     lifted = pipeline.exclusive_runs
     for r in cut.regions:
-        ran = _refused(pipeline, r, budget, bound_seconds) or _run_region(pipeline, r, seed, bound_seconds)
+        ran = _refused(pipeline, r, budget, bound_seconds) or _run_region(pipeline, r, seed, bound_seconds, budget)
         if not isinstance(ran, tuple):
             return ran  # an ``invalid`` Validation, or the note saying why no region check was done
         report, orig_outs, n_t = ran
@@ -123,7 +123,7 @@ def _region_reason(cut, whole: int | None, why_not: str) -> str:
             + f" (whole module not executed: {why_not})")
 
 
-def _run_region(pipeline, r, seed: int, bound: float | None = None):
+def _run_region(pipeline, r, seed: int, bound: float | None = None, budget: PhaseBudget | None = None):
     """One region, both sides in one module (``r.modules()``: the inputs are drawn once, compiled and
     run once): ``(report, default side's outputs, stand-ins)``, or an ``invalid`` Validation naming
     the region, or a note (``"; no region check: ..."``) when it could not be run or proves nothing."""
@@ -132,8 +132,11 @@ def _run_region(pipeline, r, seed: int, bound: float | None = None):
     _, n_t, _ = _stand_in_or_same(pipeline, tuned_module)
     try:
         specs = pipeline.parameter_specs(both)
-        outs, floats, int_high, empty = _region_outputs(pipeline, both, seed, specs, bound)
+        outs, floats, int_high, empty = _region_outputs(pipeline, both, seed, specs, bound, budget)
     except Overran:
+        if budget is not None and bound is not None and budget.cap - budget.spent() < bound:
+            return (f"; no region check: {r.describe()} was stopped at the validation phase's cap (twice its "
+                    f"{duration(budget.seconds)} budget, --validate-seconds; its worker was replaced)")
         return (f"; no region check: {r.describe()} was stopped at the {duration(bound)} bound "
                 "(--validate-seconds; its worker was replaced)")
     except (BadInput, PassFailed) as exc:
@@ -145,15 +148,27 @@ def _run_region(pipeline, r, seed: int, bound: float | None = None):
         return (f"; no region check: {r.describe()}: on random inputs at its boundary, output(s) "
                 f"{', '.join(map(str, empty))} of XLA's default side are not finite anywhere")
     # bf16/f16 rounding differences no worse than XLA's default's are no mismatch, as for whole modules
+    # a narrow-float difference needs the f32 second opinion (up to three reference runs, each with
+    # its own compile): a new check, not started once the budget is spent (nothing decided: compiled)
+    narrow = any(not o.ok and o.dtype in ("bfloat16", "float16") for o in report.outputs)
+    if narrow and budget is not None and (skip := budget.refuse(REGION_CHECK)) is not None:
+        return (f"; no region check: {r.describe()} differs by more than its strict tolerance in bf16/f16 and "
+                f"its f32 second opinion was not started: {skip.reason}")
     report = second_opinion_paired(pipeline, both, report, orig_outs, outs[half:], seed, floats, int_high,
-                                   bound if bounded(pipeline) else None)
+                                   _bound_now(bound, budget) if bounded(pipeline) else None)
     if not report.ok:
         return Validation(INVALID, f"{r.describe()} computes other values: {report.reason}\n{r.listing}",
                           n_t, report)
     return report, orig_outs, n_t
 
 
-def _region_outputs(pipeline, module, seed: int, specs, bound: float | None = None):
+def _bound_now(bound: float | None, budget: PhaseBudget | None) -> float | None:
+    """One run's bound now: ``bound``, or less when the phase's cap is nearer (``run_bound``)."""
+    return bound if budget is None else budget.run_bound(bound)
+
+
+def _region_outputs(pipeline, module, seed: int, specs, bound: float | None = None,
+                    budget: PhaseBudget | None = None):
     """Both sides of a region (``module`` returns the default's outputs, then the tuned one's) on
     the input ladder, stopping at the first distribution where every output of the default side
     has finite values (whole execution wants *no* non-finite value, but a region's random weights
@@ -162,7 +177,10 @@ def _region_outputs(pipeline, module, seed: int, specs, bound: float | None = No
     default-side outputs with no finite value)``."""
     best = None
     for floats, int_high in rungs(specs):
-        outs = execute_bounded(pipeline, module, seed, floats, int_high, bound)
+        now = _bound_now(bound, budget)
+        if now is not None and now <= 0:
+            raise Overran("the validation phase's cap")
+        outs = execute_bounded(pipeline, module, seed, floats, int_high, now)
         empty = [i for i, x in enumerate(outs[:len(outs) // 2]) if x.size and nonfinite([x]) == x.size]
         if best is None or len(empty) < len(best[3]):
             best = (outs, floats, int_high, empty)
