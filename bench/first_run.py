@@ -64,6 +64,7 @@ def run_one(path: Path, budget: int, validate_seconds: float, package: str | Non
         data = json.loads(proc.stdout)
         row.update(phases=data.get("phases") or {}, level=data.get("validation_level"),
                    default=data.get("default_cost"), best=(data.get("best") or {}).get("cost"),
+                   reason=(data.get("validity") or {}).get("reason"),
                    skipped=[f"{s['check']}: {s['reason']}" for s in (data.get("validity") or {}).get("skipped") or ()])
     else:
         row["error"] = (proc.stderr.strip().splitlines() or ["?"])[-1][:200]
@@ -75,7 +76,10 @@ def render(rows: list[dict], meta: dict, befores: list[dict] = ()) -> str:
     lines = ["# First run on real modules (`autotune run --strategy random --budget 3`, validation on)", "",
              f"Made by `{meta['command']}` at {meta['revision']} with jax {meta['jax']} on {meta['machine']}; "
              f"each module on a cold cache, `--validate-seconds {meta['validate_seconds']}`. Judged by XLA's "
-             "CPU pipeline; wall time of the whole command (start-up included) on a shared machine.", "",
+             "CPU pipeline; wall time of the whole command (start-up included) on a shared machine"
+             + (f" (load average {meta['load']} at the start)" if meta.get("load") else "") + ": other jobs "
+             "ran beside it, and one module's time varies up to 2x between rounds. Compare within an A/B "
+             "table (`--against`: each module's before run just before its after run), not across rounds.", "",
              head, "|" + "---|" * (len(PHASES) + 4)]
     for r in rows:
         ph = r.get("phases", {})
@@ -142,7 +146,7 @@ def main() -> None:
     rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT).stdout.strip()
     meta = {"command": "python bench/first_run.py " + " ".join(sys.argv[1:]), "revision": rev or "?",
             "jax": version("jaxlib"), "machine": f"{platform.machine()}, {platform.python_version()}",
-            "validate_seconds": args.validate_seconds}
+            "validate_seconds": args.validate_seconds, "load": " ".join(f"{x:.1f}" for x in os.getloadavg())}
     rows, against = [], []
     for path in modules(args.modules):
         if args.against:

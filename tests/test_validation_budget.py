@@ -147,3 +147,18 @@ def test_skips_and_the_budget_survive_the_stored_result():
     assert back == v and back.skipped[0].describe() == "executed-region check skipped: spent"
     old = {"level": "compiled", "ok": True, "reason": "why", "stand_ins": 0, "report": None}
     assert Validation.from_dict(old) == Validation(COMPILED, "why")  # stored before the budget existed
+
+
+def test_a_run_is_bounded_by_the_phase_cap_only_late_in_the_phase():
+    """One run's bound: the per-execution bound while the cap (twice the budget) is farther, what is
+    left of the cap after that, nothing once it is reached; nothing starts once the budget is spent,
+    except a late check whose estimate ends within the cap (the memory comparison)."""
+    assert frozen(30, spent=5).run_bound(30) == 30 and frozen(30, spent=50).run_bound(30) == 10
+    assert frozen(30, spent=70).run_bound(30) == 0 and frozen(30, spent=70).run_bound(None) is None
+    late = frozen(30, spent=40)
+    assert late.refuse(EXECUTED_CHECK, estimate=1) is not None  # spent: not started, however short
+    assert late.refuse(MEMORY_CHECK, estimate=5, late=True) is None  # ends at 45 s, within 60 s
+    skip = late.refuse(MEMORY_CHECK, estimate=25, what="comparing memory", late=True)
+    assert skip is not None and skip.reason.endswith("past twice the budget") and "~25 s, 40 s into" in skip.reason
+    assert late.refuse(MEMORY_CHECK, late=True) is not None  # no estimate: as any other check
+    assert [s.check for s in late.skipped] == [EXECUTED_CHECK, MEMORY_CHECK, MEMORY_CHECK]
