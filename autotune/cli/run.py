@@ -55,8 +55,9 @@ from autotune.cli.common import check_writable, console, db_option, json_option,
                    "parameters for the search (the default re-checks the best candidates on the real module).")
 @click.option("--validate-seconds", type=float, default=None,
               help="Longest one execution of validation may take; a module estimated longer is compiled, not "
-                   "executed (level compiled, with the estimate), and a run past it is stopped "
-                   "[default: 30, or $AUTOTUNE_VALIDATE_SECONDS].")
+                   "executed (level compiled, with the estimate), and a run past it is stopped. Also the "
+                   "validation phase's budget: no execution starts once it is spent or if it would end past "
+                   "twice it (skipped, said why) [default: 30, or $AUTOTUNE_VALIDATE_SECONDS].")
 @db_option
 @workers_option
 @executor_option
