@@ -31,6 +31,8 @@ import time
 from importlib.metadata import version
 from pathlib import Path
 
+from autotune.core.results import TuneResult
+
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_DIRS = (ROOT / "tests" / "data" / "real", ROOT / "tests" / "data" / "real-llm", ROOT.parent / "shared" / "real-hlo")
 PHASES = ("load", "normalise", "default", "search", "prune", "validation")
@@ -62,10 +64,11 @@ def run_one(path: Path, budget: int, validate_seconds: float, package: str | Non
     row = {"module": path.stem, "wall": wall, "rc": proc.returncode}
     if proc.returncode == 0:
         data = json.loads(proc.stdout)
+        validation = TuneResult.from_dict(data).validation  # read typed (an older package's JSON too)
         row.update(phases=data.get("phases") or {}, level=data.get("validation_level"),
                    default=data.get("default_cost"), best=(data.get("best") or {}).get("cost"),
-                   reason=(data.get("validity") or {}).get("reason"),
-                   skipped=[f"{s['check']}: {s['reason']}" for s in (data.get("validity") or {}).get("skipped") or ()])
+                   reason=validation.reason if validation else None,
+                   skipped=[f"{s.check}: {s.reason}" for s in validation.skipped] if validation else [])
     else:
         row["error"] = (proc.stderr.strip().splitlines() or ["?"])[-1][:200]
     return row
