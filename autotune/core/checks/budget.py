@@ -14,9 +14,10 @@ cannot finish in time is skipped *before* it spends any:
 * an execution estimated over one execution's bound (B) is not started either: it would be stopped
   there after its compile, for nothing.
 
-Why twice and not B itself: estimates are rough (a ViT execution estimated at 29 s ran in a few), and
-the executions the old bound allowed (estimated within B, started early in the phase) must still run,
-or levels drop on the modules that were fine; the cap stops what made the phase unbounded. Each skip
+Why twice and not B itself: estimates are rough (ViT-B's execution is estimated at 29 s, its whole
+validation took 15-37 s on a loaded 2-core machine), and the executions the old bound allowed
+(estimated within B, started early in the phase) must still run, or levels drop on the modules that
+were fine; the cap stops what made the phase unbounded. Each skip
 is one ``Skip`` line, kept with the verdict. Never skipped: the checks that establish the floor level,
 ``compiled`` (the tuned module's full compile, the target's compile), and the cheap ones before them.
 So the phase ends within about twice ``--validate-seconds`` plus the full compile(s) ``compiled``
