@@ -74,6 +74,13 @@ def runs(out: Path, pythonpath: str | None) -> dict[str, dict]:
     return found
 
 
+def jax_version() -> str:
+    """The jaxlib both sides ran with (this checkout's environment)."""
+    from importlib.metadata import version
+
+    return version("jaxlib")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--before", required=True, help="the git revision to compare this working tree with")
@@ -90,8 +97,8 @@ def main() -> None:
     head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
                           text=True).stdout.strip()
     lines = [f"# Same behaviour: {args.before} against the working tree at {head}", "",
-             "`python bench/same_behaviour.py --before " + args.before + "` (XLA's CPU pipeline, no validation; "
-             "nothing timed).", "", "| run | evaluations | steps compiled / cached | best | same |", "|---|---:|---:|---|---|"]
+             "Made by `python bench/same_behaviour.py --before " + args.before + f"` with jax {jax_version()} "
+             "(XLA's CPU pipeline, no validation; nothing timed).", "", "| run | evaluations | steps compiled / cached | best | same |", "|---|---:|---:|---|---|"]
     same_all = True
     for name in before:
         a, b = before[name], after[name]
