@@ -73,3 +73,27 @@ def run_cli(*args: str, db: Path | None = None, timeout: float = 600, env: dict 
         [sys.executable, "-m", "autotune.cli", *args],
         capture_output=True, text=True, timeout=timeout, env=full_env, cwd=cwd or ROOT,
     )
+
+
+def value_and_reduce_hlo(y: str) -> str:
+    """A module with 16 MiB of inputs (``w``, reduced) and an 8-element value ``y`` that variants compute
+    differently (``multiply(%x, %b)``, ``add(%x, %x)``...): the region and validation-budget tests' subject."""
+    return f"""HloModule m
+%add (a: f32[], b: f32[]) -> f32[] {{
+  %a = f32[] parameter(0)
+  %b = f32[] parameter(1)
+  ROOT %s = f32[] add(%a, %b)
+}}
+
+ENTRY %main (w: f32[2048,2048], x: f32[8]) -> (f32[8], f32[2048]) {{
+  %w = f32[2048,2048] parameter(0)
+  %x = f32[8] parameter(1)
+  %c2 = f32[] constant(2)
+  %b = f32[8] broadcast(%c2), dimensions={{}}
+  %y = f32[8] {y}
+  %e = f32[8] exponential(%y)
+  %z = f32[] constant(0)
+  %r = f32[2048] reduce(%w, %z), dimensions={{0}}, to_apply=%add
+  ROOT %t = (f32[8], f32[2048]) tuple(%e, %r)
+}}
+"""

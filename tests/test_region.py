@@ -19,7 +19,7 @@ from autotune.core.validation import (COMPILED, EXECUTED, EXECUTED_REGION, EXECU
                                       Validation, establish, establish_region, meets)
 from autotune.pipelines.xla import region, standins
 from autotune.pipelines.xla.mutate import mutate
-from conftest import DATA, run_cli
+from conftest import DATA, run_cli, value_and_reduce_hlo
 
 MAML = DATA / "real" / "hloenv_maml_train_step.hlo"
 MAML_WIN = ["tree_reduction_rewriter"]  # 126 -> 125 final-ops (README)
@@ -139,34 +139,12 @@ def test_a_wrong_rewrite_inside_the_region_is_invalid_with_the_region(pipeline, 
 
 
 # ---- hand-made modules: equal values pass, loops are looked through ------------------------------------------
-def _module(y: str) -> str:
-    return f"""HloModule m
-%add (a: f32[], b: f32[]) -> f32[] {{
-  %a = f32[] parameter(0)
-  %b = f32[] parameter(1)
-  ROOT %s = f32[] add(%a, %b)
-}}
-
-ENTRY %main (w: f32[2048,2048], x: f32[8]) -> (f32[8], f32[2048]) {{
-  %w = f32[2048,2048] parameter(0)
-  %x = f32[8] parameter(1)
-  %c2 = f32[] constant(2)
-  %b = f32[8] broadcast(%c2), dimensions={{}}
-  %y = f32[8] {y}
-  %e = f32[8] exponential(%y)
-  %z = f32[] constant(0)
-  %r = f32[2048] reduce(%w, %z), dimensions={{0}}, to_apply=%add
-  ROOT %t = (f32[8], f32[2048]) tuple(%e, %r)
-}}
-"""
-
-
 def test_whole_execution_declined_falls_back_to_the_region(monkeypatch, pipeline):
     """x*2 and x+x compute the same values: the region (3 instructions, 32 bytes of input) runs while
     the whole module's 16 MiB of inputs are declined; x*3 is caught."""
-    default = text_module(_module("multiply(%x, %b)"), "default")
-    same = text_module(_module("add(%x, %x)"), "same")
-    wrong = text_module(_module("add(%x, %b)"), "wrong")
+    default = text_module(value_and_reduce_hlo("multiply(%x, %b)"), "default")
+    same = text_module(value_and_reduce_hlo("add(%x, %x)"), "same")
+    wrong = text_module(value_and_reduce_hlo("add(%x, %b)"), "wrong")
     monkeypatch.setenv("AUTOTUNE_MAX_EXEC_BYTES", "1M")
     v = establish(pipeline, default, same, finals=(default, same))
     assert v.level == EXECUTED_REGION, v.describe()

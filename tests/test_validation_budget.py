@@ -17,38 +17,15 @@ from autotune.core.validation import (COMPILED, EXECUTED, EXECUTED_REGION, estab
                                       is_declined)
 from autotune.pipelines.xla import hlo
 from autotune.pipelines.xla.loader import module_from_proto
-from conftest import run_cli
-
-
-def _module(y: str) -> str:
-    """16 MiB of inputs (``w``) and an 8-element value ``y`` the variants compute differently."""
-    return f"""HloModule m
-%add (a: f32[], b: f32[]) -> f32[] {{
-  %a = f32[] parameter(0)
-  %b = f32[] parameter(1)
-  ROOT %s = f32[] add(%a, %b)
-}}
-
-ENTRY %main (w: f32[2048,2048], x: f32[8]) -> (f32[8], f32[2048]) {{
-  %w = f32[2048,2048] parameter(0)
-  %x = f32[8] parameter(1)
-  %c2 = f32[] constant(2)
-  %b = f32[8] broadcast(%c2), dimensions={{}}
-  %y = f32[8] {y}
-  %e = f32[8] exponential(%y)
-  %z = f32[] constant(0)
-  %r = f32[2048] reduce(%w, %z), dimensions={{0}}, to_apply=%add
-  ROOT %t = (f32[8], f32[2048]) tuple(%e, %r)
-}}
-"""
+from conftest import run_cli, value_and_reduce_hlo
 
 
 def text_module(text: str, name: str) -> Module:
     return module_from_proto(hlo.parse_text(text).as_serialized_hlo_module_proto(), name)
 
 
-DEFAULT = text_module(_module("multiply(%x, %b)"), "default")
-SAME = text_module(_module("add(%x, %x)"), "same")  # x*2 == x+x: the region check passes it
+DEFAULT = text_module(value_and_reduce_hlo("multiply(%x, %b)"), "default")
+SAME = text_module(value_and_reduce_hlo("add(%x, %x)"), "same")  # x*2 == x+x: the region check passes it
 
 
 def frozen(seconds: float, spent: float) -> PhaseBudget:
