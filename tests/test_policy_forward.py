@@ -74,11 +74,13 @@ def test_numpy_forward_pass_matches_torch_on_every_shipped_policy(engine):
     if not _same_xla_as_shipped():
         pytest.skip("the shipped policies were trained on another jaxlib: compared on theirs")
     compared = 0
-    for path in _shipped():
+    # Each policy on one module, in turn (every policy and every module covered, a third of the compiles
+    # of every pair: the committee members share one architecture, their weights are what differs).
+    for i, path in enumerate(_shipped()):
         meta = json.loads(path.with_name(path.name + ".json").read_text())
         target = str(meta.get("target") or "cpu").split("-")[0]
         with open_engine(engine.cache.path, workers=1, target=None if target == "cpu" else target) as ev:
-            for module in MODULES:
+            for module in (MODULES[i % len(MODULES)],):
                 env, meta = _rollout_env(ev, path, module)
                 model = PPO.load(path, device="cpu")
                 actor = _actor(path, meta, env)
@@ -99,7 +101,7 @@ def test_numpy_forward_pass_matches_torch_on_every_shipped_policy(engine):
                         obs, _, done, _, info = env.step(action)
                         sequence.append(action)
                         compared += 1
-    assert compared >= len(_shipped()) * len(MODULES) * 2
+    assert compared >= len(_shipped()) * 2 and len(_shipped()) >= len(MODULES)
 
 
 def _same_xla_as_shipped() -> bool:

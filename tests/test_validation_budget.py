@@ -110,7 +110,7 @@ def test_a_run_shares_one_budget_and_reports_the_phase_total_beside_it(tmp_path)
     # the whole execution: skipped as spent, or (when a millisecond was left) declined by its estimate
     assert checks[:-2] == [EXECUTED_CHECK] or "execution would take ~" in v.reason, v.describe()
     assert data["memory"] is None and "validation" in data["phases"]
-    text = run_cli(*args, db=tmp_path / "d.db")
+    text = run_cli(*args, db=tmp_path / "c.db")  # the same cache: its search is all hits
     assert text.returncode == 0, text.stderr
     out = " ".join(text.stdout.split())  # rich wraps long lines
     assert "validation: compiled in " in out and " s (budget 0.001 s): whole execution declined" in out
