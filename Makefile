@@ -57,11 +57,10 @@ demo: $(STAMP)
 	$(BIN)/autotune run --strategy $(DEMO_STRATEGY) --budget $(DEMO_BUDGET) $(RECORD_MODEL) --db $(DEMO_DB) --out out/demo-dlrm
 
 ## test: set up with test extras, then run the whole test suite, two pytest processes on the two cores
-## (pytest-xdist: 11 min 58 s against 22 min 29 s in one process, the same 623 tests; PYTEST_WORKERS=0 for one;
-## worksteal: 14 min 37 s against 16 min 11 s for the same 636 tests, idle workers taking from a busy one).
+## (pytest-xdist: 11 min 58 s against 22 min 29 s in one process, the same 623 tests; PYTEST_WORKERS=0 for one).
 PYTEST_WORKERS ?= 2
 test: $(STAMP)
-	$(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --dist worksteal --durations=30
+	$(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --durations=30
 
 ## test-newest: the newest jax on Python 3.12 without torch: the quick start's commands, then NEWEST_TESTS.
 test-newest: $(STAMP_NEWEST)
