@@ -99,7 +99,7 @@ def trained_on(policy: Path) -> tuple[int, ...] | None:
     except (OSError, ValueError):
         return None
     found = re.search(r"jaxlib-(\d+(?:\.\d+)*)", trained_xla(meta))
-    return tuple(int(x) for x in found.group(1).split(".")) if found else None
+    return versions.parse(found.group(1)) if found else None
 
 
 def for_jaxlib(candidates: list[Path], installed: tuple[int, ...]) -> Path:
