@@ -10,9 +10,14 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
+from autotune.core import precision
 from autotune.core.checks.budget import EXECUTED_CHECK, MEMORY_CHECK, REGION_CHECK, PhaseBudget
 from autotune.core.levels import Skip, Validation
 from autotune.core.module import Module
+from autotune.core.outputs import compare_outputs
+from autotune.core.precision import Stopped
 from autotune.core.validation import (COMPILED, EXECUTED, EXECUTED_REGION, establish, execution_plan,
                                       is_declined)
 from autotune.pipelines.xla import hlo
@@ -139,3 +144,108 @@ def test_a_run_is_bounded_by_the_phase_cap_only_late_in_the_phase():
     assert skip is not None and skip.reason.endswith("past twice the budget") and "~25 s, 40 s into" in skip.reason
     assert late.refuse(MEMORY_CHECK, late=True) is not None  # no estimate: as any other check
     assert [s.check for s in late.skipped] == [EXECUTED_CHECK, MEMORY_CHECK, MEMORY_CHECK]
+
+
+# ---- the f32 second opinion of a bf16/f16 region difference, within the phase's cap -----------------
+def narrow_module(y: str, name: str) -> Module:
+    """16 MiB of f32 inputs (``w``, reduced: whole execution declined under a 1 MiB limit) and a bf16
+    value ``y`` of ``a``, ``b`` that the two variants round differently."""
+    return text_module(f"""HloModule m
+%add (p: f32[], q: f32[]) -> f32[] {{
+  %p = f32[] parameter(0)
+  %q = f32[] parameter(1)
+  ROOT %s = f32[] add(%p, %q)
+}}
+
+ENTRY %main (w: f32[2048,2048], a: bf16[256], b: bf16[256]) -> (bf16[256], f32[2048]) {{
+  %w = f32[2048,2048] parameter(0)
+  %a = bf16[256] parameter(1)
+  %b = bf16[256] parameter(2)
+  %c = bf16[] constant(64)
+  %cb = bf16[256] broadcast(%c), dimensions={{}}
+  {y}
+  %z = f32[] constant(0)
+  %r = f32[2048] reduce(%w, %z), dimensions={{0}}, to_apply=%add
+  ROOT %t = (bf16[256], f32[2048]) tuple(%y, %r)
+}}
+""", name)
+
+
+#: XLA's default side rounds a*b + 64 to bf16 (ulp 0.5) before subtracting 64; the tuned side computes
+#: a*b in f32 and rounds once: the same math, beyond bf16 tolerance of each other, no worse than the
+#: default against f32 (``test_precision``'s region case, here inside a module the region check cuts).
+ROUNDED = narrow_module("%m = bf16[256] multiply(%a, %b)\n  %s = bf16[256] add(%m, %cb)\n"
+                        "  %y = bf16[256] subtract(%s, %cb)", "rounded")
+ONCE = narrow_module("%af = f32[256] convert(%a)\n  %bf = f32[256] convert(%b)\n"
+                     "  %mf = f32[256] multiply(%af, %bf)\n  %y = bf16[256] convert(%mf)", "once")
+
+
+class SpentAfter:
+    """A clock that stands at 0 for its first ``reads`` reads and at ``then`` after: the budget runs out
+    at a chosen point of the chain (deterministic, no waiting; a read is one question the chain asks)."""
+
+    def __init__(self, reads: int, then: float):
+        self.left, self.then, self.reads = reads, then, 0
+
+    def __call__(self) -> float:
+        self.reads += 1
+        self.left -= 1
+        return 0.0 if self.left >= 0 else self.then
+
+
+def test_the_second_opinions_runs_get_what_is_left_of_the_cap_and_none_starts_once_spent():
+    """Each reference run (its compile included) gets what is left until twice the budget, an extra
+    draw that or one execution's bound; once the budget is spent nothing starts: one skip line, and
+    ``Stopped`` (no verdict) for the caller."""
+    timeout = frozen(30, spent=10).second_opinion_timeout(REGION_CHECK, "region 2's f32 second opinion:", draw=30)
+    assert timeout("the f32 reference run (seed 0)", True) == 50 and timeout("the extra draw (seed 1)", False) == 30
+    late = frozen(30, spent=25)  # the cap nearer than a draw's own bound of 40 s
+    assert late.second_opinion_timeout(REGION_CHECK, "x:", draw=40)("the extra draw (seed 1)", False) == 35
+    spent = frozen(30, spent=31)
+    with pytest.raises(Stopped, match=r"the extra draw \(seed 2\) was not started: the validation phase's 30 s"):
+        spent.second_opinion_timeout(REGION_CHECK, "region 2's f32 second opinion:", 30)("the extra draw (seed 2)",
+                                                                                         False)
+    assert [s.describe() for s in spent.skipped] == [
+        "executed-region check skipped: region 2's f32 second opinion: the extra draw (seed 2) was not started: "
+        "the validation phase's 30 s budget (--validate-seconds) was spent (31 s so far)"]
+
+
+def test_a_second_opinion_stopped_halfway_is_no_verdict(pipeline):
+    """The real second opinion on a bf16 region difference: accepted with time; with no time left for
+    its extra draw it raises ``Stopped`` instead of returning the strict (failed) comparison."""
+    both = pipeline.regions(ROUNDED, ONCE).regions[0].modules()[0]
+    outs = pipeline.execute(both, seed=0)
+    d, t = outs[:len(outs) // 2], outs[len(outs) // 2:]
+    strict = compare_outputs(d, t, seed=0)
+    assert not strict.ok
+    assert precision.second_opinion_paired(pipeline, both, strict, d, t, 0, "normal", 4).ok
+    reference_only = lambda what, reference: 60.0 if reference else 0.0  # noqa: E731
+    with pytest.raises(Stopped, match=r"the extra draw \(seed 1\) was not started: no time left"):
+        precision.second_opinion_paired(pipeline, both, strict, d, t, 0, "normal", 4, timing=reference_only)
+
+
+def test_a_budget_spent_at_any_point_of_the_region_check_leaves_an_honest_level(monkeypatch, pipeline):
+    """The region check of a bf16 difference that needs the second opinion, its budget running out
+    after 0, 1, 2, ... of the chain's reads of the clock: never ``invalid`` (the modules compute the
+    same math), ``executed-region`` only when the whole second opinion ran, otherwise ``compiled`` saying
+    why; among those points, the budget spent in the middle of the second opinion (its reference run
+    done, its extra draw not started) gives ``compiled`` with that skip."""
+    pipeline.execution_rates()  # calibrated before the limit that declines the whole execution
+    monkeypatch.setenv("AUTOTUNE_MAX_EXEC_BYTES", "1M")
+    full = establish(pipeline, ROUNDED, ONCE, finals=(ROUNDED, ONCE), budget=frozen(30, spent=0))
+    assert full.level == EXECUTED_REGION and "narrow-float rounding" in full.reason, full.describe()
+    full_reads = None
+    halfway = []
+    for reads in range(0, 40):
+        clock = SpentAfter(reads, then=35.0)
+        budget = PhaseBudget(30, started=0.0, clock=clock)
+        v = establish(pipeline, ROUNDED, ONCE, finals=(ROUNDED, ONCE), budget=budget)
+        assert v.level in (COMPILED, EXECUTED_REGION), (reads, v.describe())
+        if v.level == EXECUTED_REGION:
+            full_reads = reads
+            break
+        assert v.skipped and "was spent (35 s so far)" in v.skipped[-1].reason, (reads, v.describe())
+        if "its f32 second opinion was stopped: the extra draw (seed 1) was not started" in v.reason:
+            halfway.append(reads)
+    assert full_reads is not None and halfway, (full_reads, halfway)
+    assert halfway[-1] < full_reads

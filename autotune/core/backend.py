@@ -197,9 +197,11 @@ class Times(Protocol):
 class ComputesReference(Protocol):
     """``reference``: outputs at a higher precision, what narrow-float results are judged against."""
 
-    def execute_reference(self, module, seed: int = 0, floats: str = "normal", int_high: int = 4) -> list | None:
+    def execute_reference(self, module, seed: int = 0, floats: str = "normal", int_high: int = 4,
+                          timeout: float | None = None) -> list | None:
         """``module``'s outputs at a higher precision on the inputs ``execute`` uses
-        (``core/precision.py``); None when there is none."""
+        (``core/precision.py``); None when there is none. Past ``timeout`` seconds (compile included)
+        ``PassFailed`` with status ``timeout``, as ``execute``."""
 
 
 class CutsRegions(Protocol):

@@ -17,7 +17,7 @@ import numpy as np
 from autotune.core.backend import supports
 from autotune.core.memory import with_memory
 from autotune.core.outputs import OutputComparison, category, compare_outputs, nonfinite
-from autotune.core.precision import second_opinion
+from autotune.core.precision import Stopped, second_opinion
 from autotune.errors import BadInput, PassFailed
 
 #: Input distributions ``validate`` tries, in order, while the original's outputs are not finite:
@@ -93,6 +93,10 @@ def validate(pipeline, original, tuned, seed: int = 0) -> OutputComparison:
     except BadInput as exc:
         return OutputComparison(False, f"the tuned module cannot be run: {exc}", (), seed, len(specs),
                                 describe_inputs(floats, int_high))
+    except Stopped as exc:  # not ok: this comparison has no "unknown"; the reason says it is not a mismatch
+        return OutputComparison(False, f"not decided: the outputs differ beyond the strict bf16/f16 tolerance and "
+                                f"the f32 second opinion was stopped: {exc}", (), seed, len(specs),
+                                describe_inputs(floats, int_high))
 
 
 class CannotRun(Exception):
@@ -163,12 +167,14 @@ def rungs(specs):
 
 
 def compare_tuned(pipeline, tuned, specs, orig_outs, seed, floats, int_high, bound=None,
-                   original=None) -> OutputComparison:
+                   original=None, timeout=None) -> OutputComparison:
     """Run the tuned module on the original's inputs and compare (``BadInput`` when it cannot run here,
     ``Overran`` when its run passes ``bound``).
 
     A failed comparison of bf16/f16 results gets ``precision.second_opinion`` (an f32 reference run of
-    ``original``): rounding differences no worse than XLA's default's are not a mismatch.
+    ``original``): rounding differences no worse than XLA's default's are not a mismatch. ``timeout``
+    (``precision.Timeout``): its runs' time under a phase budget; ``precision.Stopped`` when they
+    could not finish in it (no verdict).
     """
     n_inputs, described = len(specs), describe_inputs(floats, int_high)
     try:
@@ -186,4 +192,5 @@ def compare_tuned(pipeline, tuned, specs, orig_outs, seed, floats, int_high, bou
         return OutputComparison(False, f"the tuned module {kind} with XLA's full pipeline: {exc}", (), seed,
                                 n_inputs, described)
     report = compare_outputs(orig_outs, tuned_outs, seed=seed, n_inputs=n_inputs, inputs=described)
-    return second_opinion(pipeline, original, tuned, report, orig_outs, tuned_outs, seed, floats, int_high)
+    return second_opinion(pipeline, original, tuned, report, orig_outs, tuned_outs, seed, floats, int_high,
+                          timeout=timeout)

@@ -39,11 +39,18 @@ but 0.4-1.35x on a few (a chaotic random bf16 network has a large rounding error
 is why one draw is not enough: with the two extra draws all three are rejected on every one of
 those seeds. Seed 4 draws position 0, where RoPE is the identity and softmax sees one key: there
 even the strict comparison cannot see the attention-scale and RoPE changes.
+
+Time. Each reference run and extra draw is a compile and a run of its own. Under a run's validation
+phase budget (``checks.budget.PhaseBudget.second_opinion_timeout``) none starts once the budget is
+spent and each is stopped where the phase's cap is; a second opinion that cannot finish so decides
+nothing (``Stopped``): its caller says the check was stopped instead of letting the strict verdict,
+which the second opinion exists to question, stand as ``invalid``.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -57,6 +64,38 @@ from autotune.errors import BadInput, PassFailed
 MARGIN = 2.0
 #: Further input draws an acceptance must hold on (see ``second_opinion``).
 EXTRA_SEEDS = 2
+
+#: ``timeout(what, reference)``: the seconds the next run of a second opinion may take (None: the
+#: backend's own limit; ``reference``: an f32 reference run, its compile included), or ``Stopped``
+#: raised when it may not start. ``unbounded`` where there is no phase budget.
+Timeout = Callable[[str, bool], "float | None"]
+
+
+class Stopped(Exception):
+    """A second opinion that could not finish in the time it was given (a run not started once the
+    validation phase's budget was spent, or stopped at its cap): it decides nothing either way, so
+    the caller says so (``compiled``) rather than let the strict verdict it questions stand."""
+
+
+def unbounded(draw: float | None = None) -> Timeout:
+    """No phase budget: another draw bounded by ``draw`` (one execution's bound), a reference run by
+    the backend's own limit (as before the budget). A run stopped there is still ``Stopped``."""
+    return lambda what, reference: None if reference else draw
+
+
+def _timed(call, timeout: Timeout, what: str, reference: bool):
+    """``call(seconds)`` with the seconds ``timeout`` gives ``what``; a run stopped at them (the
+    backend's status ``timeout``) is ``Stopped``, saying which run and where."""
+    seconds = timeout(what, reference)
+    if seconds is not None and seconds <= 0:
+        raise Stopped(f"{what} was not started: no time left before the validation phase's cap")
+    try:
+        return call(seconds)
+    except PassFailed as exc:
+        if getattr(exc, "status", None) == "timeout":
+            where = "its time" if seconds is None else f"{seconds:.3g} s"
+            raise Stopped(f"{what} was stopped after {where} (its worker was replaced)") from None
+        raise
 
 
 @dataclass(frozen=True)
@@ -153,65 +192,83 @@ def judge(report, default_outputs, tuned_outputs, reference_outputs, margin: flo
                           + "; ".join(e.describe() for e in notes))
 
 
-def _reference(pipeline, original, seed: int, floats: str, int_high: int):
+def _reference(pipeline, original, seed: int, floats: str, int_high: int, timeout: float | None = None):
+    """The f32 reference outputs, None where there is none (width-dependent ops, memory); a run
+    stopped at ``timeout`` raises (``_timed`` makes it ``Stopped``): no reference is not the same as
+    no time for one."""
     if not supports(pipeline, "reference"):
         return None
+    bounded = {} if timeout is None else {"timeout": timeout}
     try:
         return with_memory(pipeline, lambda: pipeline.execute_reference(original, seed=seed, floats=floats,
-                                                                         int_high=int_high))
-    except (PassFailed, BadInput):  # no reference here (width-dependent ops, memory)
+                                                                         int_high=int_high, **bounded))
+    except BadInput:
+        return None
+    except PassFailed as exc:
+        if getattr(exc, "status", None) == "timeout":
+            raise
         return None
 
 
 def second_opinion(pipeline, original, tuned, report, default_outputs, tuned_outputs, seed: int, floats: str,
-                   int_high: int, extra_seeds: int = EXTRA_SEEDS):
+                   int_high: int, extra_seeds: int = EXTRA_SEEDS, timeout: Timeout | None = None):
     """The hook ``validation`` calls on a failed comparison of two whole modules: ``reconsider``
     against the original's f32 reference run when the backend can make one and the module computes
-    in bf16/f16, else ``report``."""
+    in bf16/f16, else ``report``. ``timeout``: each run's time (``unbounded()`` by default); raises
+    ``Stopped`` when a run could not finish in it."""
     if original is None or tuned is None:
         return report
 
-    def run(other: int):
-        return (pipeline.execute(original, seed=other, floats=floats, int_high=int_high),
-                pipeline.execute(tuned, seed=other, floats=floats, int_high=int_high))
+    def run(other: int, seconds: float | None):
+        bounded = {} if seconds is None else {"timeout": seconds}
+        return (pipeline.execute(original, seed=other, floats=floats, int_high=int_high, **bounded),
+                pipeline.execute(tuned, seed=other, floats=floats, int_high=int_high, **bounded))
 
     return reconsider(report, default_outputs, tuned_outputs, seed, run,
-                      lambda s: _reference(pipeline, original, s, floats, int_high), extra_seeds)
+                      lambda s, seconds: _reference(pipeline, original, s, floats, int_high, seconds), extra_seeds,
+                      timeout or unbounded())
 
 
 def second_opinion_paired(pipeline, both, report, default_outputs, tuned_outputs, seed: int, floats: str,
-                          int_high: int, timeout: float | None = None, extra_seeds: int = EXTRA_SEEDS):
+                          int_high: int, timeout: float | None = None, extra_seeds: int = EXTRA_SEEDS,
+                          timing: Timeout | None = None):
     """``second_opinion`` for a module that computes both sides at once (a region: its outputs are
     XLA's default side's, then the tuned side's). Its reference is the same module widened to f32,
-    whose default side is the f32 math both sides approximate. Each run is bounded by ``timeout``."""
+    whose default side is the f32 math both sides approximate. Each extra draw is bounded by
+    ``timeout`` (one execution's bound), or by ``timing`` where the run has a phase budget."""
     def halves(outs):
         return outs[:len(outs) // 2], outs[len(outs) // 2:]
 
-    def reference(s: int):
-        outs = _reference(pipeline, both, s, floats, int_high)
+    def reference(s: int, seconds: float | None):
+        outs = _reference(pipeline, both, s, floats, int_high, seconds)
         return None if outs is None else halves(outs)[0]
 
-    bounded = {} if timeout is None else {"timeout": timeout}
-    return reconsider(report, default_outputs, tuned_outputs, seed,
-                      lambda s: halves(with_memory(pipeline, lambda: pipeline.execute(
-                          both, seed=s, floats=floats, int_high=int_high, **bounded))),
-                      reference, extra_seeds)
+    def run(s: int, seconds: float | None):
+        bounded = {} if seconds is None else {"timeout": seconds}
+        return halves(with_memory(pipeline, lambda: pipeline.execute(both, seed=s, floats=floats, int_high=int_high,
+                                                                     **bounded)))
+
+    return reconsider(report, default_outputs, tuned_outputs, seed, run, reference, extra_seeds,
+                      timing or unbounded(timeout))
 
 
-def reconsider(report, default_outputs, tuned_outputs, seed: int, run, reference, extra_seeds: int = EXTRA_SEEDS):
-    """``judge`` a failed ``report`` against ``reference(seed)`` (f32 outputs, or None where there is
-    no reference); ``run(seed)`` gives ``(default outputs, tuned outputs)`` for another draw.
+def reconsider(report, default_outputs, tuned_outputs, seed: int, run, reference, extra_seeds: int = EXTRA_SEEDS,
+               timeout: Timeout | None = None):
+    """``judge`` a failed ``report`` against ``reference(seed, seconds)`` (f32 outputs, or None where
+    there is no reference); ``run(seed, seconds)`` gives ``(default outputs, tuned outputs)`` for
+    another draw. ``timeout`` gives each its seconds (``Timeout``; ``unbounded()`` by default).
 
     An acceptance must also hold on ``extra_seeds`` further input draws (seed + 1, ...): each is
     either strictly equal or passes ``judge``. One draw can hide a wrong value behind the default's
-    own rounding error (or not reach it at all); a wrong value rarely hides on three.
+    own rounding error (or not reach it at all); a wrong value rarely hides on three. Raises
+    ``Stopped`` when a run is not started or is stopped for time: no verdict is made of half a check.
     """
-
+    timeout = timeout or unbounded()
     if report.ok or not report.outputs:
         return report
     if not any(not d.ok and _judgeable(d.dtype) for d in report.outputs):
         return report
-    ref = reference(seed)
+    ref = _timed(lambda t: reference(seed, t), timeout, f"the f32 reference run (seed {seed})", True)
     if ref is None:  # no bf16/f16 in the module, or no reference here: the strict verdict stands
         return report
     judged = judge(report, default_outputs, tuned_outputs, ref)
@@ -219,13 +276,13 @@ def reconsider(report, default_outputs, tuned_outputs, seed: int, run, reference
         return judged
     for other in range(seed + 1, seed + 1 + extra_seeds):
         try:
-            d, t = run(other)
+            d, t = _timed(lambda s: run(other, s), timeout, f"the extra draw (seed {other})", False)
         except (PassFailed, BadInput):
             return report
         again = compare_outputs(d, t, seed=other, n_inputs=report.n_inputs, inputs=report.inputs)
         if again.ok:
             continue
-        ref = reference(other)
+        ref = _timed(lambda s: reference(other, s), timeout, f"the f32 reference run (seed {other})", True)
         if ref is None:
             return report
         again = judge(again, d, t, ref)

@@ -337,11 +337,14 @@ class XlaPipeline(BackendBase):
             module.proto, int(seed), floats, int(int_high))
 
     def execute_reference(self, module: Module, seed: int = 0, floats: str = "normal",
-                          int_high: int = 4) -> list | None:
+                          int_high: int = 4, timeout: float | None = None) -> list | None:
         """Outputs of ``module`` with its bf16/f16 arithmetic widened to f32, on the inputs ``execute``
         uses (``reference.py``): what ``core/precision.py`` judges narrow-float results against.
-        None when the module has no bf16/f16; ``PassFailed`` when the widened module cannot run."""
-        return self._run_remote(self.run_timeout).execute_reference(module.proto, int(seed), floats, int(int_high))
+        None when the module has no bf16/f16; ``PassFailed`` when the widened module cannot run.
+        ``timeout`` (default ``run_timeout``) bounds the request, its compile included: past it
+        ``PassFailed`` ("timeout"), the worker replaced (the validation phase's cap)."""
+        return self._run_remote(self.run_timeout if timeout is None else float(timeout)).execute_reference(
+            module.proto, int(seed), floats, int(int_high))
 
     def stand_ins(self, module: Module, extra: Sequence[str] = ()) -> tuple[Module, int, tuple[str, ...]]:
         """``(module with host stand-ins, how many custom calls were replaced, their targets)``.

@@ -22,8 +22,11 @@ is one ``Skip`` line, kept with the verdict. Never skipped: the checks that esta
 ``compiled`` (the tuned module's full compile, the target's compile), and the cheap ones before them.
 So the phase ends within about twice ``--validate-seconds`` plus the full compile(s) ``compiled``
 needs; what can still pass that: the compiles an execution needs before its bounded run (not
-estimated), and the f32 reference runs of a bf16 region's second opinion that started in time. Every
-bounded run is also stopped at the cap (``run_bound``).
+estimated). Every bounded run is also stopped at the cap (``run_bound``), and so is each run of a
+bf16/f16 difference's f32 second opinion, its reference runs' compiles included
+(``second_opinion_timeout``): none of them starts once the budget is spent, and a second opinion
+stopped so leaves no verdict of its own (``compiled``, saying so), never the strict ``invalid`` it
+was there to question.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ import time
 
 from autotune.core.levels import Skip
 from autotune.core.limits import duration
+from autotune.core.precision import Stopped, Timeout
 
 #: The names a skip gives, the ones the chain's checkers answer with (``memory``: the run's
 #: comparison of buffer assignments, timed in the validation phase too).
@@ -74,7 +78,7 @@ class PhaseBudget:
         spent if it ends within the cap (the memory comparison: a warning worth a few seconds' compile
         on an ordinary step, not worth a 19k-instruction step's)."""
         spent = self.spent()
-        budget = f"the validation phase's {duration(self.seconds)} budget (--validate-seconds)"
+        budget = self.named()
         if spent >= self.seconds and not (late and estimate is not None):
             reason = f"{budget} was spent ({duration(spent)} so far)"
         elif estimate is not None and bound is not None and estimate > bound:
@@ -88,6 +92,25 @@ class PhaseBudget:
         skip = Skip(check, reason)
         self.skipped.append(skip)
         return skip
+
+    def named(self) -> str:
+        return f"the validation phase's {duration(self.seconds)} budget (--validate-seconds)"
+
+    def second_opinion_timeout(self, check: str, whose: str, draw: float | None = None) -> Timeout:
+        """The ``precision.Timeout`` of a second opinion (``whose``: which, for the reasons) under this
+        budget. No run starts once the budget is spent (one ``Skip`` of ``check`` saying which run,
+        then ``Stopped``); an f32 reference run, its compile included, gets what is left until the cap
+        (it had the backend's 10 minutes before); another draw that too, or ``draw`` (one execution's
+        bound, as the run it repeats) when that is less."""
+        def timeout(what: str, reference: bool) -> float | None:
+            spent = self.spent()
+            if spent >= self.seconds:
+                why = f"{what} was not started: {self.named()} was spent ({duration(spent)} so far)"
+                self.skipped.append(Skip(check, f"{whose} {why}"))
+                raise Stopped(why)
+            left = self.cap - spent
+            return left if reference or draw is None else min(draw, left)
+        return timeout
 
     def run_bound(self, bound: float | None) -> float | None:
         """The bound of one run starting now: one execution's ``bound``, or what is left until the

@@ -18,6 +18,7 @@ from autotune.core.execution import (CannotRun, OriginalFails, Overran, bounded,
                                      original_outputs_or_reason)
 from autotune.core.levels import EXECUTED, EXECUTED_WITH_STAND_INS, INVALID, UNVERIFIED, Validation
 from autotune.core.limits import duration, execution_limit, gib, validate_seconds
+from autotune.core.precision import Stopped
 from autotune.errors import BadInput, PassFailed
 
 #: Every reason for not executing both modules whole starts with this: too much memory, an estimate
@@ -133,13 +134,18 @@ class Executed(Checker):
         if now is not None and now <= 0:  # the original's run took the phase to its cap: not compiled, not run
             return self._declined(case, "the tuned module's execution was not started: the original's took the "
                                         "validation phase to its cap (twice its budget, --validate-seconds)")
+        timing = None if case.budget is None else case.budget.second_opinion_timeout(
+            EXECUTED_CHECK, "the whole modules' f32 second opinion:")
         try:
             report = compare_tuned(pipeline, runs.tuned, case.specs, orig_outs, seed, floats, int_high, now,
-                                   original=runs.original)
+                                   original=runs.original, timeout=timing)
         except BadInput:  # the tuned module needs more memory than the original did
             return self._declined(case, "the tuned module's run does not fit the execution limit")
         except Overran:
             return self._declined(case, _overran(plan, "the tuned module's", now))
+        except Stopped as exc:  # half a second opinion decides nothing: no execution verdict, said why
+            return self._declined(case, "the outputs differ beyond the strict bf16/f16 tolerance and the f32 "
+                                        f"second opinion was stopped: {exc}")
         if not report.ok:
             return Validation(INVALID, report.reason, runs.n_tuned, report)
         level = EXECUTED_WITH_STAND_INS if runs.n_tuned or runs.n_orig else EXECUTED

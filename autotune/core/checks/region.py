@@ -11,7 +11,7 @@ from autotune.core.checks.budget import REGION_CHECK, PhaseBudget
 from autotune.core.execution import Overran, bounded, describe_inputs, execute_bounded, rungs, stand_in
 from autotune.core.levels import EXECUTED_REGION, INVALID, Validation
 from autotune.core.outputs import OutputDiff, OutputComparison, compare_outputs, nonfinite
-from autotune.core.precision import second_opinion_paired
+from autotune.core.precision import Stopped, second_opinion_paired
 from autotune.errors import BadInput, PassFailed
 from autotune.core.limits import duration, execution_limit, gib, validate_seconds
 
@@ -154,9 +154,15 @@ def _run_region(pipeline, r, seed: int, bound: float | None = None, budget: Phas
     if narrow and budget is not None and (skip := budget.refuse(REGION_CHECK)) is not None:
         return (f"; no region check: {r.describe()} differs by more than its strict tolerance in bf16/f16 and "
                 f"its f32 second opinion was not started: {skip.reason}")
-    report = second_opinion_paired(pipeline, both, report, orig_outs, outs[half:], seed, floats, int_high,
-                                   bound if bounded(pipeline) else None)  # started before the budget was spent:
-    # not clipped to the cap, since a stopped extra draw would leave the strict verdict (invalid) standing
+    draw = bound if bounded(pipeline) else None
+    timing = None if budget is None else budget.second_opinion_timeout(
+        REGION_CHECK, f"{r.describe()}'s f32 second opinion:", draw)
+    try:  # each of its runs within the cap, none started once the budget is spent (``second_opinion_timeout``)
+        report = second_opinion_paired(pipeline, both, report, orig_outs, outs[half:], seed, floats, int_high,
+                                       draw, timing=timing)
+    except Stopped as exc:  # half a second opinion decides nothing: not invalid, no region verdict
+        return (f"; no region check: {r.describe()} differs by more than its strict tolerance in bf16/f16 and "
+                f"its f32 second opinion was stopped: {exc}")
     if not report.ok:
         return Validation(INVALID, f"{r.describe()} computes other values: {report.reason}\n{r.listing}",
                           n_t, report)
