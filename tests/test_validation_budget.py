@@ -15,6 +15,7 @@ import pytest
 from autotune.core import precision
 from autotune.core.checks.budget import EXECUTED_CHECK, MEMORY_CHECK, REGION_CHECK, PhaseBudget
 from autotune.core.levels import Skip, Validation
+from autotune.core.loop import PRUNE_SECONDS, prune
 from autotune.core.module import Module
 from autotune.core.outputs import compare_outputs
 from autotune.core.precision import Stopped
@@ -249,3 +250,21 @@ def test_a_budget_spent_at_any_point_of_the_region_check_leaves_an_honest_level(
             halfway.append(reads)
     assert full_reads is not None and halfway, (full_reads, halfway)
     assert halfway[-1] < full_reads
+
+
+def test_pruning_stops_at_its_time_limit_keeping_what_it_dropped():
+    """``loop.prune`` (the sweep that drops passes that do not help) starts no evaluation once its
+    time is up (a run's ``prune`` phase past ``PRUNE_SECONDS``); every removal made before was
+    evaluated, so the shorter sequence stands and the passes not tried are kept."""
+    tried = []
+
+    def evaluate(candidate):  # every removal keeps the cost: the whole sweep would leave one pass
+        tried.append(candidate)
+        return candidate, 1.0
+
+    assert prune(("a", "b", "c", "d"), 1.0, evaluate) == (("a",), ("a",), 1.0) and len(tried) == 3
+    tried.clear()
+    assert prune(("a", "b", "c", "d"), 1.0, evaluate, time_up=lambda: len(tried) >= 2) == (("a", "b"), ("a", "b"), 1.0)
+    assert tried == [("a", "b", "c"), ("a", "b")]
+    assert prune(("a", "b"), 1.0, evaluate, time_up=lambda: True) == (("a", "b"), None, 1.0)
+    assert PRUNE_SECONDS == 30.0

@@ -26,8 +26,8 @@ from autotune.core import footprint, gpu_guard
 from autotune.core import objectives as objectives_mod
 from autotune.core.backend import supports
 from autotune.core.evaluator import Evaluator, Result
-from autotune.core.loop import (GUARDED, Choice, Interrupted, PhaseClock, RunEvaluate, Search, drive, finish,
-                                seed_everything, prune, validity_of)
+from autotune.core.loop import (GUARDED, PRUNE_SECONDS, Choice, Interrupted, PhaseClock, RunEvaluate, Search, drive,
+                                finish, seed_everything, prune, validity_of)
 from autotune.core.metrics import Metrics
 from autotune.core.module import Module
 from autotune.core.objectives import Claim, Objective, ObjectiveContext
@@ -184,12 +184,15 @@ class ModuleSearch(Search):
 
     def prune_candidate(self, rec: TrialRecord) -> TrialRecord:
         """``loop.prune`` on this module (at most ``len(sequence)`` evaluations, outside the budget,
-        not recorded as trials)."""
+        not recorded as trials). Bounded: no evaluation starts once the run's ``prune`` phase total
+        reaches ``loop.PRUNE_SECONDS`` (pruning had no bound: 65 s of a 19k-instruction step's first
+        run); the passes not yet tried are kept."""
         def evaluate(candidate):
             result = self.ev.evaluate_many(self.root, [candidate])[0]
             return (result.state, self.objective.cost(result.state, self.ctx)) if result.ok else None
 
-        seq, state, cost = prune(rec.sequence, rec.cost, evaluate)
+        seq, state, cost = prune(rec.sequence, rec.cost, evaluate,
+                                 lambda: dict(self.phases.result()).get("prune", 0.0) >= PRUNE_SECONDS)
         return replace(rec, sequence=seq, state=state if state is not None else rec.state, cost=cost)
 
     @property
