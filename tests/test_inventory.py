@@ -94,3 +94,34 @@ def test_the_gpu_region_starts_at_optimization_and_numbered_passes_read_as_their
     assert "apply-xla-transforms" in inv.all_names and not any(n.startswith("apply-xla-transforms-") for n in inv.all_names)
     assert inv.always_on == (("fusion-wrapper", "autotuner") if version == "0.10.2" else ("fusion-wrapper",))
     assert PassInventory.from_json(inv.to_json()).actions == inv.actions
+
+
+def test_a_new_database_takes_the_inventory_this_machine_discovered_for_the_same_compiler(tmp_path, monkeypatch):
+    """The probe runs once per compiler build on a machine, not once per cache database: a second database
+    reads the machine's record (shown by a record edited to lack a pass: the new pipeline lacks it too),
+    a record that does not parse is discovered again and rewritten, and ``off`` writes none."""
+    from autotune.core.cache import Cache
+    from autotune.pipelines.xla import XlaPipeline
+
+    monkeypatch.setenv("AUTOTUNE_MACHINE_CACHE", str(tmp_path / "machine"))
+
+    def inventory_of(db):
+        pipe = XlaPipeline(workers=1, cache=Cache(tmp_path / db))
+        try:
+            return pipe.inventory
+        finally:
+            pipe.close()
+
+    first = inventory_of("a.db")
+    (record,) = (tmp_path / "machine" / "inventory").glob("*.json")
+    assert json.loads(record.read_text()) == json.loads(first.to_json())
+    data = json.loads(record.read_text())
+    data["invocations"] = [i for i in data["invocations"] if i[2] != "reshape-mover"]
+    record.write_text(json.dumps(data))
+    assert "reshape-mover" in first.names() and "reshape-mover" not in inventory_of("b.db").names()
+    record.write_text("{not json")
+    assert inventory_of("c.db").names() == first.names()  # discovered again ...
+    assert json.loads(record.read_text()) == json.loads(first.to_json())  # ... and remembered again
+    monkeypatch.setenv("AUTOTUNE_MACHINE_CACHE", "off")
+    record.unlink()
+    assert inventory_of("d.db").names() == first.names() and not list(record.parent.glob("*.json"))

@@ -27,7 +27,8 @@ from autotune.core.module import Module
 from autotune.core.target import CPU
 from autotune.core.workers import WorkerPool
 from autotune.errors import BadInput, PassFailed, UnknownName
-from autotune.pipelines.xla import device, hlo, loader, partitioned, region, standins, surrogate, targets
+from autotune.pipelines.xla import (device, hlo, loader, machine_inventory, partitioned, region, standins, surrogate,
+                                    targets, versions)
 from autotune.pipelines.xla.inventory import PassInventory
 from autotune.pipelines.xla.runner import parameter_specs
 from autotune.pipelines.xla.worker_api import XlaGpuRequests, XlaRequests
@@ -103,23 +104,33 @@ class XlaPipeline(BackendBase):
     # ---- inventory ---------------------------------------------------------------------------------
     @property
     def inventory(self) -> PassInventory:
+        """The pass inventory of the installed XLA for this target: from the cache database, else from this
+        machine's record of the same compiler build (``machine_inventory``), else discovered by a probe."""
         if self._inventory is None:
             key = f"{xla_version()}:engine-{ENGINE_VERSION}"
             if self.gpu is not None:
                 key += f":gpu-{GPU_ENGINE_VERSION}:{self.target.key}"
             text = self._cache.get_inventory(key) if self._cache is not None else None
             if text is None:
-                with WorkerPool(self.worker, self._probe_args(), size=1, env=self.worker_env) as probe:
-                    names = remote(probe, self.worker_api, 300).discover()
-                from autotune.pipelines.xla.worker import CAPTURE_PASS_NAME
-
-                inv = PassInventory.from_dump_names(xla_version(), names, capture_names=frozenset({CAPTURE_PASS_NAME}),
-                                                    platform="gpu" if self.gpu is not None else "cpu")
-                text = inv.to_json()
+                identity = machine_inventory.compiler_identity(versions.at(versions.CUDA_PLUGINS) if self.gpu else ())
+                text = machine_inventory.get(key, identity)
+                if text is None:
+                    text = self._discover_inventory()
+                    machine_inventory.put(key, identity, text)
                 if self._cache is not None:
                     self._cache.put_inventory(key, text)
             self._inventory = PassInventory.from_json(text, self.include_target_specific)
         return self._inventory
+
+    def _discover_inventory(self) -> str:
+        """Compile the probe with a per-pass dump in a worker of its own; the inventory as JSON."""
+        with WorkerPool(self.worker, self._probe_args(), size=1, env=self.worker_env) as probe:
+            names = remote(probe, self.worker_api, 300).discover()
+        from autotune.pipelines.xla.worker import CAPTURE_PASS_NAME
+
+        inv = PassInventory.from_dump_names(xla_version(), names, capture_names=frozenset({CAPTURE_PASS_NAME}),
+                                            platform="gpu" if self.gpu is not None else "cpu")
+        return inv.to_json()
 
     def _probe_args(self) -> tuple:
         return (None,) if self.gpu is None else (None, False, self.gpu.config, self.gpu.name)
