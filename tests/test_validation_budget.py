@@ -209,6 +209,12 @@ def test_the_second_opinions_runs_get_what_is_left_of_the_cap_and_none_starts_on
     assert [s.describe() for s in spent.skipped] == [
         "executed-region check skipped: region 2's f32 second opinion: the extra draw (seed 2) was not started: "
         "the validation phase's 30 s budget (--validate-seconds) was spent (31 s so far)"]
+    # a run of a second opinion begun in time may start late when its estimate (what the first reference
+    # run took) ends within the cap, as the memory comparison may; still stopped there
+    late_draw = spent.second_opinion_timeout(REGION_CHECK, "region 2's f32 second opinion:", 30)
+    assert late_draw("the extra draw (seed 1)", False, 5.0) == 29 and late_draw("the f32 reference run", True, 5.0) == 29
+    with pytest.raises(Stopped, match=r"at ~30 s it would end past twice the budget"):
+        late_draw("the extra draw (seed 2)", False, 30.0)
 
 
 def test_a_second_opinion_stopped_halfway_is_no_verdict(pipeline):
@@ -220,36 +226,45 @@ def test_a_second_opinion_stopped_halfway_is_no_verdict(pipeline):
     strict = compare_outputs(d, t, seed=0)
     assert not strict.ok
     assert precision.second_opinion_paired(pipeline, both, strict, d, t, 0, "normal", 4).ok
-    reference_only = lambda what, reference: 60.0 if reference else 0.0  # noqa: E731
+    reference_only = lambda what, reference, estimate: 60.0 if reference else 0.0  # noqa: E731
     with pytest.raises(Stopped, match=r"the extra draw \(seed 1\) was not started: no time left"):
         precision.second_opinion_paired(pipeline, both, strict, d, t, 0, "normal", 4, timing=reference_only)
 
 
+def levels_as_the_budget_runs_out(pipeline, then: float) -> list[Validation]:
+    """The region check of ``ROUNDED`` vs ``ONCE`` with the budget's clock at 0 for its first 0, 1, 2, ...
+    reads and at ``then`` after (the budget running out at each point of the chain in turn), until a
+    point late enough that the whole check ran on a budget not yet spent."""
+    verdicts = []
+    for reads in range(0, 40):
+        budget = PhaseBudget(30, started=0.0, clock=SpentAfter(reads, then))
+        verdicts.append(establish(pipeline, ROUNDED, ONCE, finals=(ROUNDED, ONCE), budget=budget))
+        if not budget.skipped and verdicts[-1].level == EXECUTED_REGION:
+            return verdicts
+    raise AssertionError("the clock was read more than 40 times")
+
+
 def test_a_budget_spent_at_any_point_of_the_region_check_leaves_an_honest_level(monkeypatch, pipeline):
     """The region check of a bf16 difference that needs the second opinion, its budget running out
-    after 0, 1, 2, ... of the chain's reads of the clock: never ``invalid`` (the modules compute the
-    same math), ``executed-region`` only when the whole second opinion ran, otherwise ``compiled`` saying
-    why; among those points, the budget spent in the middle of the second opinion (its reference run
-    done, its extra draw not started) gives ``compiled`` with that skip."""
+    at every point of the chain in turn: never ``invalid`` (the modules compute the same math).
+    Spent right at the cap, anything not yet started is not (``compiled``, saying why), among them
+    the second opinion's extra draw after its reference run; spent at 35 s of 30, a second opinion
+    that began in time finishes (its runs end within the cap) and the check reaches ``executed-region``."""
     pipeline.execution_rates()  # calibrated before the limit that declines the whole execution
     monkeypatch.setenv("AUTOTUNE_MAX_EXEC_BYTES", "1M")
     full = establish(pipeline, ROUNDED, ONCE, finals=(ROUNDED, ONCE), budget=frozen(30, spent=0))
     assert full.level == EXECUTED_REGION and "narrow-float rounding" in full.reason, full.describe()
-    full_reads = None
-    halfway = []
-    for reads in range(0, 40):
-        clock = SpentAfter(reads, then=35.0)
-        budget = PhaseBudget(30, started=0.0, clock=clock)
-        v = establish(pipeline, ROUNDED, ONCE, finals=(ROUNDED, ONCE), budget=budget)
-        assert v.level in (COMPILED, EXECUTED_REGION), (reads, v.describe())
-        if v.level == EXECUTED_REGION:
-            full_reads = reads
-            break
-        assert v.skipped and "was spent (35 s so far)" in v.skipped[-1].reason, (reads, v.describe())
-        if "its f32 second opinion was stopped: the extra draw (seed 1) was not started" in v.reason:
-            halfway.append(reads)
-    assert full_reads is not None and halfway, (full_reads, halfway)
-    assert halfway[-1] < full_reads
+    at_cap = levels_as_the_budget_runs_out(pipeline, then=60 - 1e-9)
+    for v in at_cap[:-1]:  # each says why: a skip, or a run stopped at the cap (a rung of the input ladder)
+        assert v.level == COMPILED, v.describe()
+        assert ("was spent (60 s so far" in v.skipped[-1].reason if v.skipped
+                else "was stopped at the validation phase's cap" in v.reason), v.describe()
+    halfway = [v for v in at_cap if "its f32 second opinion was stopped: the extra draw (seed 1) was not started"
+               in (v.reason or "")]
+    assert halfway and "it would end past twice the budget" in halfway[0].skipped[-1].reason, halfway
+    late = levels_as_the_budget_runs_out(pipeline, then=35)
+    assert {v.level for v in late} == {COMPILED, EXECUTED_REGION}, [v.describe() for v in late]
+    assert len([v for v in late if v.level == COMPILED]) < len([v for v in at_cap if v.level == COMPILED])
 
 
 def test_pruning_stops_at_its_time_limit_keeping_what_it_dropped():

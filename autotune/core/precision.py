@@ -42,7 +42,8 @@ even the strict comparison cannot see the attention-scale and RoPE changes.
 
 Time. Each reference run and extra draw is a compile and a run of its own. Under a run's validation
 phase budget (``checks.budget.PhaseBudget.second_opinion_timeout``) none starts once the budget is
-spent and each is stopped where the phase's cap is; a second opinion that cannot finish so decides
+spent (unless the time the first reference run took says it ends within the phase's cap) and each is
+stopped where the cap is; a second opinion that cannot finish so decides
 nothing (``Stopped``): its caller says the check was stopped instead of letting the strict verdict,
 which the second opinion exists to question, stand as ``invalid``.
 """
@@ -50,6 +51,7 @@ which the second opinion exists to question, stand as ``invalid``.
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
@@ -65,10 +67,11 @@ MARGIN = 2.0
 #: Further input draws an acceptance must hold on (see ``second_opinion``).
 EXTRA_SEEDS = 2
 
-#: ``timeout(what, reference)``: the seconds the next run of a second opinion may take (None: the
-#: backend's own limit; ``reference``: an f32 reference run, its compile included), or ``Stopped``
-#: raised when it may not start. ``unbounded`` where there is no phase budget.
-Timeout = Callable[[str, bool], "float | None"]
+#: ``timeout(what, reference, estimate)``: the seconds the next run of a second opinion may take (None:
+#: the backend's own limit; ``reference``: an f32 reference run, its compile included; ``estimate``: the
+#: seconds its first reference run took, None before it), or ``Stopped`` raised when it may not start.
+#: ``unbounded`` where there is no phase budget.
+Timeout = Callable[[str, bool, "float | None"], "float | None"]
 
 
 class Stopped(Exception):
@@ -80,13 +83,13 @@ class Stopped(Exception):
 def unbounded(draw: float | None = None) -> Timeout:
     """No phase budget: another draw bounded by ``draw`` (one execution's bound), a reference run by
     the backend's own limit (as before the budget). A run stopped there is still ``Stopped``."""
-    return lambda what, reference: None if reference else draw
+    return lambda what, reference, estimate=None: None if reference else draw
 
 
-def _timed(call, timeout: Timeout, what: str, reference: bool):
+def _timed(call, timeout: Timeout, what: str, reference: bool, estimate: float | None = None):
     """``call(seconds)`` with the seconds ``timeout`` gives ``what``; a run stopped at them (the
     backend's status ``timeout``) is ``Stopped``, saying which run and where."""
-    seconds = timeout(what, reference)
+    seconds = timeout(what, reference, estimate)
     if seconds is not None and seconds <= 0:
         raise Stopped(f"{what} was not started: no time left before the validation phase's cap")
     try:
@@ -268,7 +271,11 @@ def reconsider(report, default_outputs, tuned_outputs, seed: int, run, reference
         return report
     if not any(not d.ok and _judgeable(d.dtype) for d in report.outputs):
         return report
+    started = time.perf_counter()
     ref = _timed(lambda t: reference(seed, t), timeout, f"the f32 reference run (seed {seed})", True)
+    # what the first reference run took (compile + f32 run) is the estimate of each run after it: an
+    # extra draw runs the same module narrower, another reference the same again
+    took = time.perf_counter() - started
     if ref is None:  # no bf16/f16 in the module, or no reference here: the strict verdict stands
         return report
     judged = judge(report, default_outputs, tuned_outputs, ref)
@@ -276,13 +283,13 @@ def reconsider(report, default_outputs, tuned_outputs, seed: int, run, reference
         return judged
     for other in range(seed + 1, seed + 1 + extra_seeds):
         try:
-            d, t = _timed(lambda s: run(other, s), timeout, f"the extra draw (seed {other})", False)
+            d, t = _timed(lambda s: run(other, s), timeout, f"the extra draw (seed {other})", False, took)
         except (PassFailed, BadInput):
             return report
         again = compare_outputs(d, t, seed=other, n_inputs=report.n_inputs, inputs=report.inputs)
         if again.ok:
             continue
-        ref = _timed(lambda s: reference(other, s), timeout, f"the f32 reference run (seed {other})", True)
+        ref = _timed(lambda s: reference(other, s), timeout, f"the f32 reference run (seed {other})", True, took)
         if ref is None:
             return report
         again = judge(again, d, t, ref)

@@ -24,7 +24,8 @@ So the phase ends within about twice ``--validate-seconds`` plus the full compil
 needs; what can still pass that: the compiles an execution needs before its bounded run (not
 estimated). Every bounded run is also stopped at the cap (``run_bound``), and so is each run of a
 bf16/f16 difference's f32 second opinion, its reference runs' compiles included
-(``second_opinion_timeout``): none of them starts once the budget is spent, and a second opinion
+(``second_opinion_timeout``): none of them starts once the budget is spent (unless the time its first
+reference run took says it ends within the cap), and a second opinion
 stopped so leaves no verdict of its own (``compiled``, saying so), never the strict ``invalid`` it
 was there to question.
 """
@@ -99,13 +100,16 @@ class PhaseBudget:
     def second_opinion_timeout(self, check: str, whose: str, draw: float | None = None) -> Timeout:
         """The ``precision.Timeout`` of a second opinion (``whose``: which, for the reasons) under this
         budget. No run starts once the budget is spent (one ``Skip`` of ``check`` saying which run,
-        then ``Stopped``); an f32 reference run, its compile included, gets what is left until the cap
-        (it had the backend's 10 minutes before); another draw that too, or ``draw`` (one execution's
-        bound, as the run it repeats) when that is less."""
-        def timeout(what: str, reference: bool) -> float | None:
+        then ``Stopped``), unless its estimate (what the first reference run took) ends within the cap,
+        as the memory comparison's may: a second opinion that began in time is not left unfinished for
+        a few seconds. An f32 reference run, its compile included, gets what is left until the cap (it
+        had the backend's 10 minutes before); another draw that too, or ``draw`` (one execution's bound,
+        as the run it repeats) when that is less."""
+        def timeout(what: str, reference: bool, estimate: float | None = None) -> float | None:
             spent = self.spent()
-            if spent >= self.seconds:
-                why = f"{what} was not started: {self.named()} was spent ({duration(spent)} so far)"
+            if spent >= self.seconds and (estimate is None or spent + estimate > self.cap):
+                past = "" if estimate is None else f", and at ~{duration(estimate)} it would end past twice the budget"
+                why = f"{what} was not started: {self.named()} was spent ({duration(spent)} so far{past})"
                 self.skipped.append(Skip(check, f"{whose} {why}"))
                 raise Stopped(why)
             left = self.cap - spent
