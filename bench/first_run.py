@@ -9,6 +9,11 @@ on large steps); this is the before/after figure for that work, with the jax tha
                               [--before results/first_run_before.json] [--name first_run]
                               [--against DIR --against-label REV]
 
+``--llm LAYERS,D_MODEL,EXPERTS`` adds a decode step of the zoo's llm family lowered here (bf16, layers
+unrolled: ``scan=False``; 60 layers of 4 experts is ~17k instructions, the size of the issue's Gemma step),
+and times one full XLA compile of it (``jax.jit(...).lower(...).compile()``, in this process before
+the runs): the figure the validation phase is read against, twice the budget plus one full compile.
+
 ``--before`` puts an earlier run's figures (its JSON) beside these, module by module. ``--against``
 runs an older ``autotune`` package (``DIR/autotune``, e.g. from ``git archive REV autotune | tar -x -C
 DIR``; put first on ``PYTHONPATH``, the rest of this environment shared) on each module right before
@@ -49,6 +54,31 @@ def modules(given: list[str]) -> list[Path]:
     return list(found.values())
 
 
+def lowered_llm(spec: str, out: Path) -> tuple[Path, str]:
+    """The ``--llm LAYERS,D_MODEL,EXPERTS`` decode step written under ``out``, and what it is: its
+    config, instructions and one full compile's seconds."""
+    import jax
+
+    from autotune.zoo import lower
+    from autotune.zoo.llm import LLMConfig, program
+
+    layers, d_model, experts = (int(x) for x in spec.split(","))
+    cfg = LLMConfig(layers=layers, d_model=d_model, heads=8, kv_heads=4, ffn=4 * d_model, experts=experts, top_k=2,
+                    vocab=32000, seq=64, batch=2, scan=False, dtype="bf16")
+    text = lower("llm", "decode", cfg)
+    path = out / f"llm_decode_{layers}l_{d_model}d_{experts}e.hlo"
+    path.write_text(text)
+    n = sum(1 for line in text.splitlines() if " = " in line and not line.lstrip().startswith(("HloModule", "//")))
+    prog = program(cfg, "decode")
+    t0 = time.perf_counter()
+    jax.jit(prog.fn).lower(*prog.args).compile()
+    took = time.perf_counter() - t0
+    return path, (f"`{path.stem}`: `LLMConfig(layers={layers}, d_model={d_model}, heads=8, kv_heads=4, "
+                  f"ffn={4 * d_model}, experts={experts}, top_k=2, vocab=32000, seq=64, batch=2, scan=False, "
+                  f"dtype='bf16')`, decode, lowered here: {n} instructions; one full XLA CPU compile of it took "
+                  f"{took:.1f} s (this process, before the runs)")
+
+
 def run_one(path: Path, budget: int, validate_seconds: float, package: str | None = None) -> dict:
     """One cold-cache ``autotune run`` of ``path``: its wall time, phases and answer; ``package``: a
     directory whose ``autotune`` runs instead of this tree's (first on ``PYTHONPATH``)."""
@@ -83,7 +113,7 @@ def render(rows: list[dict], meta: dict, befores: list[dict] = ()) -> str:
              + (f" (load average {meta['load']} at the start)" if meta.get("load") else "") + ": other jobs "
              "ran beside it, and one module's time varies up to 2x between rounds. Compare within an A/B "
              "table (`--against`: each module's before run just before its after run), not across rounds.", "",
-             head, "|" + "---|" * (len(PHASES) + 4)]
+             *([meta["llm"], ""] if meta.get("llm") else []), head, "|" + "---|" * (len(PHASES) + 4)]
     for r in rows:
         ph = r.get("phases", {})
         cells = " | ".join(f"{ph[p]:.1f}" if isinstance(ph.get(p), (int, float)) else "-" for p in PHASES)
@@ -139,6 +169,7 @@ def main() -> None:
     ap.add_argument("--against", default=None, help="a directory holding an older autotune package, run on "
                                                     "each module right before this tree (the before figure)")
     ap.add_argument("--against-label", default=None, help="what --against is (a revision)")
+    ap.add_argument("--llm", default=None, help="LAYERS,D_MODEL,EXPERTS: also a bf16 llm decode step lowered here")
     args = ap.parse_args()
     if args.against and not (Path(args.against) / "autotune" / "__init__.py").is_file():
         raise SystemExit(f"first_run: --against {args.against}: no autotune package there")
@@ -150,8 +181,12 @@ def main() -> None:
     meta = {"command": "python bench/first_run.py " + " ".join(sys.argv[1:]), "revision": rev or "?",
             "jax": version("jaxlib"), "machine": f"{platform.machine()}, {platform.python_version()}",
             "validate_seconds": args.validate_seconds, "load": " ".join(f"{x:.1f}" for x in os.getloadavg())}
-    rows, against = [], []
-    for path in modules(args.modules):
+    rows, against, paths = [], [], modules(args.modules) if args.modules or not args.llm else []
+    lowered = tempfile.TemporaryDirectory()
+    if args.llm:
+        path, meta["llm"] = lowered_llm(args.llm, Path(lowered.name))
+        paths.append(path)
+    for path in paths:
         if args.against:
             against.append(run_one(path, args.budget, args.validate_seconds, str(Path(args.against).resolve())))
             print(f"{path.stem} (against): {against[-1]['wall']:.1f}s "
