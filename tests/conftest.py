@@ -66,6 +66,8 @@ def small_root(engine):
 def run_cli(*args: str, db: Path | None = None, timeout: float = 600, env: dict | None = None, cwd: Path | None = None):
     """Run the real ``autotune`` CLI in a subprocess; returns CompletedProcess (text)."""
     full_env = dict(os.environ)
+    if os.environ.get("PYTEST_XDIST_WORKER"):  # two pytest processes fill the two cores already: one
+        full_env.setdefault("AUTOTUNE_WORKERS", "1")  # compiler worker each (a second costs a jax import)
     if db is not None:
         full_env["AUTOTUNE_DB"] = str(db)
     full_env.update(env or {})

@@ -22,8 +22,8 @@ def db_option(f):
 
 
 def workers_option(f):
-    return click.option("--workers", type=click.IntRange(1, 64), default=None,
-                        help="Compiler worker processes (default: cores, at most 4).")(f)
+    return click.option("--workers", type=click.IntRange(1, 64), default=None, envvar="AUTOTUNE_WORKERS",
+                        help="Compiler worker processes (default: cores, at most 4, or $AUTOTUNE_WORKERS).")(f)
 
 
 #: Where the engine choices of one command line live while it is parsed (``click.Context.meta`` is
