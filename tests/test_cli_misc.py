@@ -65,3 +65,11 @@ def test_cache_prune_forgets_failures(tmp_path):
     assert pruned["deleted"]["failed transitions"] == 1
     stats = json.loads(run_cli("cache", "stats", "--json", db=db).stdout)
     assert stats["failed_transitions"] == {} and stats["states"] >= 1  # the good work stays
+
+
+def test_the_worker_count_comes_from_the_environment_too(tmp_path):
+    """``AUTOTUNE_WORKERS`` is ``--workers``' default (checked like the flag); the flag wins over it."""
+    bad = run_cli("baseline", str(SMALL), db=tmp_path / "c.db", env={"AUTOTUNE_WORKERS": "0"})
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "'--workers'" in bad.stderr, bad.stderr
+    ok = run_cli("baseline", str(SMALL), "--workers", "1", db=tmp_path / "c.db", env={"AUTOTUNE_WORKERS": "0"})
+    assert ok.returncode == 0, ok.stderr
