@@ -30,6 +30,8 @@ def _default_signals() -> None:
 
 def _start(*args: str, db: Path) -> subprocess.Popen:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AUTOTUNE_", "RAY_"))}
+    if os.environ.get("PYTEST_XDIST_WORKER"):  # as run_cli: one compiler worker each beside the other pytest
+        env["AUTOTUNE_WORKERS"] = "1"
     return subprocess.Popen(
         [sys.executable, "-m", "autotune.cli", *args, "--db", str(db)],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT, env=env,
