@@ -57,7 +57,8 @@ demo: $(STAMP)
 	$(BIN)/autotune run --strategy $(DEMO_STRATEGY) --budget $(DEMO_BUDGET) $(RECORD_MODEL) --db $(DEMO_DB) --out out/demo-dlrm
 
 ## test: set up with test extras, then run the whole test suite, two pytest processes on the two cores
-## (pytest-xdist: 11 min 58 s against 22 min 29 s in one process, the same 623 tests; PYTEST_WORKERS=0 for one).
+## (pytest-xdist; 642 tests in 10 min 11 s from a fresh clone; PYTEST_WORKERS=0 for one process). The CLI runs
+## of the suite take one compiler worker each (tests/conftest.py: AUTOTUNE_WORKERS=1 under xdist).
 PYTEST_WORKERS ?= 2
 test: $(STAMP)
 	$(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --durations=30
