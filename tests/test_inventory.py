@@ -119,6 +119,8 @@ def test_a_new_database_takes_the_inventory_this_machine_discovered_for_the_same
     data["invocations"] = [i for i in data["invocations"] if i[2] != "reshape-mover"]
     record.write_text(json.dumps(data))
     assert "reshape-mover" in first.names() and "reshape-mover" not in inventory_of("b.db").names()
+    record.write_text('{"invocations": [[1]]}')  # JSON, but no inventory: read as none, never a failed run
+    assert inventory_of("c0.db").names() == first.names()
     record.write_text("{not json")
     assert inventory_of("c.db").names() == first.names()  # discovered again ...
     assert json.loads(record.read_text()) == json.loads(first.to_json())  # ... and remembered again

@@ -24,6 +24,8 @@ import os
 import tempfile
 from pathlib import Path
 
+from autotune.pipelines.xla.inventory import PassInventory
+
 ENV = "AUTOTUNE_MACHINE_CACHE"
 
 
@@ -77,14 +79,15 @@ def _path(key: str, identity: str) -> Path | None:
 
 
 def get(key: str, identity: str) -> str | None:
-    """The inventory JSON remembered for ``key`` on this compiler build, or None."""
+    """The inventory JSON remembered for ``key`` on this compiler build, or None (also for a file that
+    does not read back as an inventory: parsed here once, so that no record can fail the run that reads it)."""
     path = _path(key, identity)
     try:
         text = path.read_text() if path is not None else None
-        if text is None or not json.loads(text).get("invocations"):
+        if text is None or not PassInventory.from_json(text).invocations:
             return None
         return text
-    except (OSError, ValueError, AttributeError):
+    except (OSError, ValueError, KeyError, TypeError, IndexError, AttributeError):
         return None
 
 
