@@ -63,11 +63,18 @@ def small_root(engine):
     return engine.prepare(load(SMALL))
 
 
+def one_worker_under_xdist(env: dict) -> dict:
+    """``env`` with ``AUTOTUNE_WORKERS=1`` (unless it names a count) when the suite runs under xdist: two
+    pytest processes fill the two cores already, so a CLI run's second compiler worker only costs a jax
+    import. Every CLI process a test starts takes its environment from here."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        env.setdefault("AUTOTUNE_WORKERS", "1")
+    return env
+
+
 def run_cli(*args: str, db: Path | None = None, timeout: float = 600, env: dict | None = None, cwd: Path | None = None):
     """Run the real ``autotune`` CLI in a subprocess; returns CompletedProcess (text)."""
-    full_env = dict(os.environ)
-    if os.environ.get("PYTEST_XDIST_WORKER"):  # two pytest processes fill the two cores already: one
-        full_env.setdefault("AUTOTUNE_WORKERS", "1")  # compiler worker each (a second costs a jax import)
+    full_env = one_worker_under_xdist(dict(os.environ))
     if db is not None:
         full_env["AUTOTUNE_DB"] = str(db)
     full_env.update(env or {})

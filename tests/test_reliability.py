@@ -11,7 +11,7 @@ import sys
 import time
 from pathlib import Path
 
-from conftest import ROOT, run_cli
+from conftest import ROOT, one_worker_under_xdist, run_cli
 
 GPT2_SMALLER = ROOT / "tests" / "data" / "real" / "hloenv_maml_train_step.hlo"
 #: A run that an interruption must land in the middle of: on the 137-instruction MAML module a
@@ -29,9 +29,7 @@ def _default_signals() -> None:
 
 
 def _start(*args: str, db: Path) -> subprocess.Popen:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("AUTOTUNE_", "RAY_"))}
-    if os.environ.get("PYTEST_XDIST_WORKER"):  # as run_cli: one compiler worker each beside the other pytest
-        env["AUTOTUNE_WORKERS"] = "1"
+    env = one_worker_under_xdist({k: v for k, v in os.environ.items() if not k.startswith(("AUTOTUNE_", "RAY_"))})
     return subprocess.Popen(
         [sys.executable, "-m", "autotune.cli", *args, "--db", str(db)],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT, env=env,
