@@ -195,16 +195,21 @@ def judge(report, default_outputs, tuned_outputs, reference_outputs, margin: flo
                           + "; ".join(e.describe() for e in notes))
 
 
+def _bound(seconds: float | None) -> dict:
+    """The ``timeout=`` keyword of a backend's ``execute``/``execute_reference`` call, none when unbounded
+    (a backend written before the keyword still takes an unbounded call)."""
+    return {} if seconds is None else {"timeout": seconds}
+
+
 def _reference(pipeline, original, seed: int, floats: str, int_high: int, timeout: float | None = None):
     """The f32 reference outputs, None where there is none (width-dependent ops, memory); a run
     stopped at ``timeout`` raises (``_timed`` makes it ``Stopped``): no reference is not the same as
     no time for one."""
     if not supports(pipeline, "reference"):
         return None
-    bounded = {} if timeout is None else {"timeout": timeout}
     try:
         return with_memory(pipeline, lambda: pipeline.execute_reference(original, seed=seed, floats=floats,
-                                                                         int_high=int_high, **bounded))
+                                                                         int_high=int_high, **_bound(timeout)))
     except BadInput:
         return None
     except PassFailed as exc:
@@ -223,9 +228,8 @@ def second_opinion(pipeline, original, tuned, report, default_outputs, tuned_out
         return report
 
     def run(other: int, seconds: float | None):
-        bounded = {} if seconds is None else {"timeout": seconds}
-        return (pipeline.execute(original, seed=other, floats=floats, int_high=int_high, **bounded),
-                pipeline.execute(tuned, seed=other, floats=floats, int_high=int_high, **bounded))
+        return (pipeline.execute(original, seed=other, floats=floats, int_high=int_high, **_bound(seconds)),
+                pipeline.execute(tuned, seed=other, floats=floats, int_high=int_high, **_bound(seconds)))
 
     return reconsider(report, default_outputs, tuned_outputs, seed, run,
                       lambda s, seconds: _reference(pipeline, original, s, floats, int_high, seconds), extra_seeds,
@@ -247,9 +251,8 @@ def second_opinion_paired(pipeline, both, report, default_outputs, tuned_outputs
         return None if outs is None else halves(outs)[0]
 
     def run(s: int, seconds: float | None):
-        bounded = {} if seconds is None else {"timeout": seconds}
         return halves(with_memory(pipeline, lambda: pipeline.execute(both, seed=s, floats=floats, int_high=int_high,
-                                                                     **bounded)))
+                                                                     **_bound(seconds))))
 
     return reconsider(report, default_outputs, tuned_outputs, seed, run, reference, extra_seeds,
                       timing or unbounded(timeout))
