@@ -60,6 +60,7 @@ def lowered_llm(spec: str, out: Path) -> tuple[Path, str]:
     import jax
 
     from autotune.zoo import lower
+    from autotune.zoo.common import count_instructions
     from autotune.zoo.llm import LLMConfig, program
 
     layers, d_model, experts = (int(x) for x in spec.split(","))
@@ -68,7 +69,7 @@ def lowered_llm(spec: str, out: Path) -> tuple[Path, str]:
     text = lower("llm", "decode", cfg)
     path = out / f"llm_decode_{layers}l_{d_model}d_{experts}e.hlo"
     path.write_text(text)
-    n = sum(1 for line in text.splitlines() if " = " in line and not line.lstrip().startswith(("HloModule", "//")))
+    n = count_instructions(text)
     prog = program(cfg, "decode")
     t0 = time.perf_counter()
     jax.jit(prog.fn).lower(*prog.args).compile()
