@@ -88,6 +88,10 @@ def main(argv=None) -> int:
                     help="imitation without the (observation, STOP) pairs (an experiment; see imitate)")
     ap.add_argument("--obs-noise", type=float, default=0.0,
                     help="imitation on jittered composition coordinates (an experiment; see imitate)")
+    ap.add_argument("--init", default=None, metavar="POLICY",
+                    help="start from this policy (e.g. autotune/policies/llm.zip, trained on another jaxlib): the "
+                         "imitation fits on its weights re-laid by name, PPO also runs straight from it, and it is "
+                         "itself a selection candidate, so a fine-tuning ships only where it beats it")
     ap.add_argument("--target", default=None,
                     help="learn for this target (e.g. h100): its own work directory, policy (autotune/policies/"
                          "llm-TARGET.zip) and reports (results/learning-TARGET/) unless given")
@@ -139,6 +143,9 @@ def main(argv=None) -> int:
     params["branches"], params["branch_budget"] = args.branches, args.branch_budget
     if args.obs_noise:
         params["obs_noise"] = args.obs_noise
+    if args.init:
+        require([Path(args.init)], "starting policy")
+        params["init"] = str(Path(args.init).resolve())
     work = Work(Path(args.work) / ("quick" if args.quick else "full"), params)
     policy = Path(args.policy)
     # The command that remakes this run's reports: the kind and the paths given by hand, then for a
@@ -152,7 +159,7 @@ def main(argv=None) -> int:
         f" --{k.replace('_', '-')} {v}" for k, v in (("timesteps", args.timesteps), ("train_modules", args.train_modules),
                                                      ("probe_modules", args.probe_modules))
         if v is not None) + (" --no-stop-labels" if args.no_stop_labels else "") + (
-        f" --obs-noise {args.obs_noise}" if args.obs_noise else "")
+        f" --obs-noise {args.obs_noise}" if args.obs_noise else "") + (f" --init {rel(Path(args.init))}" if args.init else "")
     C.RETRAIN = command
     stale = ["policy", "roll-out", "imitation", "ppo", "random@evals", "random@steps", "random@4xsteps"]  # the old policies'
     stale += [f"random@{k}-s{seed}" for k in ("evals", "steps", "4xsteps") for seed in range(RANDOM_SEEDS)]

@@ -26,9 +26,9 @@ Two modes:
   Vocabularies are matched by name (``autotune.rl.vocabulary``): a policy trained on another jaxlib
   is used, its outputs naming passes not installed masked out and the observation re-laid by
   feature name (``autotune.rl.actor``), with one stderr line saying by how much the vocabularies
-  differ; one knowing fewer than 80% of the installed passes is refused (``BadInput``), and
-  fine-tuning one whose vocabulary differs is skipped with one line (its SB3 network's input and
-  output sizes are the old layout's). One trained on another pipeline version with the same
+  differ; one knowing fewer than 80% of the installed passes is refused (``BadInput``). Fine-tuning
+  one whose vocabulary differs starts from its weights re-laid by name onto the installed layout
+  (``autotune.rl.transfer``: a pass it never saw starts as an unlikely choice). One trained on another pipeline version with the same
   vocabularies is used, with a one-line note on stderr.
 * **Default**: with no ``policy`` option the shipped default policy (``llm``; ``llm-spmd`` for a module
   with collectives, one device's program of a partitioned step, when it is shipped; the target's own,
@@ -79,9 +79,9 @@ from autotune.rl.env import EpisodeSource, PassOrderingEnv
 from autotune.errors import BadInput
 from autotune.strategy import Evaluate, SearchSpace, Strategy
 from autotune import policies
-from autotune.rl.train import (check_hyperparams, check_vocabulary, load_model, make_model, observation_options,
-                               other_pipeline_version, read_sidecar, require_training, training_missing,
-                               vocabulary_diff, vocabulary_mismatch)
+from autotune.rl.train import (DEFAULT_HYPERPARAMS, check_hyperparams, check_vocabulary, load_model, make_model,
+                               observation_options, other_pipeline_version, read_sidecar, require_training,
+                               start_from, training_missing, vocabulary_diff, vocabulary_mismatch)
 
 #: ``policy=`` values that ask for PPO from scratch even when a default policy is shipped.
 NO_POLICY = ("none", "scratch")
@@ -267,8 +267,6 @@ class PPOStrategy(Strategy):
         missing = training_missing()
         if missing is not None:
             return f"it needs torch and stable-baselines3 ({missing}): {forward.INSTALL_TRAIN}"
-        if not layout.identity:
-            return "the policy's vocabulary differs from this XLA's (`autotune train` retrains it here)"
         return None
 
     def _say_how_it_is_used(self, diff, other: str | None, skip: str | None, fine_tunes: bool) -> None:
@@ -298,7 +296,15 @@ class PPOStrategy(Strategy):
             train_env = self._env(source, policy_space, shaping, gamma, env_options)
             overrides = _overrides(meta["algo"], self.hyperparams, self.given)
             try:
-                model = load_model(self.policy, meta, train_env, seed, overrides)
+                if layout.identity:
+                    model = load_model(self.policy, meta, train_env, seed, overrides)
+                else:  # trained on another jaxlib: its weights re-laid by name onto this XLA's layout
+                    hp = {**DEFAULT_HYPERPARAMS[meta["algo"]], **(meta.get("hyperparameters") or {}), **overrides}
+                    model = make_model(meta["algo"], train_env, seed, hp)
+                    start_from(model, self.policy, meta["algo"], train_env.actions, train_env.observation_names,
+                               space.target)
+                    layout = Layout.match(train_env.actions, train_env.actions, train_env.observation_names,
+                                          train_env.observation_names)
             except BadInput as exc:
                 if not self.is_default:
                     raise

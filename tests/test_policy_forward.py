@@ -411,3 +411,98 @@ def test_run_rolls_out_the_variant_for_the_installed_jaxlib_and_names_it(tmp_pat
     assert said == [f"note: ppo: policy 'mine' is its variant mine.jax-{minor} here (trained on jaxlib {here}, "
                     "nearest this jaxlib)"], proc.stderr
     assert json.loads(proc.stdout)["evaluations"] >= 1
+
+
+# ---- a policy of another vocabulary, fine-tuned from its weights re-laid by name (autotune.rl.transfer) ----
+def _other_vocabulary_llm(tmp_path):
+    """The shipped ``llm`` as if trained on an XLA where ``cse`` and ``dce`` had other names (so two
+    of its passes are gone here and two installed ones are new to it) and ``add`` another opcode."""
+    return _edited_llm(tmp_path, lambda m: _rename(m, pass_names=("cse", "dce"), opcodes=("add",)))
+
+
+def test_relaid_weights_choose_as_the_policy_does_and_give_new_passes_its_lowest_score(engine, tmp_path):
+    """A fresh SB3 network on the installed layout, given the renamed policy's weights re-laid by
+    name: over the passes the policy knew its probabilities, renormalised, are the roll-out's
+    (``Actor`` through ``Layout``), on every state of an episode; the two passes new to it score
+    the policy's lowest bias (possible, never its first choice here); the counts are reported."""
+    pytest.importorskip("stable_baselines3")
+    from autotune.rl import forward
+    from autotune.rl.train import DEFAULT_HYPERPARAMS, make_model, start_from
+
+    path, _ = _other_vocabulary_llm(tmp_path)
+    env, meta = _rollout_env(engine, path, LLM)
+    actor = _actor(path, meta, env)
+    model = make_model("ppo", env, 0, dict(DEFAULT_HYPERPARAMS["ppo"], **meta["hyperparameters"]))
+    relaid = start_from(model, path, "ppo", env.actions, env.observation_names)
+    assert (relaid.passes_new, relaid.passes_dropped) == (2, 2)
+    assert relaid.passes_kept == len(meta["actions"]) - 2
+    assert relaid.inputs_new == sum(n not in meta["observation_names"] for n in env.observation_names) > 0
+    assert relaid.inputs_kept == sum(not n.endswith("_gone") and n in env.observation_names
+                                     for n in meta["observation_names"])
+    network = forward.from_sb3(model.policy)
+    new = [env.actions.index(a) for a in ("cse", "dce")]
+    bias = model.policy.action_net.bias.detach().numpy()
+    obs, _ = env.reset(seed=0)
+    for step in range(3):
+        old = actor.probabilities(obs)
+        probs = network.probabilities(obs)
+        known = np.ones(len(probs), dtype=bool)
+        known[new] = False
+        assert probs[known] / probs[known].sum() == pytest.approx(old[known], abs=1e-9)
+        assert all(0 < probs[i] < probs.max() for i in new)
+        assert all(bias[i] == pytest.approx(bias[known].min()) for i in new)
+        obs, _, terminated, truncated, _ = env.step(int(np.argmax(old[:-1])))
+        if terminated or truncated:
+            break
+
+
+def test_train_init_fine_tunes_a_policy_of_another_vocabulary_and_records_it(tmp_path, db_path):
+    """``autotune train --init POLICY`` on a policy trained on "another XLA": it trains on the
+    installed layout (its sidecar lists the installed passes), says in one line how the weights were
+    re-laid, records where it started, and its numpy weights are written beside it."""
+    pytest.importorskip("stable_baselines3")
+    from autotune.rl import forward
+
+    path, meta = _other_vocabulary_llm(tmp_path)
+    out = tmp_path / "tuned.zip"
+    proc = run_cli("train", str(SMALL), "--init", str(path), "--timesteps", "16", "-O", "n_steps=8",
+                   "-O", "batch_size=8", "-o", str(out), db=db_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "weights re-laid by name onto this XLA's layout (" in proc.stdout
+    assert "2 new at its lowest score, 2 dropped" in proc.stdout
+    side = json.loads(out.with_name(out.name + ".json").read_text())
+    assert "cse" in side["actions"] and "cse_gone" not in side["actions"]
+    assert side["initialised_from"]["policy"] == "llm.zip"
+    assert side["initialised_from"]["relaid"]["passes_new"] == 2
+    network, digest = forward.Network.read(forward.weights_path(out))
+    assert digest == forward.file_digest(out) and network.outputs == len(side["actions"]) + 1
+
+
+@pytest.mark.parametrize("init,says", [("llm-committee", "a committee cannot start a training"),
+                                       ("no-such-policy", "no policy file or shipped policy named"),
+                                       ("llm", "a ppo policy cannot start a a2c training")])
+def test_train_init_bad_input_is_one_line(tmp_path, db_path, init, says):
+    pytest.importorskip("stable_baselines3")
+    algo = ["--strategy", "a2c"] if init == "llm" else []
+    proc = run_cli("train", str(SMALL), *algo, "--init", init, "--timesteps", "8", "-o", str(tmp_path / "p.zip"),
+                   db=db_path)
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and says in proc.stderr, proc.stderr
+    assert not (tmp_path / "p.zip").exists()
+
+
+def test_a_run_fine_tunes_a_policy_of_another_vocabulary_after_its_roll_out(tmp_path, db_path):
+    """Budget beyond the roll-out: fine-tuning follows it (re-laid weights), never skipped for the
+    vocabulary; it may now try the installed passes the policy never saw, never the gone ones."""
+    pytest.importorskip("stable_baselines3")
+    path, _ = _other_vocabulary_llm(tmp_path)
+    proc = run_cli("run", "--strategy", "ppo", str(SMALL), "--policy", str(path), "--budget", "40",
+                   "--no-validate", "--json", db=db_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "fine-tuning skipped" not in proc.stderr and "not fine-tuned" not in proc.stderr, proc.stderr
+    result = json.loads(proc.stdout)
+    assert result["evaluations"] > 4
+    from autotune.core.cache import Cache
+    from autotune.core.runs import RunStore
+
+    trials = RunStore(Cache(db_path)).trials(result["run_id"])
+    assert len(trials) > 4 and not any({"cse_gone", "dce_gone"} & set(t.sequence) for t in trials)

@@ -34,11 +34,15 @@ from autotune.cli.common import check_writable, console, db_option, json_option,
 @click.option("--envs", type=click.IntRange(1, 64), default=1, show_default=True,
               help="Environments stepped in parallel (subprocesses, one compiler worker each, one shared cache); "
                    "PPO/A2C collect n_steps per env per rollout.")
+@click.option("--init", "init", default=None, metavar="POLICY",
+              help="Start from this policy's weights (a .zip, or the NAME of a shipped policy such as llm) instead "
+                   "of a fresh network: fine-tune it on these modules and this XLA. A policy trained on another "
+                   "jaxlib is re-laid by pass and opcode name (passes it never saw start unlikely).")
 @db_option
 @workers_option
 @executor_option
 @json_option
-def train(more, algo, modules, output, split, timesteps, seed, shaping, max_length, objective, extra, envs, db,
+def train(more, algo, modules, output, split, timesteps, seed, shaping, max_length, objective, extra, envs, init, db,
           workers, as_json) -> None:
     """Train one policy over MODULES, for zero-shot use with `autotune run --strategy ppo --policy`.
 
@@ -76,6 +80,7 @@ def train(more, algo, modules, output, split, timesteps, seed, shaping, max_leng
     check_training(algo, timesteps, max_length, objective, options)
     out = zip_path_of(Path(output))
     check_writable(out)
+    start = _initial_policy(init, algo) if init is not None else None
     loaded = [load_model(str(p)) for p in paths]  # BadInput names the bad file
     observer = None
     if not as_json:
@@ -88,7 +93,7 @@ def train(more, algo, modules, output, split, timesteps, seed, shaping, max_leng
     with open_engine(db, workers=1 if envs > 1 else workers) as ev:
         stats = train_policy(ev, loaded, out, timesteps=timesteps, seed=seed, shaping=shaping, objective=objective,
                              algo=algo, max_length=max_length, observer=observer, options=options, envs=envs,
-                             training_set=training_set)
+                             training_set=training_set, init=start)
     if as_json:
         print_json(stats)
         return
@@ -104,6 +109,24 @@ def train(more, algo, modules, output, split, timesteps, seed, shaping, max_leng
         table.add_row(m["name"], str(m["episodes"]), f"{m['start_cost']:g}" if m["start_cost"] is not None else "-",
                       f"{best:g}" if best is not None else "-", ",".join(m["best_sequence"]) or "(none)")
     console().print(table)
+    if stats.get("relaid_note"):
+        click.echo(stats["relaid_note"])
     ret = stats["mean_return_last20"]
     click.echo(f"wrote {stats['policy']} and {Path(stats['sidecar']).name}"
                + (f"; mean return of the last 20 episodes {ret:+.4f}" if ret is not None else ""))
+
+
+def _initial_policy(init: str, algo: str) -> Path:
+    """``--init``'s policy file, checked before any worker starts: one policy (not a committee) with
+    its sidecar, of the algorithm being trained."""
+    from autotune import policies
+    from autotune.rl.train import read_sidecar
+
+    path = policies.resolve(init)
+    if path.is_dir():
+        raise BadInput(f"--init {init}: a committee cannot start a training; name one of its members "
+                       f"({', '.join(p.name for p in policies.members(path)) or 'none'})")
+    meta = read_sidecar(path)  # BadInput: no such file, no sidecar
+    if meta["algo"] != algo:
+        raise BadInput(f"--init {init}: a {meta['algo']} policy cannot start a {algo} training (--strategy {meta['algo']})")
+    return path

@@ -47,7 +47,7 @@ from autotune.pipelines.xla.hlo import opcode_vocabulary
 from autotune.pipelines.xla import ENGINE_VERSION, GPU_ENGINE_VERSION, SAME_STEPS_SINCE, xla_version
 from autotune.core import objectives
 from autotune.rl.observation import Observation
-from autotune.rl.vocabulary import VocabularyDiff
+from autotune.rl.vocabulary import VocabularyDiff, trained_xla
 from autotune.rl import forward
 from autotune.rl.forward import INSTALL_TRAIN
 from autotune.core.tuner import evaluation_session
@@ -348,8 +348,8 @@ def train_policy(
         envset = _TrainingEnvs.open(evaluator, modules, roots, envs, objective, max_length, shaping, hp, env_opts,
                                     references)
         model = make_model(algo, envset.env, seed, hp)
-        if init is not None:
-            model.set_parameters(str(init), exact_match=True, device="cpu")
+        relaid = start_from(model, init, algo, envset.actions, envset.observation_names,
+                            evaluator.pipeline.target.key)
         # With envs > 1 the steps are compiled in the subprocesses: this evaluator's hit rate says nothing.
         callback = _StepCallback.make(observer, timesteps, evaluator.stats if envs == 1 else None)
         callbacks = [callback]
@@ -370,12 +370,16 @@ def train_policy(
                     int(model.num_timesteps), seed, envs, training_set)
     if imitation is not None:
         meta["imitation_term"] = imitation.record()
+    if init is not None:
+        meta["initialised_from"] = _init_record(init, relaid)
     side = sidecar_path(zip_path)
     side.write_text(json.dumps(meta, indent=2))
     returns, merged = callback.returns, _merge_episode_stats(stats_per_env)
     tail = returns[-20:]
     return {
         "algo": algo, "policy": str(zip_path), "sidecar": str(side), "timesteps": int(model.num_timesteps),
+        "initialised_from": meta.get("initialised_from"),
+        "relaid_note": relaid.note(f"started from {Path(init).name}") if relaid is not None else None,
         "episodes": len(returns), "mean_return_last20": (sum(tail) / len(tail)) if tail else None,
         "shaping": bool(shaping), "objective": objective, "seed": seed, "max_length": max_length,
         "seconds": time.perf_counter() - t0, "learn_seconds": learn_seconds,
@@ -389,6 +393,42 @@ def train_policy(
         "modules": [{key: m[key] for key in ("name", "episodes", "start_cost", "best_cost", "best_sequence")}
                     for m in merged],
     }
+
+
+def start_from(model, init: Path | None, algo: str, actions: Sequence[str], observation_names: Sequence[str],
+               target: str = "cpu"):
+    """Give ``model`` (fresh, on the installed layout) the weights of the policy ``init``: as they are
+    when ``init`` has no sidecar (a network made for this layout moments ago, e.g. the learning
+    benchmark's imitation), else checked and re-laid by name onto this XLA's passes and opcodes
+    (``autotune.rl.transfer``), so a policy trained on another jaxlib is fine-tuned here instead of
+    retrained from scratch. Returns the ``Relaid`` summary (None: nothing to re-lay)."""
+    from autotune.rl.transfer import relaid_parameters
+
+    if init is None:
+        return None
+    init = Path(init)
+    if not sidecar_path(init).is_file():
+        model.set_parameters(str(init), exact_match=True, device="cpu")
+        return None
+    meta = read_sidecar(init)
+    if meta["algo"] != algo:
+        raise BadInput(f"{init}: a {meta['algo']} policy cannot start a {algo} training")
+    reason = vocabulary_mismatch(meta, actions, target)
+    if reason is not None:
+        raise BadInput(f"{init}: {reason}")
+    return relaid_parameters(model, init, meta, actions, observation_names)
+
+
+def _init_record(init: Path, relaid) -> dict:
+    """The sidecar's record of the policy a training started from (and how it was re-laid)."""
+    record: dict = {"policy": Path(init).name}
+    side = sidecar_path(Path(init))
+    if side.is_file():
+        meta = json.loads(side.read_text())
+        record["xla_version"] = meta.get("xla_version") or trained_xla(meta)
+    if relaid is not None:
+        record["relaid"] = {k: getattr(relaid, k) for k in relaid.__dataclass_fields__}
+    return record
 
 
 def _sidecar(evaluator, envset, roots, algo, shaping, hp, env_opts, references, max_length, objective, timesteps,

@@ -36,6 +36,7 @@ def stage_select(work: Work, policy: Path) -> dict:
     """
     import shutil
 
+    from autotune.rl import forward
     from autotune.rl.train import sidecar_path
 
     p = work.params
@@ -45,22 +46,34 @@ def stage_select(work: Work, policy: Path) -> dict:
     trained = work.load("train") or {}
     candidates_t = tuple(trained.get("candidates") or ())
     imitation = work.root / "imitation.zip"
-    variants = {"imitation": imitation}
-    recipes = {"imitation": {"timesteps": 0, "reward": None}}  # how each candidate was trained
+    variants, recipes = {}, {}  # each candidate, and how it was trained
+    if p.get("init"):
+        # --init: the starting policy itself (zero-shot, re-laid by name at roll-out) is a candidate,
+        # first so that a tie keeps it, and so is PPO straight from it without this jaxlib's imitation.
+        variants["init"] = Path(p["init"])
+        recipes["init"] = {"timesteps": 0, "reward": None}
+    variants["imitation"] = imitation
+    recipes["imitation"] = {"timesteps": 0, "reward": None}
     with open_engine(work.db("train"), workers=2, target=C.TARGET) as ev:
         # The training stage's own length (the report's `ppo` column) is always a candidate.
         lengths = sorted({*SELECT_TIMESTEPS, p["timesteps"]})
         runs = [(f"ppo-{steps}", steps, REWARD) for steps in lengths]
         runs.append((f"ppo-{p['timesteps']}-{ABLATION_REWARD}", p["timesteps"], ABLATION_REWARD))
+        starts = {}
+        if p.get("init"):
+            runs.append((f"init-ppo-{p['timesteps']}", p["timesteps"], REWARD))
+            starts[f"init-ppo-{p['timesteps']}"] = Path(p["init"])
         for name, steps, reward in runs:
             out = work.root / f"{name}.zip"
             if steps == p["timesteps"] and reward == REWARD and not out.exists():  # the one stage_train wrote
                 shutil.copyfile(policy, out)
                 shutil.copyfile(sidecar_path(policy), sidecar_path(out))
             if not out.exists():
-                fine_tune(ev, work, out, steps, reward)
+                fine_tune(ev, work, out, steps, reward, start=starts.get(name))
             variants[name] = out
             recipes[name] = {"timesteps": steps, "reward": reward}
+            if name in starts:
+                recipes[name]["start"] = str(starts[name])
         log(f"select: expert (beam {BEAM}) on {len(val)} held-out train-split modules")
         rows = {}
         for x in val:
@@ -86,7 +99,8 @@ def stage_select(work: Work, policy: Path) -> dict:
                 seeds[seed] = work.seed_policy(chosen, seed)
                 if not seeds[seed].exists():
                     log(f"select: {chosen} with PPO seed {seed}")
-                    fine_tune(ev, work, seeds[seed], recipes[chosen]["timesteps"], recipes[chosen]["reward"], seed=seed)
+                    fine_tune(ev, work, seeds[seed], recipes[chosen]["timesteps"], recipes[chosen]["reward"], seed=seed,
+                              start=Path(recipes[chosen]["start"]) if recipes[chosen].get("start") else None)
                 for x in val:
                     rows[x.stem][f"seed{seed}"] = min(rollout(ev, load(x), seeds[seed]).best_cost,
                                                       rows[x.stem]["default"])
@@ -102,11 +116,16 @@ def stage_select(work: Work, policy: Path) -> dict:
     if seeds[seed] != policy:
         shutil.copyfile(seeds[seed], policy)
         meta = json.loads(sidecar_path(seeds[seed]).read_text()) if sidecar_path(seeds[seed]).exists() else {}
-        if seed == SEEDS[0]:  # what the chosen variant changed from the training stage's policy (the
+        if chosen == "init":  # the starting policy kept as it is: its own sidecar says what it is
+            side = dict(meta)
+        elif recipes[chosen].get("start"):  # PPO straight from --init's policy: its own sidecar, whatever the seed
+            side = {**meta, **{k: side[k] for k in ("training_set",) if k in side}}
+        elif seed == SEEDS[0]:  # what the chosen variant changed from the training stage's policy (the
             # step-reward variant's reward too: the sidecar's reward is what fine-tuning trains with)
             side.update({k: meta[k] for k in ("timesteps", "seed", "reward", "shaping") if k in meta})
         else:  # another seed's own sidecar, with the training stage's records of how its start was made
             side = {**meta, **{k: side[k] for k in ("imitation", "training_set") if k in side}}
+        forward.write(policy, forward.export(policy, side.get("algo", "ppo")))  # its torch-free weights
         side["note"] = (f"{chosen} (PPO seed {seed}), the variant and seed selected on held-out train-split modules "
                         f"(bench/learning.py --stage select); {C.RETRAIN} retrains it")
     side["selection"] = {k: v for k, v in data.items() if k != "rows"}

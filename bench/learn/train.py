@@ -66,7 +66,8 @@ def beam_search(session, candidates: tuple[str, ...], prefix: tuple[str, ...] = 
     return top
 
 
-def imitate(ev, demos: dict, out: Path, seed: int = 0, stop_labels: bool = True, noise: float = 0.0) -> dict:
+def imitate(ev, demos: dict, out: Path, seed: int = 0, stop_labels: bool = True, noise: float = 0.0,
+            init: Path | None = None) -> dict:
     """Behaviour cloning: fit a fresh PPO network's policy to the demonstrations (then PPO fine-tunes it).
 
     Each demonstration is rolled through the environment (same observation as training and use):
@@ -80,7 +81,10 @@ def imitate(ev, demos: dict, out: Path, seed: int = 0, stop_labels: bool = True,
     multiplied by ``exp(noise * N(0, 1))``, a fresh draw per coordinate and sample: a network
     fitted to exact fractions can key on one incidental coordinate (the share of ``convert`` in
     loop bodies) that an unseen model has at another value; the noise makes no single fraction
-    decisive (an experiment, chosen or not on held-out train-split modules).
+    decisive (an experiment, chosen or not on held-out train-split modules). ``init`` (``--init``: a
+    policy trained on another jaxlib, e.g. the shipped ``llm.zip``) gives the network its weights,
+    re-laid by name onto this XLA's layout (``autotune.rl.transfer``), before the fit: the
+    demonstrations of this jaxlib then adjust that policy instead of teaching a fresh one.
     """
     from autotune.rl.imitation import behaviour_cloning
     from autotune.rl.train import make_model
@@ -90,6 +94,10 @@ def imitate(ev, demos: dict, out: Path, seed: int = 0, stop_labels: bool = True,
     hp = {k: v for k, v in HYPERPARAMS.items()}
     hp.update(gae_lambda=0.95, clip_range=0.2, net_arch=64)
     model = make_model("ppo", env, seed, hp)
+    if init is not None:
+        from autotune.rl.train import start_from
+
+        start_from(model, init, "ppo", env.actions, env.observation_names, ev.pipeline.target.key)
     composition = [n.split(":")[0] in ("opcode_fraction", "loop", "struct") for n in env.observation.names]
     fit = behaviour_cloning(model.policy, pairs, seed=seed, noise=noise, jitter_mask=composition)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -127,16 +135,17 @@ def demonstration_data(ev, work: Work):
 
 
 def fine_tune(ev, work: Work, out: Path, steps: int, reward: str = REWARD, seed: int = 0,
-              references: dict | None = None, **extra) -> dict:
+              references: dict | None = None, start: Path | None = None, **extra) -> dict:
     """PPO from the imitation weights on the training modules, as every PPO variant here is trained
-    (``references``: the demonstrations' best costs, by default the training stage's)."""
+    (``references``: the demonstrations' best costs, by default the training stage's; ``start``:
+    another starting policy, e.g. ``--init``'s, re-laid by name when it was trained on another jaxlib)."""
     from autotune.rl.train import train_policy
 
     if references is None:
         references = (work.load("train") or {}).get("references") or {}
     return train_policy(ev, [load(x) for x in work.train_set()], out, timesteps=steps, seed=seed,
                         max_length=MAX_LENGTH, options={**HYPERPARAMS, "reward": reward}, envs=work.params["envs"],
-                        init=work.root / "imitation.zip", references=references, **extra)
+                        init=start or work.root / "imitation.zip", references=references, **extra)
 
 
 def rollout(ev, module, policy: Path, prune: bool = True, branches: int = 1, budget: int = MAX_LENGTH,
@@ -201,7 +210,8 @@ def stage_train(work: Work, policy: Path) -> dict:
         demos = demonstrations(ev, work, paths)
         demo_seconds, demo_steps = time.perf_counter() - t0, ev.stats.steps_compiled
         bc_zip = work.root / "imitation.zip"
-        bc = imitate(ev, demos, bc_zip, stop_labels=p.get("stop_labels", True), noise=p.get("obs_noise", 0.0))
+        bc = imitate(ev, demos, bc_zip, stop_labels=p.get("stop_labels", True), noise=p.get("obs_noise", 0.0),
+                     init=Path(p["init"]) if p.get("init") else None)
         log(f"train: imitation fit {bc['train_accuracy']:.0%} of {bc['samples']} (observation, action) pairs "
             f"({bc['stop_samples']} STOP)")
     log(f"train: PPO from the imitation weights, {p['timesteps']} timesteps, {p['envs']} envs")
