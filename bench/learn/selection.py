@@ -65,7 +65,7 @@ def stage_select(work: Work, policy: Path) -> dict:
             starts[f"init-ppo-{p['timesteps']}"] = Path(p["init"])
         for name, steps, reward in runs:
             out = work.root / f"{name}.zip"
-            if steps == p["timesteps"] and reward == REWARD and not out.exists():  # the one stage_train wrote
+            if steps == p["timesteps"] and reward == REWARD and name not in starts and not out.exists():  # stage_train's
                 shutil.copyfile(policy, out)
                 shutil.copyfile(sidecar_path(policy), sidecar_path(out))
             if not out.exists():
