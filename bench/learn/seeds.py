@@ -68,7 +68,8 @@ def stage_ensemble(work: Work) -> dict:
         for seed in seeds:
             if not work.seed_policy(chosen, seed).exists():
                 log(f"ensemble: {chosen} with PPO seed {seed}")
-                fine_tune(ev, work, work.seed_policy(chosen, seed), recipe["timesteps"], recipe["reward"], seed=seed)
+                fine_tune(ev, work, work.seed_policy(chosen, seed), recipe["timesteps"], recipe["reward"], seed=seed,
+                          start=Path(recipe["start"]) if recipe.get("start") else None)
     modules = [(x, "test") for x in work.test_set()] + [(SHARED / f, "shared") for f in SHARED_LLM]
     shipped = int(selected.get("seed", SEEDS[0]))
     out = {}
