@@ -49,6 +49,7 @@ from autotune.core import objectives
 from autotune.rl.observation import Observation
 from autotune.rl.vocabulary import VocabularyDiff, trained_xla
 from autotune.rl import forward
+from autotune.rl.transfer import relaid_parameters
 from autotune.rl.forward import INSTALL_TRAIN
 from autotune.core.tuner import evaluation_session
 
@@ -402,8 +403,6 @@ def start_from(model, init: Path | None, algo: str, actions: Sequence[str], obse
     benchmark's imitation), else checked and re-laid by name onto this XLA's passes and opcodes
     (``autotune.rl.transfer``), so a policy trained on another jaxlib is fine-tuned here instead of
     retrained from scratch. Returns the ``Relaid`` summary (None: nothing to re-lay)."""
-    from autotune.rl.transfer import relaid_parameters
-
     if init is None:
         return None
     init = Path(init)
