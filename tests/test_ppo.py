@@ -403,9 +403,10 @@ def test_every_shipped_policy_loads_with_the_pinned_versions(engine):
             if trained_xla(meta).startswith(f"jaxlib-{jaxlib.__version__}-"):
                 assert list(env.observation_names) == meta["observation_names"]
                 model = PPO.load(path, env=env, device="cpu")  # SB3 checks the spaces against the env's
-            else:  # a NAME.jax-X.Y variant for another jaxlib: its weights re-laid onto this layout train here
+            else:  # trained on another jaxlib (a NAME.jax-X.Y variant, or NAME on a newer jax): re-laid, it trains here
                 model = make_model(meta["algo"], env, 0, dict(DEFAULT_HYPERPARAMS["ppo"], **meta["hyperparameters"]))
-                assert start_from(model, path, meta["algo"], env.actions, env.observation_names) is not None
+                assert start_from(model, path, meta["algo"], env.actions, env.observation_names,
+                                  ev.pipeline.target.key) is not None
             obs, _ = env.reset(seed=0)
             action, _ = model.predict(obs, deterministic=True)
             assert 0 <= int(action) < env.action_space.n
