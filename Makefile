@@ -17,9 +17,12 @@ RECORD ?= examples/xla_dlrm_train_step.tuned.json
 
 # The newest-jax leg (CI's second): Python 3.12 (jax >= 0.11 needs it; the machine image has it under
 # pyenv), the newest jax CI has tested, no torch and no ray: what a JAX project on a current jax installs.
-PYTHON_NEWEST ?= $(shell for p in $(HOME)/.pyenv/versions/3.12*/bin/python $$(command -v python3.12); do \
-	"$$p" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 12))' 2>/dev/null && { echo $$p; break; }; done)
-VENV_NEWEST := .venv-newest
+# `make test-py3.13` runs the same leg on Python 3.13, the top of the supported range (CI runs both).
+NEWEST_PY ?= 3.12
+PYTHON_NEWEST ?= $(shell for p in $(HOME)/.pyenv/versions/$(NEWEST_PY)*/bin/python $$(command -v python$(NEWEST_PY)); do \
+	"$$p" -c 'import sys; sys.exit(sys.version_info[:2] != tuple(map(int, "$(NEWEST_PY)".split("."))))' 2>/dev/null \
+	&& { echo $$p; break; }; done)
+VENV_NEWEST ?= .venv-newest
 CONSTRAINTS_NEWEST ?= constraints/py3.12-newest.txt
 STAMP_NEWEST := $(VENV_NEWEST)/.installed-$(shell cat pyproject.toml $(CONSTRAINTS_NEWEST) | cksum | cut -d' ' -f1)
 # What that leg runs: the version module, torch-free policies, the GPU target deviceless, the JAX hook,
@@ -27,7 +30,7 @@ STAMP_NEWEST := $(VENV_NEWEST)/.installed-$(shell cat pyproject.toml $(CONSTRAIN
 NEWEST_TESTS ?= tests/test_versions.py tests/test_policy_forward.py tests/test_gpu_target.py tests/test_jax_hook.py \
 	tests/test_env.py tests/test_records.py tests/test_strategies.py tests/test_bad_input.py tests/test_cli_misc.py
 
-.PHONY: demo test test-newest install install-newest lock clean bench paper tune-record check-record
+.PHONY: demo test test-newest test-py3.13 install install-newest lock clean bench paper tune-record check-record
 
 $(STAMP): pyproject.toml $(CONSTRAINTS)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -36,7 +39,7 @@ $(STAMP): pyproject.toml $(CONSTRAINTS)
 	rm -f $(VENV)/.installed-* && touch $@
 
 $(STAMP_NEWEST): pyproject.toml $(CONSTRAINTS_NEWEST)
-	@test -n "$(PYTHON_NEWEST)" || { echo "make: no Python 3.12 found (set PYTHON_NEWEST=/path/to/python3.12)"; exit 2; }
+	@test -n "$(PYTHON_NEWEST)" || { echo "make: no Python $(NEWEST_PY) found (set PYTHON_NEWEST=/path/to/python$(NEWEST_PY))"; exit 2; }
 	test -x $(VENV_NEWEST)/bin/python || $(PYTHON_NEWEST) -m venv $(VENV_NEWEST)
 	$(VENV_NEWEST)/bin/python -m pip install --quiet --upgrade pip
 	$(VENV_NEWEST)/bin/python -m pip install --quiet -c $(CONSTRAINTS_NEWEST) -e '.[test,gpu]'
@@ -57,19 +60,24 @@ demo: $(STAMP)
 	$(BIN)/autotune run --strategy $(DEMO_STRATEGY) --budget $(DEMO_BUDGET) $(RECORD_MODEL) --db $(DEMO_DB) --out out/demo-dlrm
 
 ## test: set up with test extras, then run the whole test suite, two pytest processes on the two cores
-## (pytest-xdist; 642 tests in 10 min 11 s from a fresh clone; PYTEST_WORKERS=0 for one process). The CLI runs
+## (pytest-xdist; 648 tests in 8 min 36 s from a fresh clone; PYTEST_WORKERS=0 for one process). The CLI runs
 ## of the suite take one compiler worker each (tests/conftest.py: AUTOTUNE_WORKERS=1 under xdist).
 PYTEST_WORKERS ?= 2
 test: $(STAMP)
 	$(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --durations=30
 
-## test-newest: the newest jax on Python 3.12 without torch: the quick start's commands, then NEWEST_TESTS.
+## test-newest: the newest jax on Python $(NEWEST_PY) (3.12) without torch: the quick start's commands, then NEWEST_TESTS.
 test-newest: $(STAMP_NEWEST)
 	$(VENV_NEWEST)/bin/python -c "import importlib.util as u, sys; sys.exit(u.find_spec('torch') is not None)" \
 		|| { echo "make: torch is installed in $(VENV_NEWEST); this leg proves the core runs without it"; exit 1; }
-	$(VENV_NEWEST)/bin/autotune baseline $(EXAMPLE) --db .autotune/newest.db
-	$(VENV_NEWEST)/bin/autotune run --strategy ppo --budget 4 $(EXAMPLE) --db .autotune/newest.db --out out/newest-ppo
+	$(VENV_NEWEST)/bin/autotune baseline $(EXAMPLE) --db .autotune/newest-$(NEWEST_PY).db
+	$(VENV_NEWEST)/bin/autotune run --strategy ppo --budget 4 $(EXAMPLE) --db .autotune/newest-$(NEWEST_PY).db \
+		--out out/newest-$(NEWEST_PY)-ppo
 	$(VENV_NEWEST)/bin/python -m pytest -q $(NEWEST_TESTS)
+
+## test-py3.13: the newest-jax leg on Python 3.13 (the same constraints: they hold there too).
+test-py3.13:
+	$(MAKE) test-newest NEWEST_PY=3.13 VENV_NEWEST=.venv-py3.13
 
 ## lock: regenerate the constraints file of this Python from the installed venv (after changing pyproject).
 lock: $(STAMP)
@@ -97,4 +105,4 @@ paper: $(STAMP)
 	$(BIN)/python bench/paper.py $(PAPER_FLAGS)
 
 clean:
-	rm -rf $(VENV) $(VENV_NEWEST) .autotune out .pytest_cache
+	rm -rf $(VENV) $(VENV_NEWEST) .venv-py3.13 .autotune out .pytest_cache
