@@ -28,7 +28,8 @@ STAMP_NEWEST := $(VENV_NEWEST)/.installed-$(shell cat pyproject.toml $(CONSTRAIN
 # What that leg runs: the version module, torch-free policies, the GPU target deviceless, the JAX hook,
 # the gym environment, records, strategies and the CLI; the whole suite runs on the first leg.
 NEWEST_TESTS ?= tests/test_versions.py tests/test_policy_forward.py tests/test_gpu_target.py tests/test_jax_hook.py \
-	tests/test_env.py tests/test_records.py tests/test_strategies.py tests/test_bad_input.py tests/test_cli_misc.py
+	tests/test_env.py tests/test_records.py tests/test_strategies.py tests/test_bad_input.py tests/test_cli_misc.py \
+	tests/test_gpu_tools.py
 
 .PHONY: demo test test-newest test-py3.13 install install-newest lock clean bench paper tune-record check-record
 

@@ -15,10 +15,19 @@
 # each with its own time limit, so that one that hangs leaves the others their time. Python runs with -P:
 # autotune is the installed wheel's, never the checkout's autotune/ folder. Every command's
 # JSON and stderr go to $OUT (default ./gpu-check-out); summary.txt says what each returned.
+# CHECKS picks which run (default: the three above); runtime-gptoss adds gpt-oss's prefill step, the
+# second real LLM step, for a second call on the same machine: CHECKS=runtime-gptoss bash bench/gpu_check.sh
 set -u
 cd "$(dirname "$0")/.."
 MODE=gpu
 [ "${1:-}" = "--cpu" ] && MODE=cpu
+CHECKS=${CHECKS:-runtime-llama runtime-train validate-decode}
+for check in $CHECKS; do
+    case $check in
+        runtime-llama|runtime-train|validate-decode|runtime-gptoss) ;;
+        *) echo "gpu_check: error: unknown check '$check' (runtime-llama, runtime-train, validate-decode, runtime-gptoss)" >&2; exit 2 ;;
+    esac
+done
 OUT=${OUT:-$PWD/gpu-check-out}
 mkdir -p "$OUT"
 PY=${PYTHON:-python3}
@@ -39,12 +48,14 @@ if [ "$MODE" = gpu ]; then
     export AUTOTUNE_EXECUTION_PLATFORM=cuda   # refuse, in one line, rather than time the host
     TARGET=h200
     LLAMA=tests/data/real-llm/rocm_llama3_8b_generate.hlo
+    GPTOSS=tests/data/real-llm/rocm_gpt_oss_20b_prefill.hlo
     TRAIN=tests/data/real/xla_dlrm_train_step.hlo
     BUDGET=12
 else
     export AUTOTUNE_EXECUTION_PLATFORM=cpu
     TARGET=h100   # any GPU target: its steps compile deviceless here
     LLAMA=examples/llm_decode_step.hlo       # a decode step small enough for this CPU, whose orderings move it
+    GPTOSS=$LLAMA                            # the LLM steps are too large to execute on this CPU
     TRAIN=tests/data/real/xla_dlrm_train_step.hlo  # the same training step (donates: timing feeds it back)
     BUDGET=${BUDGET:-3}
 fi
@@ -77,7 +88,12 @@ EOF
 
 # A lent machine runs one command for at most 10 minutes: the three share 9 (the searches stop early,
 # --time-limit, to leave the confirmation and validation their time).
-run runtime-llama 270 run "$LLAMA" --target "$TARGET" --objective runtime --budget "$BUDGET" --time-limit 150
-run runtime-train 150 run "$TRAIN" --target "$TARGET" --objective runtime --budget "$BUDGET" --time-limit 80
-run validate-decode 120 run "$DECODE" --target "$TARGET" --budget "$BUDGET" --require executed
+for check in $CHECKS; do
+    case $check in
+        runtime-llama) run runtime-llama 270 run "$LLAMA" --target "$TARGET" --objective runtime --budget "$BUDGET" --time-limit 150 ;;
+        runtime-train) run runtime-train 150 run "$TRAIN" --target "$TARGET" --objective runtime --budget "$BUDGET" --time-limit 80 ;;
+        validate-decode) run validate-decode 120 run "$DECODE" --target "$TARGET" --budget "$BUDGET" --require executed ;;
+        runtime-gptoss) run runtime-gptoss 300 run "$GPTOSS" --target "$TARGET" --objective runtime --budget "$BUDGET" --time-limit 170 ;;
+    esac
+done
 say "done ($MODE); outputs in $OUT"
