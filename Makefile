@@ -61,7 +61,7 @@ demo: $(STAMP)
 	$(BIN)/autotune run --strategy $(DEMO_STRATEGY) --budget $(DEMO_BUDGET) $(RECORD_MODEL) --db $(DEMO_DB) --out out/demo-dlrm
 
 ## test: set up with test extras, then run the whole test suite, two pytest processes on the two cores
-## (pytest-xdist; 648 tests in 8 min 36 s from a fresh clone; PYTEST_WORKERS=0 for one process). The CLI runs
+## (pytest-xdist; 652 tests in 8 min 59 s from a fresh clone; PYTEST_WORKERS=0 for one process). The CLI runs
 ## of the suite take one compiler worker each (tests/conftest.py: AUTOTUNE_WORKERS=1 under xdist).
 PYTEST_WORKERS ?= 2
 test: $(STAMP)
