@@ -15,7 +15,7 @@ DEMO_BUDGET ?= 150
 RECORD_MODEL ?= tests/data/real/xla_dlrm_train_step.hlo
 RECORD ?= examples/xla_dlrm_train_step.tuned.json
 
-# The newest-jax leg (CI's second): Python 3.12 (jax >= 0.11 needs it; the machine image has it under
+# The newest-jax leg (CI's second and third): Python 3.12 (jax >= 0.11 needs it; the machine image has it under
 # pyenv), the newest jax CI has tested, no torch and no ray: what a JAX project on a current jax installs.
 # `make test-py3.13` runs the same leg on Python 3.13, the top of the supported range (CI runs both).
 NEWEST_PY ?= 3.12
@@ -67,7 +67,7 @@ PYTEST_WORKERS ?= 2
 test: $(STAMP)
 	$(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --durations=30
 
-## test-newest: the newest jax on Python $(NEWEST_PY) (3.12) without torch: the quick start's commands, then NEWEST_TESTS.
+## test-newest: the newest jax on Python 3.12 (NEWEST_PY) without torch: the quick start's commands, then NEWEST_TESTS.
 test-newest: $(STAMP_NEWEST)
 	$(VENV_NEWEST)/bin/python -c "import importlib.util as u, sys; sys.exit(u.find_spec('torch') is not None)" \
 		|| { echo "make: torch is installed in $(VENV_NEWEST); this leg proves the core runs without it"; exit 1; }

@@ -21,11 +21,12 @@ set -u
 cd "$(dirname "$0")/.."
 MODE=gpu
 [ "${1:-}" = "--cpu" ] && MODE=cpu
+KNOWN="runtime-llama runtime-train validate-decode runtime-gptoss"   # the cases of the loop at the end
 CHECKS=${CHECKS:-runtime-llama runtime-train validate-decode}
 for check in $CHECKS; do
-    case $check in
-        runtime-llama|runtime-train|validate-decode|runtime-gptoss) ;;
-        *) echo "gpu_check: error: unknown check '$check' (runtime-llama, runtime-train, validate-decode, runtime-gptoss)" >&2; exit 2 ;;
+    case " $KNOWN " in
+        *" $check "*) ;;
+        *) echo "gpu_check: error: unknown check '$check' (${KNOWN// /, })" >&2; exit 2 ;;
     esac
 done
 OUT=${OUT:-$PWD/gpu-check-out}

@@ -67,9 +67,10 @@ def measure(version: str, python: str, work: Path) -> dict:
     jax, jaxlib, torch, ray = subprocess.run([str(venv / "bin" / "python"), "-c", probe], capture_output=True,
                                              text=True, check=True).stdout.split()
     starts = subprocess.run([str(venv / "bin" / "autotune"), "--version"], capture_output=True, text=True, cwd=work)
+    size = tree_bytes(venv)
     return {"python": version, "interpreter": python, "constraints": CONSTRAINTS[version], "jax": jax,
             "jaxlib": jaxlib, "torch": torch == "True", "ray": ray == "True", "starts": starts.returncode == 0,
-            "bytes": tree_bytes(venv), "gb": round(tree_bytes(venv) / 1e9, 2)}
+            "bytes": size, "gb": round(size / 1e9, 2)}
 
 
 def markdown(rows: list[dict], missing: list[str]) -> str:

@@ -84,6 +84,17 @@ def run_cli(*args: str, db: Path | None = None, timeout: float = 600, env: dict 
     )
 
 
+def assert_one_line_error(proc, code: int = 2, prefix: str = "autotune: error: ") -> str:
+    """``proc`` failed the project's way for bad input: exit ``code``, one non-blank line on stderr that
+    starts with ``prefix`` (the CLI's, or a benchmark script's own name), no traceback anywhere."""
+    assert proc.returncode == code, (proc.returncode, proc.stdout, proc.stderr)
+    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1, proc.stderr
+    assert lines[0].startswith(prefix), lines[0]
+    assert "Traceback" not in proc.stderr + proc.stdout
+    return lines[0]
+
+
 def value_and_reduce_hlo(y: str) -> str:
     """A module with 16 MiB of inputs (``w``, reduced) and an 8-element value ``y`` that variants compute
     differently (``multiply(%x, %b)``, ``add(%x, %x)``...): the region and validation-budget tests' subject."""

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import DATA, ROOT, SMALL, run_cli
+from conftest import DATA, ROOT, SMALL, assert_one_line_error, run_cli
 
 BAD = sorted(p for p in (DATA / "bad").iterdir() if p.is_file())
 TABLES = ("blobs", "states", "transitions", "runs", "trials", "roots")
@@ -33,15 +33,6 @@ def snapshot(db: Path) -> dict:
         return {t: conn.execute(f"SELECT COUNT(*) FROM {t}").fetchone()[0] for t in TABLES}
     finally:
         conn.close()
-
-
-def assert_one_line_error(proc, code: int = 2) -> str:
-    assert proc.returncode == code, (proc.returncode, proc.stdout, proc.stderr)
-    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
-    assert len(lines) == 1, proc.stderr
-    assert lines[0].startswith("autotune: error: "), lines[0]
-    assert "Traceback" not in proc.stderr + proc.stdout
-    return lines[0]
 
 
 def test_corpus_is_large_enough():

@@ -9,16 +9,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+from conftest import assert_one_line_error
+
 ROOT = Path(__file__).resolve().parent.parent
 BENCH = ROOT / "bench"
-
-
-def _one_line_exit_2(done: subprocess.CompletedProcess, starts: str) -> str:
-    err = done.stderr.strip()
-    assert done.returncode == 2, (done.returncode, done.stdout, done.stderr)
-    assert err.count("\n") == 0 and err.startswith(starts), err
-    assert "Traceback" not in done.stdout + done.stderr
-    return err
 
 
 def test_the_wheelhouse_with_a_wheel_pip_cannot_find_is_one_line_and_exit_2(tmp_path):
@@ -29,7 +23,7 @@ def test_the_wheelhouse_with_a_wheel_pip_cannot_find_is_one_line_and_exit_2(tmp_
     out = tmp_path / "house"
     done = subprocess.run([sys.executable, str(BENCH / "gpu_wheelhouse.py"), "--out", str(out)],
                           capture_output=True, text=True, env=env, cwd=ROOT, timeout=300)
-    err = _one_line_exit_2(done, "gpu_wheelhouse: error: a wheel for Python 3.12 could not be fetched")
+    err = assert_one_line_error(done, prefix="gpu_wheelhouse: error: a wheel for Python 3.12 could not be fetched")
     assert "could not find a version" in err.lower(), err  # pip's own reason, with the wheel it missed
     assert not list(out.glob("*.whl"))
 
@@ -37,14 +31,14 @@ def test_the_wheelhouse_with_a_wheel_pip_cannot_find_is_one_line_and_exit_2(tmp_
 def test_the_wheelhouse_refuses_a_python_it_cannot_read(tmp_path):
     done = subprocess.run([sys.executable, str(BENCH / "gpu_wheelhouse.py"), "--python", "twelve", "--list"],
                           capture_output=True, text=True, cwd=ROOT, timeout=120)
-    _one_line_exit_2(done, "gpu_wheelhouse: error: --python twelve")
+    assert_one_line_error(done, prefix="gpu_wheelhouse: error: --python twelve")
 
 
 def test_the_gpu_check_refuses_an_unknown_check_before_anything_runs(tmp_path):
     env = {**os.environ, "CHECKS": "runtime-llama bogus", "OUT": str(tmp_path / "out")}
     done = subprocess.run(["bash", str(BENCH / "gpu_check.sh"), "--cpu"], capture_output=True, text=True,
                           env=env, timeout=60)
-    _one_line_exit_2(done, "gpu_check: error: unknown check 'bogus'")
+    assert_one_line_error(done, prefix="gpu_check: error: unknown check 'bogus'")
     assert not (tmp_path / "out").exists()
 
 
@@ -53,5 +47,5 @@ def test_the_gpu_check_without_its_wheelhouse_is_one_line_and_exit_2(tmp_path):
     empty.mkdir()
     env = {**os.environ, "WHEELHOUSE": str(empty), "OUT": str(tmp_path / "out"), "SITE": str(tmp_path / "site")}
     done = subprocess.run(["bash", str(BENCH / "gpu_check.sh")], capture_output=True, text=True, env=env, timeout=60)
-    _one_line_exit_2(done, f"gpu_check: error: no wheels in {empty}")
+    assert_one_line_error(done, prefix=f"gpu_check: error: no wheels in {empty}")
     assert not (tmp_path / "site").exists()
