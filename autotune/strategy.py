@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
 
+from autotune.core.options import EMPTY, UNSET, CompilerOptions, OptionDim
 from autotune.errors import BadInput, UnknownName
 
 
@@ -46,6 +47,11 @@ class SearchSpace:
     #: The target whose pipeline judges the costs (``Target.key``): a learned policy trained for
     #: another target is refused (its notion of a good ordering belongs to another compiler).
     target: str = "cpu"
+    #: The compiler options searched beside the sequence (``core/options.py``; empty: the pass order
+    #: alone). Each dimension's choices are ``UNSET`` (the compiler's default) and its values.
+    options: tuple[OptionDim, ...] = ()
+    #: False for ``--space options``: the sequence is not searched (every candidate's is empty).
+    passes: bool = True
 
     def __post_init__(self):
         if not self.actions:
@@ -67,7 +73,10 @@ class SearchSpace:
         return self.actions.index(action)
 
     def decode(self, codes: Sequence[int]) -> tuple[str, ...]:
-        """Integer slots -> sequence: read until the first ``stop`` (values are taken mod n+1)."""
+        """Integer slots -> sequence: read until the first ``stop`` (values are taken mod n+1); always
+        empty when the sequence is not searched (``passes`` False)."""
+        if not self.passes:
+            return ()
         out: list[str] = []
         for code in codes[: self.max_length]:
             code = int(code) % (self.n_actions + 1)
@@ -87,8 +96,28 @@ class SearchSpace:
         return tuple(codes + [self.stop] * (self.max_length - len(codes)))
 
     def random_sequence(self, rng: random.Random) -> tuple[str, ...]:
+        if not self.passes:
+            return ()
         length = rng.randint(max(1, self.min_length), self.max_length)
         return tuple(rng.choice(self.actions) for _ in range(length))
+
+    #: Options a random draw changes on average: most options leave most modules alone and some make
+    #: them much slower, so a draw that changed every option at once would rarely tell which one paid.
+    RANDOM_CHANGES = 1.5
+
+    def random_options(self, rng: random.Random) -> CompilerOptions:
+        """A random option set: each dimension changed with probability ``RANDOM_CHANGES / dims``, to a
+        value drawn uniformly (empty when no options are searched)."""
+        if not self.options:
+            return EMPTY
+        p = min(1.0, self.RANDOM_CHANGES / len(self.options))
+        return CompilerOptions.of({d.name: rng.choice(d.values) for d in self.options if rng.random() < p})
+
+    def options_from(self, choices) -> CompilerOptions:
+        """An option set from one choice per dimension (a mapping name -> value, ``UNSET`` for the
+        compiler's default; names not searched are ignored)."""
+        names = {d.name for d in self.options}
+        return CompilerOptions.of({k: v for k, v in dict(choices).items() if k in names and v is not UNSET})
 
 
 @dataclass(frozen=True)
@@ -98,18 +127,21 @@ class Trial:
     sequence: tuple[str, ...]
     cost: float
     ok: bool  # False: a step failed (cost is then the failure penalty)
+    options: CompilerOptions = EMPTY  # the compiler options it was judged under
 
 
 class Evaluate(abc.ABC):
     """What a strategy calls to score sequences. Provided by the tuner; never built by strategies."""
 
     @abc.abstractmethod
-    def __call__(self, sequence: Sequence[str]) -> float:
-        """Cost of one sequence (lower is better). Raises ``BudgetExhausted`` when spent."""
+    def __call__(self, sequence: Sequence[str], options: CompilerOptions | None = None) -> float:
+        """Cost of one sequence (lower is better), compiled with ``options`` (None: the compiler's
+        default). Raises ``BudgetExhausted`` when spent."""
 
     @abc.abstractmethod
-    def many(self, sequences: Sequence[Sequence[str]]) -> list[float]:
-        """Costs of several sequences, compiled in parallel across workers.
+    def many(self, sequences: Sequence[Sequence[str]], options: Sequence[CompilerOptions] | None = None) -> list[float]:
+        """Costs of several sequences, compiled in parallel across workers; ``options``: one option set
+        per sequence (None: the compiler's default for all).
 
         Evaluates at most the remaining budget; if the batch is larger, the costs of the
         evaluated prefix are recorded and ``BudgetExhausted`` is raised.
@@ -141,6 +173,69 @@ class Evaluate(abc.ABC):
         return False
 
 
+class BudgetShare(Evaluate):
+    """``evaluate`` limited to ``n`` more evaluations (``BudgetExhausted`` after them): a strategy that
+    spends part of its budget one way and the rest another (``ppo`` orders passes with its policy, then
+    searches compiler options by ``coordinate_descent``). Everything else is ``evaluate``'s."""
+
+    def __init__(self, evaluate: Evaluate, n: int):
+        self._inner, self._left = evaluate, int(n)
+
+    def __call__(self, sequence: Sequence[str], options: CompilerOptions | None = None) -> float:
+        return self.many([sequence], None if options is None else [options])[0]
+
+    def many(self, sequences: Sequence[Sequence[str]], options: Sequence[CompilerOptions] | None = None) -> list[float]:
+        if self._left <= 0:
+            raise BudgetExhausted()
+        take = list(sequences)[: self._left]
+        costs = self._inner.many(take, None if options is None else list(options)[: len(take)])
+        self._left -= len(take)
+        if len(take) < len(sequences):
+            raise BudgetExhausted()
+        return costs
+
+    @property
+    def remaining(self) -> int:
+        return min(self._left, self._inner.remaining)
+
+    @property
+    def failure_cost(self) -> float:
+        return self._inner.failure_cost
+
+    @property
+    def history(self) -> list[Trial]:
+        return self._inner.history
+
+    @property
+    def empty_cost(self) -> float:
+        return self._inner.empty_cost
+
+    def guarded(self, sequence: Sequence[str]) -> bool:
+        return self._inner.guarded(sequence)
+
+    def __getattr__(self, name: str):  # what a run's Evaluate adds (metrics, input_metrics)
+        return getattr(self._inner, name)
+
+
+def coordinate_descent(evaluate: Evaluate, space: SearchSpace, sequence: tuple[str, ...], cost: float) -> None:
+    """Compiler options by coordinate descent after ``sequence`` (found at ``cost``): each option in turn
+    tried at every other value (one ``evaluate.many``, in parallel) with the others held, the best kept
+    when it is cheaper; sweeps repeat until one changes nothing, or the budget ends. ``greedy``'s way with
+    options, and ``ppo``'s fallback (its policy orders passes, not options)."""
+    current: dict[str, str] = {}
+    improved = True
+    while improved:
+        improved = False
+        for dim in space.options:
+            values = [v for v in dim.choices if v != current.get(dim.name)]
+            sets = [space.options_from({**current, dim.name: v}) for v in values]
+            costs = [finite(c, evaluate.failure_cost) for c in evaluate.many([sequence] * len(sets), sets)]
+            k = min(range(len(costs)), key=lambda i: (costs[i], i))
+            if costs[k] < cost:
+                cost, improved = costs[k], True
+                current = {n: v for n, v in {**current, dim.name: values[k]}.items() if v is not UNSET}
+
+
 class Strategy(abc.ABC):
     """Base class of all strategies. Subclasses set ``name`` and implement ``minimize``.
 
@@ -150,6 +245,8 @@ class Strategy(abc.ABC):
 
     name: ClassVar[str] = ""
     description: ClassVar[str] = ""
+    #: How it searches compiler options (``SearchSpace.options``), in words for the run's report.
+    options_by: ClassVar[str] = "jointly with the sequence"
 
     def __init__(self, **options):
         if options:
@@ -178,6 +275,10 @@ class AskTellStrategy(Strategy):
     def sequence_of(self, candidate) -> tuple[str, ...]:
         """The pass sequence a candidate stands for."""
 
+    def options_of(self, candidate) -> CompilerOptions:
+        """The compiler options a candidate stands for (default: the compiler's own)."""
+        return EMPTY
+
     @abc.abstractmethod
     def tell(self, candidate, cost: float) -> None:
         """Report a candidate's cost."""
@@ -188,7 +289,7 @@ class AskTellStrategy(Strategy):
             candidates = self.ask(min(self.batch_size, evaluate.remaining))
             if not candidates:
                 return
-            costs = evaluate.many([self.sequence_of(c) for c in candidates])
+            costs = evaluate.many([self.sequence_of(c) for c in candidates], [self.options_of(c) for c in candidates])
             for candidate, cost in zip(candidates, costs):
                 self.tell(candidate, cost)
 
@@ -197,8 +298,8 @@ class ArchiveAskTell(AskTellStrategy):
     """Ask/tell over an optimiser library, with the bookkeeping done once, here.
 
     Many optimiser candidates decode to the same sequence (slots after STOP are ignored, a mutation
-    may hit an unused slot). The archive (``known``: sequence -> cost) answers a candidate whose
-    sequence is already scored at once, without spending budget; ``ask`` keeps asking (up to
+    may hit an unused slot). The archive (``known``: (sequence, options) -> cost) answers a candidate whose
+    sequence and options are already scored at once, without spending budget; ``ask`` keeps asking (up to
     ``max_retries`` library candidates per wanted one) for fresh sequences, and once the tries left
     only just cover the candidates still wanted it takes anything, so it never comes back empty and
     a run always spends its budget. Candidates asked twice in one batch are scored once and told
@@ -223,37 +324,45 @@ class ArchiveAskTell(AskTellStrategy):
     def _internal_tell(self, token, cost: float) -> None:
         """Report a finite cost for a library candidate."""
 
+    def _internal_options(self, token) -> CompilerOptions:
+        """The compiler options a library candidate stands for (default: the compiler's own; a strategy
+        that searches ``SearchSpace.options`` overrides it)."""
+        return EMPTY
+
     def minimize(self, evaluate: Evaluate, space: SearchSpace, seed: int) -> None:
         self._failure_cost = evaluate.failure_cost
-        self.known: dict[tuple[str, ...], float] = {}
+        self.known: dict[tuple, float] = {}
         self._open: list = []  # the current batch's candidates not told yet
         super().minimize(evaluate, space, seed)
 
     def ask(self, n: int) -> list:
-        """Up to ``n`` candidates ``(sequence, [tokens])``, preferring unscored sequences."""
-        batch: dict[tuple[str, ...], list] = {}
+        """Up to ``n`` candidates ``((sequence, options), [tokens])``, preferring unscored ones."""
+        batch: dict[tuple, list] = {}
         tries = n * self.max_retries
         for attempt in range(tries):
             if len(batch) >= n:
                 break
             token = self._internal_ask()
-            seq = self._internal_sequence(token)
-            if seq in batch:  # asked twice in this batch: scored once, told to both
-                batch[seq].append(token)
-            elif seq in self.known and tries - attempt > n - len(batch):
-                self._internal_tell(token, self.known[seq])
+            point = (self._internal_sequence(token), self._internal_options(token))
+            if point in batch:  # asked twice in this batch: scored once, told to both
+                batch[point].append(token)
+            elif point in self.known and tries - attempt > n - len(batch):
+                self._internal_tell(token, self.known[point])
             else:
-                batch[seq] = [token]
+                batch[point] = [token]
         self._open = list(batch.items())
         return self._open[:]
 
     def sequence_of(self, candidate) -> tuple[str, ...]:
-        return candidate[0]
+        return candidate[0][0]
+
+    def options_of(self, candidate) -> CompilerOptions:
+        return candidate[0][1]
 
     def tell(self, candidate, cost: float) -> None:
-        seq, tokens = candidate
+        point, tokens = candidate
         cost = finite(cost, self._failure_cost)
-        self.known[seq] = cost
+        self.known[point] = cost
         self._open = [c for c in self._open if c is not candidate]
         for token in tokens:
             self._internal_tell(token, cost)

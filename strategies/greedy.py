@@ -21,18 +21,23 @@ sees ``call-inliner,algsimp``); restarting from the runners-up spends the rest o
 next most promising branches instead of stopping early. ``restarts=False`` is the textbook
 algorithm, which may finish before its budget is spent.
 
+Compiler options (``SearchSpace.options``, ``--space options|both``): after the sequence (without
+restarts, which would spend the whole budget on sequences), coordinate descent over the options: each in
+turn tried at every value with the others held, the best kept, sweeps until one changes nothing.
+
 Options: ``patience`` (int >= 1, default 1), ``restarts`` (bool, default true).
 """
 
 from __future__ import annotations
 
 from autotune.errors import BadInput
-from autotune.strategy import Evaluate, SearchSpace, Strategy, finite, positive_int
+from autotune.strategy import Evaluate, SearchSpace, Strategy, coordinate_descent, finite, positive_int
 
 
 class GreedySearch(Strategy):
     name = "greedy"
     description = "append the best pass at each position until no improvement (classic baseline)"
+    options_by = "coordinate descent after the sequence"
 
     def __init__(self, patience: int = 1, restarts: bool = True, **rest):
         super().__init__(**rest)
@@ -43,16 +48,27 @@ class GreedySearch(Strategy):
         self.restarts = restarts
 
     def minimize(self, evaluate: Evaluate, space: SearchSpace, seed: int) -> None:
-        best_cost = evaluate.empty_cost
+        sequence, cost = (), evaluate.empty_cost
+        if space.passes:
+            # With options to search after it, no restarts: they would spend the whole budget on sequences.
+            sequence, cost = self._sequences(evaluate, space, self.restarts and not space.options)
+        if space.options:
+            coordinate_descent(evaluate, space, sequence, cost)
+
+    def _sequences(self, evaluate: Evaluate, space: SearchSpace, restarts: bool) -> tuple[tuple[str, ...], float]:
+        """Greedy construction (with restarts); the best sequence found and its cost."""
+        best_cost = empty = evaluate.empty_cost
         scored: dict[tuple[str, ...], tuple[float, int]] = {}  # prefix -> (cost, order evaluated)
         expanded: set[tuple[str, ...]] = set()
         start: tuple[str, ...] | None = ()
         while start is not None:
             best_cost = self._descend(start, best_cost, evaluate, space, scored, expanded)
-            if not self.restarts:
-                return
+            if not restarts:
+                break
             frontier = [(c, o, p) for p, (c, o) in scored.items() if p not in expanded and len(p) < space.max_length]
             start = min(frontier)[2] if frontier else None
+        cost, _, best = min(((c, o, p) for p, (c, o) in scored.items()), default=(empty, 0, ()))
+        return (best, cost) if cost < empty else ((), empty)
 
     def _descend(self, current, best_cost, evaluate, space, scored, expanded) -> float:
         stale = 0  # positions in a row without improvement

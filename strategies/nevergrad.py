@@ -24,6 +24,10 @@ without spending budget; ``ask`` keeps asking (up to ``max_retries`` nevergrad c
 one) for fresh sequences and only falls back to re-scoring known ones (cache hits) when the
 optimiser offers nothing new, so a run always spends its budget.
 
+Compiler options (``SearchSpace.options``, ``--space options|both``): the parametrization becomes an
+``ng.p.Dict`` of the slots and one choice per option (same kind as the slots), each starting at XLA's
+default, so a (1+1) optimiser mutates the sequence and the options alike, a few coordinates per child.
+
 Options: ``optimizer`` (a name from ``ng.optimizers.registry``, default ``DiscreteOnePlusOne``;
 case-insensitive), ``encoding`` (transition | choice), ``batch_size`` (candidates asked per
 round, passed to the optimiser as ``num_workers``, default 4; optimisers that cannot run in
@@ -40,6 +44,7 @@ import nevergrad as ng
 import numpy as np
 
 from autotune.errors import BadInput, UnknownName
+from autotune.core.options import EMPTY, CompilerOptions
 from autotune.strategy import ArchiveAskTell, Evaluate, SearchSpace, positive_int
 
 DEFAULT_OPTIMIZER = "DiscreteOnePlusOne"
@@ -49,6 +54,7 @@ ENCODINGS = ("transition", "choice")
 class NevergradSearch(ArchiveAskTell):
     name = "nevergrad"
     description = "nevergrad optimiser over per-slot choices (default DiscreteOnePlusOne; --optimizer NAME)"
+    options_by = "nevergrad's optimiser, one choice per option beside the slots (ng.p.Dict)"
 
     def __init__(self, optimizer: str = DEFAULT_OPTIMIZER, encoding: str = "transition", batch_size: int = 4,
                  max_retries: int = 20, **rest):
@@ -93,7 +99,18 @@ class NevergradSearch(ArchiveAskTell):
         codes = list(range(space.n_actions + 1))  # the actions' indices, then stop
         kind = ng.p.TransitionChoice if self.encoding == "transition" else ng.p.Choice
         param = kind(codes, repetitions=space.max_length)
+        if space.options:  # the sequence's slots and one choice per compiler option, one point
+            param = ng.p.Dict(passes=param, **{f"option{i}": self._option_param(kind, d) for i, d in
+                                               enumerate(space.options)})
         param.random_state = np.random.RandomState(seed % 2**32)
+        return param
+
+    @staticmethod
+    def _option_param(kind, dim):
+        """A compiler option's choice: XLA's default (None) first and the starting value, so a local
+        optimiser starts from the default and moves one option at a time."""
+        param = kind(list(dim.choices))
+        param.value = dim.choices[0]
         return param
 
     def minimize(self, evaluate: Evaluate, space: SearchSpace, seed: int) -> None:
@@ -105,7 +122,14 @@ class NevergradSearch(ArchiveAskTell):
         return self.optimizer.ask()
 
     def _internal_sequence(self, token) -> tuple[str, ...]:
-        return self.space.decode(token.value)
+        value = token.value
+        return self.space.decode(value["passes"] if isinstance(value, dict) else value)
+
+    def _internal_options(self, token) -> CompilerOptions:
+        value = token.value
+        if not isinstance(value, dict):
+            return EMPTY
+        return self.space.options_from({d.name: value[f"option{i}"] for i, d in enumerate(self.space.options)})
 
     def _internal_tell(self, token, cost: float) -> None:
         self.optimizer.tell(token, cost)

@@ -22,6 +22,10 @@ converges). A sequence already scored is told its known cost at once without spe
 fresh sequences, and only falls back to re-evaluating known ones (cache hits) when the sampler
 has nothing new to offer, so a run always spends its budget.
 
+Compiler options (``SearchSpace.options``, ``--space options|both``): one more categorical per option,
+its choices None (XLA's default) and the values the installed compiler accepts, suggested in every
+trial beside the slots, so TPE models options and passes jointly.
+
 Options: ``sampler`` (tpe | random | cmaes | qmc | gp | nsga2 | nsga3; default tpe),
 ``storage`` (an optuna storage URL such as ``sqlite:///study.db``: several processes or
 machines given the same storage and ``study_name`` share one search), ``study_name`` (default:
@@ -44,6 +48,7 @@ import warnings
 import optuna
 
 from autotune.errors import BadInput, UnknownName
+from autotune.core.options import CompilerOptions
 from autotune.strategy import ArchiveAskTell, BudgetExhausted, Evaluate, SearchSpace, finite, positive_int
 
 SAMPLERS = ("tpe", "random", "cmaes", "qmc", "gp", "nsga2", "nsga3")
@@ -54,6 +59,7 @@ _NUMERIC_SAMPLERS = ("cmaes", "qmc")
 class OptunaSearch(ArchiveAskTell):
     name = "optuna"
     description = "optuna ask/tell over length + per-slot categoricals (TPE; --sampler tpe|random|cmaes|qmc|gp|nsga2|nsga3)"
+    options_by = "optuna's sampler, one categorical per option beside the slots"
 
     def __init__(self, sampler: str = "tpe", storage: str | None = None, study_name: str | None = None,
                  batch_size: int = 4, n_startup_trials: int = 10, encoding: str | None = None,
@@ -124,6 +130,8 @@ class OptunaSearch(ArchiveAskTell):
 
     def _suggest(self, trial: optuna.Trial) -> tuple[str, ...]:
         space = self.space
+        if not space.passes:  # --space options: the sequence is not searched
+            return ()
         if self.encoding == "categorical":
             length = trial.suggest_categorical("length", self.lengths)
             slots = [trial.suggest_categorical(f"p{i}", space.actions) for i in range(space.max_length)]
@@ -146,11 +154,11 @@ class OptunaSearch(ArchiveAskTell):
     def _close(self, evaluate: Evaluate) -> None:
         """Budget spent mid-batch: finish the batch's open trials (a shared study must not keep
         them running): the evaluated prefix with its recorded costs, the rest as failed."""
-        scored = {t.sequence: t.cost for t in evaluate.history}
-        for seq, trials in self._open:
+        scored = {(t.sequence, t.options): t.cost for t in evaluate.history}
+        for point, trials in self._open:
             for trial in trials:
-                if seq in scored:
-                    self.study.tell(trial, finite(scored[seq], self._failure_cost))
+                if point in scored:
+                    self.study.tell(trial, finite(scored[point], self._failure_cost))
                 else:
                     self.study.tell(trial, state=optuna.trial.TrialState.FAIL)
         self._open.clear()
@@ -160,6 +168,12 @@ class OptunaSearch(ArchiveAskTell):
 
     def _internal_sequence(self, token) -> tuple[str, ...]:
         return self._suggest(token)
+
+    def _internal_options(self, token) -> CompilerOptions:
+        """One categorical per compiler option (``SearchSpace.options``): its choices are None (XLA's
+        default) and its values, as optuna's samplers model nominal parameters natively."""
+        return self.space.options_from({d.name: token.suggest_categorical(f"option:{d.name}", list(d.choices))
+                                        for d in self.space.options})
 
     def _internal_tell(self, token, cost: float) -> None:
         self.study.tell(token, cost)

@@ -68,6 +68,7 @@ mode of ``autotune.rl.env``; default ``step``, or the policy's own setting when 
 from __future__ import annotations
 
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import contextlib
@@ -77,7 +78,7 @@ from autotune.rl.actor import Actor, Layout
 from autotune.rl.ensemble import Ensemble, check_members
 from autotune.rl.env import EpisodeSource, PassOrderingEnv
 from autotune.errors import BadInput
-from autotune.strategy import Evaluate, SearchSpace, Strategy
+from autotune.strategy import BudgetExhausted, BudgetShare, Evaluate, SearchSpace, Strategy, coordinate_descent
 from autotune import policies
 from autotune.rl.train import (DEFAULT_HYPERPARAMS, check_hyperparams, check_vocabulary, load_model, make_model,
                                observation_options, other_pipeline_version, read_sidecar, require_training,
@@ -94,6 +95,7 @@ ENSEMBLE_MODES = ("mean", "each")
 class PPOStrategy(Strategy):
     name = "ppo"
     description = "PPO over the pass-ordering MDP; --policy for a trained policy (zero-shot + fine-tune)"
+    options_by = "coordinate descent (greedy's) after the policy's roll-out: the policy orders passes, not options"
 
     def __init__(self, policy: str | None = None, finetune: bool = True, shaping: bool | None = None,
                  branches: int = 1, ensemble: str | None = None, **rest):
@@ -179,11 +181,36 @@ class PPOStrategy(Strategy):
     def minimize(self, evaluate: Evaluate, space: SearchSpace, seed: int) -> None:
         metrics = getattr(evaluate, "input_metrics", None)  # what the tuner's and a fleet's Evaluate know
         self._default_for(space.target, metrics.collectives if metrics is not None else 0)
+        if space.options:
+            return self._with_options(evaluate, space, seed)
         source = EpisodeSource(evaluate, "module")
         if self.policy is None:
             self._from_scratch(source, evaluate, space, seed)
         else:
             self._zero_shot(source, evaluate, space, seed)
+
+    def _with_options(self, evaluate: Evaluate, space: SearchSpace, seed: int) -> None:
+        """Compiler options in the space (``--space options|both``): the policy orders passes, not options
+        (it never saw one), so the passes get its roll-out(s) alone (no fine-tuning; PPO from scratch half
+        the budget), and the options ``coordinate_descent`` from the best sequence with the rest
+        (``options_by``, said in the run's report)."""
+        if space.passes:
+            finetune, self.finetune = self.finetune, False
+            share = BudgetShare(evaluate, evaluate.remaining // 2 if self.policy is None else evaluate.remaining)
+            passes_only = replace(space, options=())
+            try:
+                if self.policy is None:
+                    self._from_scratch(EpisodeSource(share, "module"), share, passes_only, seed)
+                else:
+                    self._zero_shot(EpisodeSource(share, "module"), share, passes_only, seed)
+            except BudgetExhausted:
+                pass
+            finally:
+                self.finetune = finetune
+        done = [t for t in evaluate.history if t.ok and not t.options]
+        best = min(done, key=lambda t: t.cost, default=None)
+        sequence, cost = (best.sequence, best.cost) if best and best.cost < evaluate.empty_cost else ((), evaluate.empty_cost)
+        coordinate_descent(evaluate, space, sequence, cost)
 
     def _env(self, source: EpisodeSource, space: SearchSpace, shaping: bool, gamma: float, env_options: dict):
         return PassOrderingEnv([source], space.actions, max_length=space.max_length, shaping=shaping, gamma=gamma,

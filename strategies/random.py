@@ -1,5 +1,9 @@
 """Random search: uniform sequences of uniform random length up to the maximum.
 
+With compiler options in the space (``--space options|both``), each candidate also draws an option set
+(``SearchSpace.random_options``: about 1.5 options changed, each to a uniform value): most options leave
+a module alone or slow it down, so a draw that changed every one at once would say little.
+
 The baseline every other strategy must beat at equal budget; also the strategy whose evaluations
 parallelise perfectly (a whole batch is independent).
 """
@@ -8,12 +12,14 @@ from __future__ import annotations
 
 import random
 
+from autotune.core.options import CompilerOptions
 from autotune.strategy import AskTellStrategy, SearchSpace
 
 
 class RandomSearch(AskTellStrategy):
     name = "random"
     description = "uniform random sequences of random length (baseline)"
+    options_by = "random draws beside the sequence (about 1.5 options changed per candidate)"
     #: Nothing is learned between batches, so a large batch costs nothing and keeps every worker
     #: busy while the slowest sequence of a batch finishes (bench: 2 workers 1.39x -> 1.77x over 1).
     batch_size = 16
@@ -22,11 +28,14 @@ class RandomSearch(AskTellStrategy):
         self.space = space
         self.rng = random.Random(seed)
 
-    def ask(self, n: int) -> list[tuple[str, ...]]:
-        return [self.space.random_sequence(self.rng) for _ in range(n)]
+    def ask(self, n: int) -> list[tuple]:
+        return [(self.space.random_sequence(self.rng), self.space.random_options(self.rng)) for _ in range(n)]
 
     def sequence_of(self, candidate) -> tuple[str, ...]:
-        return candidate
+        return candidate[0]
+
+    def options_of(self, candidate) -> CompilerOptions:
+        return candidate[1]
 
     def tell(self, candidate, cost: float) -> None:
         pass

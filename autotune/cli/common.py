@@ -287,7 +287,8 @@ def rejection_lines(rejected) -> list[str]:
     from autotune.core.gpu_guard import is_guard_reason as guarded
 
     aside = [(seq, reason) for seq, reason in rejected if guarded(reason)]
-    lines = [f"[yellow]rejected (invalid):[/] {','.join(seq)}: {reason}" for seq, reason in rejected if not guarded(reason)]
+    lines = [f"[yellow]rejected (invalid):[/] {','.join(seq) or '(no passes)'}: {reason}" for seq, reason in rejected
+             if not guarded(reason)]
     if aside:
         more = f" (and {len(aside) - 1} more that rank above the answer)" if len(aside) > 1 else ""
         seq, reason = aside[0]

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import click
 
+from autotune.core.options import SPACES, CompilerOptions, parse_assignments
 from autotune.core.validation import REQUIREMENTS, verified
 from autotune.errors import BadInput, CheckFailed
 from autotune.cli import cli
@@ -35,6 +36,15 @@ from autotune.cli.common import check_writable, console, db_option, json_option,
               help="runtime: smallest speed-up (percent) a confirmed win must prove [default: 2].")
 @click.option("--confirm-rounds", type=int, default=None,
               help="runtime: interleaved A/B rounds that confirm the best candidate [default: 30].")
+@click.option("--space", type=click.Choice(SPACES), default=None,
+              help="What to search: the pass order, XLA's compiler options (`autotune options`) or both "
+                   "[default: both with --objective runtime, else passes]. Options are judged only by measured time.")
+@click.option("--compiler-option", "compiler_options", multiple=True, metavar="NAME=VALUE",
+              help="Fix an XLA compiler option for the whole run (repeatable; not -O, the strategy's options).")
+@click.option("--allow-numerics-options", is_flag=True,
+              help="Also search options that change numerics by design (fast math, fast min/max).")
+@click.option("--no-race", is_flag=True,
+              help="runtime: time every candidate fully instead of stopping one once it provably cannot win.")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), default=None,
               help="Directory for best_sequence.json, tuned.hlo and summary.json.")
 @click.option("--resume", default=None, help="Continue an interrupted run by its id.")
@@ -63,8 +73,9 @@ from autotune.cli.common import check_writable, console, db_option, json_option,
 @executor_option
 @json_option
 def run(models, modules_dir, allow_regressions, strategy, budget, time_limit, seed, max_length, objective, min_effect,
-        confirm_rounds, out_dir, resume, sampler, optimizer, policy, shaping, extra, no_validate, require, no_prune,
-        no_surrogate, validate_seconds, db, workers, as_json) -> None:
+        confirm_rounds, space, compiler_options, allow_numerics_options, no_race, out_dir, resume, sampler, optimizer,
+        policy, shaping, extra, no_validate, require, no_prune, no_surrogate, validate_seconds, db, workers,
+        as_json) -> None:
     """Tune MODEL's pass ordering with a search strategy and report the best sequence found
     (several MODELs or --modules: ONE sequence for the fleet)."""
     from autotune import strategy as strategy_mod
@@ -79,8 +90,11 @@ def run(models, modules_dir, allow_regressions, strategy, budget, time_limit, se
                    time_limit=time_limit,
                    options=parse_options(extra, sampler=sampler, optimizer=optimizer, policy=policy, shaping=shaping),
                    validate=not no_validate, prune=not no_prune, validate_seconds=validate_seconds,
-                   surrogate=not no_surrogate, objective_options=_objective_options(min_effect, confirm_rounds),
-                   allow_regressions=allow_regressions)
+                   surrogate=not no_surrogate,
+                   objective_options=_objective_options(min_effect, confirm_rounds, no_race),
+                   allow_regressions=allow_regressions, space=space,
+                   compiler_options=parse_assignments(compiler_options).as_dict(),
+                   numerics_options=allow_numerics_options)
     paths = module_paths(list(models) + ([modules_dir] if modules_dir else [])) if (models or modules_dir) else []
     if resume and paths:
         raise BadInput("--resume takes no MODEL (the run knows its module)")
@@ -89,6 +103,7 @@ def run(models, modules_dir, allow_regressions, strategy, budget, time_limit, se
     if not resume:
         strategy_mod.load(strategy)  # unknown names fail before any compile
         spec.make_objective()
+        spec.searched()  # options asked of an objective that cannot judge them: one line, before any compile
     if out_dir:
         check_writable(Path(out_dir), directory=True)
     loading = time.perf_counter()
@@ -161,13 +176,15 @@ def _write_explain(ev, result, out: Path, model_path) -> None:
         raise BadInput(f"{out}: cannot write explain.md ({exc.strerror or exc})") from None
 
 
-def _objective_options(min_effect, rounds) -> dict:
+def _objective_options(min_effect, rounds, no_race: bool = False) -> dict:
     """The runtime claim's settings when given (``RunSpec.make_objective`` checks them)."""
     options = {}
     if min_effect is not None:
         options["min_effect"] = min_effect / 100.0
     if rounds is not None:
         options["rounds"] = rounds
+    if no_race:
+        options["race"] = False
     return options
 
 
@@ -224,7 +241,12 @@ def _report(result, as_json: bool, out_dir) -> None:
                   "docs/llm-family.md)")
     if result.best and result.beats_default:
         n = len(result.best_sequence)
-        out.print(f"best sequence ({n} pass{'es' if n != 1 else ''}): {','.join(result.best_sequence)}")
+        if n or not result.best_options:
+            out.print(f"best sequence ({n} pass{'es' if n != 1 else ''}): {','.join(result.best_sequence)}")
+        else:
+            out.print(f"pass order: {base}'s own (no passes)")
+        if result.best_options:
+            out.print(f"compiler options: {result.best_options.describe()}")
         if result.best.found and result.best.found != result.best.sequence:
             found_cost = result.best.found_cost
             if found_cost is not None and found_cost > result.best.cost:
@@ -252,6 +274,11 @@ def _report(result, as_json: bool, out_dir) -> None:
         out.print(f"confirmation ({c.rounds} interleaved rounds of the best and {base}, extra to the "
                       f"budget): median {c.cost:g} vs {c.default_cost:g} us, ratio {c.ratio:.3f} "
                       f"[{c.low:.3f}, {c.high:.3f}] at {c.confidence:.0%} confidence")
+        if c.compile_seconds is not None and c.default_compile_seconds is not None:
+            out.print(f"compile time: {c.compile_seconds:.2f} s (the answer) vs {c.default_compile_seconds:.2f} s "
+                      f"({base})")
+    for line in search_lines(result):
+        out.print(line)
     if result.surrogate:
         color = "green" if result.surrogate.get("agree") else "yellow"
         out.print(f"[{color}]{result.surrogate['message']}[/]")
@@ -270,6 +297,26 @@ def _report(result, as_json: bool, out_dir) -> None:
                   f"cache hit rate {result.cache_hit_rate:.0%}" + (f"; outputs in {out_dir}" if out_dir else ""))
     if result.phases:
         out.print("time per phase: " + ", ".join(f"{name} {sec:.1f}s" for name, sec in result.phases))
+
+
+def search_lines(result) -> list[str]:
+    """What a run searched, how racing spent its timing, and the candidates that were faster but computed
+    other outputs (never offered; what a compiler engineer most wants to hear about)."""
+    lines = []
+    if result.options_by:
+        lines.append(f"searched: {result.space} (compiler options by {result.options_by})")
+    notes = result.search_notes or {}
+    if notes.get("timed"):
+        how = "racing stopped" if notes.get("raced") else "no racing (--no-race):"
+        lines.append(f"timing: {notes['timed']} executables timed against {result.target.baseline}, {how} "
+                     f"{notes['stopped']} early; {notes['rounds']} of {notes['planned']} rounds, "
+                     f"{notes['seconds']:.1f} s, ~{notes['saved_seconds']:.1f} s saved ({notes['saved_fraction']:.0%})")
+    for wrong in result.faster_but_wrong:
+        what = CompilerOptions.of(wrong.get("compiler_options")).describe()
+        passes = f" after {','.join(wrong['sequence'])}" if wrong.get("sequence") else ""
+        ratio = f" (measured {wrong['ratio']:.2f}x of the default's time in the search)" if wrong.get("ratio") else ""
+        lines.append(f"[red]faster but wrong:[/] {what}{passes}{ratio}: {wrong['reason']}")
+    return lines
 
 
 def validation_line(validation, seconds: float | None) -> str:

@@ -25,7 +25,7 @@ Writing a backend: subclass ``BackendBase`` (the worker pool on the chosen execu
   them in a ``Protocol`` (``worker_api``) and calls them through ``remote``.
 * **the optional capabilities it has**, listed in ``capabilities`` (``CAPABILITIES``: ``execute``,
   ``bounded-execution``, ``time``, ``reference``, ``regions``, ``stand-ins``, ``explain``,
-  ``surrogate``). The engine asks ``supports`` and does without the rest: a backend that cannot
+  ``surrogate``, ``memory``, ``options``). The engine asks ``supports`` and does without the rest: a backend that cannot
   execute is validated no further than its own steps, one without ``time`` refuses
   ``--objective runtime``, one without ``regions`` never reaches ``executed-region``.
 
@@ -249,13 +249,32 @@ class MeasuresMemory(Protocol):
         ``PassFailed`` when the module does not compile."""
 
 
+class TakesOptions(Protocol):
+    """``options``: compiler options as a second search dimension (``core/options.py``): the backend says
+    which exist for its target and which the installed compiler accepts, and every compile of a module
+    (``execute``, ``time``, ``time_ab``, ``compiles``, ``warm``, ``memory``) uses ``module.options``."""
+
+    def option_space(self, numerics: bool = False, partitioned: bool = False) -> tuple:
+        """The options to search (``OptionDim``s), each with the values the installed compiler accepted;
+        ``numerics``: also those that change numerics by design; ``partitioned``: those that only matter
+        to a partitioned step."""
+
+    def option_report(self) -> list:
+        """Every catalogued option for ``autotune options``: dicts with ``name``, ``group``, ``what``,
+        ``numerics``, ``values`` (accepted) and ``refused`` (``[value, why]``)."""
+
+    def check_options(self, options):
+        """``options`` (a ``CompilerOptions``) if the installed compiler accepts every name and value;
+        ``UnknownName`` naming the nearest known option otherwise (one line)."""
+
+
 #: Optional capability -> the members it promises. A backend lists the ones it has in
 #: ``capabilities``; the engine asks ``supports(backend, name)`` and does without the rest (no
 #: execution: validation stops at ``compiled``; no regions: no ``executed-region``; and so on).
 CAPABILITIES: dict[str, type] = {
     "execute": Executes, "bounded-execution": BoundsExecution, "time": Times, "reference": ComputesReference,
     "regions": CutsRegions, "stand-ins": HasStandIns, "explain": Explains, "surrogate": LiftsConstants,
-    "memory": MeasuresMemory,
+    "memory": MeasuresMemory, "options": TakesOptions,
 }
 
 

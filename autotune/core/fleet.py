@@ -36,6 +36,8 @@ from autotune.core.metrics import Metrics
 from autotune.core.module import Module
 from autotune.core.objectives import Objective, ObjectiveContext
 from autotune.core.observer import Observer
+from autotune.core.options import EMPTY, CompilerOptions
+from autotune.core.levels import EXECUTED, EXECUTED_WITH_STAND_INS
 from autotune.core.results import FleetResult, MemberResult, summed  # noqa: F401 (re-exported; defined there)
 from autotune.core.runs import RunInfo, TrialRecord
 from autotune.core.spec import RunSpec
@@ -156,15 +158,19 @@ class FleetSearch(Search):
         self.defaults = defaults
         self.ctxs = [ObjectiveContext(evaluator, r, d, self.seed) for r, d in zip(self.roots, defaults)]
         self.default_costs = [objective.default_cost(c) for c in self.ctxs]
+        #: Compiler options every candidate has (``--compiler-option``): one option set for the whole fleet.
+        self.fixed = CompilerOptions.of(spec.compiler_options)
         self.inputs = [evaluator.metrics(r.fingerprint) for r in self.roots]
         self._states: dict[tuple[str, ...], tuple[str | None, ...]] = {(): tuple(r.fingerprint for r in self.roots)}
 
     # ---- scoring ---------------------------------------------------------------------------------------
-    def costs(self, states: Sequence[str | None]) -> list[float | None]:
-        """One state per member (None: failed there) -> its cost (None: failed or unmeasurable)."""
+    def costs(self, states: Sequence[str | None], options: CompilerOptions = EMPTY) -> list[float | None]:
+        """One state per member (None: failed there) -> its cost under ``options`` (with the run's fixed
+        ones; None: failed or unmeasurable)."""
         out = []
+        options = self.fixed.merged(options)
         for state, ctx in zip(states, self.ctxs):
-            c = None if state is None else self.objective.cost(state, ctx)
+            c = None if state is None else self.objective.cost(state, ctx.with_options(options))
             out.append(None if c is None or math.isnan(c) else float(c))
         return out
 
@@ -188,10 +194,13 @@ class FleetSearch(Search):
             out.append(states)
         return out
 
-    def score_many(self, seqs: Sequence[tuple[str, ...]]) -> list[tuple[FleetScore, tuple[str | None, ...]]]:
+    def score_many(self, seqs: Sequence[tuple[str, ...]], options: Sequence[CompilerOptions] | None = None
+                   ) -> list[tuple[FleetScore, tuple[str | None, ...]]]:
         all_states = self.states_of(seqs)
         self._prepare(all_states)
-        return [(self.fobj.score(self.costs(states), self.default_costs), states) for states in all_states]
+        options = options or [EMPTY] * len(seqs)
+        return [(self.fobj.score(self.costs(states, o), self.default_costs), states)
+                for states, o in zip(all_states, options)]
 
     def summed_metrics(self, states: Sequence[str | None]) -> Metrics | None:
         """The fleet as one module after reaching ``states`` (``summed``)."""
@@ -200,19 +209,20 @@ class FleetSearch(Search):
         return summed([self.ev.metrics(s) for s in states])
 
     # ---- the loop's hooks -------------------------------------------------------------------------------
-    def fresh(self, seqs: list[tuple[str, ...]]) -> list[TrialRecord]:
+    def fresh(self, seqs: list[tuple[str, ...]], options: list[CompilerOptions]) -> list[TrialRecord]:
         out = []
-        for seq, (score, _) in zip(seqs, self.score_many(seqs)):
+        for seq, opts, (score, _) in zip(seqs, options, self.score_many(seqs, options)):
             message = None
             if score.failed or score.regressed:
                 names = [self.roots[i].name for i in (score.failed or score.regressed)]
                 message = ("fails on " if score.failed else f"worse than {self.ev.pipeline.baseline} on ") + ", ".join(names)
             guarded = None if score.disqualified else self._guard_states(self.states(seq))
             if guarded is not None:  # the search is steered away from it (``loop.GUARDED``)
-                out.append(TrialRecord(0, seq, self.failure_cost, GUARDED, None, False, guarded))
+                out.append(TrialRecord(0, seq, self.failure_cost, GUARDED, None, False, guarded, opts))
                 continue
             # a disqualified sequence is never a result
-            out.append(TrialRecord(0, seq, score.cost, "failed" if score.disqualified else "ok", None, False, message))
+            out.append(TrialRecord(0, seq, score.cost, "failed" if score.disqualified else "ok", None, False, message,
+                                   opts))
         return out
 
     def trial_ok(self, rec: TrialRecord) -> bool:
@@ -239,7 +249,7 @@ class FleetSearch(Search):
                       key=lambda r: (r.cost, len(r.sequence)))
 
     def key(self, rec: TrialRecord):
-        return self.states(rec.sequence)
+        return self.states(rec.sequence), rec.options.key
 
     def prune_candidate(self, rec: TrialRecord) -> TrialRecord:
         def evaluate(candidate):
@@ -250,10 +260,16 @@ class FleetSearch(Search):
         return replace(rec, sequence=seq, cost=cost)
 
     def check(self, rec: TrialRecord, n: int, seed: int) -> tuple[list, str | None]:
-        reports = [validity_of(self.ev, root, s, seed, self.validate_seconds)
+        options = self.fixed.merged(rec.options)
+        reports = [validity_of(self.ev, root, s, seed, self.validate_seconds, options=options)
                    for root, s in zip(self.roots, self.states(rec.sequence))]
         bad = [(root.name, r) for root, r in zip(self.roots, reports) if not r.ok]
+        if options and not bad:  # options are offered only where both modules ran and agreed
+            bad = [(root.name, replace(r, reason=f"compiler options are offered only when executed; reached {r.level}"))
+                   for root, r in zip(self.roots, reports) if r.level not in (EXECUTED, EXECUTED_WITH_STAND_INS)]
         reason = "; ".join(f"{name}: {r.reason or 'outputs differ'}" for name, r in bad) if bad else None
+        if reason and options:
+            reason = f"with {options.describe()}: {reason}"
         return reports, reason
 
     def unchecked(self) -> list:
@@ -263,7 +279,7 @@ class FleetSearch(Search):
         return self._guard_states(self.states(rec.sequence))
 
     def guarded_cost(self, rec: TrialRecord) -> float:
-        return self.fobj.score(self.costs(self.states(rec.sequence)), self.default_costs).cost
+        return self.fobj.score(self.costs(self.states(rec.sequence), rec.options), self.default_costs).cost
 
     def _guard_states(self, states: Sequence[str | None]) -> str | None:
         """Each member's GPU guard (``core.gpu_guard``), the first that objects; ``allow_regressions``
@@ -280,13 +296,15 @@ class FleetSearch(Search):
         return None
 
     def result(self, status: str, choice: Choice | None, invalid: tuple) -> FleetResult:
+        options = EMPTY
         if choice is None:  # XLA's default on every module
             seq = found = ()
             states, costs, reports = tuple(d.state for d in self.defaults), self.default_costs, self.unchecked()
         else:
             seq, found, reports = choice.rec.sequence, choice.found, choice.report
+            options = self.fixed.merged(choice.rec.options)
             states = self.states(seq)
-            costs = self.costs(states)
+            costs = self.costs(states, choice.rec.options)
         compiled, cached = self.steps()
         return FleetResult(
             run_id=self.run_id, modules=tuple(r.name for r in self.roots), fingerprint=fleet_fingerprint(self.roots),
@@ -300,7 +318,7 @@ class FleetSearch(Search):
             history=tuple(self.best_history),
             disqualified=sum(1 for r in self.records if (r.message or "").startswith("worse than")),
             failed=sum(1 for r in self.records if (r.message or "").startswith("fails on")),
-            target=self.ev.pipeline.target)
+            target=self.ev.pipeline.target, best_options=options)
 
     def _member(self, i: int, state: str | None, cost: float | None, report, chosen: bool) -> MemberResult:
         root, default_cost = self.roots[i], self.default_costs[i]

@@ -30,6 +30,7 @@ from autotune.core.executors import ExecutorLost
 from autotune.core.metrics import Metrics
 from autotune.core.module import Module
 from autotune.core.observer import Observer
+from autotune.core.options import EMPTY, CompilerOptions
 from autotune.core.runs import RunStore, TrialRecord
 from autotune.core.spec import RunSpec
 from autotune.errors import AutotuneError
@@ -140,8 +141,9 @@ class Search:
         self.steps0 = (evaluator.stats.steps_compiled, evaluator.stats.steps_cached)
 
     # ---- hooks --------------------------------------------------------------------------------------
-    def fresh(self, seqs: list[tuple[str, ...]]) -> list[TrialRecord]:
-        """Evaluate sequences not answered by the replay: one trial each (``n`` is set on recording)."""
+    def fresh(self, seqs: list[tuple[str, ...]], options: list[CompilerOptions]) -> list[TrialRecord]:
+        """Evaluate sequences not answered by the replay, each under its compiler options: one trial each
+        (``n`` is set on recording)."""
         raise NotImplementedError
 
     def remember(self, seq: tuple[str, ...], rec: TrialRecord) -> None:
@@ -199,13 +201,16 @@ class Search:
         """(compiled, cached) steps of this run so far."""
         return self.ev.stats.steps_compiled - self.steps0[0], self.ev.stats.steps_cached - self.steps0[1]
 
-    def evaluate_sequences(self, seqs: list[tuple[str, ...]]) -> list[float]:
-        """Costs of ``seqs``, each one trial: the recorded ones replayed, the others evaluated."""
+    def evaluate_sequences(self, seqs: list[tuple[str, ...]], options: list[CompilerOptions] | None = None) -> list[float]:
+        """Costs of ``seqs`` (each under its compiler ``options``), each one trial: the recorded ones
+        replayed, the others evaluated."""
+        options = options or [EMPTY] * len(seqs)
         out: list[float | None] = [None] * len(seqs)
         todo: list[int] = []
         for k, seq in enumerate(seqs):
             n = len(self.records) + len(todo)
-            if n < len(self.replay) and self.replay[n].sequence == seq and not todo:
+            if n < len(self.replay) and self.replay[n].sequence == seq and self.replay[n].options == options[k] \
+                    and not todo:
                 rec = self.replay[n]
                 self.remember(seq, rec)
                 self.record(rec, persist=False)
@@ -216,7 +221,7 @@ class Search:
                     self.runs.truncate(self.run_id, n)
                 todo.append(k)
         if todo:
-            for k, rec in zip(todo, self.fresh([seqs[k] for k in todo])):
+            for k, rec in zip(todo, self.fresh([seqs[k] for k in todo], [options[k] for k in todo])):
                 self.remember(seqs[k], rec)
                 self.record(rec, persist=True)
                 out[k] = rec.cost
@@ -244,15 +249,16 @@ class RunEvaluate(Evaluate):
     def __init__(self, search: Search):
         self.t = search
 
-    def __call__(self, sequence: Sequence[str]) -> float:
-        return self.many([sequence])[0]
+    def __call__(self, sequence: Sequence[str], options: CompilerOptions | None = None) -> float:
+        return self.many([sequence], None if options is None else [options])[0]
 
-    def many(self, sequences: Sequence[Sequence[str]]) -> list[float]:
+    def many(self, sequences: Sequence[Sequence[str]], options: Sequence[CompilerOptions] | None = None) -> list[float]:
         t = self.t
         if self.remaining <= 0 or t.time_up():
             raise BudgetExhausted()
         take = [tuple(s) for s in sequences[: self.remaining]]
-        costs = t.evaluate_sequences(take)
+        opts = [EMPTY] * len(take) if options is None else [CompilerOptions.of(o) for o in list(options)[: len(take)]]
+        costs = t.evaluate_sequences(take, opts)
         if len(take) < len(sequences) or t.time_up():
             raise BudgetExhausted()
         return costs
@@ -271,7 +277,7 @@ class RunEvaluate(Evaluate):
 
     @property
     def history(self) -> list[Trial]:
-        return [Trial(r.sequence, r.cost, self.t.trial_ok(r)) for r in self.t.records]
+        return [Trial(r.sequence, r.cost, self.t.trial_ok(r), r.options) for r in self.t.records]
 
     def metrics(self, sequence: Sequence[str]) -> Metrics | None:
         """Metrics of the module after ``sequence`` if it was evaluated (no budget spent)."""
@@ -431,7 +437,8 @@ VALIDATION_VERSION = "validation-2"
 
 
 def validity_of(evaluator: Evaluator, root: Module, state: str, seed: int = 0,
-                bound_seconds: float | None = None, progress=None, budget=None) -> Validation:
+                bound_seconds: float | None = None, progress=None, budget=None,
+                options: CompilerOptions = EMPTY) -> Validation:
     """The validation (level, reason, output comparison) of ``state`` against ``root``.
 
     ``identical`` when the state ends, after XLA's default pipeline, as the same module as the
@@ -442,18 +449,23 @@ def validity_of(evaluator: Evaluator, root: Module, state: str, seed: int = 0,
     ``unverified`` depend on this machine's memory and time bound and are established again next
     time. ``bound_seconds`` bounds each execution (``validation.execution_plan``); ``budget`` (a
     ``checks.budget.PhaseBudget``) is the validation phase's time, shared by the caller's candidates
-    (None: only each execution is bounded); ``progress`` hears each step (one line).
+    (None: only each execution is bounded); ``progress`` hears each step (one line). ``options``: the
+    tuned module is compiled with these compiler options (``core/options.py``) against XLA's default
+    compile of ``root``: never ``identical`` (the same module compiled otherwise is another executable),
+    and no region check (the options change the whole compile).
     """
-    key = f"{evaluator.version}|{VALIDATION_VERSION}|{root.fingerprint}|{state}|{seed}"
+    key = f"{evaluator.version}|{VALIDATION_VERSION}|{root.fingerprint}|{state}|{seed}" + (
+        f"|opts:{options.key}" if options else "")
     stored = evaluator.cache.get_report("validation", key)
     if stored is not None:  # a fact about the two modules, established by an earlier run: nothing skipped now
         return replace(Validation.from_dict(stored), skipped=(),
                        budget_seconds=budget.seconds if budget is not None else None)
     final, default = evaluator.final(state), evaluator.default(root)
-    identical = final.ok and default.ok and final.state == default.state
+    identical = final.ok and default.ok and final.state == default.state and not options
     finals = (evaluator.module(default.state, root.name), evaluator.module(final.state, root.name)) \
-        if final.ok and default.ok else None
-    result = establish(evaluator.pipeline, root, evaluator.module(state, root.name), seed=seed,
+        if final.ok and default.ok and not options else None
+    tuned = evaluator.module(state, root.name).with_options(options)
+    result = establish(evaluator.pipeline, root, tuned, seed=seed,
                        identical=identical, bound_seconds=bound_seconds, progress=progress, finals=finals,
                        budget=budget)
     if result.level not in (COMPILED, UNVERIFIED, EXECUTED_REGION):

@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import os
 import stat
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from autotune.errors import BadInput
 from autotune.core import backend as backends
+from autotune.core.options import EMPTY, CompilerOptions
 
 #: Inputs larger than this are refused before parsing (a model graph is far smaller).
 MAX_INPUT_BYTES = 512 * 1024 * 1024
@@ -28,18 +29,26 @@ class Module:
 
     ``proto`` is opaque to the core (the name is historical: for XLA it is an ``HloModuleProto``);
     ``fingerprint`` is the backend's hash of the program with names and metadata removed, the key
-    of every cache entry.
+    of every cache entry. ``options``: the compiler options a full compile of it uses (``execute``,
+    ``time``, ``compiles``); they are not part of the program, so not of its fingerprint, and the
+    passes' steps ignore them. Empty: the compiler's default, what every module starts with.
     """
 
     name: str
     proto: bytes
     fingerprint: str
+    options: CompilerOptions = EMPTY
 
     def renamed(self, name: str) -> "Module":
-        return Module(name, self.proto, self.fingerprint)
+        return replace(self, name=name)
+
+    def with_options(self, options) -> "Module":
+        """The same program, compiled with ``options`` (a ``CompilerOptions``, mapping or None)."""
+        return replace(self, options=CompilerOptions.of(options))
 
     def __repr__(self) -> str:
-        return f"Module({self.name!r}, fingerprint={self.fingerprint[:12]}, {len(self.proto)} bytes)"
+        extra = f", options {self.options.key}" if self.options else ""
+        return f"Module({self.name!r}, fingerprint={self.fingerprint[:12]}, {len(self.proto)} bytes{extra})"
 
 
 def _parser(backend):

@@ -15,6 +15,7 @@ from autotune.core.levels import Validation, rank
 from autotune.core.footprint import MemoryChange
 from autotune.core.metrics import Metrics
 from autotune.core.objectives import Claim
+from autotune.core.options import EMPTY, CompilerOptions
 from autotune.core.target import CPU, Target
 
 
@@ -29,6 +30,10 @@ class Candidate:
     cost: float
     found: tuple[str, ...] = ()  # the sequence as the strategy found it, before pruning
     found_cost: float | None = None  # its cost: above ``cost`` when pruning dropped a pass that hurt
+    #: The compiler options to compile with (``core/options.py``): empty when the candidate does not beat
+    #: the default (as ``sequence``), or when none were searched; ``found_options``: as the search found them.
+    options: CompilerOptions = EMPTY
+    found_options: CompilerOptions = EMPTY
 
 
 @dataclass(frozen=True)
@@ -66,6 +71,14 @@ class TuneResult:
     target: Target = CPU
     #: Memory per device of the default and of ``best`` (``core/footprint.py``), when validated and measurable.
     memory: MemoryChange | None = None
+    #: What was searched (``--space``: passes, options or both) and how the strategy searched the options.
+    space: str = "passes"
+    options_by: str | None = None
+    #: What a measured objective did across the search (runtime: racing's candidates stopped and time saved).
+    search_notes: dict | None = None
+    #: Candidates measured faster than the default whose outputs differ (``sequence``, ``compiler_options``,
+    #: ``ratio``, ``reason``): never offered, always reported.
+    faster_but_wrong: tuple[dict, ...] = ()
 
     @property
     def validation_level(self) -> str | None:
@@ -74,6 +87,11 @@ class TuneResult:
     @property
     def best_sequence(self) -> tuple[str, ...]:
         return self.best.sequence if self.best else ()
+
+    @property
+    def best_options(self) -> CompilerOptions:
+        """The compiler options to compile with (empty: XLA's default), as ``best_sequence`` the passes."""
+        return self.best.options if self.best else EMPTY
 
     @property
     def beats_default(self) -> bool:
@@ -118,6 +136,8 @@ class TuneResult:
                 "state": self.best.state,
                 "raw": self.best.raw.to_dict(),
                 "final": self.best.final.to_dict() if self.best.final else None,
+                "compiler_options": self.best.options.as_dict(),
+                "found_compiler_options": self.best.found_options.as_dict(),
             }
         return {
             "run_id": self.run_id, "module": self.module, "fingerprint": self.fingerprint,
@@ -136,6 +156,8 @@ class TuneResult:
             "surrogate": self.surrogate,
             "target": self.target.to_dict(), "judged_by": self.target.judged_by(),
             "memory": self.memory.to_dict() if self.memory else None,
+            "space": self.space, "options_by": self.options_by, "search_notes": self.search_notes,
+            "faster_but_wrong": [dict(w) for w in self.faster_but_wrong],
         }
 
     @classmethod
@@ -146,7 +168,9 @@ class TuneResult:
             best = Candidate(tuple(best["sequence"]), best["state"], Metrics.from_dict(best["raw"]),
                              Metrics.from_dict(best["final"]) if best.get("final") else None, float(best["cost"]),
                              tuple(best.get("found_sequence") or ()),
-                             None if best.get("found_cost") is None else float(best["found_cost"]))
+                             None if best.get("found_cost") is None else float(best["found_cost"]),
+                             CompilerOptions.of(best.get("compiler_options")),
+                             CompilerOptions.of(best.get("found_compiler_options")))
         return cls(
             run_id=data["run_id"], module=data["module"], fingerprint=data["fingerprint"], strategy=data["strategy"],
             objective=data["objective"], seed=int(data["seed"]), budget=int(data["budget"]),
@@ -159,7 +183,9 @@ class TuneResult:
             claim=Claim.from_dict(data.get("claim")), executor=data.get("executor"),
             phases=tuple((str(k), float(v)) for k, v in (data.get("phases") or {}).items()),
             surrogate=data.get("surrogate"), target=Target.from_dict(data.get("target")),
-            memory=MemoryChange.from_dict(data.get("memory")),
+            memory=MemoryChange.from_dict(data.get("memory")), space=data.get("space") or "passes",
+            options_by=data.get("options_by"), search_notes=data.get("search_notes"),
+            faster_but_wrong=tuple(data.get("faster_but_wrong") or ()),
         )
 
 
@@ -229,10 +255,12 @@ class FleetResult:
     disqualified: int = 0  # evaluations rejected because some module got worse than its default
     failed: int = 0  # evaluations where a pass (or the default pipeline after it) failed on some module
     target: Target = CPU  # the machine the fleet was judged for (``core/target.py``)
+    #: The one compiler option set for every member (``core/options.py``; empty: XLA's default).
+    best_options: CompilerOptions = EMPTY
 
     @property
     def beats_default(self) -> bool:
-        return bool(self.best_sequence) and self.best_cost < self.default_cost
+        return (bool(self.best_sequence) or bool(self.best_options)) and self.best_cost < self.default_cost
 
     @property
     def validation_level(self) -> str | None:
@@ -260,7 +288,9 @@ class FleetResult:
             "input": whole["input"].to_dict(), "default": whole["default"].to_dict(),
             "best": {"sequence": list(self.best_sequence), "found_sequence": list(self.found_sequence),
                      "cost": self.best_cost, "raw": whole["tuned_raw"] and whole["tuned_raw"].to_dict(),
-                     "final": whole["tuned"] and whole["tuned"].to_dict()} if self.best_sequence else None,
+                     "final": whole["tuned"] and whole["tuned"].to_dict(),
+                     "compiler_options": self.best_options.as_dict()}
+            if self.best_sequence or self.best_options else None,
             "best_cost": self.best_cost, "default_cost": self.default_cost,
             "mean_relative_change": self.best_cost - 1.0, "beats_default": self.beats_default,
             "regressions": list(self.regressions),
@@ -290,7 +320,8 @@ class FleetResult:
             seconds=float(data["seconds"]), steps_compiled=int(data["steps_compiled"]),
             steps_cached=int(data["steps_cached"]), history=(), default_cost=float(data.get("default_cost", 1.0)),
             disqualified=int(data.get("disqualified_evaluations") or 0),
-            failed=int(data.get("failed_evaluations") or 0), target=Target.from_dict(data.get("target")))
+            failed=int(data.get("failed_evaluations") or 0), target=Target.from_dict(data.get("target")),
+            best_options=CompilerOptions.of(best.get("compiler_options")))
 
 
 def summed(metrics: Sequence[Metrics | None]) -> Metrics | None:

@@ -21,6 +21,7 @@ import time
 from dataclasses import dataclass, field
 
 from autotune.errors import BadInput
+from autotune.core.options import EMPTY, CompilerOptions
 from autotune.core.results import FleetResult, TuneResult
 from autotune.core.levels import Validation
 
@@ -36,6 +37,8 @@ class TrialRecord:
     state: str | None
     cached: bool
     message: str | None = None
+    #: The compiler options the trial was judged under (``core/options.py``; empty: the compiler's default).
+    options: CompilerOptions = EMPTY
 
 
 @dataclass(frozen=True)
@@ -90,14 +93,18 @@ _RUN_COLUMNS = {
 }
 _TRIAL_COLUMNS = {
     "run": str, "n": int, "sequence": str, "cost": float, "status": str, "cached": int, "state": str,
-    "message": str, "seconds": float, "created": float,
+    "message": str, "seconds": float, "created": float, "compiler_options": str,
 }
 
 
 def create_run_tables(db) -> None:
-    """The schema of this store; the cache calls it when it creates or opens a database."""
+    """The schema of this store; the cache calls it when it creates or opens a database. A database made
+    before trials carried compiler options gets the column (empty: the compiler's default), nothing else
+    changes: its runs read back as they were."""
     db["runs"].create(_RUN_COLUMNS, pk="id", if_not_exists=True)
     db["trials"].create(_TRIAL_COLUMNS, pk=("run", "n"), if_not_exists=True)
+    if "compiler_options" not in db["trials"].columns_dict:
+        db["trials"].add_column("compiler_options", str)
 
 
 def new_run_id() -> str:
@@ -171,23 +178,24 @@ class RunStore:
     def add_trial(self, run_id: str, rec: TrialRecord, seconds: float) -> None:
         with self.cache.write() as db:
             db.execute(
-                "INSERT OR REPLACE INTO trials(run, n, sequence, cost, status, cached, state, message, seconds, created)"
-                " VALUES (?,?,?,?,?,?,?,?,?,?)",
+                "INSERT OR REPLACE INTO trials(run, n, sequence, cost, status, cached, state, message, seconds, created,"
+                " compiler_options) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
                 [run_id, rec.n, ",".join(rec.sequence), rec.cost, rec.status, int(rec.cached), rec.state,
-                 rec.message, seconds, time.time()],
+                 rec.message, seconds, time.time(), rec.options.key],
             )
 
     def trials(self, run_id: str) -> list[TrialRecord]:
         """The run's trials in order, up to the first gap."""
         rows = self.cache.db.execute(
-            "SELECT n, sequence, cost, status, state, cached, message FROM trials WHERE run=? ORDER BY n", [run_id]
+            "SELECT n, sequence, cost, status, state, cached, message, compiler_options FROM trials WHERE run=? "
+            "ORDER BY n", [run_id]
         ).fetchall()
         out = []
-        for i, (n, seq, cost, status, state, cached, message) in enumerate(rows):
+        for i, (n, seq, cost, status, state, cached, message, options) in enumerate(rows):
             if n != i:
                 break
             out.append(TrialRecord(n, tuple(s for s in seq.split(",") if s), cost, status, state, bool(cached),
-                                   message))
+                                   message, CompilerOptions.from_key(options)))
         return out
 
     def truncate(self, run_id: str, n: int) -> None:
@@ -195,8 +203,9 @@ class RunStore:
         with self.cache.write() as db:
             db.execute("DELETE FROM trials WHERE run=? AND n>=?", [run_id, n])
 
-    def mark_invalid(self, run_id: str, state: str, reason: str | None) -> None:
-        """Trials that reached ``state`` failed the validity check: they are not results."""
+    def mark_invalid(self, run_id: str, state: str, reason: str | None, options: CompilerOptions = EMPTY) -> None:
+        """Trials that reached ``state`` under ``options`` failed the validity check: they are not results."""
         with self.cache.write() as db:
-            db.execute("UPDATE trials SET status='invalid', message=? WHERE run=? AND state=? AND status='ok'",
-                       [f"validation failed: {reason}", run_id, state])
+            db.execute("UPDATE trials SET status='invalid', message=? WHERE run=? AND state=? AND status='ok' "
+                       "AND COALESCE(compiler_options, '')=?", [f"validation failed: {reason}", run_id, state,
+                                                              options.key])

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from autotune.errors import BadInput
 from autotune.core.limits import validate_seconds
 from autotune.core import objectives
+from autotune.core.options import SPACES, CompilerOptions
 
 DEFAULT_STRATEGY = "random"
 DEFAULT_BUDGET = 200
@@ -61,6 +62,13 @@ class RunSpec:
     objective_options: dict = field(default_factory=dict)
     #: Fleets: accept a sequence that makes some member worse than its default.
     allow_regressions: bool = False
+    #: What is searched (``core/options.py``): ``passes``, ``options`` or ``both``; None: ``both`` for an
+    #: objective that can judge compiler options (runtime), else ``passes``.
+    space: str | None = None
+    #: Compiler options fixed for the whole run (``--compiler-option NAME=VALUE``): every candidate has them.
+    compiler_options: dict = field(default_factory=dict)
+    #: Also search options that change numerics by design (fast math and its relatives).
+    numerics_options: bool = False
 
     def __post_init__(self):
         check_budget(self.budget)
@@ -72,6 +80,21 @@ class RunSpec:
         object.__setattr__(self, "objective_options", dict(self.objective_options or {}))
         if self.validate_seconds is not None:
             object.__setattr__(self, "validate_seconds", validate_seconds(self.validate_seconds))
+        if self.space is not None and self.space not in SPACES:
+            raise BadInput(f"--space must be one of {', '.join(SPACES)}, not {self.space!r}")
+        object.__setattr__(self, "compiler_options", CompilerOptions.of(self.compiler_options).as_dict())
+
+    def searched(self) -> str:
+        """The space this run searches (``space``, or its default for the objective); ``BadInput`` in one
+        line when compiler options are asked of an objective that cannot judge them: an instruction count
+        cannot see a library call, only a measured time can."""
+        judges = getattr(objectives.get(self.objective), "judges_options", False)
+        space = self.space or ("both" if judges else "passes")
+        if not judges and (space != "passes" or self.compiler_options):
+            asked = f"--space {space}" if space != "passes" else "--compiler-option"
+            raise BadInput(f"{asked}: compiler options are judged only by measured time (an instruction count cannot "
+                           f"see a library call); use --objective runtime, not {self.objective}")
+        return space
 
     def make_objective(self):
         """The objective, with its settings (``BadInput`` for a setting it does not take)."""
@@ -79,8 +102,8 @@ class RunSpec:
         if not self.objective_options:
             return obj
         if obj.deterministic:
-            raise BadInput(f"--min-effect/--confirm-rounds apply to measured objectives (runtime), not {self.objective}")
+            raise BadInput(f"--min-effect/--confirm-rounds/--no-race apply to measured objectives (runtime), not {self.objective}")
         try:
             return objectives.get(self.objective, **self.objective_options)
         except TypeError:
-            raise BadInput(f"objective '{self.objective}' takes no --min-effect/--confirm-rounds") from None
+            raise BadInput(f"objective '{self.objective}' takes no --min-effect/--confirm-rounds/--no-race") from None

@@ -112,6 +112,22 @@ def summarize(seconds: Sequence[float]) -> dict:
     }
 
 
+def median_lower_bound(values: Sequence[float], alpha: float = 0.125) -> float | None:
+    """A distribution-free one-sided lower confidence bound for the median of ``values``: the k-th
+    smallest, k the largest with P(Binomial(n, 1/2) <= k - 1) <= ``alpha`` (the sign test's order
+    statistic; ``scipy.stats.binom``). None when ``n`` is too small for that confidence (3 values
+    give the smallest at 87.5%). What racing stops a candidate on: per-round ratios B/A of an
+    interleaved measurement, whose median is the candidate's time relative to the baseline."""
+    from scipy.stats import binom
+
+    arr = np.sort(np.asarray(values, dtype=float))
+    n = int(arr.size)
+    if n == 0:
+        return None
+    k = int(np.searchsorted(binom.cdf(np.arange(n), n, 0.5), alpha, side="right"))  # #{j: cdf(j) <= alpha}
+    return float(arr[k - 1]) if k >= 1 else None
+
+
 def _ratio_of_medians(b, a, axis=-1):
     return np.median(b, axis=axis) / np.median(a, axis=axis)
 

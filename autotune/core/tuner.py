@@ -35,7 +35,8 @@ from autotune.core.observer import Observer
 from autotune.core.results import Candidate, FleetResult, TuneResult
 from autotune.core.runs import RunStore, TrialRecord, new_run_id
 from autotune.core.checks.budget import MEMORY_CHECK, PhaseBudget
-from autotune.core.levels import Validation, not_checked
+from autotune.core.levels import EXECUTED, EXECUTED_WITH_STAND_INS, Validation, not_checked, rank
+from autotune.core.options import EMPTY, CompilerOptions
 from autotune.core.limits import validate_seconds as seconds_of_bound
 from autotune.core.spec import DEFAULT_MAX_LENGTH, RunSpec
 from autotune.errors import AutotuneError, BadInput
@@ -81,10 +82,16 @@ class ModuleSearch(Search):
         self.failure_cost = FAILURE_FACTOR * self.default_cost + 1.0
         self._state_of: dict[tuple[str, ...], str | None] = {(): root.fingerprint}
         self._empty_cost: float | None = None
+        #: Compiler options every candidate is compiled with (``--compiler-option``), checked by the backend.
+        self.fixed = CompilerOptions.of(spec.compiler_options)
+        #: The space searched (``--space``) and how the strategy searched its options (``Strategy.options_by``).
+        self.space_name, self.options_by = "passes", None
+        #: Candidates measured faster than the default whose outputs differ: never offered, always reported.
+        self.wrong: list[dict] = []
 
     def empty_cost(self) -> float:
         if self._empty_cost is None:
-            self._empty_cost = self.objective.cost(self.root.fingerprint, self.ctx)
+            self._empty_cost = self.objective.cost(self.root.fingerprint, self.judged(EMPTY))
         return self._empty_cost
 
     def metrics_after(self, sequence: tuple[str, ...]) -> Metrics | None:
@@ -92,28 +99,34 @@ class ModuleSearch(Search):
         return self.ev.metrics(state) if state else None
 
     # ---- evaluation ----------------------------------------------------------------------------
-    def fresh(self, seqs: list[tuple[str, ...]]) -> list[TrialRecord]:
+    def fresh(self, seqs: list[tuple[str, ...]], options: list[CompilerOptions]) -> list[TrialRecord]:
         results = self.ev.evaluate_many(self.root, seqs)
         self.objective.prepare([r.state for r in results if r.ok], self.ctx)
-        return [self._trial(seq, result) for seq, result in zip(seqs, results)]
+        return [self._trial(seq, result, opts) for seq, result, opts in zip(seqs, results, options)]
 
     def remember(self, seq: tuple[str, ...], rec: TrialRecord) -> None:
         self._state_of[seq] = rec.state
 
-    def _trial(self, seq: tuple[str, ...], result: Result) -> TrialRecord:
+    def judged(self, options: CompilerOptions) -> ObjectiveContext:
+        """The objective's context for a candidate with ``options``: the run's fixed options
+        (``--compiler-option``) with the candidate's on top."""
+        return self.ctx.with_options(self.fixed.merged(options))
+
+    def _trial(self, seq: tuple[str, ...], result: Result, options: CompilerOptions = EMPTY) -> TrialRecord:
         n = len(self.records)
         cached = result.compiled == 0
         if not result.ok:
             msg = f"step {result.failed_at + 1} ({seq[result.failed_at]}) {result.status}: {result.message}"
-            return TrialRecord(n, seq, self.failure_cost, "failed", None, cached, msg)
-        cost = self.objective.cost(result.state, self.ctx)
+            return TrialRecord(n, seq, self.failure_cost, "failed", None, cached, msg, options)
+        ctx = self.judged(options)
+        cost = self.objective.cost(result.state, ctx)
         if math.isnan(cost):
-            msg = self.objective.failure(result.state, self.ctx)
-            return TrialRecord(n, seq, self.failure_cost, "failed", result.state, cached, msg)
+            msg = self.objective.failure(result.state, ctx)
+            return TrialRecord(n, seq, self.failure_cost, "failed", result.state, cached, msg, options)
         guarded = self._guard_state(result.state)
         if guarded is not None:  # the search is steered away from it (``loop.GUARDED``)
-            return TrialRecord(n, seq, self.failure_cost, GUARDED, result.state, cached, guarded)
-        return TrialRecord(n, seq, cost, "ok", result.state, cached)
+            return TrialRecord(n, seq, self.failure_cost, GUARDED, result.state, cached, guarded, options)
+        return TrialRecord(n, seq, cost, "ok", result.state, cached, None, options)
 
     def recheck(self) -> list[TrialRecord]:
         """Leave the surrogate: re-establish its best candidates on the real module and rank them there.
@@ -148,7 +161,7 @@ class ModuleSearch(Search):
         self.objective.prepare([r.state for r in results if r.ok], self.ctx)
         ranked, checks = [], []
         for rec, result in zip(picks, results):
-            cost = self.objective.cost(result.state, self.ctx) if result.ok else math.nan
+            cost = self.objective.cost(result.state, self.judged(rec.options)) if result.ok else math.nan
             checks.append({"sequence": list(rec.sequence), "surrogate_cost": rec.cost,
                            "real_cost": None if math.isnan(cost) else cost})
             if not math.isnan(cost):
@@ -178,9 +191,11 @@ class ModuleSearch(Search):
     def key(self, rec: TrialRecord):
         if rec.state is None:
             return None
-        # A measured objective's cost belongs to the compiled module: states with the same final
-        # module are one candidate (the runner-up must be a different executable).
-        return rec.state if self.objective.deterministic else self.ctx.final(rec.state).state
+        # A measured objective's cost belongs to the compiled module and its options: states with the same
+        # final module and options are one candidate (the runner-up must be a different executable).
+        if self.objective.deterministic:
+            return rec.state
+        return self.ctx.final(rec.state).state, rec.options.key
 
     def prune_candidate(self, rec: TrialRecord) -> TrialRecord:
         """``loop.prune`` on this module (at most ``len(sequence)`` evaluations, outside the budget,
@@ -206,13 +221,37 @@ class ModuleSearch(Search):
         return self._validation_budget
 
     def check(self, rec: TrialRecord, n: int, seed: int) -> tuple[Validation, str | None]:
+        options = self.fixed.merged(rec.options)
         report = validity_of(self.ev, self.root, rec.state, seed, self.validate_seconds,
                              progress=lambda line: self.phases.enter("validation", f"candidate {n}: {line}"),
-                             budget=self.validation_budget)
+                             budget=self.validation_budget, options=options)
+        if report.ok and options:
+            report = self._second_draw(rec, report, n, seed + 1, options)
+        if report.ok and options and report.level not in (EXECUTED, EXECUTED_WITH_STAND_INS):
+            return report, (f"with {options.describe()}: compiler options are offered only when both modules ran "
+                            f"and computed the same outputs; this machine reached {report.describe()}")
         if report.ok:
             return report, None
-        self.runs.mark_invalid(self.run_id, rec.state, report.reason)
-        return report, report.reason or "outputs differ"
+        self.runs.mark_invalid(self.run_id, rec.state, report.reason, rec.options)
+        reason = report.reason or "outputs differ"
+        if options:
+            reason = f"with {options.describe()}: {reason}"
+            if rec.cost < self.default_cost:  # what a compiler engineer most wants to hear about
+                self.wrong.append({"sequence": list(rec.sequence), "compiler_options": options.as_dict(),
+                                   "ratio": rec.cost / self.default_cost if self.default_cost else None,
+                                   "reason": report.reason or "outputs differ"})
+        return report, reason
+
+    def _second_draw(self, rec: TrialRecord, first: Validation, n: int, seed: int, options) -> Validation:
+        """A candidate with compiler options is also compared on a second draw of inputs (``seed``): an
+        option may be wrong only for some values. The first verdict stands when both agree."""
+        second = validity_of(self.ev, self.root, rec.state, seed, self.validate_seconds,
+                             progress=lambda line: self.phases.enter("validation", f"candidate {n}, second draw: {line}"),
+                             budget=self.validation_budget, options=options)
+        if not second.ok or rank(second.level) < rank(first.level):
+            return replace(second, reason=f"on a second draw of inputs (seed {seed}): {second.reason or second.level}")
+        return replace(first, reason="; ".join(filter(None, [first.reason, f"outputs also compared on a second draw "
+                                                             f"of inputs (seed {seed})"])))
 
     def unchecked(self) -> Validation:
         return not_checked()
@@ -237,13 +276,12 @@ class ModuleSearch(Search):
         obj = self.objective
         if not obj.deterministic:
             self.phases.enter("confirmation", f"interleaved re-measurement of the best and {self.ev.pipeline.baseline}")
-        verdict = obj.confirm(rec.state, rec.cost, self.ctx)
+        verdict = obj.confirm(rec.state, rec.cost, self.judged(rec.options))
         if not verdict.win and not obj.deterministic and rec.cost < self.default_cost:
             tally["confirmations"] += 1  # a measured win that did not hold up: try the runner-up, within limits
             # ... but only a runner-up that is itself a contender (measured faster, another executable);
             # otherwise this candidate's failed confirmation, with its interval, is the run's answer.
-            contender = any(r.state and r.cost < self.default_cost and self.ctx.final(r.state).state not in seen
-                            for r in rest)
+            contender = any(r.state and r.cost < self.default_cost and self.key(r) not in seen for r in rest)
             return verdict, tally["confirmations"] < MAX_CONFIRMATIONS and contender
         return verdict, False
 
@@ -252,10 +290,13 @@ class ModuleSearch(Search):
         if choice is not None:
             rec, validity, claim = choice.rec, choice.report, choice.verdict
             final = self.ctx.final(rec.state)
+            options = self.fixed.merged(rec.options)
             best = Candidate(rec.sequence, rec.state, self.ev.metrics(rec.state),
-                             final.metrics if final.ok else None, rec.cost, choice.found, choice.found_cost)
+                             final.metrics if final.ok else None, rec.cost, choice.found, choice.found_cost,
+                             options, options)
             if not (claim.win if claim is not None else best.cost < self.default_cost):
-                best = replace(best, sequence=())  # nothing beats the default: apply nothing (``found`` keeps it)
+                # nothing beats the default: apply nothing (``found`` and ``found_options`` keep it)
+                best = replace(best, sequence=(), options=EMPTY)
         memory = None
         if best is not None and best.sequence and self.spec.validate and status != "interrupted":
             budget = self.validation_budget  # compiles both (the tuned one usually cached): within budget only
@@ -263,7 +304,8 @@ class ModuleSearch(Search):
                                  "original)", late=True)
             if skip is None:
                 self.phases.enter("validation", "memory: both modules' buffer assignments")
-                memory = footprint.compare(self.ev.pipeline, self.root, self.ev.module(best.state, self.root.name))
+                memory = footprint.compare(self.ev.pipeline, self.root,
+                                           self.ev.module(best.state, self.root.name).with_options(best.options))
             elif validity is not None:
                 validity = replace(validity, skipped=validity.skipped + (skip,))
         compiled, cached = self.steps()
@@ -275,7 +317,9 @@ class ModuleSearch(Search):
             invalid=invalid, seconds=time.perf_counter() - self.t0, steps_compiled=compiled,
             steps_cached=cached, history=tuple(self.best_history), claim=claim,
             executor=self.ev.pipeline.executor.describe(), phases=self.phases.result(), surrogate=self.real_info,
-            target=self.ev.pipeline.target, memory=memory,
+            target=self.ev.pipeline.target, memory=memory, space=self.space_name,
+            options_by=self.options_by, search_notes=self.objective.search_notes(self.ctx),
+            faster_but_wrong=tuple(self.wrong),
         )
 
 
@@ -368,8 +412,12 @@ def tune(
     obj = objective if isinstance(objective, Objective) and objective.name == spec.objective \
         else spec.make_objective()
     strat = strategy_mod.create(spec.strategy, **spec.options)
-    space = SearchSpace(evaluator.pipeline.passes(), spec.max_length, target=evaluator.pipeline.target.key)
+    space_name = spec.searched()
+    dims = _option_dims(evaluator, subject, spec, space_name)
+    space = SearchSpace(evaluator.pipeline.passes(), spec.max_length, target=evaluator.pipeline.target.key,
+                        options=dims, passes=space_name != "options")
     search = _open(evaluator, subject, obj, spec, run_id, replay, observer, clock, created=not resume)
+    search.space_name, search.options_by = space_name, (strat.options_by if dims else None)
     status, reason = drive(search, strat, space, spec.seed, f"{spec.strategy} on {_label(subject)}")
     return finish(search, status, reason, spec.validate, validation_seed, spec.prune)
 
@@ -386,6 +434,40 @@ def tune_fleet(evaluator: Evaluator, modules: Sequence[Module], strategy: str = 
                    time_limit=time_limit, options=options or {}, validate=validate, prune=prune,
                    allow_regressions=allow_regressions)
     return tune(evaluator, list(modules), spec=spec, observer=observer, validation_seed=validation_seed)
+
+
+#: Run options that carry what was searched (``RunSpec.space``, fixed compiler options, numerics): stored with
+#: the run so that ``--resume`` searches the same space; ``_resumed`` takes them back out.
+SPACE_KEYS = ("space", "compiler_options", "numerics_options")
+
+
+def _space_fields(spec: RunSpec) -> dict:
+    return {k: v for k, v in (("space", spec.space), ("compiler_options", spec.compiler_options),
+                              ("numerics_options", spec.numerics_options)) if v}
+
+
+def _option_dims(evaluator: Evaluator, subject, spec: RunSpec, space_name: str) -> tuple:
+    """The compiler options a run searches (``SearchSpace.options``): the backend's space for this module
+    (numerics-changing ones only when asked; collective thresholds for a partitioned step), less those the
+    run fixes. ``BadInput`` in one line for fixed options the compiler does not take, for options asked of a
+    backend without them, and for a target whose programs nothing here runs (no time to judge them by)."""
+    backend, fixed = evaluator.pipeline, CompilerOptions.of(spec.compiler_options)
+    wants = space_name != "passes"
+    if not supports(backend, "options"):
+        if fixed or (wants and spec.space is not None):
+            raise BadInput(f"the {backend.name} backend has no compiler options to search or fix")
+        return ()
+    if (wants or fixed) and not backend.runs_on_target:
+        why = backend.missing_device() if hasattr(backend, "missing_device") else "nothing here runs its programs"
+        raise BadInput(f"compiler options are judged by measured time on the {backend.target.name}, and {why}; "
+                       "tune the pass order alone with a compile-only objective (--space passes)")
+    if fixed:
+        backend.check_options(fixed)
+    if not wants:
+        return ()
+    roots = subject if isinstance(subject, list) else [subject]
+    partitioned = any(evaluator.metrics(r.fingerprint).collectives for r in roots)
+    return tuple(d for d in backend.option_space(spec.numerics_options, partitioned) if d.name not in fixed.names)
 
 
 def _label(subject) -> str:
@@ -421,7 +503,10 @@ def _resumed(evaluator: Evaluator, run_id: str, spec: RunSpec):
             raise BadInput(f"run '{run_id}': its module is no longer in the cache")
         subject = Module(run.module_name, proto, run.module)
     spec = RunSpec(strategy=run.strategy, budget=run.budget, objective=run.objective, seed=run.seed,
-                   max_length=run.max_length, options={k: v for k, v in run.options.items() if k not in FLEET_KEYS},
+                   max_length=run.max_length,
+                   options={k: v for k, v in run.options.items() if k not in FLEET_KEYS + SPACE_KEYS},
+                   space=run.options.get("space"), compiler_options=run.options.get("compiler_options") or {},
+                   numerics_options=bool(run.options.get("numerics_options", False)),
                    validate=spec.validate and run.validate,
                    time_limit=spec.time_limit if spec.time_limit is not None else run.time_limit,
                    prune=spec.prune, validate_seconds=spec.validate_seconds, surrogate=spec.surrogate,
@@ -438,6 +523,7 @@ def _open(evaluator: Evaluator, subject, obj: Objective, spec: RunSpec, run_id: 
         "module": subject.fingerprint, "module_name": subject.name,
         # a resumed run keeps ``allow_regressions`` (the GPU guard off); ``_resumed`` takes it back out
         "options": {**spec.options, **({"allow_regressions": True} if spec.allow_regressions else {})}}
+    fields["options"] = {**fields.get("options", {}), **_space_fields(spec)}
     RunStore(evaluator.cache).save(
         run_id, **({"created": time.time()} if created else {}), updated=time.time(), status="running",
         strategy=spec.strategy, objective=spec.objective, budget=spec.budget, seed=spec.seed,

@@ -27,8 +27,10 @@ from autotune.core.module import Module
 from autotune.core.target import CPU
 from autotune.core.workers import WorkerPool
 from autotune.errors import BadInput, PassFailed, UnknownName
+from autotune.core.options import CompilerOptions, check_against
 from autotune.pipelines.xla import (device, hlo, loader, machine_inventory, partitioned, region, standins, surrogate,
                                     targets, versions)
+from autotune.pipelines.xla import options as catalogue
 from autotune.pipelines.xla.inventory import PassInventory
 from autotune.pipelines.xla.runner import parameter_specs
 from autotune.pipelines.xla.worker_api import XlaGpuRequests, XlaRequests
@@ -74,7 +76,7 @@ class XlaPipeline(BackendBase):
     #: bounded-execution: cost-analysis estimates, and a run stopped at its bound; regions: region.py
     #: cuts the changed regions of two final modules; surrogate: surrogate.py; reference: reference.py.
     capabilities = frozenset({"execute", "bounded-execution", "time", "reference", "regions", "stand-ins",
-                              "explain", "surrogate", "memory"})
+                              "explain", "surrogate", "memory", "options"})
 
     def __init__(self, workers: int = 1, cache=None, include_target_specific: bool = False,
                  step_timeout: float = 120.0, inventory: PassInventory | None = None, executor=None,
@@ -167,6 +169,63 @@ class XlaPipeline(BackendBase):
                 raise UnknownName("pass", name, list(known) + list(self.inventory.all_names))
             out.append(name)
         return tuple(out)
+
+    # ---- compiler options (the second search dimension: options.py) -----------------------------------
+    @property
+    def catalogue(self) -> tuple:
+        """The options catalogued for this target (``options.catalogue``), late passes from the inventory."""
+        return catalogue.catalogue("gpu" if self.gpu is not None else "cpu", self.inventory.late_passes)
+
+    @property
+    def accepted_options(self) -> "catalogue.Accepted":
+        """What the installed compiler accepts of the catalogue: from the cache database, else this
+        machine's record for the same compiler build, else probed (one tiny compile per name and value)."""
+        if getattr(self, "_accepted", None) is None:
+            key = f"options-{catalogue.CATALOGUE_VERSION}:{xla_version()}:{self.target.key}:inv-{self.inventory.digest}"
+            text = self._cache.get_inventory(key) if self._cache is not None else None
+            if text is None:
+                identity = machine_inventory.compiler_identity(versions.at(versions.CUDA_PLUGINS) if self.gpu else ())
+                text = machine_inventory.get(key, identity, catalogue.is_accepted_record)
+                if text is None:
+                    text = self._probe_options().to_json()
+                    machine_inventory.put(key, identity, text)
+                if self._cache is not None:
+                    self._cache.put_inventory(key, text)
+            self._accepted = catalogue.Accepted.from_json(text)
+        return self._accepted
+
+    def _probe_options(self) -> "catalogue.Accepted":
+        """Every catalogued (name, value) compiled on the probe module in the workers; a batch whose compile
+        killed its worker is split until the culprit is alone (it is then refused as a crash)."""
+        entries = self.catalogue
+        answers: dict[tuple[str, str], str | None] = {}
+        todo = [[(e.name, v) for e in entries for v in e.values]]
+        while todo:
+            batch = todo.pop()
+            try:
+                answers.update(zip(batch, self.remote(300).probe_options([list(p) for p in batch])))
+            except PassFailed as exc:
+                if len(batch) == 1:
+                    answers[batch[0]] = f"the compiler crashed on it ({exc.status}): {str(exc)[:200]}"
+                else:
+                    todo += [batch[: len(batch) // 2], batch[len(batch) // 2:]]
+        return catalogue.accepted_of(entries, answers)
+
+    def option_space(self, numerics: bool = False, partitioned: bool = False) -> tuple:
+        return catalogue.dims(self.catalogue, self.accepted_options, numerics, partitioned)
+
+    def option_report(self) -> list:
+        accepted = self.accepted_options
+        return [{"name": e.name, "group": e.group, "what": e.what, "numerics": e.numerics,
+                 "partitioned": e.partitioned, "values": list(accepted.values.get(e.name, ())),
+                 "refused": [[v, why] for (k, v), why in accepted.refused.items() if k == e.name]}
+                for e in self.catalogue]
+
+    def check_options(self, options) -> CompilerOptions:
+        accepted = self.accepted_options
+        refused = {e.name: why for e in self.catalogue if (why := accepted.refusal(e.name))}
+        dims = catalogue.dims(self.catalogue, accepted, numerics=True, partitioned=True)
+        return check_against(CompilerOptions.of(options), dims, accepted.values, refused)
 
     # ---- workers (the pool itself, step_job and dispatcher come from BackendBase) ---------------------
     def worker_args(self) -> tuple:
@@ -345,7 +404,7 @@ class XlaPipeline(BackendBase):
         time bound; a run past it costs that worker (killed and replaced).
         """
         return self._run_remote(self.run_timeout if timeout is None else float(timeout)).execute(
-            module.proto, int(seed), floats, int(int_high))
+            module.proto, int(seed), floats, int(int_high), _overrides(module))
 
     def execute_reference(self, module: Module, seed: int = 0, floats: str = "normal",
                           int_high: int = 4, timeout: float | None = None) -> list | None:
@@ -365,7 +424,7 @@ class XlaPipeline(BackendBase):
         forces more targets. Raises ``PassFailed`` when no stand-in can be built.
         """
         proto, fp, n, targets = self._run_remote(self.run_timeout).stand_ins(module.proto, tuple(extra))
-        return (module if n == 0 else Module(module.name, proto, fp)), n, tuple(targets)
+        return (module if n == 0 else Module(module.name, proto, fp, module.options)), n, tuple(targets)
 
     def regions(self, default_final: Module, tuned_final: Module, max_input_bytes: int | None = None):
         """The changed region(s) of two final modules as standalone module pairs (``region.cut``);
@@ -404,17 +463,17 @@ class XlaPipeline(BackendBase):
     def memory(self, module: Module) -> dict:
         """Bytes per device the fully compiled module needs (``runner.memory``); ``PassFailed`` when
         it does not compile."""
-        return dict(self.remote(self.run_timeout).memory(module.proto))
+        return dict(self.remote(self.run_timeout).memory(module.proto, _overrides(module)))
 
     def compiles(self, module: Module) -> bool:
         """True if the full default pipeline compiles ``module``; raises ``PassFailed`` otherwise."""
-        return bool(self.remote(self.run_timeout).compiles(module.proto))
+        return bool(self.remote(self.run_timeout).compiles(module.proto, _overrides(module)))
 
     def warm(self, module: Module) -> None:
         """Compile ``module`` the way ``execute`` runs it (the host CPU's pipeline, whatever the
         target), so that a bounded run that follows is timed alone. For a GPU target this is not
         ``compiles`` (the GPU's pipeline): validation's executions happen on the host."""
-        self._run_remote(self.run_timeout).host_compiles(module.proto)
+        self._run_remote(self.run_timeout).host_compiles(module.proto, _overrides(module))
 
     def time(self, module: Module, seed: int = 0, repeats: int = 5, warmup: int = 1, min_seconds: float = 0.0,
              floats: str = "normal", int_high: int = 4) -> dict:
@@ -422,19 +481,24 @@ class XlaPipeline(BackendBase):
         ``min``, ``mad``, ``iqr``, ``p90``; each sample a calibrated loop of >= ``min_seconds``."""
         self._single_device(module)
         return self._run_remote(self.run_timeout).time(module.proto, int(seed), int(repeats), int(warmup), floats,
-                                                  int(int_high), float(min_seconds))
+                                                  int(int_high), float(min_seconds), _overrides(module))
 
     def time_ab(self, a: Module, b: Module, seed: int = 0, rounds: int = 30, warmup: int = 2,
                 min_seconds: float = 0.01, floats: str = "normal", int_high: int = 4,
                 options_a: Sequence[tuple[str, str]] | None = None,
-                options_b: Sequence[tuple[str, str]] | None = None) -> dict:
+                options_b: Sequence[tuple[str, str]] | None = None, stop_above: float | None = None,
+                min_rounds: int = 3) -> dict:
         """``a`` and ``b`` timed interleaved in ONE worker (one request: both compiled once, then
-        ``rounds`` alternating samples): per-run seconds per round in ``a`` and ``b``. ``options_*``
-        compile an arm with XLA debug options (``[("xla_disable_hlo_passes", "fusion")]``)."""
+        ``rounds`` alternating samples): per-run seconds per round in ``a`` and ``b``. Each arm compiles
+        with its module's compiler options, or ``options_*`` when given (``[("xla_disable_hlo_passes",
+        "fusion")]``). ``stop_above``: raced (``timing.time_ab``): stopped once B provably lies above that
+        ratio to A (``stopped``, ``rounds`` done of ``planned``)."""
         self._single_device(a)
+        oa = list(options_a) if options_a is not None else _overrides(a)
+        ob = list(options_b) if options_b is not None else _overrides(b)
         return self._run_remote(self.run_timeout).time_ab(a.proto, b.proto, int(seed), int(rounds), int(warmup), floats,
-                                                     int(int_high), float(min_seconds), list(options_a or []) or None,
-                                                     list(options_b or []) or None)
+                                                     int(int_high), float(min_seconds), oa or None, ob or None,
+                                                     None if stop_above is None else float(stop_above), int(min_rounds))
 
     # ---- weights at the price of parameters ----------------------------------------------------------
     def lift_constants(self, module: Module, min_bytes: int | None = None) -> tuple[Module, int, int] | None:
@@ -480,6 +544,12 @@ class XlaPipeline(BackendBase):
         except Exception:
             inputs = 0.0
         return compute + inputs
+
+
+def _overrides(module: Module) -> list | None:
+    """A module's compiler options as the worker's ``[(name, value)]`` (None: XLA's default)."""
+    options = getattr(module, "options", None)
+    return [list(p) for p in options.items] if options else None
 
 
 #: How XLA says a custom call has no implementation for the platform (FFI and legacy registries).

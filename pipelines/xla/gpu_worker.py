@@ -145,9 +145,10 @@ class XlaGpuWorker(XlaWorker):
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
 
-    def compiles(self, proto: bytes) -> bool:
-        """True if XLA's whole GPU pipeline, codegen included, accepts the module for the target."""
-        _, error = self.gpu_compile(proto, [], None, stop=False)
+    def compiles(self, proto: bytes, options=None) -> bool:
+        """True if XLA's whole GPU pipeline, codegen included, accepts the module for the target (compiled
+        with the compiler ``options``, ``[(name, value)]``, when given)."""
+        _, error = self.gpu_compile(proto, [(str(k), str(v)) for k, v in (options or [])], None, stop=False)
         if error is not None:
             raise PassFailed(compiler_message(error))
         return True

@@ -230,6 +230,18 @@ class PassInventory:
     def _layout_seq(self) -> int:
         return min(i.seq for i in self._passes if i.name == LAYOUT_PASS)
 
+    @cached_property
+    def late_passes(self) -> tuple[str, ...]:
+        """Passes XLA first runs after layout assignment (fusion, its wrappers, the task assigner, copy
+        insertion ...), in that order: beyond the order search's reach, so the compiler options offer
+        switching each off alone (``xla_disable_hlo_passes``, ``options.py``): the fusion decisions
+        Xtat tunes. Pipelines and the capture pass are not passes to switch off."""
+        first: dict[str, int] = {}
+        for inv in self._passes:
+            first.setdefault(inv.name, inv.seq)
+        late = sorted((seq, name) for name, seq in first.items() if seq > self._layout_seq)
+        return tuple(name for _, name in late if name not in self.pipelines and name not in self.capture_names)
+
     # ---- the GPU pipeline's region (see the module docstring) -----------------------------------
     @cached_property
     def _top_order(self) -> tuple[str, ...]:

@@ -78,13 +78,19 @@ def _path(key: str, identity: str) -> Path | None:
     return where / "inventory" / f"{digest}.json"
 
 
-def get(key: str, identity: str) -> str | None:
+def _is_inventory(text: str) -> bool:
+    return bool(PassInventory.from_json(text).invocations)
+
+
+def get(key: str, identity: str, valid=_is_inventory) -> str | None:
     """The inventory JSON remembered for ``key`` on this compiler build, or None (also for a file that
-    does not read back as an inventory: parsed here once, so that no record can fail the run that reads it)."""
+    does not read back as an inventory: parsed here once, so that no record can fail the run that reads it).
+    ``valid``: how a record of another kind kept here is read back (the accepted compiler options,
+    ``options.py``); a record it rejects or that makes it raise is the same as none."""
     path = _path(key, identity)
     try:
         text = path.read_text() if path is not None else None
-        if text is None or not PassInventory.from_json(text).invocations:
+        if text is None or not valid(text):
             return None
         return text
     except (OSError, ValueError, KeyError, TypeError, IndexError, AttributeError):

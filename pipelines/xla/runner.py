@@ -274,13 +274,15 @@ def drawn_on_device(worker, proto: bytes, seed: int = 0, floats: str = "normal",
 
 
 # ---- compile and run (worker side) --------------------------------------------------------------------
-def compile_full(worker, proto: bytes, partitions: int = 1):
+def compile_full(worker, proto: bytes, partitions: int = 1, overrides=None):
     """Compile ``proto`` with XLA's complete default CPU pipeline (incl. codegen) -> LoadedExecutable.
 
     Any conversion or compile error becomes ``PassFailed(<XLA's first line>, "error")``: passes
     applied out of their usual context can leave a module that later stages reject, and that is a
     fact about the tuned module, not a bug of the tool. ``partitions`` > 1: one device's program of a
-    partitioned step, compiled to run as that many partitions (``partitioned``).
+    partitioned step, compiled to run as that many partitions (``partitioned``). ``overrides``: compiler
+    options as ``[(name, value)]`` (XLA's debug options, ``env_option_overrides``: a candidate's
+    ``CompilerOptions``); an unknown name or value is XLA's ``INVALID_ARGUMENT``, a ``PassFailed``.
     """
     if getattr(worker, "_capturing", False):  # a probe compile in progress would abort this one
         raise PassFailed("internal: full compile requested while a capture is active", "error")
@@ -288,6 +290,8 @@ def compile_full(worker, proto: bytes, partitions: int = 1):
     options, devices = jax_.CompileOptions(), worker.devices
     if partitions > 1:
         proto, options, devices = _partitioned_compile(worker, proto, partitions)
+    if overrides:
+        options.env_option_overrides = [(str(k), str(v)) for k, v in overrides]
     try:
         mlir = jax_.mlir.hlo_to_stablehlo(proto)
     except Exception as exc:
@@ -319,20 +323,22 @@ def _partitioned_compile(worker, proto: bytes, n: int):
 EXE_CACHE_SIZE = 4
 
 
-def cached_compile(worker, proto: bytes, partitions: int = 1):
-    """``compile_full`` through a small per-worker LRU keyed by the proto's hash (and partitions).
+def cached_compile(worker, proto: bytes, partitions: int = 1, overrides=None):
+    """``compile_full`` through a small per-worker LRU keyed by the proto's hash, partitions and compiler
+    options (one executable per (module, options): a runtime search times a candidate's twice).
 
     Returns ``(executable, seconds the compile took when it was built)``. Failures are not cached.
     """
     cache = getattr(worker, "_runner_exe_cache", None)
     if cache is None:
         cache = worker._runner_exe_cache = OrderedDict()
-    key = f"{hashlib.sha256(proto).hexdigest()}:{partitions}"
+    overrides = sorted((str(k), str(v)) for k, v in (overrides or ()))
+    key = f"{hashlib.sha256(proto).hexdigest()}:{partitions}" + (f":{overrides!r}" if overrides else "")
     if key in cache:
         cache.move_to_end(key)
         return cache[key]
     t0 = time.perf_counter()
-    exe = compile_full(worker, proto, partitions)
+    exe = compile_full(worker, proto, partitions, overrides)
     cache[key] = (exe, time.perf_counter() - t0)
     while len(cache) > EXE_CACHE_SIZE:
         cache.popitem(last=False)
@@ -498,15 +504,17 @@ def buffer_bytes(exe) -> dict:
     return out
 
 
-def memory(worker, proto: bytes) -> dict:
+def memory(worker, proto: bytes, overrides=None) -> dict:
     """:func:`buffer_bytes` of the fully compiled module (cached); a partitioned program is compiled as
     its N partitions, as validation runs it. ``PassFailed`` when it does not compile."""
-    exe, _ = cached_compile(worker, proto, partitioned.partitions(hlo.parse_proto(proto)))
+    exe, _ = cached_compile(worker, proto, partitioned.partitions(hlo.parse_proto(proto)), overrides)
     return buffer_bytes(exe)
 
 
-def execute(worker, proto: bytes, seed: int = 0, floats: str = "normal", int_high: int = INT_HIGH) -> list[np.ndarray]:
-    """Full compile (cached), run once on ``random_inputs(...)``; all outputs (tuples flattened) as numpy.
+def execute(worker, proto: bytes, seed: int = 0, floats: str = "normal", int_high: int = INT_HIGH,
+            overrides=None) -> list[np.ndarray]:
+    """Full compile (cached; with compiler options ``overrides``), run once on ``random_inputs(...)``;
+    all outputs (tuples flattened) as numpy.
 
     Too little memory for the inputs or for the compiled executable's buffers is ``BadInput``
     (the module cannot be executed here); a compile or run error is ``PassFailed``.
@@ -516,7 +524,7 @@ def execute(worker, proto: bytes, seed: int = 0, floats: str = "normal", int_hig
     limit, _ = execution_limit()
     if specs_total > limit:
         raise BadInput(f"inputs need {gib(specs_total)}, {gib(limit)} available")
-    exe, _ = cached_compile(worker, proto, n)
+    exe, _ = cached_compile(worker, proto, n, overrides)
     check_memory(exe, n, worker)
     if n > 1:
         per_device = device_inputs(proto, seed, floats, int_high, n)
@@ -573,10 +581,10 @@ def stand_ins(proto: bytes, extra: tuple[str, ...] = (), platform: str = "Host"
     return new.as_serialized_hlo_module_proto(), hlo.fingerprint(new), n, targets
 
 
-def execute_on(worker, proto: bytes, inputs: list[np.ndarray]) -> list[np.ndarray]:
+def execute_on(worker, proto: bytes, inputs: list[np.ndarray], overrides=None) -> list[np.ndarray]:
     """``execute`` with given inputs instead of seeded random ones (``reference.py`` feeds a widened
     module the original's bf16-rounded inputs); same compile cache, memory and arity checks."""
-    exe, _ = cached_compile(worker, proto)
+    exe, _ = cached_compile(worker, proto, 1, overrides)
     check_memory(exe, worker=worker)
     check_arity(exe, inputs)
     return [np.array(o) for o in run(exe, device_put(worker, inputs, copy=False))]

@@ -7,14 +7,10 @@ run helpers.
 
 from __future__ import annotations
 
-import hashlib
 import math
 import time
-from collections import OrderedDict
 
-
-from autotune.core.stats import summarize
-from autotune.errors import PassFailed
+from autotune.core.stats import median_lower_bound, summarize
 from autotune.pipelines.xla import hlo, runner
 
 
@@ -45,8 +41,7 @@ class _Timer:
     def __init__(self, worker, proto: bytes, seed: int, floats: str, int_high: int, overrides=None):
         self.worker = worker
         self.ahead = bool(getattr(worker, "dispatch_ahead", False))
-        self.exe, self.compile_seconds = (_compile_with(worker, proto, overrides) if overrides
-                                          else runner.cached_compile(worker, proto))
+        self.exe, self.compile_seconds = runner.cached_compile(worker, proto, 1, overrides)
         runner.check_memory(self.exe, worker=worker)
         if self.ahead:
             self._fresh = lambda: runner.drawn_on_device(worker, proto, seed, floats, int_high)
@@ -98,34 +93,6 @@ class _Timer:
         return ("ahead+fed" if self.feed is not None else "ahead") if self.ahead else "each"
 
 
-def _compile_with(worker, proto: bytes, overrides) -> tuple:
-    """A full compile with XLA debug options (``[(name, value)]``, e.g. ``xla_disable_hlo_passes``):
-    the benchmark's deliberately different arm (the same module without ``fusion``). Kept in the
-    worker's executable LRU (``cached_compile``'s) under a key that includes the options."""
-    if getattr(worker, "_capturing", False):
-        raise PassFailed("internal: full compile requested while a capture is active", "error")
-    overrides = [(str(k), str(v)) for k, v in overrides]
-    cache = getattr(worker, "_runner_exe_cache", None)
-    if cache is None:
-        cache = worker._runner_exe_cache = OrderedDict()
-    key = hashlib.sha256(proto + repr(overrides).encode()).hexdigest() + ":options"
-    if key in cache:
-        cache.move_to_end(key)
-        return cache[key]
-    jax_ = worker.jax_lib
-    options = jax_.CompileOptions()
-    options.env_option_overrides = overrides
-    t0 = time.perf_counter()
-    try:
-        exe = worker.backend.compile_and_load(jax_.mlir.hlo_to_stablehlo(proto), worker.devices, options)
-    except Exception as exc:
-        raise PassFailed(runner.compiler_message(exc), "error") from None
-    cache[key] = (exe, time.perf_counter() - t0)
-    while len(cache) > runner.EXE_CACHE_SIZE:
-        cache.popitem(last=False)
-    return cache[key]
-
-
 def calibrate(timers: list, min_seconds: float = MIN_SAMPLE_SECONDS) -> int:
     """Inner loop count so that one sample of the fastest of ``timers`` lasts >= ``min_seconds``.
 
@@ -144,7 +111,8 @@ def calibrate(timers: list, min_seconds: float = MIN_SAMPLE_SECONDS) -> int:
 
 
 def time_execution(worker, proto: bytes, seed: int = 0, repeats: int = 5, warmup: int = 1,
-                   floats: str = "normal", int_high: int = runner.INT_HIGH, min_seconds: float = 0.0) -> dict:
+                   floats: str = "normal", int_high: int = runner.INT_HIGH, min_seconds: float = 0.0,
+                   overrides=None) -> dict:
     """Seconds per run of ``repeats`` samples after ``warmup`` untimed ones (one compile, not timed).
 
     With ``min_seconds`` > 0 each sample is a calibrated inner loop lasting at least that long
@@ -153,7 +121,7 @@ def time_execution(worker, proto: bytes, seed: int = 0, repeats: int = 5, warmup
     """
     repeats = max(1, int(repeats))
     warmup = max(0, int(warmup))
-    timer = _Timer(worker, proto, seed, floats, int_high)
+    timer = _Timer(worker, proto, seed, floats, int_high, overrides)
     inner = calibrate([timer], min_seconds)
     for _ in range(warmup):
         timer.sample(inner)
@@ -167,8 +135,10 @@ def time_execution(worker, proto: bytes, seed: int = 0, repeats: int = 5, warmup
 
 def time_ab(worker, proto_a: bytes, proto_b: bytes, seed: int = 0, rounds: int = 30, warmup: int = 2,
             floats: str = "normal", int_high: int = runner.INT_HIGH, min_seconds: float = MIN_SAMPLE_SECONDS,
-            options_a=None, options_b=None) -> dict:
-    """Interleaved A/B timing of two modules in this one process: the protocol behind a runtime claim.
+            options_a=None, options_b=None, stop_above: float | None = None, min_rounds: int = 3,
+            alpha: float = 0.125) -> dict:
+    """Interleaved A/B timing of two modules in this one process: the protocol behind a runtime claim,
+    and (with ``stop_above``) the raced measurement a runtime search ranks candidates by.
 
     Both are compiled once (before any timing), their inputs placed, one inner loop count is
     calibrated on the faster of the two (so both samples of a round cover the same number of runs),
@@ -177,6 +147,11 @@ def time_ab(worker, proto_a: bytes, proto_b: bytes, seed: int = 0, rounds: int =
     (another process, frequency changes) then hits both arms alike, and the pairs can be compared
     round by round. Returns per-run seconds per round for each arm, plus each arm's summary.
     ``options_a``/``options_b`` (XLA debug options as ``[(name, value)]``) compile an arm differently.
+
+    Racing (``stop_above``, the best ratio B/A found so far): from ``min_rounds`` on, after every round,
+    timing stops once the distribution-free lower bound of the median per-round ratio B/A
+    (``stats.median_lower_bound`` at ``alpha``, one-sided) lies above ``stop_above``: B cannot be the
+    best, and the rounds left are not spent on it (``stopped``, ``rounds`` done, ``planned``).
     """
     rounds = max(2, int(rounds))
     a = _Timer(worker, proto_a, seed, floats, int_high, options_a)
@@ -187,6 +162,8 @@ def time_ab(worker, proto_a: bytes, proto_b: bytes, seed: int = 0, rounds: int =
         b.sample(inner)
     sa: list[float] = []
     sb: list[float] = []
+    stopped = False
+    t0 = time.perf_counter()
     for r in range(rounds):
         if r % 2 == 0:
             sa.append(a.sample(inner))
@@ -194,10 +171,17 @@ def time_ab(worker, proto_a: bytes, proto_b: bytes, seed: int = 0, rounds: int =
         else:
             sb.append(b.sample(inner))
             sa.append(a.sample(inner))
+        if stop_above is not None and r + 1 >= min_rounds and r + 1 < rounds:
+            low = median_lower_bound([y / x for x, y in zip(sa, sb)], alpha)
+            if low is not None and low > stop_above:
+                stopped = True
+                break
     return {
-        "a": sa, "b": sb, "a_summary": summarize(sa), "b_summary": summarize(sb), "rounds": rounds,
+        "a": sa, "b": sb, "a_summary": summarize(sa), "b_summary": summarize(sb), "rounds": len(sa),
+        "planned": rounds, "stopped": stopped, "timing_seconds": time.perf_counter() - t0,
         "inner": inner, "warmup": int(warmup), "min_seconds": float(min_seconds),
         "dispatch": [a.protocol, b.protocol], "device": runner.device_name(worker),
+        "compile_seconds": [a.compile_seconds, b.compile_seconds],
     }
 
 

@@ -22,6 +22,7 @@ from autotune.core.backend import StepOut
 from autotune.core.workers import all_cores
 from autotune.errors import BadInput, PassFailed
 from autotune.pipelines.xla import hlo, reference, runner, timing
+from autotune.pipelines.xla import options as catalogue
 from autotune.pipelines.xla.inventory import PassInventory
 from autotune.pipelines.xla.structure import structure_counts
 
@@ -231,10 +232,11 @@ class XlaWorker:
             yield StepOut(action, "ok", fp, out if changed else None, metrics, seconds=time.perf_counter() - t0)
 
     # ---- full compile and execution (validation, runtime objective; see runner.py) ----------------
-    def execute(self, proto: bytes, seed: int = 0, floats: str = "normal", int_high: int = 4) -> list:
-        """Full default compile, one run on seeded random inputs; all outputs as numpy arrays."""
+    def execute(self, proto: bytes, seed: int = 0, floats: str = "normal", int_high: int = 4, options=None) -> list:
+        """Full default compile (with compiler ``options``), one run on seeded random inputs; all outputs
+        as numpy arrays."""
         with all_cores():
-            return runner.execute(self, proto, seed, floats, int_high)
+            return runner.execute(self, proto, seed, floats, int_high, options)
 
     def execute_reference(self, proto: bytes, seed: int = 0, floats: str = "normal", int_high: int = 4):
         """The module with bf16/f16 widened to f32, run on ``execute``'s inputs (see reference.py)."""
@@ -242,19 +244,20 @@ class XlaWorker:
             return reference.execute_reference(self, proto, seed, floats, int_high)
 
     def time(self, proto: bytes, seed: int = 0, repeats: int = 5, warmup: int = 1, floats: str = "normal",
-             int_high: int = 4, min_seconds: float = 0.0) -> dict:
-        """Full default compile, then ``warmup`` untimed and ``repeats`` timed samples (seconds per
-        run; each sample a calibrated loop of at least ``min_seconds``)."""
+             int_high: int = 4, min_seconds: float = 0.0, options=None) -> dict:
+        """Full default compile (with compiler ``options``), then ``warmup`` untimed and ``repeats`` timed
+        samples (seconds per run; each sample a calibrated loop of at least ``min_seconds``)."""
         with all_cores():
-            return timing.time_execution(self, proto, seed, repeats, warmup, floats, int_high, min_seconds)
+            return timing.time_execution(self, proto, seed, repeats, warmup, floats, int_high, min_seconds, options)
 
     def time_ab(self, proto_a: bytes, proto_b: bytes, seed: int = 0, rounds: int = 30, warmup: int = 2,
                 floats: str = "normal", int_high: int = 4, min_seconds: float = 0.01, options_a=None,
-                options_b=None) -> dict:
-        """Both modules compiled once in this process, then timed interleaved (see timing.time_ab)."""
+                options_b=None, stop_above=None, min_rounds: int = 3) -> dict:
+        """Both modules compiled once in this process, then timed interleaved (see timing.time_ab; raced
+        with ``stop_above``)."""
         with all_cores():
             return timing.time_ab(self, proto_a, proto_b, seed, rounds, warmup, floats, int_high, min_seconds,
-                                  options_a, options_b)
+                                  options_a, options_b, stop_above, min_rounds)
 
     def calibrate(self) -> dict:
         """This machine's execution rates for validation's time estimate (see timing.calibrate_rates)."""
@@ -269,22 +272,28 @@ class XlaWorker:
         """The module with host stand-ins for custom calls the host cannot run (see standins.py)."""
         return runner.stand_ins(proto, tuple(extra))
 
-    def memory(self, proto: bytes) -> dict:
+    def memory(self, proto: bytes, options=None) -> dict:
         """What the fully compiled module needs per device, from XLA's buffer assignment (see
         runner.memory); the compile is cached, as validation's is."""
         with all_cores():
-            return runner.memory(self, proto)
+            return runner.memory(self, proto, options)
 
-    def compiles(self, proto: bytes) -> bool:
+    def compiles(self, proto: bytes, options=None) -> bool:
         """True if the full default pipeline (codegen included) accepts the module; else PassFailed."""
-        return self.host_compiles(proto)
+        return self.host_compiles(proto, options)
 
-    def host_compiles(self, proto: bytes) -> bool:
+    def probe_options(self, pairs: list) -> list:
+        """Each ``(name, value)`` compiled alone on a tiny module: None where XLA accepts it, else its
+        one-line refusal (``options.probe``: what the installed compiler takes)."""
+        proto = hlo.parse_text(PROBE_HLO).as_serialized_hlo_module_proto()
+        return catalogue.probe(self, proto, [tuple(p) for p in pairs])
+
+    def host_compiles(self, proto: bytes, options=None) -> bool:
         """The compile ``execute`` and ``time`` run (this host's full CPU pipeline), kept for them: a
         later execute/time of the same module reuses it. The same as ``compiles`` here; a worker for
         another target overrides ``compiles`` (its own pipeline) and keeps this one."""
         with all_cores():
-            runner.cached_compile(self, proto)
+            runner.cached_compile(self, proto, 1, options)
         return True
 
 

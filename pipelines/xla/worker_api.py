@@ -26,20 +26,22 @@ class XlaRequests(StepRequests, Protocol):
     def run_plain(self, text: str, actions: list[str]) -> list[str | None]:
         """Each action's module as text, applied in order (a check of the step path, for tests)."""
 
-    def execute(self, proto: bytes, seed: int = 0, floats: str = "normal", int_high: int = 4) -> list:
-        """Full default compile, one run on seeded random inputs; every output as numpy."""
+    def execute(self, proto: bytes, seed: int = 0, floats: str = "normal", int_high: int = 4, options=None) -> list:
+        """Full default compile (with compiler ``options``, ``[(name, value)]``), one run on seeded random
+        inputs; every output as numpy."""
 
     def execute_reference(self, proto: bytes, seed: int = 0, floats: str = "normal", int_high: int = 4):
         """The module with bf16/f16 widened to f32, run on ``execute``'s inputs."""
 
     def time(self, proto: bytes, seed: int = 0, repeats: int = 5, warmup: int = 1, floats: str = "normal",
-             int_high: int = 4, min_seconds: float = 0.0) -> dict:
+             int_high: int = 4, min_seconds: float = 0.0, options=None) -> dict:
         """``warmup`` untimed and ``repeats`` timed samples of the fully compiled module."""
 
     def time_ab(self, proto_a: bytes, proto_b: bytes, seed: int = 0, rounds: int = 30, warmup: int = 2,
                 floats: str = "normal", int_high: int = 4, min_seconds: float = 0.01, options_a=None,
-                options_b=None) -> dict:
-        """Both modules compiled once, then timed interleaved round by round."""
+                options_b=None, stop_above=None, min_rounds: int = 3) -> dict:
+        """Both modules compiled once, then timed interleaved round by round (raced: stopped once B's
+        ratio to A provably lies above ``stop_above``)."""
 
     def calibrate(self) -> dict:
         """This machine's execution rates (``flops_per_s``, ``bytes_per_s``)."""
@@ -50,14 +52,18 @@ class XlaRequests(StepRequests, Protocol):
     def stand_ins(self, proto: bytes, extra: tuple = ()) -> tuple:
         """``(proto, fingerprint, replaced, targets)``: host stand-ins for custom calls."""
 
-    def compiles(self, proto: bytes) -> bool:
+    def compiles(self, proto: bytes, options=None) -> bool:
         """True when the full pipeline, codegen included, accepts the module; ``PassFailed`` if not."""
 
-    def host_compiles(self, proto: bytes) -> bool:
+    def probe_options(self, pairs: list) -> list:
+        """Each compiler option ``(name, value)`` compiled alone on a tiny module: None where XLA accepts
+        it, else its refusal (``options.probe``)."""
+
+    def host_compiles(self, proto: bytes, options=None) -> bool:
         """The host CPU's full compile, kept for ``execute``/``time`` of the same module (for a GPU
         target's worker, not ``compiles``); ``PassFailed`` if it fails."""
 
-    def memory(self, proto: bytes) -> dict:
+    def memory(self, proto: bytes, options=None) -> dict:
         """Bytes per device the fully compiled module needs (XLA's buffer assignment), nothing run."""
 
 

@@ -23,6 +23,10 @@ class Region(Checker):
     run is also refused by its own estimate (``establish_region``)."""
 
     def check(self, case: Case) -> Validation | None:
+        if getattr(case.tuned, "options", None):  # the options change the whole compile, not one region
+            case.region_note = ("; no region check: compiler options change how the whole module is compiled, "
+                                "so a region cut from it is not what runs")
+            return None
         if case.budget is not None and (skip := case.budget.refuse(REGION_CHECK)) is not None:
             case.region_note = f"; no region check: {skip.reason}"
             return None

@@ -23,6 +23,7 @@ rewards *not* running canonicalising expanders that the backend runs anyway, so 
 from __future__ import annotations
 
 import abc
+import copy
 import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
@@ -30,6 +31,7 @@ from typing import ClassVar
 
 from autotune.core import plugins
 from autotune.core.metrics import Metrics
+from autotune.core.options import EMPTY, CompilerOptions
 from autotune.errors import BadInput
 
 ENTRY_POINT_GROUP = "autotune.objectives"
@@ -56,6 +58,9 @@ class Claim:
     min_effect: float | None = None
     rounds: int | None = None
     measured: bool = False
+    #: A measured objective's compile times of the candidate and of the default (seconds; None: not timed).
+    compile_seconds: float | None = None
+    default_compile_seconds: float | None = None
 
     def to_dict(self) -> dict:
         return {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in asdict(self).items()}
@@ -85,6 +90,27 @@ class ObjectiveContext:
         self.default = default  # evaluator.Result of XLA's default ordering on ``root``
         self.seed = int(seed)
         self._final: dict = {}
+        #: The compiler options the states are judged under (``core/options.py``; empty: XLA's default).
+        #: Only a measured objective can see them; ``with_options`` gives the context of one candidate.
+        self.options = EMPTY
+        #: What a measured objective keeps across the candidates of one run (racing's best so far, the
+        #: timing it saved), shared by every ``with_options`` view of this context.
+        self.shared: dict = {}
+
+    def with_options(self, options) -> "ObjectiveContext":
+        """This context for candidates compiled with ``options`` (a view: the same evaluator, root,
+        default, final modules and shared state)."""
+        options = CompilerOptions.of(options)
+        if options == self.options:
+            return self
+        view = copy.copy(self)
+        view.options = options
+        return view
+
+    def candidate(self, state: str):
+        """``state``'s module as the candidate compiles it: with this context's compiler options."""
+        module = self.module(state)
+        return module.with_options(self.options) if self.options else module
 
     @property
     def backend(self):
@@ -126,8 +152,16 @@ class Objective(abc.ABC):
     #: cost may be compared with any other. False for measured objectives (runtime).
     deterministic: ClassVar[bool] = True
 
+    #: Whether it can judge compiler options (``core/options.py``): only a measured objective can.
+    judges_options: ClassVar[bool] = False
+
     def prepare(self, states: Sequence[str], ctx: ObjectiveContext) -> None:
         """Do batch work for ``states`` before ``cost`` is asked for each (default: nothing)."""
+
+    def search_notes(self, ctx: ObjectiveContext) -> dict | None:
+        """What the objective did across a run's search that a report should say (runtime: racing's
+        savings); None when nothing."""
+        return None
 
     @abc.abstractmethod
     def cost(self, state: str, ctx: ObjectiveContext) -> float:

@@ -2,23 +2,30 @@
 
 Two measurements with two purposes (see ``docs/runtime.md``):
 
-* **Search** (``cost``): a cheap, noisy sample: ``REPEATS`` calibrated samples (each an inner loop
-  of at least ``SEARCH_MIN_SECONDS``) after a warm-up, their median in microseconds. Good enough
-  to rank candidates, never enough to claim anything: the search keeps its luckiest sample.
+* **Search** (``cost``): a raced, interleaved A/B of the candidate against XLA's default executable in
+  one worker (``Backend.time_ab`` with ``stop_above``): up to ``SEARCH_ROUNDS`` rounds, each a
+  calibrated sample of both, the order alternating. The cost is XLA's default's time (``default_cost``:
+  ``REPEATS`` calibrated samples after a warm-up, their median in microseconds) times the median
+  per-round ratio candidate/default. Racing: from ``MIN_ROUNDS`` on, a candidate whose ratio provably
+  (a one-sided sign-test bound, ``stats.median_lower_bound``) lies above the best ratio found so far
+  stops being timed: it cannot be the answer, and the rounds left are saved (``search_notes`` says how
+  many, and how much time). Good enough to rank candidates, never enough to claim anything: the search
+  keeps its luckiest sample.
 * **Claim** (``confirm``): the best candidate and XLA's default re-measured interleaved in one
   worker (``Backend.time_ab``: both compiled once, then ``rounds`` rounds A B / B A ...), and the
   ratio of medians with a bootstrap confidence interval (``autotune.core.stats``). A win needs the
   whole interval below ``1 - min_effect``; otherwise: "no significant difference: keep XLA's default".
 
-Runtime is keyed by the fully compiled module. What a backend executes after a tuned sequence is
-XLA's default pipeline applied to the sequence's output, so the module after that pipeline
-(``ctx.final(state).state``) identifies the executable: candidates with the same final module share
-one measurement (cached per pipeline version, final module, seed and protocol), and a candidate
-whose final module is XLA's default's own *is* the default executable: it gets the default's time
-and is never a win, without any timing. Only genuinely different modules are timed.
+Runtime is keyed by the fully compiled module and the compiler options it is compiled with
+(``ctx.options``, ``core/options.py``). What a backend executes after a tuned sequence is XLA's default
+pipeline applied to the sequence's output, so the module after that pipeline (``ctx.final(state).state``)
+and the options identify the executable: candidates with the same both share one measurement (cached
+per pipeline version, final module, options, seed and protocol), and a candidate whose final module is
+XLA's default's own, compiled without options, *is* the default executable: it gets the default's time
+and is never a win, without any timing. Only genuinely different executables are timed.
 
-The default's executable is the root module compiled by XLA as it is (what a user gets without
-autotune); its final module is ``ctx.default.state``.
+The default's executable is the root module compiled by XLA as it is, without options (what a user
+gets without autotune); its final module is ``ctx.default.state``.
 """
 
 from __future__ import annotations
@@ -26,30 +33,38 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
+import numpy as np
+
 from autotune.core.backend import supports
 from autotune.core import stats
 from autotune.core.objectives import Claim, Objective, ObjectiveContext
-from autotune.errors import BadInput
+from autotune.errors import BadInput, PassFailed
 
-#: Search-time samples per distinct compiled module (after one warm-up sample).
+#: The default's search-time samples (after one warm-up sample): the unit every candidate's ratio scales.
 REPEATS = 5
 WARMUP = 1
 #: Each search-time sample is an inner loop of at least this long (seconds).
 SEARCH_MIN_SECONDS = 0.005
+#: Rounds of a candidate's search-time A/B against XLA's default, when racing does not stop it earlier.
+SEARCH_ROUNDS = 10
+#: Rounds before racing may stop a candidate (three ratios all above the best: 87.5% one-sided).
+MIN_ROUNDS = 3
 #: Each confirmation sample is an inner loop of at least this long (seconds).
 CONFIRM_MIN_SECONDS = 0.01
 #: Protocol tag in the cache key: bump when the search-time measurement changes meaning.
-PROTOCOL = "search-v2"
+PROTOCOL = "search-v3"
 
 
 def runtime_key(evaluator, final_state: str, seed: int = 0, repeats: int = REPEATS, warmup: int = WARMUP,
-                min_seconds: float = SEARCH_MIN_SECONDS) -> str:
-    """Cache key of the search-time measurement of the executable whose final module is ``final_state``;
-    a GPU target's timings also name the device platform that took them (``on-cuda``, ``on-cpu`` for jax's
-    CPU device standing in): a time taken on one is never reused for the other."""
+                min_seconds: float = SEARCH_MIN_SECONDS, options=None) -> str:
+    """Cache key of the search-time measurement of the executable whose final module is ``final_state``,
+    compiled with the compiler ``options`` (a ``CompilerOptions``; none: XLA's default); a GPU target's
+    timings also name the device platform that took them (``on-cuda``, ``on-cpu`` for jax's CPU device
+    standing in): a time taken on one is never reused for the other."""
     execution = getattr(evaluator.pipeline, "execution", None)
     where = f"|on-{execution.platform}" if execution is not None else ""
-    return f"{evaluator.version}|{final_state}|{seed}|{PROTOCOL}|{repeats}|{warmup}|{min_seconds:g}{where}"
+    opts = f"|opts:{options.key}" if options else ""
+    return f"{evaluator.version}|{final_state}|{seed}|{PROTOCOL}|{repeats}|{warmup}|{min_seconds:g}{where}{opts}"
 
 
 def measure_runtime(evaluator, final_state: str, module, seed: int = 0, repeats: int = REPEATS,
@@ -82,16 +97,21 @@ class Runtime(Objective):
                    "interleaved A/B re-measurement against XLA's default with a confidence interval")
     unit = "us (measured)"
     deterministic = False
+    #: Judges compiler options (``core/options.py``): a count cannot see a library call, a clock can.
+    judges_options = True
 
     def __init__(self, confidence: float = stats.CONFIDENCE, min_effect: float = stats.MIN_EFFECT,
                  rounds: int = stats.ROUNDS, repeats: int = REPEATS, warmup: int = WARMUP,
-                 search_min_seconds: float = SEARCH_MIN_SECONDS, confirm_min_seconds: float = CONFIRM_MIN_SECONDS):
+                 search_min_seconds: float = SEARCH_MIN_SECONDS, confirm_min_seconds: float = CONFIRM_MIN_SECONDS,
+                 race: bool = True, search_rounds: int = SEARCH_ROUNDS):
         if not 0.5 <= float(confidence) < 1.0:
             raise BadInput(f"runtime: confidence must be in [0.5, 1), not {confidence}")
         if not 0.0 <= float(min_effect) < 1.0:
             raise BadInput(f"runtime: min_effect is a fraction in [0, 1) (0.02 = 2%), not {min_effect}")
         if int(rounds) < 4:
             raise BadInput(f"runtime: a confirmation needs at least 4 rounds, not {rounds}")
+        if int(search_rounds) < MIN_ROUNDS:
+            raise BadInput(f"runtime: a search-time measurement needs at least {MIN_ROUNDS} rounds, not {search_rounds}")
         self.confidence = float(confidence)
         self.min_effect = float(min_effect)
         self.rounds = int(rounds)
@@ -99,37 +119,90 @@ class Runtime(Objective):
         self.warmup = int(warmup)
         self.search_min_seconds = float(search_min_seconds)
         self.confirm_min_seconds = float(confirm_min_seconds)
-        self._claims: dict[tuple, Claim] = {}  # (version, final module, seed) -> confirmation of this instance
+        self.race = bool(race)
+        self.search_rounds = int(search_rounds)
+        self._claims: dict[tuple, Claim] = {}  # (version, final module, options, seed) -> this instance's confirmation
 
     # ---- search ------------------------------------------------------------------------------------
     def prepare(self, states, ctx: ObjectiveContext) -> None:
         ctx.finals(states)  # the final modules (the runtime keys), compiled in parallel
 
-    def _time(self, ctx: ObjectiveContext, final_state: str, module) -> float:
-        return measure_runtime(ctx.evaluator, final_state, module, ctx.seed, self.repeats, self.warmup,
-                               self.search_min_seconds)
-
     def cost(self, state: str, ctx: ObjectiveContext) -> float:
         final = ctx.final(state)
         if not final.ok:
             return math.nan
-        if final.state == ctx.default.state:  # XLA's default executable itself
+        if final.state == ctx.default.state and not ctx.options:  # XLA's default executable itself
             return self.default_cost(ctx)
-        return self._time(ctx, final.state, ctx.module(state))
+        report = self._raced(ctx, final.state, ctx.candidate(state))
+        return math.nan if "error" in report else float(report["median_us"])
+
+    def _raced(self, ctx: ObjectiveContext, final_state: str, module) -> dict:
+        """The candidate's search-time measurement (cached per executable): a raced A/B against XLA's
+        default, or ``{"error": why}`` when it does not compile or run with its options."""
+        ev = ctx.evaluator
+        key = runtime_key(ev, final_state, ctx.seed, self.repeats, self.warmup, self.search_min_seconds, ctx.options)
+        report = ev.cache.get_report("runtime", key)
+        fresh = report is None
+        if fresh:
+            best = ctx.shared.get("best_ratio", 1.0) if self.race else None
+            report = self._measure(ctx, module, best)
+            ev.cache.put_report("runtime", key, report)
+        if "error" in report:
+            ctx.shared.setdefault("failures", {})[(final_state, ctx.options.key)] = report["error"]
+            return report
+        ratio = report.get("ratio")
+        if ratio is not None:
+            ctx.shared["best_ratio"] = min(ctx.shared.get("best_ratio", 1.0), float(ratio))
+        if fresh:
+            _tally(ctx.shared.setdefault("race", {}), report)
+        return report
+
+    def _measure(self, ctx: ObjectiveContext, module, stop_above: float | None) -> dict:
+        try:
+            timing = ctx.backend.time_ab(ctx.root, module, seed=ctx.seed, rounds=self.search_rounds, warmup=1,
+                                         min_seconds=self.search_min_seconds, stop_above=stop_above,
+                                         min_rounds=MIN_ROUNDS)
+        except PassFailed as exc:  # an option the compiler refuses here, or one that kills its worker
+            return {"error": f"{exc.status}: {str(exc).splitlines()[0][:300]}" if str(exc) else exc.status}
+        ratio = float(np.median(np.asarray(timing["b"]) / np.asarray(timing["a"])))
+        return {"ratio": ratio, "median_us": self.default_cost(ctx) * ratio, "rounds": timing["rounds"],
+                "planned": timing.get("planned", timing["rounds"]), "stopped": bool(timing.get("stopped")),
+                "timing_seconds": timing.get("timing_seconds"), "compile_seconds": timing.get("compile_seconds"),
+                "timed": module.fingerprint, "options": module.options.key}
+
+    def failure(self, state: str, ctx: ObjectiveContext) -> str:
+        final = ctx.final(state)
+        why = ctx.shared.get("failures", {}).get((final.state, ctx.options.key)) if final.ok else None
+        if why is not None:
+            return f"does not compile or run with {ctx.options.describe()}: {why}"
+        return super().failure(state, ctx)
+
+    def search_notes(self, ctx: ObjectiveContext) -> dict | None:
+        """What racing did in this run: candidates timed and stopped early, rounds timed of those planned,
+        the seconds of timing and an estimate of those saved (each stopped candidate's rounds not timed at
+        its own seconds per round)."""
+        tally = ctx.shared.get("race")
+        if not tally:
+            return None
+        spent, saved = tally["seconds"], tally["saved_seconds"]
+        return {**tally, "raced": self.race, "saved_fraction": saved / (spent + saved) if spent + saved > 0 else 0.0}
 
     def default_cost(self, ctx: ObjectiveContext) -> float:
         if not supports(ctx.backend, "time"):
             raise BadInput(f"objective runtime needs a backend that times modules; {ctx.backend.name} does not")
         if not ctx.backend.runs_on_target:
             raise BadInput(refusal(ctx.backend))
-        return self._time(ctx, ctx.default.state, ctx.root)
+        return measure_runtime(ctx.evaluator, ctx.default.state, ctx.root, ctx.seed, self.repeats, self.warmup,
+                               self.search_min_seconds)
 
     # ---- claim ---------------------------------------------------------------------------------------
     def measure_ratio(self, ctx: ObjectiveContext, state: str) -> stats.TimeRatio:
-        """Interleaved A/B of XLA's default executable (A) against ``state``'s (B), in one worker."""
-        timing = ctx.backend.time_ab(ctx.root, ctx.module(state), seed=ctx.seed, rounds=self.rounds,
+        """Interleaved A/B of XLA's default executable (A) against ``state``'s (B, with ``ctx.options``), in
+        one worker."""
+        timing = ctx.backend.time_ab(ctx.root, ctx.candidate(state), seed=ctx.seed, rounds=self.rounds,
                                      min_seconds=self.confirm_min_seconds)
         self._timed_on = timing.get("device")
+        self._compile_seconds = timing.get("compile_seconds")
         return stats.time_ratio(timing["a"], timing["b"], self.confidence, self.min_effect, seed=ctx.seed)
 
     def claim_from(self, cmp: stats.TimeRatio, base: str = "XLA's default") -> Claim:
@@ -151,8 +224,9 @@ class Runtime(Objective):
     def confirm(self, state: str, cost: float, ctx: ObjectiveContext) -> Claim:
         """Re-measure before claiming: interleaved A/B with a confidence interval (see module doc).
 
-        No timing when there is nothing to confirm: a final module identical to the default's is the
-        default executable, and a candidate whose search sample was not faster is no candidate.
+        No timing when there is nothing to confirm: a final module identical to the default's, compiled
+        without options, is the default executable, and a candidate whose search sample was not faster
+        is no candidate.
         """
         default = self.default_cost(ctx)
         final = ctx.final(state)
@@ -160,16 +234,33 @@ class Runtime(Objective):
         base = ctx.backend.baseline
         if not final.ok:
             return Claim(False, math.nan, default, self.failure(state, ctx), rounds=0, **common)
-        if final.state == ctx.default.state:
+        if final.state == ctx.default.state and not ctx.options:
             return Claim(False, default, default, f"no difference: the compiled module is {base}'s own; keep "
                          f"{base}", ratio=1.0, low=1.0, high=1.0, rounds=0, **common)
         if not cost < default:
             return Claim(False, cost, default, f"no sequence measured faster than {base} in the search: keep "
                          f"{base}", ratio=cost / default if default else None, rounds=0, **common)
-        key = (ctx.version, final.state, ctx.seed)
+        key = (ctx.version, final.state, ctx.options.key, ctx.seed)
         if key not in self._claims:
             claim = self.claim_from(self.measure_ratio(ctx, state), base)
             if ctx.backend.target.is_gpu and getattr(self, "_timed_on", None):  # which device timed it, in words
                 claim = replace(claim, message=f"{claim.message} (timed on {self._timed_on})")
+            compiled = getattr(self, "_compile_seconds", None)
+            if compiled:
+                claim = replace(claim, default_compile_seconds=compiled[0], compile_seconds=compiled[1])
             self._claims[key] = claim
         return self._claims[key]
+
+
+def _tally(tally: dict, report: dict) -> None:
+    """Add one fresh raced measurement to the run's racing tally (``search_notes``)."""
+    rounds, planned = int(report.get("rounds") or 0), int(report.get("planned") or 0)
+    seconds = float(report.get("timing_seconds") or 0.0)
+    for k in ("timed", "stopped", "rounds", "planned", "seconds", "saved_seconds"):
+        tally.setdefault(k, 0)
+    tally["timed"] += 1
+    tally["stopped"] += bool(report.get("stopped"))
+    tally["rounds"] += rounds
+    tally["planned"] += planned
+    tally["seconds"] += seconds
+    tally["saved_seconds"] += (planned - rounds) * seconds / rounds if rounds else 0.0
