@@ -66,6 +66,8 @@ class HookStats:
     other_target: list[tuple[str, str]] = field(default_factory=list)
     # The target each tuned or considered compile was judged for: fingerprint -> Target.key.
     targets: dict[str, str] = field(default_factory=dict)
+    # Compiler options a record added to a compile: fingerprint -> {name: value}.
+    options: dict[str, dict] = field(default_factory=dict)
 
 
 #: ``Cache.put_report`` kind of the remembered policy decisions.
@@ -167,21 +169,25 @@ class _Hook:
             return original(backend, module, executable_devices, options, host_callbacks)
         with self._lock:
             try:
-                tuned_mlir = self._tuned(module, target)
+                tuned_mlir, extra = self._tuned(module, target)
             except Exception as exc:  # never break the user's program over a tuning problem
                 if self.strict:
                     raise
                 self.stats.errors.append(f"{type(exc).__name__}: {exc}")
-                tuned_mlir = None
-        if tuned_mlir is None:
+                tuned_mlir, extra = None, {}
+        if tuned_mlir is None and not extra:
             self.stats.passed_through += 1
             return original(backend, module, executable_devices, options, host_callbacks)
+        if extra:  # the record's compiler options on top of the compile's own (jax's compiler_options)
+            options = with_overrides(options, extra)
+        program = tuned_mlir if tuned_mlir is not None else module
         if host_callbacks:
-            return backend.compile_and_load(tuned_mlir, executable_devices=executable_devices,
+            return backend.compile_and_load(program, executable_devices=executable_devices,
                                             compile_options=options, host_callbacks=host_callbacks)
-        return backend.compile_and_load(tuned_mlir, executable_devices=executable_devices, compile_options=options)
+        return backend.compile_and_load(program, executable_devices=executable_devices, compile_options=options)
 
-    def _tuned(self, module, target: str) -> bytes | None:
+    def _tuned(self, module, target: str) -> tuple[bytes | None, dict]:
+        """``(the tuned module as MLIR or None to compile the original, compiler options to add)``."""
         from jax._src.interpreters import mlir as jax_mlir
         from jax._src.lib import _jax
 
@@ -194,17 +200,51 @@ class _Hook:
         if record is not None and record.target != session.target.key:
             self.stats.other_target.append((root.fingerprint, record.target))
             record = None  # judged for another machine: never applied here
+        extra: dict = {}
         if record is not None:
             sequence = tuple(record.sequence)
+            extra = self._options_of(record, session)
         elif self.decider is not None:
             sequence = self.decider.decide(session.evaluator, root, self.stats)
             if not sequence:
-                return None  # XLA's default: the policy's sequence did not beat it or failed its check
+                return None, {}  # XLA's default: the policy's sequence did not beat it or failed its check
         else:
-            return None
-        tuned = session.apply(root, sequence)
+            return None, {}
         self.stats.applied.append((root.fingerprint, sequence))
-        return _jax.mlir.hlo_to_stablehlo(tuned.proto)
+        if extra:
+            self.stats.options[root.fingerprint] = dict(extra)
+        if not sequence:  # a record of compiler options alone: the original module, compiled with them
+            return None, extra
+        tuned = session.apply(root, sequence)
+        return _jax.mlir.hlo_to_stablehlo(tuned.proto), extra
+
+    def _options_of(self, record: TuningRecord, session) -> dict:
+        """The record's compiler options this XLA takes (one it lacks is left out and said in ``errors``)."""
+        from autotune.core.backend import supports
+        from autotune.core.options import CompilerOptions
+
+        kept = {}
+        for name, value in record.compiler_options.items():
+            try:
+                backend = session.evaluator.pipeline
+                if supports(backend, "options"):
+                    backend.check_options(CompilerOptions.of({name: value}))
+                kept[name] = value
+            except Exception as exc:
+                self.stats.errors.append(f"compiler option {name}={value} left out: {exc}")
+        return kept
+
+
+def with_overrides(options, extra: dict):
+    """A copy of jax's ``CompileOptions`` with ``extra`` compiler options added to its ``env_option_overrides``
+    (``jax.jit(...).lower(...).compile(compiler_options=...)`` sets the same field); the record's value wins
+    over one the program set itself."""
+    from jax._src.lib import _jax
+
+    copied = _jax.CompileOptions.ParseFromString(options.SerializeAsString())
+    kept = [(k, v) for k, v in copied.env_option_overrides if k not in extra]
+    copied.env_option_overrides = kept + [(str(k), str(v)) for k, v in extra.items()]
+    return copied
 
 
 _active: list[_Hook] = []

@@ -219,21 +219,41 @@ class BudgetShare(Evaluate):
 
 def coordinate_descent(evaluate: Evaluate, space: SearchSpace, sequence: tuple[str, ...], cost: float) -> None:
     """Compiler options by coordinate descent after ``sequence`` (found at ``cost``): each option in turn
-    tried at every other value (one ``evaluate.many``, in parallel) with the others held, the best kept
-    when it is cheaper; sweeps repeat until one changes nothing, or the budget ends. ``greedy``'s way with
-    options, and ``ppo``'s fallback (its policy orders passes, not options)."""
-    current: dict[str, str] = {}
+    tried at every value not scored yet (one ``evaluate.many``, in parallel) with the others held, the
+    best kept when it is cheaper; sweeps repeat until one changes nothing. Then, as greedy restarts, the
+    descent starts again from the cheapest option set scored but not descended from, until the budget
+    ends or no option set is left to try. ``greedy``'s way with options, and ``ppo``'s fallback (its
+    policy orders passes, not options)."""
+    scored: dict[tuple, float] = {(): cost}  # option set (sorted items) -> cost
+    expanded: set[tuple] = set()
+    start: tuple | None = ()
+    while start is not None:
+        _descend_options(evaluate, space, sequence, start, scored, expanded)
+        frontier = sorted((c, p) for p, c in scored.items() if p not in expanded)
+        start = frontier[0][1] if frontier else None
+
+
+def _descend_options(evaluate: Evaluate, space: SearchSpace, sequence: tuple[str, ...], start: tuple,
+                     scored: dict, expanded: set) -> None:
+    """One coordinate descent from the option set ``start`` (see ``coordinate_descent``)."""
+    current, best = start, scored[start]
     improved = True
     while improved:
         improved = False
+        expanded.add(current)
         for dim in space.options:
-            values = [v for v in dim.choices if v != current.get(dim.name)]
-            sets = [space.options_from({**current, dim.name: v}) for v in values]
-            costs = [finite(c, evaluate.failure_cost) for c in evaluate.many([sequence] * len(sets), sets)]
-            k = min(range(len(costs)), key=lambda i: (costs[i], i))
-            if costs[k] < cost:
-                cost, improved = costs[k], True
-                current = {n: v for n, v in {**current, dim.name: values[k]}.items() if v is not UNSET}
+            held = dict(current)
+            points = [space.options_from({**held, dim.name: v}).items for v in dim.choices if v != held.get(dim.name)]
+            points = [p for p in dict.fromkeys(points) if p not in scored]
+            if not points:
+                continue
+            costs = evaluate.many([sequence] * len(points), [CompilerOptions(p) for p in points])
+            for p, c in zip(points, costs):
+                scored[p] = finite(c, evaluate.failure_cost)
+            pick = min(points, key=lambda p: scored[p])
+            if scored[pick] < best:
+                current, best, improved = pick, scored[pick], True
+                expanded.add(current)
 
 
 class Strategy(abc.ABC):

@@ -28,7 +28,8 @@ def export(run_id, output, db, as_json) -> None:
     if as_json:
         print_json(record.to_dict())
     else:
-        click.echo(f"wrote {output}: {record.module} ({record.fingerprint[:12]}), {len(record.sequence)} passes, "
+        opts = f" and {len(record.compiler_options)} compiler option(s)" if record.compiler_options else ""
+        click.echo(f"wrote {output}: {record.module} ({record.fingerprint[:12]}), {len(record.sequence)} passes{opts}, "
                    f"{record.objective} {record.metrics['cost']:g} vs default {record.metrics['default_cost']:g}"
                    + f"; validation {record.validation or 'none'}" + ("" if record.valid else "  [NOT validated]"))
 
@@ -61,6 +62,11 @@ def check(model, record_path, max_regression, no_validate, db, workers, as_json)
         table.add_column("")
         table.add_column("value")
         table.add_row("fingerprint", "matches" if result.fingerprint == result.record_fingerprint else "CHANGED")
+        if record.compiler_options:
+            table.add_row("compiler options", ", ".join(f"{k}={v!r}" if v == "" else f"{k}={v}"
+                                                        for k, v in sorted(result.compiler_options.items())) or "none")
+            if result.options_note:
+                table.add_row("options note", result.options_note)
         table.add_row(f"{record.objective} (recorded)", f"{result.recorded_cost:g}")
         table.add_row(f"{record.objective} (now)", "-" if result.cost is None else f"{result.cost:g}")
         table.add_row(f"{ev.pipeline.baseline} (now)", "-" if result.default_cost is None else f"{result.default_cost:g}")

@@ -166,8 +166,10 @@ def _write_explain(ev, result, out: Path, model_path) -> None:
 
     root = ev.module(result.fingerprint, result.module)
     try:
+        ratio = result.claim.ratio if result.claim is not None and result.claim.measured else None
         text = explain(ev, root, result.best_sequence, run_id=result.run_id,
-                       model_path=str(model_path) if model_path else None).to_markdown()
+                       model_path=str(model_path) if model_path else None, options=result.best_options,
+                       ratio=ratio).to_markdown()
     except Exception as exc:  # the run's results are written already; an explanation is a bonus
         text = f"# Explain: {result.module}\n\nNo explanation: {type(exc).__name__}: {exc}\n"
     try:

@@ -22,6 +22,8 @@ from autotune.core.fleet import FleetResult
 from autotune.core.validation import meets, verified
 from autotune.core.target import check_same
 from autotune.core import objectives
+from autotune.core.backend import supports
+from autotune.core.options import EMPTY, CompilerOptions
 from autotune.core.tuner import validity_of
 
 FORMAT = 1
@@ -48,6 +50,9 @@ class TuningRecord:
     fingerprints: tuple[str, ...] = ()
     #: The target the sequence was judged for (``Target.key``); a record is refused on another.
     target: str = "cpu"
+    #: XLA compiler options to compile the tuned module with (name -> value; ``core/options.py``): empty for
+    #: XLA's default. ``check`` re-times them; the JAX hook compiles the matching module with them.
+    compiler_options: dict = field(default_factory=dict)
 
     @property
     def applies_to(self) -> tuple[str, ...]:
@@ -64,6 +69,8 @@ class TuningRecord:
         data["fingerprints"] = list(self.fingerprints)
         if not self.fingerprints:
             del data["fingerprints"]
+        if not self.compiler_options:  # a record of the pass order alone reads as it always did
+            del data["compiler_options"]
         return data
 
     def dumps(self) -> str:
@@ -93,6 +100,9 @@ class TuningRecord:
         fps = data.get("fingerprints", [])
         if not isinstance(fps, list) or not all(isinstance(f, str) and f for f in fps):
             raise BadInput(f"{source}: 'fingerprints' must be a list of module fingerprints")
+        opts = data.get("compiler_options") or {}
+        if not isinstance(opts, dict) or not all(isinstance(k, str) and k and isinstance(v, str) for k, v in opts.items()):
+            raise BadInput(f"{source}: 'compiler_options' must be an object of option names to string values")
         return cls(
             module=str(data["module"]), fingerprint=str(data["fingerprint"]), sequence=tuple(seq),
             objective=str(data["objective"]), pipeline_version=str(data["pipeline_version"]),
@@ -100,7 +110,7 @@ class TuningRecord:
             metrics=dict(data["metrics"]), valid=bool(data.get("valid", False)), run_id=data.get("run_id"),
             created=float(data.get("created", 0.0)), fingerprints=tuple(fps),
             validation=data.get("validation"), validation_reason=data.get("validation_reason"),
-            target=str(data.get("target") or "cpu"),
+            target=str(data.get("target") or "cpu"), compiler_options=dict(opts),
         )
 
     @classmethod
@@ -149,7 +159,7 @@ def from_run(evaluator, run_id: str) -> TuningRecord:
         objective=run.objective, pipeline_version=run.version, xla_version=evaluator.pipeline.compiler_version,
         autotune_version=__version__, metrics=metrics, valid=verified(level),
         run_id=run_id, validation=level, validation_reason=validation.reason if validation else None,
-        target=result.target.key,
+        target=result.target.key, compiler_options=best.options.as_dict(),
     )
 
 
@@ -176,7 +186,7 @@ def _from_fleet_run(evaluator, run, fleet, run_id: str) -> TuningRecord:
         xla_version=evaluator.pipeline.compiler_version, autotune_version=__version__,
         metrics={"cost": fleet.best_cost, "default_cost": fleet.default_cost, "modules": modules},
         valid=all(verified(lv) for lv in levels), run_id=run_id, fingerprints=fps, validation=fleet.validation_level,
-        target=fleet.target.key,
+        target=fleet.target.key, compiler_options=fleet.best_options.as_dict(),
     )
 
 
@@ -207,6 +217,10 @@ class CheckResult:
     judged_note: str | None = None
     xla_version: str = ""
     record_xla_version: str = ""
+    #: The compiler options the check compiled with (the record's, less any this XLA lacks) and what it
+    #: said of those it left out.
+    compiler_options: dict = field(default_factory=dict)
+    options_note: str | None = None
 
     def to_dict(self) -> dict:
         data = asdict(self)
@@ -229,20 +243,42 @@ def check(evaluator, module, record: TuningRecord, max_regression: float = 0.0, 
                 record_pipeline_version=record.pipeline_version,
                 xla_version=evaluator.pipeline.compiler_version, record_xla_version=record.xla_version,
                 recorded_validation=record.metrics_for(matched).get("validation") or record.validation)
+    options, options_note = _options_here(evaluator, record)
+    base.update(compiler_options=options.as_dict(), options_note=options_note)
     result, refusal = _replay(evaluator, root, record)
     if refusal:
         return CheckResult(ok=False, reasons=(refusal,), cost=None, default_cost=None, regression=None, valid=None,
                            **base)
     reasons: list[str] = []
     cost, default_cost, regression, claim, judged = _judge_cost(evaluator, root, record, matched, result.state, base,
-                                                                max_regression, seed, reasons)
+                                                                max_regression, seed, reasons, options)
     valid = level = level_reason = None
     if validate:
         valid, level, level_reason = _judge_validity(evaluator, root, result.state, base["recorded_validation"],
-                                                     seed, reasons)
+                                                     seed, reasons, options)
     return CheckResult(ok=not reasons, reasons=tuple(reasons), cost=cost, default_cost=default_cost,
                        regression=regression, valid=valid, validation=level, validation_reason=level_reason, claim=claim,
                        judged=judged[0], judged_note=judged[1], **base)
+
+
+def _options_here(evaluator, record: TuningRecord) -> tuple[CompilerOptions, str | None]:
+    """The record's compiler options this XLA accepts, and a note naming those it does not (the record is
+    then judged without them: an XLA upgrade that dropped an option is said, not a traceback)."""
+    options = CompilerOptions.of(record.compiler_options)
+    if not options:
+        return options, None
+    backend = evaluator.pipeline
+    if not supports(backend, "options"):
+        return EMPTY, f"the {backend.name} backend takes no compiler options: judged without {options.describe()}"
+    kept, dropped = {}, []
+    for name, value in options.items:
+        try:
+            backend.check_options(CompilerOptions.of({name: value}))
+            kept[name] = value
+        except BadInput as exc:
+            dropped.append(f"{name}={value} ({exc})")
+    note = f"this XLA does not take {'; '.join(dropped)}: judged without it" if dropped else None
+    return CompilerOptions.of(kept), note
 
 
 def _replay(evaluator, root, record: TuningRecord):
@@ -261,7 +297,7 @@ def _replay(evaluator, root, record: TuningRecord):
 
 
 def _judge_cost(evaluator, root, record: TuningRecord, matched: str, state: str, base: dict, max_regression: float,
-                seed: int, reasons: list[str]):
+                seed: int, reasons: list[str], options: CompilerOptions = EMPTY):
     """The replayed state's (cost, default cost, regression, confirmation claim, (judged, note)) under
     the record's objective; each reason the record no longer holds on cost is appended to ``reasons``.
 
@@ -274,7 +310,7 @@ def _judge_cost(evaluator, root, record: TuningRecord, matched: str, state: str,
     default = evaluator.default(root)
     cost = default_cost = None
     if default.ok:
-        ctx = objectives.ObjectiveContext(evaluator, root, default, seed)
+        ctx = objectives.ObjectiveContext(evaluator, root, default, seed).with_options(options)
         default_cost = obj.default_cost(ctx)
         cost = obj.cost(state, ctx)
         if math.isnan(cost):
@@ -318,10 +354,11 @@ def _other_xla(record: TuningRecord, evaluator) -> bool:
     return bool(record.xla_version) and record.xla_version != evaluator.pipeline.compiler_version
 
 
-def _judge_validity(evaluator, root, state: str, recorded_validation, seed: int, reasons: list[str]):
-    """Re-establish the replayed state's validity here: (verified, level, level's reason); a failed
-    check or a level below the recorded one is appended to ``reasons``."""
-    report = validity_of(evaluator, root, state, seed)
+def _judge_validity(evaluator, root, state: str, recorded_validation, seed: int, reasons: list[str],
+                    options: CompilerOptions = EMPTY):
+    """Re-establish the replayed state's validity here (compiled with the record's ``options``): (verified,
+    level, level's reason); a failed check or a level below the recorded one is appended to ``reasons``."""
+    report = validity_of(evaluator, root, state, seed, options=options)
     level, level_reason = report.level, report.reason
     if not report.ok:
         reasons.append(f"validity check failed: {report.reason or 'outputs differ'}")

@@ -34,6 +34,8 @@ from autotune.errors import AutotuneError, BadInput
 from autotune.core.module import Module
 from autotune.core.runs import RunStore
 from autotune.core.fleet import FleetResult
+from autotune.core.options import EMPTY, CompilerOptions
+from autotune.reporting.explain_options import OptionsEffect, explain_options
 
 #: How many unmatched instructions a report lists per side (a big module can differ in thousands).
 LIST_CAP = 40
@@ -228,6 +230,8 @@ class Explanation:
     notes: tuple[str, ...] = field(default=())
     #: The baseline in the backend's words (``Backend.baseline``: "XLA's default").
     baseline: str = "XLA's default"
+    #: The compiler options of the win, explained by measurement (``explain_options``); None without options.
+    options: OptionsEffect | None = None
 
     @property
     def final_delta(self) -> int:
@@ -246,7 +250,7 @@ class Explanation:
             "diff": self.diff.to_dict(),
             "steps": [asdict(s) for s in self.steps], "minimal_steps": [asdict(s) for s in self.minimal_steps],
             "steps_compiled": self.steps_compiled, "reproduce": self.reproduce, "notes": list(self.notes),
-            "baseline": self.baseline,
+            "baseline": self.baseline, "compiler_options": self.options.to_dict() if self.options else None,
         }
 
     def to_json(self) -> str:
@@ -315,8 +319,11 @@ def _reproduce(evaluator, module_name: str, model_path: str | None, minimal: tup
 
 
 def explain(evaluator, root, sequence, run_id: str | None = None, model_path: str | None = None,
-            minimize: bool = True, cap: int = LIST_CAP) -> Explanation:
-    """Explain ``sequence`` on ``root`` (a prepared ``Module``): see the module docstring."""
+            minimize: bool = True, cap: int = LIST_CAP, options: CompilerOptions = EMPTY,
+            ratio: float | None = None) -> Explanation:
+    """Explain ``sequence`` on ``root`` (a prepared ``Module``): see the module docstring. ``options``: the
+    win's compiler options, explained by measurement (each alone, a ddmin-minimal set: ``explain_options``;
+    ``ratio``: the whole win's confirmed ratio, when known)."""
     compiled0 = evaluator.stats.steps_compiled
     seq = tuple(evaluator.pipeline.check_passes(sequence))
     default = evaluator.default(root)
@@ -346,7 +353,9 @@ def explain(evaluator, root, sequence, run_id: str | None = None, model_path: st
     listing = backend.instructions if supports(backend, "explain") else (lambda module: [])
     diff = diff_modules(listing(evaluator.module(default.state)), listing(evaluator.module(final.state)), cap=cap)
     if final.state == default.state:
-        notes.append(f"the sequence reaches exactly {base} final module: nothing to explain")
+        notes.append(f"the sequence reaches exactly {base} final module: "
+                     + ("the win is the compiler options'" if options else "nothing to explain"))
+    effect = explain_options(evaluator, root, result.state, options, ratio=ratio) if options else None
     return Explanation(
         module=root.name, fingerprint=root.fingerprint, pipeline_version=evaluator.version, sequence=seq,
         minimal=minimal, minimal_same=same, input=evaluator.metrics(root.fingerprint), default=default.metrics,
@@ -354,7 +363,7 @@ def explain(evaluator, root, sequence, run_id: str | None = None, model_path: st
         tuned_final_state=final.state, diff=diff, steps=steps, minimal_steps=minimal_steps,
         steps_compiled=evaluator.stats.steps_compiled - compiled0,
         reproduce=_reproduce(evaluator, root.name, model_path, minimal), run_id=run_id, model_path=model_path,
-        notes=tuple(notes), baseline=base,
+        notes=tuple(notes), baseline=base, options=effect,
     )
 
 
@@ -370,8 +379,10 @@ def explain_run(evaluator, run_id: str, model_path: str | None = None, minimize:
     if result is None:
         raise BadInput(f"run '{run_id}' has not finished (status {run.status}); nothing to explain")
     sequence = result.best_sequence
-    if not sequence:
+    options = result.best_options
+    if not sequence and not options:
         raise BadInput(f"run '{run_id}' found no sequence to explain ({result.target.baseline} ordering is the answer)")
+    ratio = result.claim.ratio if getattr(result, "claim", None) is not None and result.claim.measured else None
     fingerprint, name = run.module, run.module_name
     if isinstance(result, FleetResult):  # explain one of its modules
         members = result.members
@@ -391,7 +402,8 @@ def explain_run(evaluator, run_id: str, model_path: str | None = None, minimize:
     if proto is None:
         raise BadInput(f"run '{run_id}': its module is no longer in the cache")
     root = Module(name, proto, fingerprint)
-    return explain(evaluator, root, sequence, run_id=run_id, model_path=model_path, minimize=minimize, cap=cap)
+    return explain(evaluator, root, sequence, run_id=run_id, model_path=model_path, minimize=minimize, cap=cap,
+                   options=options, ratio=ratio)
 
 
 # ---- rendering ----------------------------------------------------------------------------------------
@@ -436,6 +448,8 @@ def render_markdown(e: Explanation) -> str:
     for key, label in (("flops", "flops"), ("transcendentals", "transcendentals"), ("bytes_accessed", "bytes accessed")):
         vals = [getattr(m, key) for m in (e.input, e.default, e.tuned_raw, e.tuned)]
         lines.append(f"| {label} | " + " | ".join(_num(v).lstrip("+") for v in vals) + f" | {_num(delta[key])} |")
+    if e.options is not None:
+        lines += [""] + e.options.markdown(e.baseline)
     lines += ["", f"## Opcodes ({e.baseline} -> tuned, after the default pipeline)", ""]
     if d.opcodes:
         lines += ["| opcode | default | tuned | delta |", "|---|---:|---:|---:|"]
@@ -481,6 +495,10 @@ def render_missed(e: Explanation, heading: str = "#") -> str:
              f"({e.tuned.instructions - e.default.instructions:+d}).",
              (f"Minimal: removing any one of these {len(e.minimal)} passes loses the effect (ddmin)."
               if e.minimal_same == "final" else "The sequence as found (not minimised)."), ""]
+    if e.options is not None:
+        lines.append(f"Compiled with `{CompilerOptions.of(e.options.minimal).describe()}` (minimal, measured): "
+                     f"{e.options.ratio:.3f} of {e.baseline}'s time with all the win's options."
+                     if e.options.ratio is not None else "")
     if e.diff.opcodes:
         lines.append("Effect by opcode: " + ", ".join(f"{o} {a - b:+d}" for o, b, a in e.diff.opcodes) + ".")
     if vanished:

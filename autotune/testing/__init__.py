@@ -20,9 +20,17 @@ from collections.abc import Sequence
 
 from autotune.strategy import BudgetExhausted, Evaluate, SearchSpace, Strategy, Trial, create
 from autotune.core.metrics import Metrics
+from autotune.core.options import EMPTY, CompilerOptions, OptionDim
 
 ACTIONS = tuple(f"pass{i:02d}" for i in range(24))
 POISON = "pass23"
+#: Compiler options of the fake landscape (``--space options|both``): the last value of the first one is
+#: worth a whole pass of the hidden target; ``crash`` fails the candidate, as an option that kills XLA would.
+OPTION_DIMS = (OptionDim("opt_fusion", ("none", "dot", "reduce")), OptionDim("opt_width", ("128", "256", "512")),
+               OptionDim("opt_crash", ("crash",)))
+#: Evaluations every strategy must spend with the fake options alone (its 32 option sets, of which a
+#: coordinate descent with restarts reaches at least this many).
+OPTION_POINTS = 20
 
 
 class FakeEvaluate(Evaluate):
@@ -35,29 +43,43 @@ class FakeEvaluate(Evaluate):
         self.target = tuple(rng.choice(space.actions[:-1]) for _ in range(min(4, space.max_length)))
         self.trials: list[Trial] = []
 
-    def cost_of(self, sequence: tuple[str, ...]) -> tuple[float, bool]:
-        if POISON in sequence:
+    def cost_of(self, sequence: tuple[str, ...], options: CompilerOptions = EMPTY) -> tuple[float, bool]:
+        if POISON in sequence or "opt_crash" in options.names:
             return self.failure_cost, False
-        missing = sum(1 for p in self.target if p not in sequence)
-        return missing + 0.01 * len(sequence), True
+        missing = sum(1 for p in self.target if p in self.space.actions and p not in sequence) if self.space.passes else 0
+        if self.space.options:
+            name, best = self.space.options[0].name, self.space.options[0].values[-1]
+            missing += 0 if options.as_dict().get(name) == best else 1
+        return missing + 0.01 * len(sequence) + 0.001 * len(options), True
 
-    def __call__(self, sequence: Sequence[str]) -> float:
-        return self.many([sequence])[0]
+    def __call__(self, sequence: Sequence[str], options: CompilerOptions | None = None) -> float:
+        return self.many([sequence], None if options is None else [options])[0]
 
-    def many(self, sequences: Sequence[Sequence[str]]) -> list[float]:
+    def many(self, sequences: Sequence[Sequence[str]], options: Sequence[CompilerOptions] | None = None) -> list[float]:
         if self.remaining <= 0:
             raise BudgetExhausted()
         take = [tuple(s) for s in sequences[: self.remaining]]
+        opts = [EMPTY] * len(take) if options is None else [CompilerOptions.of(o) for o in list(options)[: len(take)]]
         costs = []
-        for seq in take:
-            if not all(p in self.space.actions for p in seq) or not 1 <= len(seq) <= self.space.max_length:
-                raise AssertionError(f"strategy asked for a sequence outside the search space: {seq}")
-            cost, ok = self.cost_of(seq)
-            self.trials.append(Trial(seq, cost, ok))
+        for seq, opt in zip(take, opts):
+            self._check(seq, opt)
+            cost, ok = self.cost_of(seq, opt)
+            self.trials.append(Trial(seq, cost, ok, opt))
             costs.append(cost)
         if len(take) < len(sequences):
             raise BudgetExhausted()
         return costs
+
+    def _check(self, seq: tuple[str, ...], opt: CompilerOptions) -> None:
+        space = self.space
+        if space.passes and (not all(p in space.actions for p in seq) or not 1 <= len(seq) <= space.max_length):
+            raise AssertionError(f"strategy asked for a sequence outside the search space: {seq}")
+        if not space.passes and seq:
+            raise AssertionError(f"strategy asked for a sequence {seq} where only compiler options are searched")
+        dims = {d.name: d for d in space.options}
+        for name, value in opt.items:
+            if name not in dims or value not in dims[name].values:
+                raise AssertionError(f"strategy asked for a compiler option outside the search space: {name}={value}")
 
     @property
     def remaining(self) -> int:
@@ -73,7 +95,7 @@ class FakeEvaluate(Evaluate):
 
     @property
     def empty_cost(self) -> float:
-        return float(len(self.target))
+        return self.cost_of(())[0] if not self.space.passes or self.space.options else float(len(self.target))
 
     @property
     def input_metrics(self):
@@ -91,10 +113,12 @@ class FakeEvaluate(Evaluate):
 
 
 def run_fake(strategy: str | Strategy, budget: int = 60, seed: int = 0, max_length: int = 6,
-             options: dict | None = None) -> FakeEvaluate:
-    """Run one strategy on the fake landscape; returns the evaluate (its ``trials``)."""
+             options: dict | None = None, space: str = "passes") -> FakeEvaluate:
+    """Run one strategy on the fake landscape; returns the evaluate (its ``trials``). ``space``: what is
+    searched, as ``autotune run --space`` says it (``options`` and ``both`` add ``OPTION_DIMS``)."""
     strat = create(strategy, **(options or {})) if isinstance(strategy, str) else strategy
-    space = SearchSpace(ACTIONS, max_length)
+    space = SearchSpace(ACTIONS, max_length, options=OPTION_DIMS if space != "passes" else (),
+                        passes=space != "options")
     evaluate = FakeEvaluate(space, budget, seed)
     try:
         strat.minimize(evaluate, space, seed)
@@ -109,11 +133,14 @@ def check_strategy(strategy: str | Strategy, budget: int = 60, seed: int = 0, op
     ``strategy`` is a registered name (a fresh instance per run) or an instance (reused).
     """
     name = strategy if isinstance(strategy, str) else type(strategy).__name__
-    first = run_fake(strategy, budget, seed, options=options)
-    assert len(first.trials) == budget, (
-        f"{name}: spent {len(first.trials)} of a budget of {budget} evaluations (must spend it exactly)")
-    again = run_fake(strategy, budget, seed, options=options)
-    assert [t.sequence for t in again.trials] == [t.sequence for t in first.trials], (
-        f"{name}: not deterministic under seed {seed}")
+    for space in ("passes", "both", "options"):  # the pass order alone, with compiler options, options alone
+        spend = budget if space != "options" else min(budget, OPTION_POINTS)  # options alone: a small space
+        first = run_fake(strategy, spend, seed, options=options, space=space)
+        assert len(first.trials) == spend, (
+            f"{name}: spent {len(first.trials)} of a budget of {budget} evaluations with --space {space} (must "
+            f"spend {spend})")
+        again = run_fake(strategy, spend, seed, options=options, space=space)
+        assert [(t.sequence, t.options) for t in again.trials] == [(t.sequence, t.options) for t in first.trials], (
+            f"{name}: not deterministic under seed {seed} with --space {space}")
     best = min(t.cost for t in first.trials)
     assert math.isfinite(best), f"{name}: no finite cost found"

@@ -46,7 +46,7 @@ class _Timer:
         if self.ahead:
             self._fresh = lambda: runner.drawn_on_device(worker, proto, seed, floats, int_high)
         else:
-            inputs = runner.random_inputs(proto, seed, floats, int_high)
+            inputs = runner.timing_inputs(worker, proto, seed, floats, int_high)
             self._fresh = lambda: runner.device_put(worker, inputs)
         self.args = self._fresh()
         runner.check_arity(self.exe, self.args)

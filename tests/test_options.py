@@ -1,0 +1,244 @@
+"""Compiler options as a second search dimension, on the real compiler: the catalogue probed against the
+installed XLA, every full compile honouring a module's options, racing, the joint search through the CLI,
+options offered only when executed (a NaN-computing option set is never the answer, and is reported),
+records, ``check`` and the JAX hook carrying options. No assertion depends on absolute speed: a real
+difference is one we create (XLA's fusion pass switched off) or a search sample we poison.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+from autotune.core import objectives
+from autotune.core.module import load
+from autotune.core.objectives.runtime import runtime_key
+from autotune.core.options import CompilerOptions, OptionDim, parse_assignments
+from autotune.core.record import TuningRecord, check
+from autotune.core.runs import RunStore
+from autotune.core.stats import median_lower_bound
+from autotune.core.tuner import tune
+from autotune.errors import BadInput, PassFailed, UnknownName
+from conftest import DATA, assert_one_line_error, run_cli
+
+MLP = DATA / "mlp_train_step.hlo"
+RESNET = DATA / "real" / "xla_resnet50_keras_jax.hlo"
+NO_FUSION = CompilerOptions.of({"xla_disable_hlo_passes": "fusion"})
+YNN_NONE = CompilerOptions.of({"xla_cpu_experimental_ynn_fusion_type": ""})
+
+
+# ---- values ----------------------------------------------------------------------------------------------
+def test_option_sets_are_values_with_one_key():
+    a = CompilerOptions.of({"b": "1", "a": ""})
+    assert a == CompilerOptions.of([("a", ""), ("b", "1")]) and a.key == "a=;b=1"
+    assert CompilerOptions.from_key(a.key) == a and CompilerOptions.from_key("") == CompilerOptions()
+    assert a.merged(CompilerOptions.of({"a": "x"})).as_dict() == {"a": "x", "b": "1"}
+    assert parse_assignments(["xla_x=True", " y = 2 "]).as_dict() == {"xla_x": "True", "y": "2"}
+    with pytest.raises(BadInput, match="NAME=VALUE"):
+        parse_assignments(["no-equals-sign"])
+
+
+def test_the_sign_test_bound_is_an_order_statistic():
+    assert median_lower_bound([1.2, 1.1, 1.3]) == 1.1  # three values: the smallest, at 87.5%
+    assert median_lower_bound([1.0, 2.0]) is None  # two values cannot say anything at that confidence
+    assert median_lower_bound(list(range(1, 11))) == 3.0  # n=10, alpha 0.125: the 3rd smallest
+    assert median_lower_bound(list(range(1, 21)), alpha=0.05) == 6.0
+
+
+# ---- the catalogue against the installed compiler -------------------------------------------------------
+def test_the_catalogue_is_probed_against_the_installed_xla(pipeline):
+    space = pipeline.option_space()
+    names = {d.name for d in space}
+    assert "xla_cpu_experimental_ynn_fusion_type" in names and "xla_disable_hlo_passes" in names
+    assert all(d.values and not d.numerics for d in space)  # numerics only when asked for
+    assert any(d.numerics for d in pipeline.option_space(numerics=True))
+    late = dict((d.name, d.values) for d in space)["xla_disable_hlo_passes"]
+    assert "fusion" in late and "copy-insertion" not in late  # from the inventory, correctness passes kept
+    # The probe itself: an unknown name and a bad value are refused with XLA's words, a good one taken.
+    answers = pipeline.remote().probe_options([["xla_cpu_no_such_option", "True"], ["xla_cpu_use_xnnpack", "Tru"],
+                                               ["xla_cpu_use_xnnpack", "True"]])
+    assert "No such compile option" in answers[0] and answers[1] and answers[2] is None
+    report = {r["name"]: r for r in pipeline.option_report()}
+    assert report["xla_cpu_use_xnnpack"]["values"] == ["True", "False"]
+
+
+def test_a_fixed_option_is_checked_with_the_nearest_name(pipeline):
+    assert pipeline.check_options(CompilerOptions.of({"xla_cpu_use_xnnpack": "False"}))
+    with pytest.raises(UnknownName, match="did you mean xla_cpu_use_xnnpack"):
+        pipeline.check_options(CompilerOptions.of({"xla_cpu_use_xnnpak": "False"}))
+    with pytest.raises(UnknownName, match="accepted: 'True', 'False'"):
+        pipeline.check_options(CompilerOptions.of({"xla_cpu_use_xnnpack": "yes"}))
+    assert pipeline.check_options(CompilerOptions.of({"xla_cpu_prefer_vector_width": "384"}))  # any integer
+
+
+# ---- every full compile honours a module's options -----------------------------------------------------
+def test_a_module_compiles_and_runs_with_its_options(engine, pipeline):
+    root = engine.prepare(load(MLP))
+    plain, no_fusion = pipeline.execute(root, seed=3), pipeline.execute(root.with_options(NO_FUSION), seed=3)
+    for a, b in zip(plain, no_fusion):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+    assert pipeline.compiles(root.with_options(NO_FUSION))
+    with pytest.raises(PassFailed, match="No such compile option"):
+        pipeline.compiles(root.with_options({"xla_cpu_no_such_option": "True"}))
+    # The module's options are its compile's, not its program's: same fingerprint, a repr that says so.
+    assert root.with_options(NO_FUSION).fingerprint == root.fingerprint and "options" in repr(root.with_options(NO_FUSION))
+
+
+def test_racing_stops_a_candidate_that_cannot_be_the_best(engine, pipeline):
+    """Without fusion the step is about twice as slow: from the third round on its ratio to the default
+    provably lies above 1.0 (the best so far), and timing stops; without a bound all rounds are timed."""
+    root = engine.prepare(load(MLP))
+    raced = pipeline.time_ab(root, root.with_options(NO_FUSION), rounds=12, min_seconds=0.01, stop_above=1.0)
+    assert raced["stopped"] and raced["rounds"] < raced["planned"] == 12 and len(raced["b"]) == raced["rounds"]
+    full = pipeline.time_ab(root, root.with_options(NO_FUSION), rounds=12, min_seconds=0.01)
+    assert not full["stopped"] and full["rounds"] == 12
+    assert np.median(np.asarray(full["b"]) / np.asarray(full["a"])) > 1.2
+
+
+# ---- the joint search ------------------------------------------------------------------------------------
+def test_an_options_search_records_options_and_says_how_it_searched(db_path):
+    proc = run_cli("run", str(MLP), "--objective", "runtime", "--space", "options", "--strategy", "random",
+                   "--budget", "6", "--json", db=db_path)
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    assert data["space"] == "options" and "random draws" in data["options_by"]
+    assert data["search_notes"]["timed"] >= 1 and data["search_notes"]["planned"] >= data["search_notes"]["rounds"]
+    assert isinstance(data["best"]["compiler_options"], dict)
+    if data["beats_default"]:  # a win is offered only when executed, compared on two draws of inputs
+        assert data["validation_level"] == "executed" and "second draw" in data["validity"]["reason"]
+    else:
+        assert data["best"]["compiler_options"] == {} and data["best"]["sequence"] == []
+    from autotune.core.cache import Cache
+
+    cache = Cache(db_path)
+    try:
+        trials = RunStore(cache).trials(data["run_id"])
+    finally:
+        cache.close()
+    assert len(trials) == 6 and all(t.sequence == () for t in trials)  # the order is not searched
+    assert any(t.options for t in trials)  # ... the options are, and the trials keep them
+
+
+def test_the_space_follows_the_objective(engine):
+    from autotune.core.spec import RunSpec
+
+    assert RunSpec(objective="runtime").searched() == "both" and RunSpec().searched() == "passes"
+    with pytest.raises(BadInput, match="judged only by measured time"):
+        RunSpec(space="options").searched()
+    with pytest.raises(BadInput, match="judged only by measured time"):
+        RunSpec(compiler_options={"xla_cpu_use_xnnpack": "False"}).searched()
+
+
+def test_bad_option_input_is_one_line(db_path):
+    assert "judged only by measured time" in assert_one_line_error(
+        run_cli("run", str(MLP), "--space", "options", db=db_path))
+    assert "did you mean xla_cpu_use_xnnpack" in assert_one_line_error(
+        run_cli("run", str(MLP), "--objective", "runtime", "--compiler-option", "xla_cpu_use_xnnpak=True", db=db_path))
+    assert "NAME=VALUE" in assert_one_line_error(
+        run_cli("run", str(MLP), "--objective", "runtime", "--compiler-option", "xla_cpu_use_xnnpack", db=db_path))
+    assert "no compiler options" in assert_one_line_error(run_cli("--backend", "toy", "options", db=db_path))
+
+
+def test_autotune_options_lists_the_space(db_path):
+    proc = run_cli("options", "--json", db=db_path)
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    rows = {r["name"]: r for r in data["options"]}
+    assert data["target"] == "cpu" and data["searched"] >= 5
+    assert rows["xla_cpu_enable_fast_math"]["numerics"] and rows["xla_disable_hlo_passes"]["values"]
+    text = run_cli("options", db=db_path)
+    assert text.returncode == 0 and "cpu_experimental_ynn_fusion_type" in text.stdout
+
+
+def test_a_fast_but_wrong_option_set_is_never_the_answer(engine, monkeypatch):
+    """ResNet-50 without its YNNPACK fusions computes NaN logits where XLA's default's are finite. Its search
+    sample is poisoned to look 1000x faster: the search ranks it first, validation finds the NaN, it is
+    rejected, listed as faster but wrong, and never offered."""
+    root = engine.prepare(load(RESNET))
+    default = engine.default(root)
+    monkeypatch.setattr(engine.pipeline, "option_space", lambda numerics=False, partitioned=False: (
+        OptionDim("xla_cpu_experimental_ynn_fusion_type", ("",)),))
+    seed = 201
+    engine.cache.put_report("runtime", runtime_key(engine, default.state, seed, options=YNN_NONE),
+                            {"median_us": 1.0, "ratio": 1e-5, "poisoned": True})
+    from autotune.core.spec import RunSpec
+
+    result = tune(engine, load(RESNET), spec=RunSpec(strategy="greedy", budget=2, objective="runtime", seed=seed,
+                                                     space="options"))
+    assert result.space == "options" and result.options_by.startswith("coordinate descent")
+    assert not result.beats_default and result.best_options == CompilerOptions()
+    assert result.invalid and "xla_cpu_experimental_ynn_fusion_type=''" in result.invalid[0][1]
+    wrong = result.faster_but_wrong
+    assert wrong and wrong[0]["compiler_options"] == {"xla_cpu_experimental_ynn_fusion_type": ""}
+    assert wrong[0]["ratio"] < 0.01 and json.loads(json.dumps(result.to_dict()))["faster_but_wrong"]
+
+
+# ---- records, check, the hook -------------------------------------------------------------------------
+def _record(root, engine, options: dict, objective: str = "runtime") -> TuningRecord:
+    return TuningRecord(module="mlp", fingerprint=root.fingerprint, sequence=(), objective=objective,
+                        pipeline_version=engine.version, xla_version=engine.pipeline.compiler_version,
+                        autotune_version="", metrics={"cost": 1.0, "default_cost": 1.0, "ratio": 1.0}, valid=True,
+                        compiler_options=options)
+
+
+def test_check_retimes_a_records_options_and_says_what_this_xla_lacks(engine, tmp_path):
+    root = engine.prepare(load(MLP))
+    slower = _record(root, engine, NO_FUSION.as_dict())
+    path = tmp_path / "r.json"
+    slower.save(path)
+    assert TuningRecord.load(path).compiler_options == NO_FUSION.as_dict()
+    judged = check(engine, load(MLP), slower)
+    assert judged.compiler_options == NO_FUSION.as_dict() and judged.validation == "executed"
+    assert not judged.ok and "regressed" in judged.reasons[0]  # fusion off is proven slower than recorded 1.0
+    gone = _record(root, engine, {"xla_cpu_no_such_option": "True"})
+    held = check(engine, load(MLP), gone, max_regression=25, validate=False)
+    assert "judged without it" in held.options_note and held.compiler_options == {}
+    assert held.ok, held.reasons  # judged without the option: the default's own executable, ratio 1
+    with pytest.raises(BadInput, match="compiler_options"):
+        TuningRecord.from_dict({**slower.to_dict(), "compiler_options": ["fusion"]})
+
+
+def test_the_jax_hook_compiles_a_record_with_its_options(engine, db_path):
+    jax = pytest.importorskip("jax")
+    import jax.numpy as jnp
+
+    import autotune
+    import autotune.jax as autotune_jax
+
+    def step(w, x):
+        return jnp.tanh(x @ w).sum(axis=0) * 2.0 + 1.0
+
+    from autotune.pipelines.xla import hlo
+
+    def body(compiled) -> str:  # canonical (no metadata), without the header line (the compile's options)
+        return hlo.canonical_text(compiled.runtime_executable().hlo_modules()[0]).partition("\n")[2]
+
+    w, x = jnp.ones((16, 16), jnp.float32), jnp.ones((8, 16), jnp.float32)
+    root = engine.prepare(autotune.load(jax.jit(step).lower(w, x)))
+    plain = body(jax.jit(step).lower(w, x).compile())
+    by_jax = body(jax.jit(step).lower(w, x).compile(compiler_options=NO_FUSION.as_dict()))
+    assert plain != by_jax  # the option changes what XLA compiles
+    rec = _record(root, engine, {**NO_FUSION.as_dict(), "xla_cpu_no_such_option": "True"}, objective="final-ops")
+    with autotune_jax.use([rec], cache=db_path) as stats:
+        compiled = jax.jit(step).lower(w, x).compile()
+        out = jax.jit(step)(w, x)
+    assert stats.options[root.fingerprint] == NO_FUSION.as_dict()  # the unknown one left out, and said
+    assert any("xla_cpu_no_such_option" in e for e in stats.errors)
+    assert body(compiled) == by_jax  # what jax's own compiler_options give
+    np.testing.assert_allclose(np.asarray(out), np.asarray(step(w, x)), rtol=1e-6)
+
+
+def test_a_fleet_gets_one_option_set(engine):
+    from autotune.core.spec import RunSpec
+
+    spec = RunSpec(strategy="greedy", budget=3, objective="runtime", space="options", validate=False)
+    fleet = tune(engine, [load(MLP), load(DATA / "small_redundant.hlo")], spec=spec)
+    assert len(fleet.members) == 2
+    assert isinstance(fleet.best_options, CompilerOptions)
+    assert fleet.to_dict()["best"] is None or "compiler_options" in fleet.to_dict()["best"]
+    runs = RunStore(engine.cache).trials(fleet.run_id)
+    assert len(runs) == 3 and all(t.sequence == () for t in runs) and any(t.options for t in runs)
+    assert not math.isnan(fleet.best_cost)
