@@ -42,6 +42,8 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from autotune.core.backend import supports
+from autotune.core.options import CompilerOptions
 from autotune.core.record import TuningRecord
 from autotune.pipelines.xla import hlo, loader, targets
 from autotune.pipelines.xla.versions import check_supported
@@ -220,9 +222,6 @@ class _Hook:
 
     def _options_of(self, record: TuningRecord, session) -> dict:
         """The record's compiler options this XLA takes (one it lacks is left out and said in ``errors``)."""
-        from autotune.core.backend import supports
-        from autotune.core.options import CompilerOptions
-
         kept = {}
         for name, value in record.compiler_options.items():
             try:

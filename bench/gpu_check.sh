@@ -9,20 +9,23 @@
 #
 # On the GPU it installs the wheelhouse next to the machine's own jax and torch (--no-deps, into a
 # folder on PYTHONPATH), checks that autotune chooses the CUDA device, then
-#   1. autotune run --target h200 --objective runtime --budget 12 on LLaMA-3's decode step,
+#   1. autotune run --target h200 --objective runtime --space options --budget 12 on LLaMA-3's decode step:
+#      XLA's GPU options (Triton GEMMs, autotune level, command buffers, the latency-hiding scheduler,
+#      cuBLASLt, ...) searched by measured time, an answer offered only when executed on the device,
 #   2. the same on a training step (DLRM's: it donates its weights, so the timing feeds them back),
 #   3. autotune run --target h200 --require executed on the bundled decode step (validation on the device),
 # each with its own time limit, so that one that hangs leaves the others their time. Python runs with -P:
 # autotune is the installed wheel's, never the checkout's autotune/ folder. Every command's
 # JSON and stderr go to $OUT (default ./gpu-check-out); summary.txt says what each returned.
 # CHECKS picks which run (default: the three above); runtime-gptoss adds gpt-oss's prefill step, the
-# second real LLM step, for a second call on the same machine: CHECKS=runtime-gptoss bash bench/gpu_check.sh
+# second real LLM step, and runtime-llama / runtime-train the pass order alone (--space passes) on the
+# first two, for a second call on the same machine: CHECKS="runtime-llama runtime-gptoss" bash bench/gpu_check.sh
 set -u
 cd "$(dirname "$0")/.."
 MODE=gpu
 [ "${1:-}" = "--cpu" ] && MODE=cpu
-KNOWN="runtime-llama runtime-train validate-decode runtime-gptoss"   # the cases of the loop at the end
-CHECKS=${CHECKS:-runtime-llama runtime-train validate-decode}
+KNOWN="options-llama options-train validate-decode runtime-llama runtime-train runtime-gptoss"   # the loop's cases
+CHECKS=${CHECKS:-options-llama options-train validate-decode}
 for check in $CHECKS; do
     case " $KNOWN " in
         *" $check "*) ;;
@@ -80,8 +83,10 @@ run() {  # name, seconds it may take, then autotune's arguments
 import json, sys
 r = json.load(open(sys.argv[1]))
 claim, best, validity = r.get("claim") or {}, r.get("best") or {}, r.get("validity") or {}
-print(f"  best {best.get('sequence')} cost {best.get('cost')} default {r.get('default_cost')} "
-      f"validation {r.get('validation_level')}: {str(validity.get('reason'))[:300]}")
+print(f"  best {best.get('sequence')} options {best.get('compiler_options')} cost {best.get('cost')} default "
+      f"{r.get('default_cost')} validation {r.get('validation_level')}: {str(validity.get('reason'))[:300]}")
+for wrong in r.get("faster_but_wrong") or []:
+    print(f"  faster but wrong: {wrong}")
 if claim:
     print(f"  claim: {str(claim.get('message'))[:300]}")
 EOF
@@ -91,10 +96,12 @@ EOF
 # --time-limit, to leave the confirmation and validation their time).
 for check in $CHECKS; do
     case $check in
-        runtime-llama) run runtime-llama 270 run "$LLAMA" --target "$TARGET" --objective runtime --budget "$BUDGET" --time-limit 150 ;;
-        runtime-train) run runtime-train 150 run "$TRAIN" --target "$TARGET" --objective runtime --budget "$BUDGET" --time-limit 80 ;;
+        options-llama) run options-llama 270 run "$LLAMA" --target "$TARGET" --objective runtime --space options --budget "$BUDGET" --time-limit 150 ;;
+        options-train) run options-train 150 run "$TRAIN" --target "$TARGET" --objective runtime --space options --budget "$BUDGET" --time-limit 80 ;;
+        runtime-llama) run runtime-llama 270 run "$LLAMA" --target "$TARGET" --objective runtime --space passes --budget "$BUDGET" --time-limit 150 ;;
+        runtime-train) run runtime-train 150 run "$TRAIN" --target "$TARGET" --objective runtime --space passes --budget "$BUDGET" --time-limit 80 ;;
         validate-decode) run validate-decode 120 run "$DECODE" --target "$TARGET" --budget "$BUDGET" --require executed ;;
-        runtime-gptoss) run runtime-gptoss 300 run "$GPTOSS" --target "$TARGET" --objective runtime --budget "$BUDGET" --time-limit 170 ;;
+        runtime-gptoss) run runtime-gptoss 300 run "$GPTOSS" --target "$TARGET" --objective runtime --space passes --budget "$BUDGET" --time-limit 170 ;;
     esac
 done
 say "done ($MODE); outputs in $OUT"

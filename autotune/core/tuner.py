@@ -458,6 +458,8 @@ def _option_dims(evaluator: Evaluator, subject, spec: RunSpec, space_name: str) 
             raise BadInput(f"the {backend.name} backend has no compiler options to search or fix")
         return ()
     if (wants or fixed) and not backend.runs_on_target:
+        if not fixed and spec.space is None:  # the default space of runtime: the objective refuses in its words
+            return ()
         why = backend.missing_device() if hasattr(backend, "missing_device") else "nothing here runs its programs"
         raise BadInput(f"compiler options are judged by measured time on the {backend.target.name}, and {why}; "
                        "tune the pass order alone with a compile-only objective (--space passes)")

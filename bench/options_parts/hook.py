@@ -1,0 +1,104 @@
+"""A record with compiler options, applied by the JAX hook, timed by jax itself (``hook_experiment``).
+
+The goal: a user's ``jax.jit`` compile of the function a record was made for gets the record's options,
+and what jax itself measures of the jitted function lies within the record's interval. So: a zoo
+ResNet's inference step (a jax function, ``autotune.zoo.resnet``) is tuned for time on its compiler
+options alone, its record exported; then, in this process, the function is jitted plain and under
+``autotune.jax.use([record])``, and the two compiled functions are timed interleaved by
+``time.perf_counter`` around ``block_until_ready`` (calibrated samples, as the tool's own timing), the
+ratio hooked/plain with its 95% bootstrap interval (``autotune.core.stats``).
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from harness import log
+
+#: The zoo ResNet timed (inference, f32): large enough that a library convolution can pay.
+CONFIG = dict(stages=3, blocks=2, width=32, image=64, batch=8)
+QUICK_CONFIG = dict(stages=2, blocks=1, width=16, image=32, batch=4)
+BUDGET = 16
+ROUNDS = 30
+
+
+def _arrays(args, seed: int = 0):
+    import jax
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+
+    def draw(spec):
+        if np.issubdtype(spec.dtype, np.integer):
+            return jax.numpy.asarray(rng.integers(0, 4, spec.shape), spec.dtype)
+        return jax.numpy.asarray(rng.standard_normal(spec.shape).astype(np.float32), spec.dtype)
+
+    return jax.tree_util.tree_map(draw, args)
+
+
+def _sample(fn, args, inner: int) -> float:
+    start = time.perf_counter()
+    for _ in range(inner):
+        out = fn(*args)
+    import jax
+
+    jax.block_until_ready(out)
+    return (time.perf_counter() - start) / inner
+
+
+def jax_ratio(plain, hooked, args, rounds: int = ROUNDS, min_seconds: float = 0.01) -> dict:
+    """``hooked`` against ``plain`` (compiled jax functions), timed by jax's dispatch: interleaved rounds of
+    calibrated samples, the ratio of medians with its interval."""
+    from autotune.core import stats
+
+    inner = 1
+    while _sample(plain, args, inner) * inner < min_seconds and inner < 10_000:
+        inner *= 2
+    a, b = [], []
+    for r in range(rounds):
+        pair = [(a, plain), (b, hooked)] if r % 2 == 0 else [(b, hooked), (a, plain)]
+        for samples, fn in pair:
+            samples.append(_sample(fn, args, inner))
+    cmp = stats.time_ratio(a, b)
+    return {"ratio": cmp.ratio, "low": cmp.low, "high": cmp.high, "rounds": rounds, "inner": inner,
+            "plain_ms": 1e3 * cmp.a.median, "hooked_ms": 1e3 * cmp.b.median}
+
+
+def hook_experiment(tmp: Path, quick: bool = False) -> dict:
+    import jax
+
+    import autotune
+    import autotune.jax as autotune_jax
+    from autotune.core.engine import open_engine
+    from autotune.core.record import from_run
+    from autotune.core.spec import RunSpec
+    from autotune.core.tuner import tune
+    from autotune.zoo import resnet
+
+    cfg = resnet.ResNetConfig(**(QUICK_CONFIG if quick else CONFIG))
+    program = resnet.program(cfg, "infer")
+    args = _arrays(program.args)
+    what = (f"The zoo ResNet's inference step ({cfg}), a jax function: tuned with `--objective runtime --space "
+            f"options --strategy greedy --budget {BUDGET}`, its record exported, then jitted plain and under "
+            "`autotune.jax.use([record])`.")
+    db = tmp / "hook.db"
+    with open_engine(db, workers=1) as ev:
+        result = tune(ev, autotune.load(jax.jit(program.fn).lower(*args)),
+                      spec=RunSpec(strategy="greedy", budget=BUDGET, objective="runtime", space="options"))
+        said = result.claim.message if result.claim else "no claim"
+        log(f"hook: {said}")
+        if not result.beats_default:
+            return {"what": what, "note": f"No option set beat XLA's default on it here ({said}): nothing for the "
+                                          "hook to apply."}
+        record = from_run(ev, result.run_id)
+    plain = jax.jit(program.fn).lower(*args).compile()
+    with autotune_jax.use([record], cache=db) as stats:
+        hooked = jax.jit(program.fn).lower(*args).compile()
+    measured = jax_ratio(plain, hooked, args)
+    m = record.metrics
+    return {"what": what, "record": {"options": record.compiler_options, "ratio": m["ratio"], "low": m["ratio_low"],
+                                     "high": m["ratio_high"], "validation": record.validation},
+            "applied": stats.options, "errors": stats.errors, "jax": measured,
+            "within": m["ratio_low"] <= measured["ratio"] <= m["ratio_high"],
+            "overlap": measured["low"] <= m["ratio_high"] and m["ratio_low"] <= measured["high"]}

@@ -1,0 +1,109 @@
+"""results/options.md from ``bench/options.py``'s figures (``markdown``): one table per stage, every figure
+with the command that regenerates it."""
+
+from __future__ import annotations
+
+from autotune.core.options import CompilerOptions
+
+
+def _opts(options: dict) -> str:
+    return CompilerOptions.of(options).describe(empty="XLA's default options")
+
+
+def _interval(r: dict) -> str:
+    return "-" if r.get("ratio") is None else f"{r['ratio']:.3f} [{r['low']:.3f}, {r['high']:.3f}]"
+
+
+def search_lines(data: dict) -> list[str]:
+    rows = data.get("search") or []
+    wins = [r for r in rows if r.get("win")]
+    lines = ["## Search: options and pass order, judged by measured time", "",
+             f"`autotune run --objective runtime --space both --strategy {data['strategy']} --budget {data['budget']} "
+             f"--seed {data['seed']} MODULE` on each module, a fresh cache each (`{data['command']} --stage search`). "
+             "A win is a confirmation (30 interleaved rounds against XLA's default, ratio of medians with its 95% "
+             "bootstrap interval) whose whole interval lies below 0.98, with outputs compared to the default's on two "
+             "draws of inputs.", "",
+             f"**Confirmed, executed speed-ups: {len(wins)} of {sum(1 for r in rows if 'skipped' not in r)} modules.**", "",
+             "| module | default | answer (options; passes) | time / default [95% CI] | validation | faster but wrong "
+             "| compile s (default) | search s | racing saved |", "|---|---:|---|---|---|---|---:|---:|---:|"]
+    for r in rows:
+        if "skipped" in r:
+            lines.append(f"| `{r['module']}` | {r['skipped']} | left out (over the time limit) | | | | | | |")
+            continue
+        answer = (_opts(r["options"]) + (f"; `{','.join(r['sequence'])}`" if r["sequence"] else "")) if r["win"] \
+            else f"keep XLA's default (best found: {_opts(r['found_options'])})"
+        wrong = "; ".join(f"{_opts(w['compiler_options'])} ({w['ratio']:.2f}x)" if w.get("ratio") else _opts(w['compiler_options'])
+                          for w in r["faster_but_wrong"]) or "-"
+        notes = r.get("search_notes") or {}
+        compile_s = "-" if r.get("compile_s") is None else f"{r['compile_s']:.1f} ({r['default_compile_s']:.1f})"
+        lines.append(f"| `{r['module']}` | {r['default_us'] / 1e3:.2f} ms | {answer} | {_interval(r)} | "
+                     f"{r['validation'] or '-'} | {wrong} | {compile_s} | {r['seconds']:.0f} | "
+                     f"{notes.get('saved_fraction', 0):.0%} |")
+    return lines + [""]
+
+
+def aa_lines(data: dict) -> list[str]:
+    aa = data.get("aa") or []
+    if not aa:
+        return []
+    n, wins = len(aa), data["aa_false_wins"]
+    per = {}
+    for r in aa:
+        per.setdefault(r["module"], []).append(r)
+    return ["## A/A: no option changed", "",
+            f"XLA's default against itself, {n} confirmations at the runtime objective's defaults "
+            f"(`{data['command']} --stage aa`): **{wins} false wins** (exact 95% upper bound {data['aa_upper']:.1%}).", "",
+            "| module | trials | ratio range | false wins |", "|---|---:|---|---:|"] + [
+        f"| `{m}` | {len(rs)} | {min(r['ratio'] for r in rs):.3f} - {max(r['ratio'] for r in rs):.3f} | "
+        f"{sum(r['win'] for r in rs)} |" for m, rs in per.items()] + [""]
+
+
+def race_lines(data: dict) -> list[str]:
+    race = data.get("race")
+    if not race:
+        return []
+    lines = ["## Racing: the same search, raced and timed in full", "",
+             f"`{race['raced']['path']}`, {race['raced']['strategy']} at budget {race['raced']['budget']}, seed "
+             f"{race['raced']['seed']}, once raced (a candidate stops being timed once a sign-test bound says its ratio "
+             f"to XLA's default lies above the best so far) and once with `--no-race` (`{data['command']} --stage race`).",
+             "", "| | timing (s) | rounds timed of planned | candidates stopped early | search wall (s) | whole run (s) "
+             "| answer | claim |", "|---|---:|---:|---:|---:|---:|---|---|"]
+    for name in ("raced", "full"):
+        r = race[name]
+        n = r.get("search_notes") or {}
+        lines.append(f"| {name} | {n.get('seconds', 0):.1f} | {n.get('rounds', 0)} of {n.get('planned', 0)} | "
+                     f"{n.get('stopped', 0)} of {n.get('timed', 0)} | {r['phases'].get('search', 0):.0f} | {r['seconds']:.0f} "
+                     f"| {_opts(r['options']) if r['win'] else 'XLA default'} | {_interval(r)} |")
+    cut = race.get("timing_cut")
+    said = f"Racing cut the timing by {cut:.0%}" if cut is not None else "No timing to compare"
+    lines += ["", f"**{said}; the same answer: {'yes' if race['same_answer'] else 'no'}.**", ""]
+    return lines
+
+
+def hook_lines(data: dict) -> list[str]:
+    hook = data.get("hook")
+    if not hook:
+        return []
+    lines = ["## The JAX hook applies a record's options", "", hook.get("what", ""), ""]
+    if hook.get("record"):
+        rec, jx = hook["record"], hook.get("jax") or {}
+        lines += [f"Record: {_opts(rec['options'])}, ratio {rec['ratio']:.3f} [{rec['low']:.3f}, {rec['high']:.3f}].",
+                  f"jax's own timing, hooked against plain jit ({jx.get('rounds')} interleaved rounds): "
+                  f"**{jx.get('ratio', float('nan')):.3f} [{jx.get('low', float('nan')):.3f}, {jx.get('high', float('nan')):.3f}]**"
+                  f"; within the record's interval: **{'yes' if hook.get('within') else 'no'}**.", ""]
+    elif hook.get("note"):
+        lines += [hook["note"], ""]
+    return lines
+
+
+def markdown(data: dict, rel) -> str:
+    stages = data.get("stages") or {}
+    loads = "; ".join(f"{k} {v['seconds'] / 60:.1f} min (load {v['load_before']} -> {v['load_after']})"
+                      for k, v in stages.items())
+    lines = ["# Measured speed from XLA's compiler options (CPU)", "",
+             f"Regenerate: `{data['command']}` (stages: {loads}). Judged by XLA's CPU pipeline and timed on this "
+             f"CPU, jax {data.get('jax')}. See docs/options.md for what each option does and how a claim is made.", ""]
+    lines += search_lines(data) + aa_lines(data) + race_lines(data) + hook_lines(data)
+    if data.get("search"):
+        lines += ["![time / default per module](options.png)", ""]
+    return "\n".join(lines)
