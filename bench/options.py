@@ -31,7 +31,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from harness import RESULTS, ROOT, Provenance, log, pyplot, rel, save_figure, write, write_markdown
+from harness import RESULTS, ROOT, Provenance, log, pyplot, rel, save_figure, write
 
 from autotune.core.engine import open_engine
 from autotune.core.module import load
@@ -89,10 +89,14 @@ def search_one(db: Path, path: str, strategy: str, budget: int, seed: int, race:
     }
 
 
-def search_stage(tmp: Path, modules: list[str], args) -> list[dict]:
-    rows = []
+def step_times(tmp: Path, modules: list[str]) -> dict[str, float]:
+    """Each module's default step here (ms): the stages leave out those over ``--max-ms``."""
     with open_engine(tmp / "probe.db", workers=1) as ev:
-        timed = {path: default_ms(ev, ev.prepare(load(ROOT / path))) for path in modules}
+        return {path: default_ms(ev, ev.prepare(load(ROOT / path))) for path in modules}
+
+
+def search_stage(tmp: Path, modules: list[str], timed: dict[str, float], args) -> list[dict]:
+    rows = []
     for path in modules:
         if timed[path] > args.max_ms:
             log(f"{path}: {timed[path]:.0f} ms a step, over --max-ms {args.max_ms:g}: left out")
@@ -177,8 +181,11 @@ def main() -> None:
     data.update(command=COMMAND, jax=jax.__version__, strategy=args.strategy, budget=args.budget, seed=args.seed)
     with tempfile.TemporaryDirectory(prefix="autotune-bench-options-") as tmp:
         tmp = Path(tmp)
-        for stage, run in (("search", lambda: search_stage(tmp, modules, args)),
-                           ("aa", lambda: aa_stage(tmp, modules, args.quick)),
+        timed = step_times(tmp, modules)
+        data["step_ms"] = {Path(p).stem: ms for p, ms in timed.items()}
+        runnable = [p for p in modules if timed[p] <= args.max_ms]
+        for stage, run in (("search", lambda: search_stage(tmp, modules, timed, args)),
+                           ("aa", lambda: aa_stage(tmp, runnable, args.quick)),
                            ("race", lambda: race_stage(tmp, args)),
                            ("hook", lambda: hook_experiment(tmp, quick=args.quick))):
             if args.stage in ("all", stage):

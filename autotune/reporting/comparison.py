@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 from autotune.core.gpu_guard import is_guard_reason
 from autotune.core.target import Target
@@ -62,6 +62,7 @@ class RunRow:
     steps_cached: int = 0
     history: tuple[float | None, ...] = ()  # best-so-far objective after each evaluation (None: nothing ok yet)
     claim: dict | None = None  # the objective's verdict on the best (``Claim.to_dict``; measured: ratio + interval)
+    best_options: dict = field(default_factory=dict)  # the best's compiler options (``core/options.py``)
 
     # -- derived ----------------------------------------------------------------------------------------
     @property
@@ -353,6 +354,7 @@ def _row_from_summary(label: str, base: str, s: dict, budget: int, history: tupl
         best_raw_ops=best["raw"]["instructions"] if best else None,
         best_final_ops=best["final"]["instructions"] if best and best.get("final") else None,
         best_sequence=tuple(best["sequence"]) if best else (),
+        best_options=dict(best.get("compiler_options") or {}) if best else {},
         valid=None if level in (None, UNVERIFIED) else validation.ok,
         validation=level,
         rejected=tuple((tuple(x["sequence"]), str(x["reason"])) for x in s.get("invalid") or ()),

@@ -275,12 +275,15 @@ def claims_table(comp: Comparison) -> Table | None:
         c = r.claim or {}
         if not c.get("measured"):
             continue
+        options = ", ".join(f"{k}={v}" for k, v in sorted(r.best_options.items())) or "-"
         rows.append((f"`{r.module}`", r.strategy, str(r.seed), f"{c['ratio']:.3f}",
                      f"[{c['low']:.3f}, {c['high']:.3f}]", f"{c['confidence']:.0%}", str(c["rounds"]),
-                     "win" if c.get("win") else ("loss" if r.outcome == "loss" else "no significant difference")))
+                     "win" if c.get("win") else ("loss" if r.outcome == "loss" else "no significant difference"),
+                     options))
     if not rows:
         return None
-    return Table(("module", "strategy", "seed", "tuned/default", "interval", "confidence", "rounds", "verdict"),
+    return Table(("module", "strategy", "seed", "tuned/default", "interval", "confidence", "rounds", "verdict",
+                  "compiler options"),
                  tuple(rows), caption=f"Runtime claims: the best candidate and {comp.baseline} re-measured interleaved; "
                  "a win only when the whole interval lies below 1 - minimum effect (see docs/runtime.md). Runs "
                  f"without a row had nothing to confirm (their best was the executable of {comp.baseline} or not faster in "
