@@ -1,10 +1,27 @@
-"""Smaller CLI surfaces: third-party strategy plugins through entry points, cache pruning."""
+"""Smaller CLI surfaces: --version, third-party strategy plugins through entry points, cache pruning."""
 
 from __future__ import annotations
 
 import json
 
 from conftest import GPT2, SMALL, run_cli
+
+def test_version_names_the_distribution_and_the_compiler_it_runs_on():
+    """``autotune --version``: the package index's name (``autotune`` there is another project), the
+    version, and the jax/jaxlib and XLA installed here, with whether they are supported."""
+    from importlib.metadata import version
+
+    from autotune.version import DISTRIBUTION, __version__
+
+    proc = run_cli("--version")
+    assert proc.returncode == 0, proc.stderr
+    first, second = proc.stdout.strip().splitlines()
+    assert first.startswith(f"xla-autotune {__version__} ") and DISTRIBUTION == "xla-autotune"
+    assert version(DISTRIBUTION) == __version__  # the installed distribution is this name, at this version
+    jaxlib = version("jaxlib")
+    assert second.startswith(f"jax {version('jax')}, jaxlib {jaxlib}: XLA jaxlib-{jaxlib}-cpu-"), second
+    assert "(supported: jax/jaxlib " in second
+
 
 PLUGIN = '''
 from autotune.strategy import AskTellStrategy

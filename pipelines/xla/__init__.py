@@ -27,6 +27,7 @@ from autotune.core.module import Module
 from autotune.core.target import CPU
 from autotune.core.workers import WorkerPool
 from autotune.errors import BadInput, PassFailed, UnknownName
+from autotune.version import DISTRIBUTION
 from autotune.pipelines.xla import (device, hlo, loader, machine_inventory, partitioned, region, standins, surrogate,
                                     targets, versions)
 from autotune.pipelines.xla.inventory import PassInventory
@@ -58,7 +59,7 @@ GPU_WORKER_ENV = {**WORKER_ENV, "JAX_SKIP_CUDA_CONSTRAINTS_CHECK": "1", "TF_CPP_
 def xla_version() -> str:
     import jaxlib
 
-    return f"jaxlib-{jaxlib.__version__}-cpu-{platform.machine()}"
+    return versions.xla_build(jaxlib.__version__)
 
 
 class XlaPipeline(BackendBase):
@@ -199,7 +200,7 @@ class XlaPipeline(BackendBase):
         steps = [{"action": a, "xla_disable_hlo_passes": ",".join(inv.disabled_for(inv.actions[a].keep)),
                   "keeps": sorted(inv.actions[a].keep)} for a in sequence]
         out = {"jax": jax_version, "jaxlib": jaxlib_version,
-               "install": f"pip install jax=={jax_version} jaxlib=={jaxlib_version} autotune",
+               "install": f"pip install jax=={jax_version} jaxlib=={jaxlib_version} {DISTRIBUTION}",
                "target": self.target.key}
         if self.gpu is None:
             steps.append({"action": DEFAULT, "xla_disable_hlo_passes": ",".join(inv.disabled_for(inv.default_keep)),
