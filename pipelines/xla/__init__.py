@@ -113,11 +113,11 @@ class XlaPipeline(BackendBase):
                 key += f":gpu-{GPU_ENGINE_VERSION}:{self.target.key}"
             text = self._cache.get_inventory(key) if self._cache is not None else None
             if text is None:
-                identity = machine_inventory.compiler_identity(versions.at(versions.CUDA_PLUGINS) if self.gpu else ())
-                text = machine_inventory.get(key, identity)
+                compiler = machine_inventory.installed_compiler(versions.at(versions.CUDA_PLUGINS) if self.gpu else ())
+                text = machine_inventory.get(key, compiler)
                 if text is None:
                     text = self._discover_inventory()
-                    machine_inventory.put(key, identity, text)
+                    machine_inventory.put(key, compiler, text)
                 if self._cache is not None:
                     self._cache.put_inventory(key, text)
             self._inventory = PassInventory.from_json(text, self.include_target_specific)
