@@ -15,7 +15,7 @@ DEMO_BUDGET ?= 150
 RECORD_MODEL ?= tests/data/real/xla_dlrm_train_step.hlo
 RECORD ?= examples/xla_dlrm_train_step.tuned.json
 
-# The newest-jax leg (CI's second and third): Python 3.12 (jax >= 0.11 needs it; the machine image has it under
+# The newest-jax leg (CI's last three): Python 3.12 (jax >= 0.11 needs it; the machine image has it under
 # pyenv), the newest jax CI has tested, no torch and no ray: what a JAX project on a current jax installs.
 # `make test-py3.13` runs the same leg on Python 3.13, the top of the supported range, and `make test-jax0.11`
 # on Python 3.12 with the newest jax 0.11 (its own constraints and venv): CI runs all three, so every jax
