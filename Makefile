@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 # The reproducible environment of the quick start and CI: exact versions in a constraints file, one per
 # Python (pyproject.toml declares ranges, as a library does). Regenerate with `make lock`.
 CONSTRAINTS ?= constraints/py3.11.txt
-EXTRAS ?= test,gpu,train,ray
+EXTRAS ?= test,gpu,train,ray,dev
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml $(CONSTRAINTS) | cksum | cut -d' ' -f1)
 EXAMPLE ?= examples/llm_decode_step.hlo
 DEMO_DB ?= .autotune/demo.db
@@ -15,15 +15,19 @@ DEMO_BUDGET ?= 150
 RECORD_MODEL ?= tests/data/real/xla_dlrm_train_step.hlo
 RECORD ?= examples/xla_dlrm_train_step.tuned.json
 
-# The newest-jax leg (CI's second and third): Python 3.12 (jax >= 0.11 needs it; the machine image has it under
+# The newest-jax leg (CI's last three): Python 3.12 (jax >= 0.11 needs it; the machine image has it under
 # pyenv), the newest jax CI has tested, no torch and no ray: what a JAX project on a current jax installs.
-# `make test-py3.13` runs the same leg on Python 3.13, the top of the supported range (CI runs both).
+# `make test-py3.13` runs the same leg on Python 3.13, the top of the supported range, and `make test-jax0.11`
+# on Python 3.12 with the newest jax 0.11 (its own constraints and venv): CI runs all three, so every jax
+# minor version in the supported range is exercised.
 NEWEST_PY ?= 3.12
 PYTHON_NEWEST ?= $(shell for p in $(HOME)/.pyenv/versions/$(NEWEST_PY)*/bin/python $$(command -v python$(NEWEST_PY)); do \
 	"$$p" -c 'import sys; sys.exit(sys.version_info[:2] != tuple(map(int, "$(NEWEST_PY)".split("."))))' 2>/dev/null \
 	&& { echo $$p; break; }; done)
 VENV_NEWEST ?= .venv-newest
 CONSTRAINTS_NEWEST ?= constraints/py3.12-newest.txt
+# The leg's name in its database and output folders (the two Python 3.12 legs must not share them).
+LEG ?= $(NEWEST_PY)
 STAMP_NEWEST := $(VENV_NEWEST)/.installed-$(shell cat pyproject.toml $(CONSTRAINTS_NEWEST) | cksum | cut -d' ' -f1)
 # What that leg runs: the version module, torch-free policies, the GPU target deviceless, the JAX hook,
 # the gym environment, records, strategies and the CLI; the whole suite runs on the first leg.
@@ -31,7 +35,7 @@ NEWEST_TESTS ?= tests/test_versions.py tests/test_policy_forward.py tests/test_g
 	tests/test_env.py tests/test_records.py tests/test_strategies.py tests/test_bad_input.py tests/test_cli_misc.py \
 	tests/test_gpu_tools.py
 
-.PHONY: demo test test-newest test-py3.13 install install-newest lock clean bench paper tune-record check-record
+.PHONY: demo test test-newest test-py3.13 test-jax0.11 lint release-check install install-newest lock clean bench paper tune-record check-record
 
 $(STAMP): pyproject.toml $(CONSTRAINTS)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -71,18 +75,34 @@ test: $(STAMP)
 test-newest: $(STAMP_NEWEST)
 	$(VENV_NEWEST)/bin/python -c "import importlib.util as u, sys; sys.exit(u.find_spec('torch') is not None)" \
 		|| { echo "make: torch is installed in $(VENV_NEWEST); this leg proves the core runs without it"; exit 1; }
-	$(VENV_NEWEST)/bin/autotune baseline $(EXAMPLE) --db .autotune/newest-$(NEWEST_PY).db
-	$(VENV_NEWEST)/bin/autotune run --strategy ppo --budget 4 $(EXAMPLE) --db .autotune/newest-$(NEWEST_PY).db \
-		--out out/newest-$(NEWEST_PY)-ppo
+	$(VENV_NEWEST)/bin/autotune --version
+	$(VENV_NEWEST)/bin/autotune baseline $(EXAMPLE) --db .autotune/newest-$(LEG).db
+	$(VENV_NEWEST)/bin/autotune run --strategy ppo --budget 4 $(EXAMPLE) --db .autotune/newest-$(LEG).db \
+		--out out/newest-$(LEG)-ppo
 	$(VENV_NEWEST)/bin/python -m pytest -q $(NEWEST_TESTS)
 
 ## test-py3.13: the newest-jax leg on Python 3.13 (the same constraints: they hold there too).
 test-py3.13:
 	$(MAKE) test-newest NEWEST_PY=3.13 VENV_NEWEST=.venv-py3.13
 
+## test-jax0.11: the same leg on Python 3.12 with jax 0.11.2, the newest 0.11 (the GPU machines' jax).
+test-jax0.11:
+	$(MAKE) test-newest NEWEST_PY=3.12 LEG=jax0.11 VENV_NEWEST=.venv-jax0.11 CONSTRAINTS_NEWEST=constraints/py3.12-jax0.11.txt
+
+## lint: ruff's default rules over the code and the tests (the dev extra; CI's first leg runs it).
+lint: $(STAMP)
+	$(BIN)/ruff check autotune strategies pipelines bench tests release
+
+## release-check: is the name free on the package index (one line; said, not failed, when the index cannot
+## be reached), then build the sdist and the wheel, twine check both, install the wheel by name into a
+## fresh venv and run the quick start from outside the repository (tests/test_install.py).
+release-check: $(STAMP)
+	$(BIN)/python release/check_name.py
+	$(BIN)/python -m pytest -q -p no:cacheprovider tests/test_install.py
+
 ## lock: regenerate the constraints file of this Python from the installed venv (after changing pyproject).
 lock: $(STAMP)
-	$(BIN)/python -m pip freeze --exclude-editable | grep -v '^autotune' | sed 's/+cpu$$//' > $(CONSTRAINTS)
+	$(BIN)/python -m pip freeze --all --exclude-editable | grep -v -E '^(xla-autotune|pip)==' | sed 's/+cpu$$//' > $(CONSTRAINTS)
 
 ## tune-record: tune RECORD_MODEL once and write its tuning record (then commit the record).
 tune-record: $(STAMP)
@@ -93,7 +113,7 @@ tune-record: $(STAMP)
 
 ## check-record: the CI gate; exits 1 if the committed record no longer holds with the installed XLA.
 check-record: $(STAMP)
-	$(BIN)/autotune check $(RECORD_MODEL) --record $(RECORD) --max-regression 1 --db $(DEMO_DB)
+	$(BIN)/autotune check $(RECORD_MODEL) --record $(RECORD) --db $(DEMO_DB)
 
 ## bench: engine speed -> results/perf.md, exhaustive depth-3 search -> results/exhaustive.md;
 ## paper: the 2023 protocol at the committed scale, all four families (~73 min on 2 shared cores) -> results/README.md
@@ -106,4 +126,4 @@ paper: $(STAMP)
 	$(BIN)/python bench/paper.py $(PAPER_FLAGS)
 
 clean:
-	rm -rf $(VENV) $(VENV_NEWEST) .venv-py3.13 .autotune out .pytest_cache
+	rm -rf $(VENV) $(VENV_NEWEST) .venv-py3.13 .venv-jax0.11 .autotune out .pytest_cache

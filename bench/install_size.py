@@ -1,7 +1,7 @@
-"""How much a plain ``pip install autotune`` (no extras) puts on disk, per supported Python.
+"""How much a plain ``pip install xla-autotune`` (no extras) puts on disk, per supported Python.
 
 A JAX project adds autotune to its own environment; what it pays is the core install: jax, jaxlib and
-the pure-Python search libraries, no torch (``autotune[train]``) and no ray (``autotune[ray]``). This
+the pure-Python search libraries, no torch (``xla-autotune[train]``) and no ray (``xla-autotune[ray]``). This
 script makes one fresh venv per Python it finds (3.11, 3.12, 3.13: pyenv or ``pythonX.Y`` on the
 path), installs the repository into it without extras under the constraints file CI uses for that
 Python (3.11: jax 0.10.2; 3.12 and 3.13: the newest jax CI has tested), checks that ``autotune`` starts
@@ -74,7 +74,7 @@ def measure(version: str, python: str, work: Path) -> dict:
 
 
 def markdown(rows: list[dict], missing: list[str]) -> str:
-    lines = ["# Core install size (`pip install autotune`, no extras)", "",
+    lines = ["# Core install size (`pip install xla-autotune`, no extras)", "",
              "A fresh venv per Python, installed from this repository under CI's constraints file; the size "
              "is the venv's files (pip and the interpreter's own included).", "",
              "| Python | jax / jaxlib | constraints | venv size | torch | ray | `autotune --version` |",

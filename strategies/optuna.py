@@ -49,6 +49,7 @@ import optuna
 
 from autotune.errors import BadInput, UnknownName
 from autotune.core.options import CompilerOptions
+from autotune.version import install_line
 from autotune.strategy import ArchiveAskTell, BudgetExhausted, Evaluate, SearchSpace, finite, positive_int
 
 SAMPLERS = ("tpe", "random", "cmaes", "qmc", "gp", "nsga2", "nsga3")
@@ -76,9 +77,9 @@ class OptunaSearch(ArchiveAskTell):
             except ImportError:
                 raise BadInput("optuna sampler 'cmaes' needs the 'cmaes' package (pip install cmaes)") from None
         if sampler == "gp" and importlib.util.find_spec("torch") is None:
-            # optuna's GPSampler fits its Gaussian process with torch, which only autotune[train] brings.
+            # optuna's GPSampler fits its Gaussian process with torch, which only xla-autotune[train] brings.
             raise BadInput("optuna sampler 'gp' needs torch (optuna's GPSampler fits with it): "
-                           "pip install 'autotune[train]'")
+                           + install_line("train"))
         if encoding is None:
             encoding = "integer" if sampler in _NUMERIC_SAMPLERS else "categorical"
         if encoding not in ENCODINGS:

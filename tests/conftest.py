@@ -27,7 +27,7 @@ def _gpu_plugin_available() -> bool:
 #: without it, except where ``AUTOTUNE_REQUIRE_GPU_TESTS`` is set (``.ci/run`` sets it: CI must run them).
 needs_plugin = pytest.mark.skipif(
     not _gpu_plugin_available() and not os.environ.get("AUTOTUNE_REQUIRE_GPU_TESTS"),
-    reason="jax's CUDA plugin is not installed (pip install 'autotune[gpu]')")
+    reason="jax's CUDA plugin is not installed (pip install 'xla-autotune[gpu]')")
 
 
 @pytest.fixture(scope="session")

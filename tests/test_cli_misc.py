@@ -1,10 +1,27 @@
-"""Smaller CLI surfaces: third-party strategy plugins through entry points, cache pruning."""
+"""Smaller CLI surfaces: --version, third-party strategy plugins through entry points, cache pruning."""
 
 from __future__ import annotations
 
 import json
 
 from conftest import GPT2, SMALL, run_cli
+
+def test_version_names_the_distribution_and_the_compiler_it_runs_on():
+    """``autotune --version``: the package index's name (``autotune`` there is another project), the
+    version, and the jax/jaxlib and XLA installed here, with whether they are supported."""
+    from importlib.metadata import version
+
+    from autotune.version import DISTRIBUTION, __version__
+
+    proc = run_cli("--version")
+    assert proc.returncode == 0, proc.stderr
+    first, second = proc.stdout.strip().splitlines()
+    assert first.startswith(f"xla-autotune {__version__} ") and DISTRIBUTION == "xla-autotune"
+    assert version(DISTRIBUTION) == __version__  # the installed distribution is this name, at this version
+    jaxlib = version("jaxlib")
+    assert second.startswith(f"jax {version('jax')}, jaxlib {jaxlib}: XLA jaxlib-{jaxlib}-cpu-"), second
+    assert "(supported: jax/jaxlib " in second
+
 
 PLUGIN = '''
 from autotune.strategy import AskTellStrategy
@@ -65,6 +82,44 @@ def test_cache_prune_forgets_failures(tmp_path):
     assert pruned["deleted"]["failed transitions"] == 1
     stats = json.loads(run_cli("cache", "stats", "--json", db=db).stdout)
     assert stats["failed_transitions"] == {} and stats["states"] >= 1  # the good work stays
+
+
+def test_cache_prune_removes_the_inventories_of_compilers_no_longer_installed(tmp_path):
+    """This machine's pass inventories (one folder per compiler build): a real one written by a real run
+    stays; a folder whose jaxlib is gone, one whose description cannot be read and a flat file of the
+    first layout go. ``--dry-run`` says the same and removes nothing."""
+    machine = tmp_path / "machine"
+    env = {"AUTOTUNE_MACHINE_CACHE": str(machine)}
+    assert run_cli("baseline", str(SMALL), db=tmp_path / "c.db", env=env).returncode == 0
+    inventory = machine / "inventory"
+    (installed,) = inventory.iterdir()
+    gone = inventory / "0123456789abcdef01234567"
+    gone.mkdir()
+    (gone / "compiler.json").write_text(json.dumps({"jaxlib": "0.9.0", "xla_flags": "", "libraries": [
+        [str(tmp_path / "removed-venv/jaxlib/xla_extension.so"), 123, 456]]}))
+    (gone / "feedbeef.json").write_text("{}" * 100)
+    unknown = inventory / "fedcba9876543210fedcba98"
+    unknown.mkdir()
+    (unknown / "abc.json").write_text("{}")
+    (inventory / ("0" * 32 + ".json")).write_text("{}")
+
+    dry = run_cli("cache", "prune", "--dry-run", db=tmp_path / "c.db", env=env)
+    assert dry.returncode == 0, dry.stderr
+    assert "machine inventories: 4 files (" in dry.stdout and "would be removed" in dry.stdout
+    assert "jaxlib 0.9.0 at " + str(tmp_path / "removed-venv/jaxlib") in dry.stdout
+    assert "an unknown compiler (fedcba9876543210fedcba98" in dry.stdout and "first layout" in dry.stdout
+    assert "would be deleted" in dry.stdout
+    assert len(list(inventory.iterdir())) == 4  # nothing removed
+
+    stale = [gone / "compiler.json", gone / "feedbeef.json", unknown / "abc.json", inventory / ("0" * 32 + ".json")]
+    stale_bytes = sum(p.stat().st_size for p in stale)
+    pruned = json.loads(run_cli("cache", "prune", "--json", db=tmp_path / "c.db", env=env).stdout)
+    inv = pruned["inventories"]
+    assert sorted(inv["files"]) == sorted(map(str, stale)) and inv["bytes"] == stale_bytes
+    assert list(inventory.iterdir()) == [installed]  # the installed compiler's records stay
+    again = run_cli("cache", "prune", db=tmp_path / "c.db", env=env)
+    assert "machine inventories: none of a compiler no longer installed" in again.stdout
+    assert run_cli("baseline", str(SMALL), db=tmp_path / "d.db", env=env).returncode == 0  # still read back
 
 
 def test_the_worker_count_comes_from_the_environment_too(tmp_path):

@@ -108,8 +108,10 @@ def test_worker_killed_mid_pass_and_evaluator_carries_on(tmp_path, small_root):
         finally:
             restore()
         assert result.status == "crash" and "SIGKILL" in result.message
-        # The crash is recorded for that step; the next sequence evaluates normally.
-        assert ev.evaluate(root, ["cse", "tuple-simplifier"]).ok
+        # The crash is recorded for that step; the next sequence evaluates normally. Its passes are not the
+        # killed one's: tuple-simplifier leaves this module as it is, so on a busy machine the signal can land
+        # after its step and blame (the same state, cse), which a later ``cse`` first would read back.
+        assert ev.evaluate(root, ["algsimp", "dce"]).ok
 
 
 def test_hung_worker_times_out_and_is_replaced(tmp_path, small_root):

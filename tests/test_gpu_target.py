@@ -64,7 +64,7 @@ def test_the_device_a_gpu_compile_runs_on_names_its_target():
 
 def test_without_the_plugin_a_gpu_target_is_refused_in_one_line(monkeypatch):
     monkeypatch.setattr(targets, "plugin_available", lambda: False)
-    with pytest.raises(BadInput, match=r"pip install 'autotune\[gpu\]'"):
+    with pytest.raises(BadInput, match=r"pip install 'xla-autotune\[gpu\]'"):
         targets.require_plugin(targets.resolve("h100"))
 
 

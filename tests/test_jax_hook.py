@@ -109,7 +109,7 @@ def test_hook_is_removed_after_the_block(db_path, record):
 def algsimp_policy(engine, tmp_path_factory):
     """A policy trained here (tiny), whose deterministic choice is made ``algsimp`` (never STOP): on
     the attention gradient that beats XLA's default, on ``sin(x) * 3`` it changes nothing. Training
-    needs torch (``autotune[train]``): without it (CI's newest-jax leg) the shipped policy's hook runs in
+    needs torch (``xla-autotune[train]``): without it (CI's newest-jax leg) the shipped policy's hook runs in
     tests/test_policy_forward.py instead."""
     torch = pytest.importorskip("torch")
     from stable_baselines3 import PPO

@@ -150,7 +150,7 @@ def test_zero_shot_runs_with_torch_unimportable_and_gives_the_policys_answer(eng
                               "--no-validate", "--json", db=db_path)
     assert proc.returncode == 0, proc.stderr
     notes = [line for line in proc.stderr.splitlines() if "fine-tuning skipped" in line]
-    assert len(notes) == 1 and "pip install 'autotune[train]'" in notes[0], proc.stderr
+    assert len(notes) == 1 and "pip install 'xla-autotune[train]'" in notes[0], proc.stderr
     run_id = json.loads(proc.stdout)["run_id"]
     from autotune.core.runs import RunStore
 
@@ -160,9 +160,9 @@ def test_zero_shot_runs_with_torch_unimportable_and_gives_the_policys_answer(eng
     proc = _cli_without_torch("run", "--strategy", "ppo", str(SMALL), "-O", "policy=none", "--budget", "4",
                               db=db_path)
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
-    assert "PPO from scratch needs torch" in proc.stderr and "autotune[train]" in proc.stderr
+    assert "PPO from scratch needs torch" in proc.stderr and "xla-autotune[train]" in proc.stderr
     proc = _cli_without_torch("train", str(SMALL), "-o", str(tmp_path / "p.zip"), "--timesteps", "8", db=db_path)
-    assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "autotune[train]" in proc.stderr, proc.stderr
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "xla-autotune[train]" in proc.stderr, proc.stderr
     assert not (tmp_path / "p.zip").exists()
 
 

@@ -11,16 +11,16 @@ import importlib.util
 
 import pytest
 
-#: Training, fine-tuning and hand-edited SB3 policies need the ``autotune[train]`` extra; the
-#: environment's tests and the torch-free roll-outs (tests/test_policy_forward.py) do not.
-HAS_TORCH = all(importlib.util.find_spec(m) is not None for m in ("torch", "stable_baselines3"))
-needs_torch = pytest.mark.skipif(not HAS_TORCH, reason="needs torch and stable-baselines3 (autotune[train])")
-if HAS_TORCH:
-    import torch
-
 import autotune
 from autotune.errors import BadInput
 from conftest import DATA, GPT2, SMALL, run_cli
+
+#: Training, fine-tuning and hand-edited SB3 policies need the ``xla-autotune[train]`` extra; the
+#: environment's tests and the torch-free roll-outs (tests/test_policy_forward.py) do not.
+HAS_TORCH = all(importlib.util.find_spec(m) is not None for m in ("torch", "stable_baselines3"))
+needs_torch = pytest.mark.skipif(not HAS_TORCH, reason="needs torch and stable-baselines3 (xla-autotune[train])")
+if HAS_TORCH:
+    import torch
 
 MAML = DATA / "real" / "hloenv_maml_train_step.hlo"
 TD_TARGET = DATA / "real" / "hloenv_jaxrl_td_target.hlo"

@@ -166,6 +166,27 @@ def test_check_judges_a_runtime_record_on_the_interval(engine, mlp):
     assert held.claim["rounds"] == 30 and held.claim["low"] <= held.claim["ratio"] <= held.claim["high"]
 
 
+def test_a_runtime_record_of_another_xla_is_re_timed_and_held_to_the_same_saving(engine, mlp):
+    """Made by another XLA, a measured record is held to the ratio that saves the lesser of the same time
+    and the same share of today's default, and judged by today's interval. ``algsimp`` is as fast as XLA's
+    default here (about 90 us): a record that saved half of a 2000 us default (the same share today: ratio
+    0.5) fails; one that saved 1 us of a 2 us default (the same microsecond today: a ratio near 1) holds
+    with the tolerance that fails it on the XLA that made it."""
+    root, _, _, _ = mlp
+    base = TuningRecord(module="mlp", fingerprint=root.fingerprint, sequence=("algsimp",), objective="runtime",
+                        pipeline_version="old", xla_version="jaxlib-0.9.0-cpu-x86_64", autotune_version="",
+                        metrics={"cost": 1000.0, "default_cost": 2000.0, "ratio": 0.5}, valid=True)
+    half = check(engine, load(MLP), base, validate=False)
+    assert not half.ok and "held to 0.500" in half.reasons[0], half.reasons
+    assert half.judged == "saving" and "re-timed against this XLA's default" in half.judged_note
+    microsecond = TuningRecord(**{**base.__dict__, "metrics": {"cost": 1.0, "default_cost": 2.0, "ratio": 0.5}})
+    held = check(engine, load(MLP), microsecond, max_regression=25, validate=False)
+    assert held.ok, held.reasons
+    assert held.judged == "saving" and held.claim["measured"]
+    here = TuningRecord(**{**microsecond.__dict__, "xla_version": engine.pipeline.compiler_version})
+    assert not check(engine, load(MLP), here, max_regression=25, validate=False).ok  # its own ratio, 0.5
+
+
 # ---- the command line --------------------------------------------------------------------------------------
 def test_run_prints_the_claim_and_its_interval(engine, db_path, mlp):
     # algsimp's search sample poisoned (as in the test above), so that the run has a claim to confirm.

@@ -24,14 +24,14 @@ from conftest import DATA, ROOT, SMALL, run_cli
 MLP = DATA / "mlp_train_step.hlo"
 MODULES = [p for p in (SMALL, MLP) if p.exists()]
 STRATEGIES = sorted(strategy_mod.available())
-#: PPO spends a budget by learning (fine-tuning, or from scratch): torch, from ``autotune[train]``. Without
+#: PPO spends a budget by learning (fine-tuning, or from scratch): torch, from ``xla-autotune[train]``. Without
 #: it (CI's newest-jax leg) the contract runs on the other strategies; the torch-free roll-outs are
 #: tested in tests/test_policy_forward.py.
 HAS_TORCH = importlib.util.find_spec("torch") is not None
 
 
 def _learning(name: str):
-    marks = [] if HAS_TORCH or name != "ppo" else [pytest.mark.skip(reason="ppo learns with torch (autotune[train])")]
+    marks = [] if HAS_TORCH or name != "ppo" else [pytest.mark.skip(reason="ppo learns with torch (xla-autotune[train])")]
     return pytest.param(name, marks=marks)
 BUILTIN = {"random", "greedy", "optuna", "nevergrad"}
 BUDGET = {"ppo": 8}  # per-strategy budget of the contract runs; others get DEFAULT_BUDGET
@@ -212,7 +212,7 @@ def _optuna_samplers() -> list:
         if name == "cmaes" and importlib.util.find_spec("cmaes") is None:
             marks = [pytest.mark.skip(reason="optuna's CmaEsSampler needs the 'cmaes' package")]
         if name == "gp" and not HAS_TORCH:
-            marks = [pytest.mark.skip(reason="optuna's GPSampler needs torch (autotune[train])")]
+            marks = [pytest.mark.skip(reason="optuna's GPSampler needs torch (xla-autotune[train])")]
         out.append(pytest.param(name, marks=marks))
     return out
 

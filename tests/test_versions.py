@@ -54,6 +54,15 @@ def test_every_tested_version_is_supported(monkeypatch, version):
     assert versions.check_supported() == version
 
 
+def test_the_version_line_says_when_the_installed_jax_is_not_supported(monkeypatch):
+    """``autotune --version`` answers on any jax (it is how a user finds out which one they have)."""
+    monkeypatch.delenv(versions.ALLOW_UNTESTED_ENV, raising=False)
+    monkeypatch.setattr(versions, "installed", lambda: "0.13.0")
+    line = versions.describe_installed()
+    assert "jaxlib 0.13.0: XLA jaxlib-0.13.0-cpu-" in line
+    assert f"NOT supported: autotune runs on jax/jaxlib {versions.OLDEST} to {versions.NEWEST_TESTED}" in line
+
+
 # ---- names that carry a number ---------------------------------------------------------------------------
 def test_numbered_families_read_as_their_family_only_where_numbered():
     assert versions.family("apply-xla-transforms-12", "0.12.0.1") == "apply-xla-transforms"

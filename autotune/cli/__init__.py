@@ -25,8 +25,23 @@ from autotune.errors import AutotuneError
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
 
+def _print_version(ctx: click.Context, _param, value: bool) -> None:
+    """``autotune --version``: the distribution (``xla-autotune``, not the index's unrelated ``autotune``),
+    its version, and the jax/jaxlib and XLA it runs on, so a bug report names all of them. Eager: it
+    answers before the supported-range check, and says there whether this jax is supported."""
+    if not value or ctx.resilient_parsing:
+        return
+    from autotune.pipelines.xla.versions import describe_installed
+    from autotune.version import DISTRIBUTION, __version__
+
+    click.echo(f"{DISTRIBUTION} {__version__} (Python package and command: autotune)")
+    click.echo(describe_installed())
+    ctx.exit()
+
+
 @click.group(context_settings=CONTEXT)
-@click.version_option(package_name="autotune")
+@click.option("--version", is_flag=True, expose_value=False, is_eager=True, callback=_print_version,
+              help="Show the version, the jax/jaxlib and XLA it runs on, and exit.")
 @backend_option
 @gpu_target_option
 def cli() -> None:
@@ -65,7 +80,7 @@ def main(argv=None) -> None:
     """Entry point: click in non-standalone mode so every error becomes one line and a code."""
     # The command line never runs a program on a device itself (compiles and runs happen in workers,
     # which choose their own platform): jax in this process stays on the CPU, so an installed CUDA
-    # plugin (autotune[gpu], for --target) does not probe for a GPU and print its failure here.
+    # plugin (xla-autotune[gpu], for --target) does not probe for a GPU and print its failure here.
     os.environ.setdefault("JAX_PLATFORMS", "cpu")
     try:
         rv = cli.main(args=argv, prog_name="autotune", standalone_mode=False)

@@ -45,11 +45,14 @@ def cache_stats(db, as_json) -> None:
 @cache.command("prune")
 @click.option("--failures", is_flag=True, help="Forget failed steps (crashes, timeouts, errors) so they are retried.")
 @click.option("--other-versions", is_flag=True, help="Delete results of other XLA/pipeline versions, other targets included (keep those of --target).")
+@click.option("--dry-run", is_flag=True, help="Say what would be deleted and removed; change nothing.")
 @db_option
 @json_option
-def cache_prune(failures, other_versions, db, as_json) -> None:
-    """Shrink the cache: failed steps, other versions' results, and module blobs nothing refers to."""
+def cache_prune(failures, other_versions, dry_run, db, as_json) -> None:
+    """Shrink the cache: failed steps, other versions' results, module blobs nothing refers to, and this
+    machine's pass inventories of compilers that are no longer installed."""
     from autotune.core.cache import Cache
+    from autotune.pipelines.xla import machine_inventory
 
     version = None
     if other_versions:
@@ -65,13 +68,21 @@ def cache_prune(failures, other_versions, db, as_json) -> None:
     c = Cache(db)
     try:
         before = c.stats()["file_bytes"]
-        deleted = c.prune(failures=failures, other_versions_than=version)
+        deleted = c.prune(failures=failures, other_versions_than=version, dry_run=dry_run)
         after = c.stats()["file_bytes"]
     finally:
         c.close()
+    inventories = machine_inventory.prune(dry_run=dry_run)
     if as_json:
-        print_json({"deleted": deleted, "file_bytes_before": before, "file_bytes_after": after})
+        print_json({"deleted": deleted, "file_bytes_before": before, "file_bytes_after": after, "dry_run": dry_run,
+                    "inventories": {"files": [str(p) for p in inventories.files], "bytes": inventories.bytes,
+                                    "compilers": list(inventories.compilers)}})
+        return
+    verb = "would be deleted" if dry_run else "deleted"
+    click.echo(", ".join(f"{n} {what}" for what, n in deleted.items()) + f" {verb}; "
+               + (f"{before} bytes now" if dry_run else f"{before} -> {after} bytes"))
+    if inventories.files:
+        click.echo(f"machine inventories: {len(inventories.files)} files ({inventories.bytes} bytes) of compilers no "
+                   f"longer installed {'would be removed' if dry_run else 'removed'}: " + "; ".join(inventories.compilers))
     else:
-        click.echo(", ".join(f"{n} {what}" for what, n in deleted.items()) + f" deleted; {before} -> {after} bytes")
-
-
+        click.echo("machine inventories: none of a compiler no longer installed")

@@ -108,7 +108,7 @@ def gpu_target_option(f):
     settings = dict(default=None, expose_value=False, is_eager=True, envvar=ENGINE_ENV["target"],
                     callback=_remember("target"), metavar="TARGET",
                     help="The machine the module runs on: cpu (default), a100, h100, h200, b200 or a "
-                         "GpuTargetConfig file; a GPU is compiled for without one (needs autotune[gpu]; "
+                         "GpuTargetConfig file; a GPU is compiled for without one (needs xla-autotune[gpu]; "
                          "or $AUTOTUNE_TARGET).")
     return _append_or_decorate(f, ["--target"], settings)
 

@@ -39,7 +39,9 @@ def export(run_id, output, db, as_json) -> None:
 @click.option("--record", "record_path", type=click.Path(dir_okay=False), required=True, help="Tuning record (JSON).")
 @click.option("--max-regression", type=click.FloatRange(min=0), default=0.0, show_default=True,
               help="Allowed worsening of the recorded metric, in percent (runtime: of the tuned/default ratio, and "
-                   "only a worsening its confidence interval proves fails).")
+                   "only a worsening its confidence interval proves fails). A record made by another XLA is judged "
+                   "by what it saves over each version's own default: at least the lesser of the same count and "
+                   "the same share, this much more cost allowed.")
 @click.option("--no-validate", is_flag=True, help="Skip the output comparison.")
 @db_option
 @workers_option
@@ -80,10 +82,10 @@ def check(model, record_path, max_regression, no_validate, db, workers, as_json)
         table.add_row("validation (recorded)", result.recorded_validation or "-")
         table.add_row("validation (now)", "-" if result.validation is None else
                       result.validation + (f" ({result.validation_reason})" if result.validation_reason else ""))
-        if result.judged_note:
-            table.add_row("judged", result.judged_note)
-        elif result.pipeline_version != result.record_pipeline_version:
+        if not result.judged_note and result.pipeline_version != result.record_pipeline_version:
             table.add_row("note", "recorded with another XLA/pipeline version")
         console().print(table)
+        if result.judged_note:  # a line of its own: how a record of another XLA was judged, never cut by the table
+            click.echo(f"judged: {result.judged_note}")
         click.echo("OK: the record holds" if result.ok else "FAILED: " + "; ".join(result.reasons))
     sys.exit(0 if result.ok else 1)

@@ -314,11 +314,14 @@ class Cache:
             self.db.execute("INSERT OR REPLACE INTO reports(kind, key, report, created) VALUES (?,?,?,?)",
                             [kind, key, json.dumps(report), time.time()])
 
-    def prune(self, failures: bool = False, other_versions_than: str | None = None) -> dict[str, int]:
+    def prune(self, failures: bool = False, other_versions_than: str | None = None,
+              dry_run: bool = False) -> dict[str, int]:
         """Delete failed steps (so they are retried) and/or everything of other pipeline versions,
-        then blobs no state refers to any more. Returns the number of rows deleted per table."""
+        then blobs no state refers to any more. Returns the number of rows deleted per table; with
+        ``dry_run`` the rows that would be (the same deletes, rolled back to a savepoint)."""
         deleted: dict[str, int] = {}
         with self.write():
+            self.db.execute("SAVEPOINT prune")
             if failures:
                 deleted["failed transitions"] = self.db.execute(
                     "DELETE FROM transitions WHERE status != 'ok'").rowcount
@@ -328,6 +331,11 @@ class Cache:
                         f"DELETE FROM {table} WHERE version != ?", [other_versions_than]).rowcount
             deleted["blobs"] = self.db.execute(
                 "DELETE FROM blobs WHERE hash NOT IN (SELECT blob FROM states)").rowcount
+            if dry_run:
+                self.db.execute("ROLLBACK TO prune")
+            self.db.execute("RELEASE prune")
+        if dry_run:
+            return deleted
         self._transitions.clear()
         self._states.clear()
         self.db.execute("VACUUM")

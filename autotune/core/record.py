@@ -3,7 +3,9 @@
 A record says: for the module with this fingerprint, with this XLA, this sequence gave these
 metrics and passed the validity check. ``autotune check MODEL --record R`` re-applies it with the
 installed XLA and fails (exit 1) if the module changed, the sequence fails, the outputs differ or
-the metric regressed: the CI gate. The JAX hook (``autotune.jax.use``) applies records to matching
+the metric regressed: the CI gate. A record made by another XLA is judged by what its sequence saves
+over each version's own default (``core/record_judge.py`` states the rule and its tolerance), and a pass
+that XLA no longer has is left out and said. The JAX hook (``autotune.jax.use``) applies records to matching
 ``jax.jit`` compiles.
 """
 
@@ -21,7 +23,7 @@ from autotune.core.runs import RunStore
 from autotune.core.fleet import FleetResult
 from autotune.core.validation import meets, verified
 from autotune.core.target import check_same
-from autotune.core import objectives
+from autotune.core import objectives, record_judge
 from autotune.core.backend import supports
 from autotune.core.options import EMPTY, CompilerOptions
 from autotune.core.tuner import validity_of
@@ -210,13 +212,16 @@ class CheckResult:
     validation_reason: str | None = None
     recorded_validation: str | None = None
     claim: dict | None = None  # a measured objective's re-confirmation against XLA's default (Claim.to_dict)
-    #: How the cost was judged: ``absolute`` (the record's own figure; same XLA) or ``relative`` (the
-    #: record was made by another XLA, whose default differs: its gain over that XLA's default against
-    #: today's gain over today's default). ``judged_note`` says it in words.
+    #: How the cost was judged (``core/record_judge.py``): ``absolute`` (the record's own figure; same
+    #: XLA) or ``saving`` (the record was made by another XLA, whose default differs: what its sequence
+    #: saves over each version's own default, with the tolerance stated there). ``judged_note`` says it.
     judged: str = "absolute"
     judged_note: str | None = None
     xla_version: str = ""
     record_xla_version: str = ""
+    #: Passes of a record made by another XLA that this XLA no longer has: left out, the rest applied
+    #: and judged (``judged_note`` says so).
+    dropped: tuple[str, ...] = ()
     #: The compiler options the check compiled with (the record's, less any this XLA lacks) and what it
     #: said of those it left out.
     compiler_options: dict = field(default_factory=dict)
@@ -226,6 +231,7 @@ class CheckResult:
         data = asdict(self)
         data["sequence"] = list(self.sequence)
         data["reasons"] = list(self.reasons)
+        data["dropped"] = list(self.dropped)
         return data
 
 
@@ -245,20 +251,25 @@ def check(evaluator, module, record: TuningRecord, max_regression: float = 0.0, 
                 recorded_validation=record.metrics_for(matched).get("validation") or record.validation)
     options, options_note = _options_here(evaluator, record)
     base.update(compiler_options=options.as_dict(), options_note=options_note)
-    result, refusal = _replay(evaluator, root, record)
+    result, refusal, dropped = _replay(evaluator, root, record)
     if refusal:
         return CheckResult(ok=False, reasons=(refusal,), cost=None, default_cost=None, regression=None, valid=None,
-                           **base)
+                           dropped=dropped, **base)
     reasons: list[str] = []
-    cost, default_cost, regression, claim, judged = _judge_cost(evaluator, root, record, matched, result.state, base,
-                                                                max_regression, seed, reasons, options)
+    cost, default_cost, claim, verdict = _judge_cost(evaluator, root, record, matched, result.state, base,
+                                                     max_regression, seed, reasons, options)
+    note = verdict.note
+    if dropped:
+        gone = (f"passes gone in {evaluator.pipeline.compiler_version}: {', '.join(dropped)}; judged on the "
+                f"{len(record.sequence) - len(dropped)} of {len(record.sequence)} that remain")
+        note = f"{gone}; {note}" if note else gone
     valid = level = level_reason = None
     if validate:
         valid, level, level_reason = _judge_validity(evaluator, root, result.state, base["recorded_validation"],
                                                      seed, reasons, options)
     return CheckResult(ok=not reasons, reasons=tuple(reasons), cost=cost, default_cost=default_cost,
-                       regression=regression, valid=valid, validation=level, validation_reason=level_reason, claim=claim,
-                       judged=judged[0], judged_note=judged[1], **base)
+                       regression=verdict.regression, valid=valid, validation=level, validation_reason=level_reason,
+                       claim=claim, judged=verdict.judged, judged_note=note, dropped=dropped, **base)
 
 
 def _options_here(evaluator, record: TuningRecord) -> tuple[CompilerOptions, str | None]:
@@ -282,33 +293,38 @@ def _options_here(evaluator, record: TuningRecord) -> tuple[CompilerOptions, str
 
 
 def _replay(evaluator, root, record: TuningRecord):
-    """Apply the record's sequence to ``root``: (the result, None), or (None, why it cannot hold at all)
-    when the module changed, a pass is gone or the sequence now fails; those end the check at once."""
+    """Apply the record's sequence to ``root``: (the result, None, passes left out), or (None, why it
+    cannot hold at all, ...) when the module changed, a pass is gone or the sequence now fails; those end
+    the check at once. A record made by another XLA whose passes this one no longer has (renamed or
+    removed between versions) is applied without them and judged on what remains; on the XLA that made
+    it an unknown pass means the record was edited, and it does not hold."""
     if root.fingerprint not in record.applies_to:
-        return None, "module changed: its fingerprint no longer matches the record"
-    unknown = [p for p in record.sequence if p not in evaluator.pipeline.passes()]
-    if unknown:
-        return None, f"passes no longer offered by this XLA: {', '.join(unknown)}"
-    result = evaluator.evaluate(root, record.sequence)
+        return None, "module changed: its fingerprint no longer matches the record", ()
+    offered = set(evaluator.pipeline.passes())
+    unknown = tuple(p for p in record.sequence if p not in offered)
+    if unknown and not _other_xla(record, evaluator):
+        return None, f"passes no longer offered by this XLA: {', '.join(unknown)}", unknown
+    sequence = tuple(p for p in record.sequence if p in offered)
+    if not sequence and record.sequence:
+        return None, (f"none of the record's passes ({', '.join(unknown)}) exist in {evaluator.pipeline.compiler_version} "
+                      f"(the record was made by {record.xla_version}): nothing to apply"), unknown
+    result = evaluator.evaluate(root, sequence)
     if not result.ok:
-        step = record.sequence[result.failed_at]
-        return None, f"sequence fails at step {result.failed_at + 1} ({step}): {result.message}"
-    return result, None
+        step = sequence[result.failed_at]
+        return None, f"sequence fails at step {result.failed_at + 1} ({step}): {result.message}", unknown
+    return result, None, unknown
 
 
 def _judge_cost(evaluator, root, record: TuningRecord, matched: str, state: str, base: dict, max_regression: float,
                 seed: int, reasons: list[str], options: CompilerOptions = EMPTY):
-    """The replayed state's (cost, default cost, regression, confirmation claim, (judged, note)) under
-    the record's objective; each reason the record no longer holds on cost is appended to ``reasons``.
-
-    A deterministic figure (instruction counts) recorded with another XLA is judged relatively: XLA's
-    own default moves between versions (the DLRM step's default went 929 -> 961 final-ops from jaxlib
-    0.10.2 to 0.12), so the record's absolute figure would fail a check whose sequence still wins by
-    the same margin. The record's gain over its XLA's default is compared with today's gain over
-    today's default, and the check says so."""
+    """The replayed state's (cost, default cost, confirmation claim, ``record_judge.Judgement``) under the
+    record's objective and compiler ``options``; the reason the record no longer holds on cost, if any, is appended to ``reasons``.
+    Which rule judges it (the record's own figure, or what it saves over each XLA's own default) and its
+    tolerance: ``core/record_judge.py``."""
     obj = objectives.get(record.objective)
     default = evaluator.default(root)
-    cost = default_cost = None
+    cost = default_cost = claim = None
+    verdict = record_judge.Judgement("absolute", None)
     if default.ok:
         ctx = objectives.ObjectiveContext(evaluator, root, default, seed).with_options(options)
         default_cost = obj.default_cost(ctx)
@@ -318,35 +334,27 @@ def _judge_cost(evaluator, root, record: TuningRecord, matched: str, state: str,
             cost = None
     else:
         reasons.append(f"{evaluator.pipeline.baseline} pipeline fails on the module: {default.message}")
-    regression = None
-    claim = None
+    metrics = record.metrics_for(matched)
+    made_by, now = (record.xla_version, evaluator.pipeline.compiler_version) if _other_xla(record, evaluator) \
+        else (None, None)
     if cost is not None and not obj.deterministic:
         # A measured objective's recorded cost is a time on another day (maybe another machine): it is
         # re-confirmed against XLA's default now, and a regression must be proven by the interval.
         # (-inf: confirm even when today's cheap sample happens not to look faster.)
         claim_obj = obj.confirm(state, -math.inf, ctx)
         claim = claim_obj.to_dict()
-        regression, reason = _interval_regression(record, record.metrics_for(matched), claim_obj, max_regression)
-        if reason:
-            reasons.append(reason)
+        verdict = record_judge.interval(record.objective, claim_obj, metrics, default_cost, max_regression,
+                                        made_by, now)
     elif cost is not None and base["recorded_cost"] > 0:
-        recorded_default = record.metrics_for(matched).get("default_cost")
-        if _other_xla(record, evaluator) and isinstance(recorded_default, (int, float)) and recorded_default > 0 \
-                and default_cost:
-            was, now = base["recorded_cost"] / recorded_default, cost / default_cost
-            regression = now / was - 1.0
-            note = (f"the record was made by {record.xla_version}, this is {evaluator.pipeline.compiler_version}: "
-                    f"judged by its gain over each one's XLA default ({base['recorded_cost']:g}/{recorded_default:g} "
-                    f"= {was:.4f} then, {cost:g}/{default_cost:g} = {now:.4f} now)")
-            if regression > max_regression / 100.0 + 1e-12:
-                reasons.append(f"{record.objective} relative to XLA's default regressed by {regression:+.2%} "
-                               f"({was:.4f} -> {now:.4f} of the default; allowed {max_regression:g}%)")
-            return cost, default_cost, regression, claim, ("relative", note)
-        regression = (cost - base["recorded_cost"]) / base["recorded_cost"]
-        if regression > max_regression / 100.0 + 1e-12:
-            reasons.append(f"{record.objective} regressed by {regression:+.2%} "
-                           f"({base['recorded_cost']:g} -> {cost:g}; allowed {max_regression:g}%)")
-    return cost, default_cost, regression, claim, ("absolute", None)
+        recorded_default = metrics.get("default_cost")
+        if made_by and isinstance(recorded_default, (int, float)) and recorded_default > 0 and default_cost:
+            verdict = record_judge.saving(record.objective, base["recorded_cost"], float(recorded_default), cost,
+                                          default_cost, max_regression, made_by, now)
+        else:
+            verdict = record_judge.absolute(record.objective, base["recorded_cost"], cost, max_regression)
+    if verdict.reason:
+        reasons.append(verdict.reason)
+    return cost, default_cost, claim, verdict
 
 
 def _other_xla(record: TuningRecord, evaluator) -> bool:
@@ -366,26 +374,3 @@ def _judge_validity(evaluator, root, state: str, recorded_validation, seed: int,
         reasons.append(f"validation: the record says {recorded_validation}, this machine re-established only "
                        f"{level}" + (f" ({level_reason})" if level_reason else ""))
     return verified(level), level, level_reason
-
-
-def _interval_regression(record: TuningRecord, metrics: dict, claim,
-                         max_regression: float) -> tuple[float | None, str | None]:
-    """A measured record's regression, judged on the re-confirmation's interval.
-
-    The recorded figure is the confirmed ratio tuned/default (a record without one, e.g. an old
-    record, is held to "no slower than XLA's default": ratio 1). The check fails only when even the
-    favourable end of today's interval (``low``) is worse than that ratio by more than
-    ``max_regression`` percent, i.e. when the regression is significant, not when noise says so.
-    Returns (point regression of the ratio, reason or None).
-    """
-    recorded = metrics.get("ratio")
-    recorded = float(recorded) if isinstance(recorded, (int, float)) and recorded > 0 else 1.0
-    if claim.ratio is None or claim.low is None:
-        return None, None
-    regression = claim.ratio / recorded - 1.0
-    allowed = recorded * (1.0 + max_regression / 100.0)
-    if claim.low > allowed + 1e-12:
-        return regression, (f"{record.objective} regressed: tuned/default ratio now {claim.ratio:.3f} "
-                            f"[{claim.low:.3f}, {claim.high:.3f}] ({claim.confidence:.0%} CI, {claim.rounds} rounds), "
-                            f"recorded {recorded:.3f}; allowed up to {allowed:.3f} ({max_regression:g}%)")
-    return regression, None

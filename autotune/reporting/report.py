@@ -493,15 +493,15 @@ def plot_families(comp: Comparison, path: Path) -> None:
             data.append([100 * (s.final.per_module[n] - 1) for n in names if n in s.final.per_module])
             labels.append(s.strategy)
         positions = np.arange(1, len(data) + 1)
-        nonempty = [(p, d, l) for p, d, l in zip(positions, data, labels) if d]
+        nonempty = [(p, d, label) for p, d, label in zip(positions, data, labels) if d]
         if nonempty:
             bp = ax.boxplot([d for _, d, _ in nonempty], positions=[p for p, _, _ in nonempty], widths=0.6,
                             patch_artist=True, showfliers=False)
-            for patch, (_, _, l) in zip(bp["boxes"], nonempty):
-                patch.set_facecolor(colors[l])
+            for patch, (_, _, label) in zip(bp["boxes"], nonempty):
+                patch.set_facecolor(colors[label])
                 patch.set_alpha(0.45)
-            for p, d, l in nonempty:
-                ax.scatter(p + rng.uniform(-0.15, 0.15, len(d)), d, s=12, color=colors[l], zorder=3)
+            for p, d, label in nonempty:
+                ax.scatter(p + rng.uniform(-0.15, 0.15, len(d)), d, s=12, color=colors[label], zorder=3)
         ax.axhline(0, color="black", lw=1, ls="--")
         ax.set_xticks(positions)
         ax.set_xticklabels(labels, rotation=30, ha="right", fontsize=8)

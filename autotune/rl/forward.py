@@ -30,6 +30,7 @@ from pathlib import Path
 import numpy as np
 
 from autotune.errors import BadInput
+from autotune.version import install_line
 
 NPZ_FORMAT = 1
 #: The ``.npz`` keeps what the roll-out needs: the policy's own outputs (logits or Q-values).
@@ -43,7 +44,7 @@ ACTIVATIONS = {
     "sigmoid": lambda x: 1.0 / (1.0 + np.exp(-x)),
     "identity": lambda x: x,
 }
-INSTALL_TRAIN = "pip install 'autotune[train]'"
+INSTALL_TRAIN = install_line("train")
 
 
 def weights_path(zip_path: Path) -> Path:

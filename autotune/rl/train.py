@@ -25,7 +25,7 @@ where they came from). A policy is matched to the installed pipeline by those na
 another target or knowing too few of the installed passes.
 
 stable-baselines3 and torch are imported inside the functions only: ``import autotune.rl.train`` is
-cheap and never imports torch. Training needs them (the ``autotune[train]`` extra):
+cheap and never imports torch. Training needs them (the ``xla-autotune[train]`` extra):
 ``require_training`` says so in one line when they are missing.
 """
 

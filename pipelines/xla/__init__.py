@@ -28,6 +28,7 @@ from autotune.core.target import CPU
 from autotune.core.workers import WorkerPool
 from autotune.errors import BadInput, PassFailed, UnknownName
 from autotune.core.options import CompilerOptions, check_against
+from autotune.version import DISTRIBUTION
 from autotune.pipelines.xla import (device, hlo, loader, machine_inventory, partitioned, region, standins, surrogate,
                                     targets, versions)
 from autotune.pipelines.xla import options as catalogue
@@ -60,7 +61,7 @@ GPU_WORKER_ENV = {**WORKER_ENV, "JAX_SKIP_CUDA_CONSTRAINTS_CHECK": "1", "TF_CPP_
 def xla_version() -> str:
     import jaxlib
 
-    return f"jaxlib-{jaxlib.__version__}-cpu-{platform.machine()}"
+    return versions.xla_build(jaxlib.__version__)
 
 
 class XlaPipeline(BackendBase):
@@ -114,11 +115,11 @@ class XlaPipeline(BackendBase):
                 key += f":gpu-{GPU_ENGINE_VERSION}:{self.target.key}"
             text = self._cache.get_inventory(key) if self._cache is not None else None
             if text is None:
-                identity = machine_inventory.compiler_identity(versions.at(versions.CUDA_PLUGINS) if self.gpu else ())
-                text = machine_inventory.get(key, identity)
+                compiler = machine_inventory.installed_compiler(versions.at(versions.CUDA_PLUGINS) if self.gpu else ())
+                text = machine_inventory.get(key, compiler)
                 if text is None:
                     text = self._discover_inventory()
-                    machine_inventory.put(key, identity, text)
+                    machine_inventory.put(key, compiler, text)
                 if self._cache is not None:
                     self._cache.put_inventory(key, text)
             self._inventory = PassInventory.from_json(text, self.include_target_specific)
@@ -184,11 +185,11 @@ class XlaPipeline(BackendBase):
             key = f"options-{catalogue.CATALOGUE_VERSION}:{xla_version()}:{self.target.key}:inv-{self.inventory.digest}"
             text = self._cache.get_inventory(key) if self._cache is not None else None
             if text is None:
-                identity = machine_inventory.compiler_identity(versions.at(versions.CUDA_PLUGINS) if self.gpu else ())
-                text = machine_inventory.get(key, identity, catalogue.is_accepted_record)
+                compiler = machine_inventory.installed_compiler(versions.at(versions.CUDA_PLUGINS) if self.gpu else ())
+                text = machine_inventory.get(key, compiler, catalogue.is_accepted_record)
                 if text is None:
                     text = self._probe_options().to_json()
-                    machine_inventory.put(key, identity, text)
+                    machine_inventory.put(key, compiler, text)
                 if self._cache is not None:
                     self._cache.put_inventory(key, text)
             self._accepted = catalogue.Accepted.from_json(text)
@@ -258,7 +259,7 @@ class XlaPipeline(BackendBase):
         steps = [{"action": a, "xla_disable_hlo_passes": ",".join(inv.disabled_for(inv.actions[a].keep)),
                   "keeps": sorted(inv.actions[a].keep)} for a in sequence]
         out = {"jax": jax_version, "jaxlib": jaxlib_version,
-               "install": f"pip install jax=={jax_version} jaxlib=={jaxlib_version} autotune",
+               "install": f"pip install jax=={jax_version} jaxlib=={jaxlib_version} {DISTRIBUTION}",
                "target": self.target.key}
         if self.gpu is None:
             steps.append({"action": DEFAULT, "xla_disable_hlo_passes": ",".join(inv.disabled_for(inv.default_keep)),

@@ -83,7 +83,7 @@ def choose(target, request: str = "auto", cuda: int | None = None) -> Execution 
 def missing(target) -> str:
     """What is missing to execute ``target``'s modules on it, in one clause."""
     why = "no NVIDIA driver or GPU here, so jax sees no CUDA device" if not driver_present() else \
-        "jax sees no CUDA device although an NVIDIA driver is here (is jax's CUDA plugin, autotune[gpu], installed?)"
+        "jax sees no CUDA device although an NVIDIA driver is here (is jax's CUDA plugin, xla-autotune[gpu], installed?)"
     return f"this machine cannot run a {target.name} program: {why}"
 
 

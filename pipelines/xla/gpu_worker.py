@@ -73,7 +73,7 @@ class XlaGpuWorker(XlaWorker):
             self.compiler = PjrtHloCompiler(target_config)
         except Unavailable as exc:
             raise BadInput(f"--target {target_name}: the installed CUDA plugin cannot be driven ({exc}); "
-                           "install autotune[gpu] with the pinned jax") from None
+                           "install xla-autotune[gpu] with the pinned jax") from None
         if self.inventory is not None:
             self._overrides["<default>"] = []  # XLA's own GPU pipeline, every pass on
 

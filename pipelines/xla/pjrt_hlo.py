@@ -104,7 +104,7 @@ def cuda_plugin() -> tuple[str, Path]:
         if spec is not None and spec.origin:
             installed.append((name, Path(spec.origin).resolve().parent / "xla_cuda_plugin.so"))
     if not installed:
-        raise Unavailable("jax's CUDA plugin is not installed (install autotune[gpu])")
+        raise Unavailable("jax's CUDA plugin is not installed (install xla-autotune[gpu])")
     try:
         with open("/proc/self/maps", encoding="utf-8", errors="replace") as fh:
             mapped = fh.read()

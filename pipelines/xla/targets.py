@@ -7,7 +7,7 @@ runs XLA's whole GPU pipeline for the device the config describes. The configs s
 form of XLA's own ``xla/tools/hlo_opt/gpu_specs``; a user's own config is given as a path.
 
 What the GPU target needs that the CPU one does not: jax's CUDA plugin (``pip install
-'autotune[gpu]'``; no GPU, driver or CUDA runtime libraries: a compile needs none).
+'xla-autotune[gpu]'``; no GPU, driver or CUDA runtime libraries: a compile needs none).
 """
 
 from __future__ import annotations
@@ -22,9 +22,10 @@ from pathlib import Path
 from autotune.core.target import CPU, Target
 from autotune.errors import BadInput, UnknownName
 from autotune.pipelines.xla import versions
+from autotune.version import install_line
 
 SPECS = Path(__file__).with_name("gpu_specs")
-INSTALL_HINT = "pip install 'autotune[gpu]'"
+INSTALL_HINT = install_line("gpu")
 
 _FIELDS = {
     "core_count": int, "fpus_per_core": int, "clock_rate_ghz": float, "memory_bandwidth": float,

@@ -17,6 +17,7 @@ compiled deviceless through jax's CUDA 12 plugin; the CUDA 13 plugin on 0.11.2. 
 from __future__ import annotations
 
 import os
+import platform
 import re
 from dataclasses import dataclass
 from functools import cache
@@ -51,6 +52,31 @@ def installed() -> str:
         return version("jaxlib")
     except PackageNotFoundError:
         return "none"
+
+
+def xla_build(jaxlib_version: str | None = None) -> str:
+    """The XLA that records, cache keys and reports name: the jaxlib that carries it, its CPU platform and
+    the machine (``jaxlib-0.12.0.1-cpu-x86_64``); default the installed jaxlib."""
+    return f"jaxlib-{installed() if jaxlib_version is None else jaxlib_version}-cpu-{platform.machine()}"
+
+
+def describe_installed() -> str:
+    """One line for ``autotune --version``: jax, jaxlib, the XLA they carry and whether autotune supports
+    them. Read from the installed distributions, without importing jax (a second, and with the CUDA plugin
+    its driver lines)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        jax = version("jax")
+    except PackageNotFoundError:
+        jax = "none"
+    span = f"{OLDEST} to {NEWEST_TESTED}"
+    try:
+        check_supported()
+        support = f"supported: jax/jaxlib {span}"
+    except BadInput:
+        support = f"NOT supported: autotune runs on jax/jaxlib {span}"
+    return f"jax {jax}, jaxlib {installed()}: XLA {xla_build()} ({support})"
 
 
 def check_supported(version: str | None = None) -> str:

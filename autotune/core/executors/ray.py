@@ -36,6 +36,7 @@ from collections.abc import Callable, Iterator
 from autotune.core.executors import ExecutorLost
 from autotune.core.workers import Job, PoolRequests, StopJob, rebuild_error, stderr_tail
 from autotune.errors import AutotuneError, BadInput, PassFailed
+from autotune.version import install_line
 
 
 def _first_line(exc: BaseException) -> str:
@@ -66,8 +67,7 @@ def connect(address: str | None = None, num_cpus: int | None = None) -> bool:
     try:
         import ray
     except ImportError:  # ray is an extra: a local run never needs it
-        raise BadInput("the ray executor needs Ray, which this installation lacks: "
-                       "pip install 'autotune[ray]'") from None
+        raise BadInput(f"the ray executor needs Ray, which this installation lacks: {install_line('ray')}") from None
     if ray.is_initialized():
         return False
     address = (address or "").strip() or None
