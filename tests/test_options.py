@@ -13,7 +13,6 @@ import math
 import numpy as np
 import pytest
 
-from autotune.core import objectives
 from autotune.core.module import load
 from autotune.core.objectives.runtime import runtime_key
 from autotune.core.options import CompilerOptions, OptionDim, parse_assignments
