@@ -241,3 +241,26 @@ def test_a_fleet_gets_one_option_set(engine):
     runs = RunStore(engine.cache).trials(fleet.run_id)
     assert len(runs) == 3 and all(t.sequence == () for t in runs) and any(t.options for t in runs)
     assert not math.isnan(fleet.best_cost)
+
+
+def test_ppo_searches_options_by_its_named_fallback(engine):
+    from autotune.core.spec import RunSpec
+
+    result = tune(engine, load(MLP), spec=RunSpec(strategy="ppo", budget=3, objective="runtime", space="options",
+                                                  validate=False))
+    assert "coordinate descent" in result.options_by and "policy orders passes" in result.options_by
+    trials = RunStore(engine.cache).trials(result.run_id)
+    assert len(trials) == 3 and all(t.sequence == () and t.options for t in trials)
+
+
+def test_explain_measures_each_option_alone(engine):
+    from autotune.reporting.explain import explain
+
+    root = engine.prepare(load(MLP))
+    options = NO_FUSION.merged(CompilerOptions.of({"xla_cpu_use_xnnpack": "True"}))
+    e = explain(engine, root, (), options=options)
+    assert set(e.options.alone) == set(options.names) and e.options.alone["xla_disable_hlo_passes"] > 1.0
+    assert "nothing to minimise" in e.options.note  # fusion off: the whole set is slower, no win to explain
+    text = e.to_markdown()
+    assert "## Compiler options" in text and "`xla_disable_hlo_passes=fusion` alone" in text
+    assert e.to_dict()["compiler_options"]["options"] == options.as_dict()

@@ -43,3 +43,12 @@ def test_the_fake_landscape_rewards_the_hidden_target():
     ev = run_fake("random", budget=200, seed=4, max_length=6)
     assert min(t.cost for t in ev.trials) < ev.empty_cost  # random search finds part of the target
     assert any(not t.ok for t in ev.trials)  # the poison pass fails sequences, like a crashing pass
+
+
+@pytest.mark.parametrize("strategy", ["greedy", "optuna", "nevergrad"])
+def test_strategies_find_the_option_that_pays_on_the_fake_landscape(strategy):
+    """With options alone (20 evaluations over 32 option sets), each model-based or systematic strategy
+    finds the hidden option value worth a pass and never proposes an option outside the space."""
+    ev = run_fake(strategy, budget=20, seed=0, space="options")
+    best = min(ev.trials, key=lambda t: t.cost)
+    assert best.options.as_dict().get("opt_fusion") == "reduce" and best.sequence == ()
