@@ -29,11 +29,12 @@ CONSTRAINTS_NEWEST ?= constraints/py3.12-newest.txt
 # The leg's name in its database and output folders (the two Python 3.12 legs must not share them).
 LEG ?= $(NEWEST_PY)
 STAMP_NEWEST := $(VENV_NEWEST)/.installed-$(shell cat pyproject.toml $(CONSTRAINTS_NEWEST) | cksum | cut -d' ' -f1)
-# What that leg runs: the version module, torch-free policies, the GPU target deviceless, the JAX hook,
+# What that leg runs: the version module, torch-free policies, the GPU target deviceless, the JAX hook, compiler
+# options searched by measured time (each XLA's own catalogue),
 # the gym environment, records, strategies and the CLI; the whole suite runs on the first leg.
 NEWEST_TESTS ?= tests/test_versions.py tests/test_policy_forward.py tests/test_gpu_target.py tests/test_jax_hook.py \
 	tests/test_env.py tests/test_records.py tests/test_strategies.py tests/test_bad_input.py tests/test_cli_misc.py \
-	tests/test_gpu_tools.py
+	tests/test_gpu_tools.py tests/test_options.py
 
 .PHONY: demo test test-newest test-py3.13 test-jax0.11 lint release-check install install-newest lock clean bench paper tune-record check-record
 
