@@ -154,8 +154,9 @@ def test_autotune_options_lists_the_space(db_path):
 
 def test_a_fast_but_wrong_option_set_is_never_the_answer(engine, monkeypatch):
     """ResNet-50 without its YNNPACK fusions computes NaN logits where XLA's default's are finite. Its search
-    sample is poisoned to look 1000x faster: the search ranks it first, validation finds the NaN, it is
-    rejected, listed as faster but wrong, and never offered."""
+    sample is poisoned to look 1000x faster: the search checks a candidate that beats every other before a
+    strategy builds on it, finds the NaN, sets it aside (the trial is invalid), lists it as faster but
+    wrong, and never offers it."""
     root = engine.prepare(load(RESNET))
     default = engine.default(root)
     monkeypatch.setattr(engine.pipeline, "option_space", lambda numerics=False, partitioned=False: (
@@ -169,7 +170,10 @@ def test_a_fast_but_wrong_option_set_is_never_the_answer(engine, monkeypatch):
                                                      space="options"))
     assert result.space == "options" and result.options_by.startswith("coordinate descent")
     assert not result.beats_default and result.best_options == CompilerOptions()
-    assert result.invalid and "xla_cpu_experimental_ynn_fusion_type=''" in result.invalid[0][1]
+    trials = RunStore(engine.cache).trials(result.run_id)
+    assert [t.status for t in trials if t.options == YNN_NONE] == ["invalid"]
+    message = next(t.message for t in trials if t.options == YNN_NONE)
+    assert "xla_cpu_experimental_ynn_fusion_type=''" in message and "NaN or Inf where the original's are finite" in message
     wrong = result.faster_but_wrong
     assert wrong and wrong[0]["compiler_options"] == {"xla_cpu_experimental_ynn_fusion_type": ""}
     assert wrong[0]["ratio"] < 0.01 and json.loads(json.dumps(result.to_dict()))["faster_but_wrong"]

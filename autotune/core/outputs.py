@@ -165,12 +165,16 @@ def _diff_one(index: int, orig: np.ndarray, tuned: np.ndarray) -> tuple[OutputDi
         bad = int(np.count_nonzero(finite & ~close) + np.count_nonzero(nonfinite_bad))
         max_abs = math.inf if nonfinite_bad.any() else float(diff.max())
         max_rel = math.inf if nonfinite_bad.any() else float(rel.max())
+        # NaN or Inf where the original is finite: an option that computes garbage fast says so by name
+        broke = int(np.count_nonzero(np.isfinite(a) & ~np.isfinite(b)))
     ok = bad == 0
     reason = None
     if not ok:
         what = f"{bad} of {orig.size} elements differ"
         if cat in ("float", "complex"):
             what += f" beyond rtol={rtol:g}, atol={atol:g} (max abs diff {max_abs:.3g}, max rel diff {max_rel:.3g})"
+            if broke:
+                what += f"; {broke} are NaN or Inf where the original's are finite"
         elif cat == "int":
             what += f" (max abs diff {max_abs:g})"
         reason = f"output {index} ({_type_str(shape, dtype)}): {what}"

@@ -35,7 +35,7 @@ from autotune.core.observer import Observer
 from autotune.core.results import Candidate, FleetResult, TuneResult
 from autotune.core.runs import RunStore, TrialRecord, new_run_id
 from autotune.core.checks.budget import MEMORY_CHECK, PhaseBudget
-from autotune.core.levels import EXECUTED, EXECUTED_WITH_STAND_INS, Validation, not_checked, rank
+from autotune.core.levels import EXECUTED, EXECUTED_WITH_STAND_INS, INVALID, Validation, not_checked, rank
 from autotune.core.options import EMPTY, CompilerOptions
 from autotune.core.limits import validate_seconds as seconds_of_bound
 from autotune.core.spec import DEFAULT_MAX_LENGTH, RunSpec
@@ -87,7 +87,10 @@ class ModuleSearch(Search):
         #: The space searched (``--space``) and how the strategy searched its options (``Strategy.options_by``).
         self.space_name, self.options_by = "passes", None
         #: Candidates measured faster than the default whose outputs differ: never offered, always reported.
-        self.wrong: list[dict] = []
+        self.wrong: dict[tuple, dict] = {}
+        #: The cost a candidate with options must beat to be checked during the search (``_gate``), and the
+        #: seed of the validation's first draw (``tune`` sets it).
+        self._bar, self.validation_seed = self.default_cost, 0
 
     def empty_cost(self) -> float:
         if self._empty_cost is None:
@@ -126,7 +129,33 @@ class ModuleSearch(Search):
         guarded = self._guard_state(result.state)
         if guarded is not None:  # the search is steered away from it (``loop.GUARDED``)
             return TrialRecord(n, seq, self.failure_cost, GUARDED, result.state, cached, guarded, options)
+        wrong = self._gate(seq, result.state, cost, options)
+        if wrong is not None:  # measured faster, computes something else: the search steers away from it
+            return TrialRecord(n, seq, self.failure_cost, "invalid", result.state, cached, wrong, options)
         return TrialRecord(n, seq, cost, "ok", result.state, cached, None, options)
+
+    def _gate(self, seq: tuple[str, ...], state: str, cost: float, options: CompilerOptions) -> str | None:
+        """Correct before fast, during the search: a candidate with compiler options that is measured faster
+        than every candidate so far is executed and compared with XLA's default (the first draw of the
+        validation that would follow; its verdict is cached for it) before a strategy may build on it. An
+        experimental option can be fast because it computes NaN, and coordinate descent would otherwise
+        descend from it. Returns why it is set aside, or None (kept; it becomes the bar)."""
+        options = self.fixed.merged(options)
+        if not options or self.objective.deterministic or not self.spec.validate or not cost < self._bar:
+            return None
+        report = validity_of(self.ev, self.root, state, self.validation_seed, self.validate_seconds, options=options)
+        if report.ok or report.level != INVALID:
+            self._bar = cost
+            return None
+        self.objective.retract(state, self.judged(options))
+        self._wrong(seq, state, cost, options, report.reason)
+        return f"validation failed: with {options.describe()}: {report.reason or 'outputs differ'}"
+
+    def _wrong(self, seq: tuple[str, ...], state: str, cost: float, options: CompilerOptions, reason) -> None:
+        """Remember a candidate measured faster than the default whose outputs differ (once per executable)."""
+        self.wrong.setdefault((state, options.key), {
+            "sequence": list(seq), "compiler_options": options.as_dict(),
+            "ratio": cost / self.default_cost if self.default_cost else None, "reason": reason or "outputs differ"})
 
     def recheck(self) -> list[TrialRecord]:
         """Leave the surrogate: re-establish its best candidates on the real module and rank them there.
@@ -237,9 +266,7 @@ class ModuleSearch(Search):
         if options:
             reason = f"with {options.describe()}: {reason}"
             if rec.cost < self.default_cost:  # what a compiler engineer most wants to hear about
-                self.wrong.append({"sequence": list(rec.sequence), "compiler_options": options.as_dict(),
-                                   "ratio": rec.cost / self.default_cost if self.default_cost else None,
-                                   "reason": report.reason or "outputs differ"})
+                self._wrong(rec.sequence, rec.state, rec.cost, options, report.reason)
         return report, reason
 
     def _second_draw(self, rec: TrialRecord, first: Validation, n: int, seed: int, options) -> Validation:
@@ -319,7 +346,7 @@ class ModuleSearch(Search):
             executor=self.ev.pipeline.executor.describe(), phases=self.phases.result(), surrogate=self.real_info,
             target=self.ev.pipeline.target, memory=memory, space=self.space_name,
             options_by=self.options_by, search_notes=self.objective.search_notes(self.ctx),
-            faster_but_wrong=tuple(self.wrong),
+            faster_but_wrong=tuple(self.wrong.values()),
         )
 
 
@@ -417,7 +444,8 @@ def tune(
     space = SearchSpace(evaluator.pipeline.passes(), spec.max_length, target=evaluator.pipeline.target.key,
                         options=dims, passes=space_name != "options")
     search = _open(evaluator, subject, obj, spec, run_id, replay, observer, clock, created=not resume)
-    search.space_name, search.options_by = space_name, (strat.options_by if dims else None)
+    search.space_name, search.options_by, search.validation_seed = (space_name, strat.options_by if dims else None,
+                                                                    validation_seed)
     status, reason = drive(search, strat, space, spec.seed, f"{spec.strategy} on {_label(subject)}")
     return finish(search, status, reason, spec.validate, validation_seed, spec.prune)
 

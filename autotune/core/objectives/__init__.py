@@ -158,6 +158,10 @@ class Objective(abc.ABC):
     def prepare(self, states: Sequence[str], ctx: ObjectiveContext) -> None:
         """Do batch work for ``states`` before ``cost`` is asked for each (default: nothing)."""
 
+    def retract(self, state: str, ctx: ObjectiveContext) -> None:
+        """The search set ``state`` (under ``ctx.options``) aside after measuring it (its outputs differ from
+        the default's): a measured objective no longer treats it as the best so far (default: nothing)."""
+
     def search_notes(self, ctx: ObjectiveContext) -> dict | None:
         """What the objective did across a run's search that a report should say (runtime: racing's
         savings); None when nothing."""

@@ -150,9 +150,9 @@ class Runtime(Objective):
         if "error" in report:
             ctx.shared.setdefault("failures", {})[(final_state, ctx.options.key)] = report["error"]
             return report
-        ratio = report.get("ratio")
-        if ratio is not None:
-            ctx.shared["best_ratio"] = min(ctx.shared.get("best_ratio", 1.0), float(ratio))
+        if report.get("ratio") is not None:
+            ctx.shared.setdefault("ratios", {})[(final_state, ctx.options.key)] = float(report["ratio"])
+            _best_so_far(ctx.shared)
         if fresh:
             _tally(ctx.shared.setdefault("race", {}), report)
         return report
@@ -169,6 +169,13 @@ class Runtime(Objective):
                 "planned": timing.get("planned", timing["rounds"]), "stopped": bool(timing.get("stopped")),
                 "timing_seconds": timing.get("timing_seconds"), "compile_seconds": timing.get("compile_seconds"),
                 "timed": module.fingerprint, "options": module.options.key}
+
+    def retract(self, state: str, ctx: ObjectiveContext) -> None:
+        """A candidate the search set aside (its outputs differ): racing no longer measures others against it."""
+        final = ctx.final(state)
+        if final.ok:
+            ctx.shared.setdefault("retracted", set()).add((final.state, ctx.options.key))
+            _best_so_far(ctx.shared)
 
     def failure(self, state: str, ctx: ObjectiveContext) -> str:
         final = ctx.final(state)
@@ -250,6 +257,12 @@ class Runtime(Objective):
                 claim = replace(claim, default_compile_seconds=compiled[0], compile_seconds=compiled[1])
             self._claims[key] = claim
         return self._claims[key]
+
+
+def _best_so_far(shared: dict) -> None:
+    """Racing's bound: the best ratio among the candidates measured and not retracted (1.0: the default)."""
+    retracted = shared.get("retracted", set())
+    shared["best_ratio"] = min([1.0, *(r for k, r in shared.get("ratios", {}).items() if k not in retracted)])
 
 
 def _tally(tally: dict, report: dict) -> None:
