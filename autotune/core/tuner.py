@@ -439,13 +439,10 @@ def tune(
     obj = objective if isinstance(objective, Objective) and objective.name == spec.objective \
         else spec.make_objective()
     strat = strategy_mod.create(spec.strategy, **spec.options)
-    space_name = spec.searched()
-    dims = _option_dims(evaluator, subject, spec, space_name)
-    space = SearchSpace(evaluator.pipeline.passes(), spec.max_length, target=evaluator.pipeline.target.key,
-                        options=dims, passes=space_name != "options")
+    space_name, space = _space(evaluator, subject, spec)
     search = _open(evaluator, subject, obj, spec, run_id, replay, observer, clock, created=not resume)
-    search.space_name, search.options_by, search.validation_seed = (space_name, strat.options_by if dims else None,
-                                                                    validation_seed)
+    search.space_name, search.options_by = space_name, strat.options_by if space.options else None
+    search.validation_seed = validation_seed
     status, reason = drive(search, strat, space, spec.seed, f"{spec.strategy} on {_label(subject)}")
     return finish(search, status, reason, spec.validate, validation_seed, spec.prune)
 
@@ -472,6 +469,15 @@ SPACE_KEYS = ("space", "compiler_options", "numerics_options")
 def _space_fields(spec: RunSpec) -> dict:
     return {k: v for k, v in (("space", spec.space), ("compiler_options", spec.compiler_options),
                               ("numerics_options", spec.numerics_options)) if v}
+
+
+def _space(evaluator: Evaluator, subject, spec: RunSpec) -> tuple[str, SearchSpace]:
+    """What the run searches (``--space``) and its ``SearchSpace``: the pass vocabulary, and the compiler
+    options of ``_option_dims`` unless only the order is searched."""
+    space_name = spec.searched()
+    dims = _option_dims(evaluator, subject, spec, space_name)
+    return space_name, SearchSpace(evaluator.pipeline.passes(), spec.max_length, target=evaluator.pipeline.target.key,
+                                   options=dims, passes=space_name != "options")
 
 
 def _option_dims(evaluator: Evaluator, subject, spec: RunSpec, space_name: str) -> tuple:
