@@ -19,7 +19,7 @@ Every stage runs on one worker in a fresh cache database (nothing measured befor
 at a time on the machine's cores; the machine may be shared (load averages are recorded): the verdicts
 and ratios are the result, absolute times are this machine's.
 
-    python bench/options.py [--quick] [--stage search|aa|race|hook] [--budget 20] [--strategy nevergrad]
+    python bench/options.py [--quick] [--stage search|aa|race|hook] [--budget 100] [--strategy random]
 """
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ MODULES = [
 ]
 RACE_MODULE = "tests/data/real/xla_resnet50_keras_jax.hlo"
 #: A/A confirmations per module (at least 50 in all: the goal's count).
-AA_TRIALS = 7
+AA_TRIALS = 8
 
 
 def load_now() -> str:
@@ -163,8 +163,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="three modules, fewer trials (a smoke run)")
     parser.add_argument("--stage", choices=("all", "search", "aa", "race", "hook"), default="all")
-    parser.add_argument("--strategy", default="nevergrad")
-    parser.add_argument("--budget", type=int, default=20)
+    parser.add_argument("--strategy", default="random")
+    parser.add_argument("--budget", type=int, default=100)
     parser.add_argument("--race-budget", type=int, default=20)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--max-ms", type=float, default=2000.0, help="leave out modules slower than this per step")

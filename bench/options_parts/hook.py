@@ -1,9 +1,10 @@
 """A record with compiler options, applied by the JAX hook, timed by jax itself (``hook_experiment``).
 
 The goal: a user's ``jax.jit`` compile of the function a record was made for gets the record's options,
-and what jax itself measures of the jitted function lies within the record's interval. So: a zoo
-ResNet's inference step (a jax function, ``autotune.zoo.resnet``) is tuned for time on its compiler
-options alone, its record exported; then, in this process, the function is jitted plain and under
+and what jax itself measures of the jitted function lies within the record's interval. So: the zoo's
+GPT-2 training step (a jax function, ``autotune.zoo``; the configuration of examples/gpt2_train_step.hlo)
+is tuned for time on its compiler options alone, its record exported; then, in this process, the
+function is jitted plain and under
 ``autotune.jax.use([record])``, and the two compiled functions are timed interleaved by
 ``time.perf_counter`` around ``block_until_ready`` (calibrated samples, as the tool's own timing), the
 ratio hooked/plain with its 95% bootstrap interval (``autotune.core.stats``).
@@ -16,10 +17,11 @@ from pathlib import Path
 
 from harness import log
 
-#: The zoo ResNet timed (inference, f32): large enough that a library convolution can pay.
-CONFIG = dict(stages=3, blocks=2, width=32, image=64, batch=8)
-QUICK_CONFIG = dict(stages=2, blocks=1, width=16, image=32, batch=4)
-BUDGET = 16
+#: The program: the GPT-2 example's configuration (examples/generate.py), a two-layer training step with Adam.
+CONFIG = dict(layers=2, d_model=64, heads=2, seq=32, batch=2, vocab=128, bias=False, optimizer="adam_flat")
+#: One coordinate-descent sweep over the CPU catalogue (about 50 option values) fits in it.
+BUDGET = 60
+QUICK_BUDGET = 12
 ROUNDS = 30
 
 
@@ -74,18 +76,18 @@ def hook_experiment(tmp: Path, quick: bool = False) -> dict:
     from autotune.core.record import from_run
     from autotune.core.spec import RunSpec
     from autotune.core.tuner import tune
-    from autotune.zoo import resnet
+    from autotune.zoo import GPT2Config, program as zoo_program
 
-    cfg = resnet.ResNetConfig(**(QUICK_CONFIG if quick else CONFIG))
-    program = resnet.program(cfg, "infer")
+    program = zoo_program("gpt2", "train", GPT2Config(**CONFIG))
     args = _arrays(program.args)
-    what = (f"The zoo ResNet's inference step ({cfg}), a jax function: tuned with `--objective runtime --space "
-            f"options --strategy greedy --budget {BUDGET}`, its record exported, then jitted plain and under "
-            "`autotune.jax.use([record])`.")
+    budget = QUICK_BUDGET if quick else BUDGET
+    what = (f"The zoo's GPT-2 training step (`{program.name}`, the configuration of examples/gpt2_train_step.hlo), "
+            f"a jax function: tuned with `--objective runtime --space options --strategy greedy --budget {budget}`, "
+            "its record exported, then jitted plain and under `autotune.jax.use([record])` and timed by jax.")
     db = tmp / "hook.db"
     with open_engine(db, workers=1) as ev:
         result = tune(ev, autotune.load(jax.jit(program.fn).lower(*args)),
-                      spec=RunSpec(strategy="greedy", budget=BUDGET, objective="runtime", space="options"))
+                      spec=RunSpec(strategy="greedy", budget=budget, objective="runtime", space="options"))
         said = result.claim.message if result.claim else "no claim"
         log(f"hook: {said}")
         if not result.beats_default:
