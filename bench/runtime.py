@@ -46,7 +46,7 @@ from autotune.core.objectives.runtime import Runtime
 COMMAND = "python bench/runtime.py"
 ISSUE_COMMAND = ["run", "--strategy", "random", "--objective", "runtime", "--budget", "30", "--seed", "2",
                  "examples/gpt2_train_step.hlo"]
-#: (module, A/A trials). Slow modules get fewer trials: one trial is 2 x 30 samples of >= 10 ms.
+#: (module, A/A trials). Slow modules get fewer trials: one trial is 2 x 30 samples of >= 50 ms.
 MODULES = [
     ("examples/gpt2_train_step.hlo", 14),
     ("examples/bert_encoder_step.hlo", 14),

@@ -21,7 +21,7 @@ from autotune.core.runs import RunStore
 from autotune.core.stats import median_lower_bound
 from autotune.core.tuner import tune
 from autotune.errors import BadInput, PassFailed, UnknownName
-from conftest import DATA, assert_one_line_error, run_cli
+from conftest import DATA, EXAMPLES, assert_one_line_error, needs_plugin, run_cli
 
 MLP = DATA / "mlp_train_step.hlo"
 RESNET = DATA / "real" / "xla_resnet50_keras_jax.hlo"
@@ -139,6 +139,39 @@ def test_bad_option_input_is_one_line(db_path):
     assert "NAME=VALUE" in assert_one_line_error(
         run_cli("run", str(MLP), "--objective", "runtime", "--compiler-option", "xla_cpu_use_xnnpack", db=db_path))
     assert "no compiler options" in assert_one_line_error(run_cli("--backend", "toy", "options", db=db_path))
+
+
+@needs_plugin
+def test_a_gpu_target_without_a_device_refuses_options_in_one_line(db_path):
+    """Nothing here can time an H100 program: options asked of one are refused before any search, in one
+    line; runtime without asking for options keeps its own refusal (the default space is not an ask)."""
+    env = {"AUTOTUNE_EXECUTION_PLATFORM": ""}
+    line = assert_one_line_error(run_cli("run", str(MLP), "--target", "h100", "--objective", "runtime", "--space",
+                                         "options", db=db_path, env=env))
+    assert "judged by measured time on the h100" in line and "--space passes" in line
+    assert "AUTOTUNE_EXECUTION_PLATFORM=cpu" in assert_one_line_error(
+        run_cli("run", str(MLP), "--target", "h100", "--objective", "runtime", db=db_path, env=env))
+
+
+def test_an_option_that_kills_xla_costs_one_worker(db_path):
+    """XLA aborts the whole process at run time inside a YNN fusion on the GPT-2 step with reshape-decomposer
+    switched off (why the catalogue leaves it out): fixed for a run, every candidate fails with the crash
+    said, and the run ends normally, keeping XLA's default."""
+    proc = run_cli("run", str(EXAMPLES / "gpt2_train_step.hlo"), "--objective", "runtime", "--space", "passes",
+                   "--compiler-option", "xla_disable_hlo_passes=reshape-decomposer", "--strategy", "random",
+                   "--budget", "2", "--max-length", "1", "--json", db=db_path)
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    assert not data["beats_default"]
+    from autotune.core.cache import Cache
+
+    cache = Cache(db_path)
+    try:
+        trials = RunStore(cache).trials(data["run_id"])
+    finally:
+        cache.close()
+    assert trials and all(t.status == "failed" for t in trials)
+    assert any("crash" in (t.message or "") or "killed" in (t.message or "") for t in trials)
 
 
 def test_autotune_options_lists_the_space(db_path):

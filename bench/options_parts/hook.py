@@ -6,7 +6,8 @@ GPT-2 training step (a jax function, ``autotune.zoo``; the configuration of exam
 is tuned for time on its compiler options alone, its record exported; then, in this process, the
 function is jitted plain and under
 ``autotune.jax.use([record])``, and the two compiled functions are timed interleaved by
-``time.perf_counter`` around ``block_until_ready`` (calibrated samples, as the tool's own timing), the
+``time.perf_counter`` around ``block_until_ready`` (calibrated samples of >= 50 ms after a warm-up, as
+the tool's own confirmation), the
 ratio hooked/plain with its 95% bootstrap interval (``autotune.core.stats``).
 """
 
@@ -49,11 +50,13 @@ def _sample(fn, args, inner: int) -> float:
     return (time.perf_counter() - start) / inner
 
 
-def jax_ratio(plain, hooked, args, rounds: int = ROUNDS, min_seconds: float = 0.01) -> dict:
+def jax_ratio(plain, hooked, args, rounds: int = ROUNDS, min_seconds: float = 0.05) -> dict:
     """``hooked`` against ``plain`` (compiled jax functions), timed by jax's dispatch: interleaved rounds of
     calibrated samples, the ratio of medians with its interval."""
     from autotune.core import stats
 
+    for fn in (plain, hooked):  # first calls allocate and fault pages in: not timed
+        _sample(fn, args, 3)
     inner = 1
     while _sample(plain, args, inner) * inner < min_seconds and inner < 10_000:
         inner *= 2

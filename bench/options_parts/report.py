@@ -32,14 +32,22 @@ def search_lines(data: dict) -> list[str]:
             continue
         answer = (_opts(r["options"]) + (f"; `{','.join(r['sequence'])}`" if r["sequence"] else "")) if r["win"] \
             else f"keep XLA's default (best found: {_opts(r['found_options'])})"
-        wrong = "; ".join(f"{_opts(w['compiler_options'])} ({w['ratio']:.2f}x)" if w.get("ratio") else _opts(w['compiler_options'])
-                          for w in r["faster_but_wrong"]) or "-"
+        wrong = _wrong(r["faster_but_wrong"])
         notes = r.get("search_notes") or {}
         compile_s = "-" if r.get("compile_s") is None else f"{r['compile_s']:.1f} ({r['default_compile_s']:.1f})"
         lines.append(f"| `{r['module']}` | {r['default_us'] / 1e3:.2f} ms | {answer} | {_interval(r)} | "
                      f"{r['validation'] or '-'} | {wrong} | {compile_s} | {r['seconds']:.0f} | "
                      f"{notes.get('saved_fraction', 0):.0%} |")
     return lines + [""]
+
+
+def _wrong(found: list[dict], shown: int = 2) -> str:
+    """The faster-but-wrong option sets of a module, fastest first: the first few, then how many more."""
+    found = sorted(found, key=lambda w: w.get("ratio") or 1.0)
+    items = [f"{_opts(w['compiler_options'])} ({w['ratio']:.2f}x)" if w.get("ratio") else _opts(w["compiler_options"])
+             for w in found[:shown]]
+    more = f"; and {len(found) - shown} more" if len(found) > shown else ""
+    return "; ".join(items) + more if items else "-"
 
 
 def aa_lines(data: dict) -> list[str]:

@@ -223,10 +223,21 @@ class XlaPipeline(BackendBase):
                 for e in self.catalogue]
 
     def check_options(self, options) -> CompilerOptions:
+        """As the contract says; ``xla_disable_hlo_passes`` takes any pass this XLA runs (comma-separated),
+        also those the search leaves out (``NOT_SWITCHED_OFF``): fixing one is the user's call."""
+        options = CompilerOptions.of(options)
         accepted = self.accepted_options
         refused = {e.name: why for e in self.catalogue if (why := accepted.refusal(e.name))}
         dims = catalogue.dims(self.catalogue, accepted, numerics=True, partitioned=True)
-        return check_against(CompilerOptions.of(options), dims, accepted.values, refused)
+        passes = options.as_dict().get(catalogue.DISABLE)
+        if passes is not None:
+            known = self.inventory.all_names
+            for name in (p.strip() for p in passes.split(",") if p.strip()):
+                if name not in known:
+                    raise UnknownName(f"pass for {catalogue.DISABLE}", name, sorted(known))
+            check_against(options.without([catalogue.DISABLE]), dims, accepted.values, refused)
+            return options
+        return check_against(options, dims, accepted.values, refused)
 
     # ---- workers (the pool itself, step_job and dispatcher come from BackendBase) ---------------------
     def worker_args(self) -> tuple:
