@@ -70,6 +70,7 @@ def search_one(db: Path, path: str, strategy: str, budget: int, seed: int, race:
     t0 = time.perf_counter()
     with open_engine(db, workers=1) as ev:
         result = tune(ev, load(ROOT / path), spec=spec)
+        timed = [json.loads(r) for (r,) in ev.cache.db.execute("SELECT report FROM reports WHERE kind='runtime'")]
     claim = result.claim
     return {
         "module": Path(path).stem, "path": path, "strategy": strategy, "budget": budget, "seed": seed,
@@ -86,6 +87,9 @@ def search_one(db: Path, path: str, strategy: str, budget: int, seed: int, race:
         "faster_but_wrong": list(result.faster_but_wrong), "invalid": [list(i) for i in result.invalid],
         "search_notes": result.search_notes, "phases": dict(result.phases), "seconds": time.perf_counter() - t0,
         "run_id": result.run_id,
+        # every executable the search timed against XLA's default: its options, ratio and rounds (racing)
+        "timed": [{k: t.get(k) for k in ("options", "ratio", "rounds", "planned", "stopped", "timing_seconds")}
+                  for t in timed if "ratio" in t],
     }
 
 
