@@ -301,3 +301,36 @@ def test_explain_measures_each_option_alone(engine):
     text = e.to_markdown()
     assert "## Compiler options" in text and "`xla_disable_hlo_passes=fusion` alone" in text
     assert e.to_dict()["compiler_options"]["options"] == options.as_dict()
+
+
+def test_a_fast_candidate_is_checked_before_it_is_timed_in_full(engine, monkeypatch):
+    """Racing and correctness together: a candidate with options still ahead after the first rounds is
+    executed and compared before its remaining rounds; ResNet-50 without its YNNPACK fusions computes NaN,
+    so if it is measured faster it stops there (invalid, listed), and if it is measured slower racing stops
+    it; either way its timing ends before the full rounds."""
+    from autotune.core.spec import RunSpec
+
+    monkeypatch.setattr(engine.pipeline, "option_space", lambda numerics=False, partitioned=False: (
+        OptionDim("xla_cpu_experimental_ynn_fusion_type", ("",)),))
+    result = tune(engine, load(RESNET), spec=RunSpec(strategy="greedy", budget=1, objective="runtime", seed=202,
+                                                     space="options"))
+    trial = RunStore(engine.cache).trials(result.run_id)[0]
+    notes = result.search_notes
+    assert trial.options == YNN_NONE and notes["timed"] == 1
+    if trial.status == "invalid":  # measured faster: checked after its first rounds, never timed in full
+        assert notes["stopped"] == 1 and notes["rounds"] < notes["planned"] and result.faster_but_wrong
+    else:  # measured slower (a loaded machine): racing stopped it or it is a loss
+        assert trial.cost > result.default_cost * 0.98
+    assert not result.beats_default
+
+
+def test_two_raced_requests_join_into_one_measurement():
+    from autotune.core.objectives.runtime import _joined
+
+    first = {"a": [1.0, 1.0], "b": [0.9, 0.8], "rounds": 2, "planned": 4, "stopped": False, "timing_seconds": 1.0,
+             "compile_seconds": [0.5, 0.6]}
+    rest = {"a": [1.0], "b": [0.7], "rounds": 1, "planned": 12, "stopped": True, "timing_seconds": 0.5,
+            "compile_seconds": [0.0, 0.0]}
+    joined = _joined(first, rest)
+    assert joined["b"] == [0.9, 0.8, 0.7] and joined["rounds"] == 3 and joined["planned"] == 14
+    assert joined["stopped"] and joined["timing_seconds"] == 1.5 and joined["compile_seconds"] == [0.5, 0.6]

@@ -91,6 +91,8 @@ class ModuleSearch(Search):
         #: The cost a candidate with options must beat to be checked during the search (``_gate``), and the
         #: seed of the validation's first draw (``tune`` sets it).
         self._bar, self.validation_seed = self.default_cost, 0
+        if spec.validate:  # a measured objective may ask before it times a fast candidate in full
+            self.ctx.shared["wrong"] = self._computes_otherwise
 
     def empty_cost(self) -> float:
         if self._empty_cost is None:
@@ -150,6 +152,12 @@ class ModuleSearch(Search):
         self.objective.retract(state, self.judged(options))
         self._wrong(seq, state, cost, options, report.reason)
         return f"validation failed: with {options.describe()}: {report.reason or 'outputs differ'}"
+
+    def _computes_otherwise(self, state: str, options: CompilerOptions) -> bool:
+        """Whether ``state`` compiled with ``options`` computes other outputs than XLA's default (the first
+        draw of the validation that would follow; cached for it)."""
+        report = validity_of(self.ev, self.root, state, self.validation_seed, self.validate_seconds, options=options)
+        return report.level == INVALID
 
     def _wrong(self, seq: tuple[str, ...], state: str, cost: float, options: CompilerOptions, reason) -> None:
         """Remember a candidate measured faster than the default whose outputs differ (once per executable)."""

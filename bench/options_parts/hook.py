@@ -20,8 +20,8 @@ from harness import log
 
 #: The program: the GPT-2 example's configuration (examples/generate.py), a two-layer training step with Adam.
 CONFIG = dict(layers=2, d_model=64, heads=2, seq=32, batch=2, vocab=128, bias=False, optimizer="adam_flat")
-#: One coordinate-descent sweep over the CPU catalogue (about 50 option values) fits in it.
-BUDGET = 60
+#: The search stage's own settings (random search over options and order at budget 100, seed 0).
+BUDGET = 100
 QUICK_BUDGET = 12
 ROUNDS = 30
 
@@ -85,12 +85,12 @@ def hook_experiment(tmp: Path, quick: bool = False) -> dict:
     args = _arrays(program.args)
     budget = QUICK_BUDGET if quick else BUDGET
     what = (f"The zoo's GPT-2 training step (`{program.name}`, the configuration of examples/gpt2_train_step.hlo), "
-            f"a jax function: tuned with `--objective runtime --space options --strategy greedy --budget {budget}`, "
+            f"a jax function: tuned with `--objective runtime --space both --strategy random --budget {budget}`, "
             "its record exported, then jitted plain and under `autotune.jax.use([record])` and timed by jax.")
     db = tmp / "hook.db"
     with open_engine(db, workers=1) as ev:
         result = tune(ev, autotune.load(jax.jit(program.fn).lower(*args)),
-                      spec=RunSpec(strategy="greedy", budget=budget, objective="runtime", space="options"))
+                      spec=RunSpec(strategy="random", budget=budget, objective="runtime", space="both"))
         said = result.claim.message if result.claim else "no claim"
         log(f"hook: {said}")
         if not result.beats_default:

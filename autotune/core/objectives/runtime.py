@@ -139,10 +139,10 @@ class Runtime(Objective):
             return math.nan
         if final.state == ctx.default.state and not ctx.options:  # XLA's default executable itself
             return self.default_cost(ctx)
-        report = self._raced(ctx, final.state, ctx.candidate(state))
+        report = self._raced(ctx, final.state, ctx.candidate(state), state)
         return math.nan if "error" in report else float(report["median_us"])
 
-    def _raced(self, ctx: ObjectiveContext, final_state: str, module) -> dict:
+    def _raced(self, ctx: ObjectiveContext, final_state: str, module, state: str | None = None) -> dict:
         """The candidate's search-time measurement (cached per executable): a raced A/B against XLA's
         default, or ``{"error": why}`` when it does not compile or run with its options."""
         ev = ctx.evaluator
@@ -152,7 +152,7 @@ class Runtime(Objective):
         if fresh:
             # A candidate that provably cannot beat the best so far, nor be a win at all, is not the answer.
             bar = min(ctx.shared.get("best_ratio", 1.0), 1.0 - self.min_effect) if self.race else None
-            report = self._measure(ctx, module, bar)
+            report = self._measure(ctx, module, bar, state)
             ev.cache.put_report("runtime", key, report)
         if "error" in report:
             ctx.shared.setdefault("failures", {})[(final_state, ctx.options.key)] = report["error"]
@@ -164,11 +164,22 @@ class Runtime(Objective):
             _tally(ctx.shared.setdefault("race", {}), report)
         return report
 
-    def _measure(self, ctx: ObjectiveContext, module, stop_above: float | None) -> dict:
+    def _measure(self, ctx: ObjectiveContext, module, stop_above: float | None, state: str | None = None) -> dict:
+        """The raced A/B. With a ``wrong`` check from the search (``ctx.shared["wrong"]``: correct before fast),
+        a candidate with options that is still ahead of ``stop_above`` after the first rounds is checked
+        before the rest are timed: one that computes other numbers stops there (its search-time figure is
+        those rounds'), since it can never be the answer; the rest is timed in a second request, on the same
+        executables and inputs (the worker keeps both)."""
+        wrong = ctx.shared.get("wrong") if module.options and stop_above is not None and state is not None else None
+        first_rounds = MIN_ROUNDS + 1 if wrong is not None else self.search_rounds
         try:
-            timing = ctx.backend.time_ab(ctx.root, module, seed=ctx.seed, rounds=self.search_rounds, warmup=1,
-                                         min_seconds=self.search_min_seconds, stop_above=stop_above,
-                                         min_rounds=MIN_ROUNDS)
+            timing = self._time_ab(ctx, module, first_rounds, stop_above)
+            ratios = np.asarray(timing["b"]) / np.asarray(timing["a"])
+            if wrong is not None and not timing["stopped"] and float(np.median(ratios)) < stop_above \
+                    and not wrong(state, module.options):
+                timing = _joined(timing, self._time_ab(ctx, module, self.search_rounds - first_rounds, stop_above))
+            elif wrong is not None and not timing["stopped"]:
+                timing = {**timing, "planned": self.search_rounds, "stopped": timing["rounds"] < self.search_rounds}
         except PassFailed as exc:  # an option the compiler refuses here, or one that kills its worker
             return {"error": f"{exc.status}: {str(exc).splitlines()[0][:300]}" if str(exc) else exc.status}
         ratio = float(np.median(np.asarray(timing["b"]) / np.asarray(timing["a"])))
@@ -176,6 +187,10 @@ class Runtime(Objective):
                 "planned": timing.get("planned", timing["rounds"]), "stopped": bool(timing.get("stopped")),
                 "timing_seconds": timing.get("timing_seconds"), "compile_seconds": timing.get("compile_seconds"),
                 "timed": module.fingerprint, "options": module.options.key}
+
+    def _time_ab(self, ctx: ObjectiveContext, module, rounds: int, stop_above: float | None) -> dict:
+        return ctx.backend.time_ab(ctx.root, module, seed=ctx.seed, rounds=rounds, warmup=1,
+                                   min_seconds=self.search_min_seconds, stop_above=stop_above, min_rounds=MIN_ROUNDS)
 
     def retract(self, state: str, ctx: ObjectiveContext) -> None:
         """A candidate the search set aside (its outputs differ): racing no longer measures others against it."""
@@ -264,6 +279,15 @@ class Runtime(Objective):
                 claim = replace(claim, default_compile_seconds=compiled[0], compile_seconds=compiled[1])
             self._claims[key] = claim
         return self._claims[key]
+
+
+def _joined(first: dict, rest: dict) -> dict:
+    """Two consecutive raced measurements of the same pair as one: samples, rounds and timing added."""
+    rounds = first["rounds"] + rest["rounds"]
+    return {**rest, "a": first["a"] + rest["a"], "b": first["b"] + rest["b"], "rounds": rounds,
+            "planned": first["rounds"] + rest.get("planned", rest["rounds"]), "stopped": bool(rest.get("stopped")),
+            "timing_seconds": first.get("timing_seconds", 0.0) + rest.get("timing_seconds", 0.0),
+            "compile_seconds": first.get("compile_seconds")}
 
 
 def _best_so_far(shared: dict) -> None:
