@@ -317,10 +317,11 @@ def test_a_fast_candidate_is_checked_before_it_is_timed_in_full(engine, monkeypa
     trial = RunStore(engine.cache).trials(result.run_id)[0]
     notes = result.search_notes
     assert trial.options == YNN_NONE and notes["timed"] == 1
-    if trial.status == "invalid":  # measured faster: checked after its first rounds, never timed in full
-        assert notes["stopped"] == 1 and notes["rounds"] < notes["planned"] and result.faster_but_wrong
-    else:  # measured slower (a loaded machine): racing stopped it or it is a loss
-        assert trial.cost > result.default_cost * 0.98
+    assert notes["stopped"] == 1 and notes["rounds"] < notes["planned"]  # never timed in full, either way
+    if result.faster_but_wrong:  # measured faster: checked after its first rounds, listed with its reason
+        assert trial.status == "invalid" and result.faster_but_wrong[0]["compiler_options"] == YNN_NONE.as_dict()
+    else:  # measured no faster (a loaded machine): racing stopped it; validation may still set it aside
+        assert trial.status != "invalid" or trial.cost >= result.default_cost
     assert not result.beats_default
 
 

@@ -178,7 +178,7 @@ class Runtime(Objective):
             if wrong is not None and not timing["stopped"] and float(np.median(ratios)) < stop_above \
                     and not wrong(state, module.options):
                 timing = _joined(timing, self._time_ab(ctx, module, self.search_rounds - first_rounds, stop_above))
-            elif wrong is not None and not timing["stopped"]:
+            elif wrong is not None:  # stopped by racing in its first rounds, or found wrong: the full plan was 16
                 timing = {**timing, "planned": self.search_rounds, "stopped": timing["rounds"] < self.search_rounds}
         except PassFailed as exc:  # an option the compiler refuses here, or one that kills its worker
             return {"error": f"{exc.status}: {str(exc).splitlines()[0][:300]}" if str(exc) else exc.status}
