@@ -133,13 +133,18 @@ def test_a_claimed_win_carries_its_interval(engine, mlp):
     """A real difference: the same module compiled without XLA's fusion pass (A) and with it (B)."""
     root, default, _, _ = mlp
     obj = Runtime()
-    timing = engine.pipeline.time_ab(root, root, seed=0, rounds=obj.rounds, options_a=NO_FUSION)
-    assert len(timing["a"]) == len(timing["b"]) == obj.rounds and timing["inner"] >= 1
-    claim = obj.claim_from(stats.time_ratio(timing["a"], timing["b"]))
+    timings = []
+
+    def timed(seed):
+        timings.append(engine.pipeline.time_ab(root, root, seed=seed, rounds=obj.rounds, options_a=NO_FUSION))
+        return timings[-1]
+
+    claim = obj.measured_claim(timed, seed=0)
     assert claim.win, claim.message
+    assert len(timings) == 2 and all(len(t["a"]) == len(t["b"]) == obj.rounds for t in timings)  # replicated
     assert claim.measured and claim.low <= claim.ratio <= claim.high < 1 - obj.min_effect
-    assert claim.confidence == 0.95 and claim.rounds == 30 and claim.min_effect == 0.02
-    assert "95% CI" in claim.message and "30 interleaved rounds" in claim.message
+    assert claim.confidence == 0.95 and claim.rounds == 60 and claim.min_effect == 0.02
+    assert "95% CI" in claim.message and "60 interleaved rounds" in claim.message and "replicated" in claim.message
     # Every verdict the objective can give: a win has its interval, and only a proven one is a win.
     rng = np.random.default_rng(5)
     for scale in (0.5, 0.9, 0.97, 1.0, 1.2):
@@ -148,6 +153,31 @@ def test_a_claimed_win_carries_its_interval(engine, mlp):
         assert c.win == (c.high is not None and c.high < 0.98)
         if c.win:
             assert None not in (c.ratio, c.low, c.high, c.confidence, c.rounds)
+
+
+def test_a_faster_verdict_counts_only_when_a_second_confirmation_replicates_it():
+    """The claim rule on given samples: a first confirmation that says faster is repeated on other inputs
+    (seed + 1); the win needs both, and the claim is both pooled. One that says no difference is final."""
+    rng = np.random.default_rng(3)
+
+    def samples(scale):
+        a = 1e-3 * (1 + 0.01 * rng.standard_normal(30))
+        return {"a": list(a), "b": list(scale * a * (1 + 0.01 * rng.standard_normal(30)))}
+
+    def run(*scales):
+        asked = []
+        claim = Runtime().measured_claim(lambda seed: asked.append(seed) or samples(scales[len(asked) - 1]), seed=7)
+        return claim, asked
+
+    claim, asked = run(0.9, 0.9)
+    assert claim.win and asked == [7, 8] and claim.rounds == 60 and "replicated on other inputs" in claim.message
+    claim, asked = run(0.9, 1.0)
+    assert not claim.win and asked == [7, 8] and "not replicated" in claim.message
+    assert claim.message.startswith("no significant difference: keep XLA's default")
+    claim, asked = run(1.0, 0.9)
+    assert not claim.win and asked == [7] and claim.rounds == 30
+    one = Runtime(replicate=False).measured_claim(lambda seed: samples(0.9), seed=7)
+    assert one.win and one.rounds == 30  # replicate=False: one confirmation decides
 
 
 # ---- records ---------------------------------------------------------------------------------------------

@@ -89,10 +89,11 @@ class TimeRatio:
             return "slower"
         return "no significant difference"
 
-    def describe(self) -> str:
-        """``0.524x [0.51, 0.54] (95% CI, 30 rounds)``: the ratio and its interval, for a person."""
-        return (f"{self.ratio:.3f}x [{self.low:.3f}, {self.high:.3f}] ({self.confidence:.0%} CI, "
-                f"{self.rounds} interleaved rounds)")
+    def describe(self, context: bool = True) -> str:
+        """``0.524x [0.51, 0.54] (95% CI, 30 rounds)``: the ratio and its interval, for a person
+        (``context=False``: without the parenthesis)."""
+        figure = f"{self.ratio:.3f}x [{self.low:.3f}, {self.high:.3f}]"
+        return f"{figure} ({self.confidence:.0%} CI, {self.rounds} interleaved rounds)" if context else figure
 
     def to_dict(self) -> dict:
         data = asdict(self)

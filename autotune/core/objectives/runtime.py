@@ -15,6 +15,11 @@ Two measurements with two purposes (see ``docs/runtime.md``):
   worker (``Backend.time_ab``: both compiled once, then ``rounds`` rounds A B / B A ...), and the
   ratio of medians with a bootstrap confidence interval (``autotune.core.stats``). A win needs the
   whole interval below ``1 - min_effect``; otherwise: "no significant difference: keep XLA's default".
+  A "faster" verdict is **replicated** before it is claimed (``replicate``): a second confirmation on
+  other inputs (other buffers, another bootstrap) must say faster too, and the claim is the 60 rounds
+  pooled. One confirmation's percentile interval of a median over 30 rounds is a little too narrow: XLA's
+  default against itself was "faster" 2 times in 64 on this 2-core machine (``bench/options.py``, A/A);
+  under the null both must err, and a real win costs one more confirmation's seconds.
 
 Runtime is keyed by the fully compiled module and the compiler options it is compiled with
 (``ctx.options``, ``core/options.py``). What a backend executes after a tuned sequence is XLA's default
@@ -109,7 +114,7 @@ class Runtime(Objective):
     def __init__(self, confidence: float = stats.CONFIDENCE, min_effect: float = stats.MIN_EFFECT,
                  rounds: int = stats.ROUNDS, repeats: int = REPEATS, warmup: int = WARMUP,
                  search_min_seconds: float = SEARCH_MIN_SECONDS, confirm_min_seconds: float = CONFIRM_MIN_SECONDS,
-                 race: bool = True, search_rounds: int = SEARCH_ROUNDS):
+                 race: bool = True, search_rounds: int = SEARCH_ROUNDS, replicate: bool = True):
         if not 0.5 <= float(confidence) < 1.0:
             raise BadInput(f"runtime: confidence must be in [0.5, 1), not {confidence}")
         if not 0.0 <= float(min_effect) < 1.0:
@@ -127,6 +132,7 @@ class Runtime(Objective):
         self.confirm_min_seconds = float(confirm_min_seconds)
         self.race = bool(race)
         self.search_rounds = int(search_rounds)
+        self.replicate = bool(replicate)
         self._claims: dict[tuple, Claim] = {}  # (version, final module, options, seed) -> this instance's confirmation
 
     # ---- search ------------------------------------------------------------------------------------
@@ -225,14 +231,38 @@ class Runtime(Objective):
                                self.search_min_seconds)
 
     # ---- claim ---------------------------------------------------------------------------------------
-    def measure_ratio(self, ctx: ObjectiveContext, state: str) -> stats.TimeRatio:
+    def measured_claim(self, timed, seed: int = 0, base: str = "XLA's default") -> Claim:
+        """The confirmation protocol, given ``timed(seed)``: one interleaved A/B (``Backend.time_ab``'s
+        dict: per-round ``a`` and ``b``) of XLA's default (A) against the candidate (B) at ``self.rounds``
+        rounds. A "faster" verdict is replicated (``replicate``): a second A/B with ``seed + 1`` (other
+        inputs, other buffers) must say faster too, and the claim is both pooled; one that does not
+        replicate is "no significant difference"."""
+        first = timed(seed)
+        cmp = stats.time_ratio(first["a"], first["b"], self.confidence, self.min_effect, seed=seed)
+        if not (cmp.faster and self.replicate):
+            return self.claim_from(cmp, base)
+        second = timed(seed + 1)
+        again = stats.time_ratio(second["a"], second["b"], self.confidence, self.min_effect, seed=seed + 1)
+        pooled = stats.time_ratio(list(first["a"]) + list(second["a"]), list(first["b"]) + list(second["b"]),
+                                  self.confidence, self.min_effect, seed=seed)
+        claim = self.claim_from(pooled, base)
+        if again.faster and pooled.faster:
+            return replace(claim, message=f"{claim.message}; replicated on other inputs (first "
+                                          f"{cmp.describe(False)}, second {again.describe(False)})")
+        threshold = 1.0 - self.min_effect
+        return replace(claim, win=False, message=(
+            f"no significant difference: keep {base} (the first {cmp.rounds} rounds measured "
+            f"{cmp.describe(False)}, a second {again.rounds} on other inputs {again.describe(False)}: not "
+            f"replicated below {threshold:.2f}; pooled {pooled.describe()})"))
+
+    def measure_ratio(self, ctx: ObjectiveContext, state: str, seed: int | None = None) -> dict:
         """Interleaved A/B of XLA's default executable (A) against ``state``'s (B, with ``ctx.options``), in
-        one worker."""
-        timing = ctx.backend.time_ab(ctx.root, ctx.candidate(state), seed=ctx.seed, rounds=self.rounds,
-                                     min_seconds=self.confirm_min_seconds)
+        one worker: ``time_ab``'s dict."""
+        timing = ctx.backend.time_ab(ctx.root, ctx.candidate(state), seed=ctx.seed if seed is None else seed,
+                                     rounds=self.rounds, min_seconds=self.confirm_min_seconds)
         self._timed_on = timing.get("device")
         self._compile_seconds = timing.get("compile_seconds")
-        return stats.time_ratio(timing["a"], timing["b"], self.confidence, self.min_effect, seed=ctx.seed)
+        return timing
 
     def claim_from(self, cmp: stats.TimeRatio, base: str = "XLA's default") -> Claim:
         """The claim a comparison supports (A: the baseline ``base``, B: the candidate)."""
@@ -271,7 +301,7 @@ class Runtime(Objective):
                          f"{base}", ratio=cost / default if default else None, rounds=0, **common)
         key = (ctx.version, final.state, ctx.options.key, ctx.seed)
         if key not in self._claims:
-            claim = self.claim_from(self.measure_ratio(ctx, state), base)
+            claim = self.measured_claim(lambda seed: self.measure_ratio(ctx, state, seed), ctx.seed, base)
             if ctx.backend.target.is_gpu and getattr(self, "_timed_on", None):  # which device timed it, in words
                 claim = replace(claim, message=f"{claim.message} (timed on {self._timed_on})")
             compiled = getattr(self, "_compile_seconds", None)
