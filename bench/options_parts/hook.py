@@ -98,12 +98,16 @@ def hook_experiment(tmp: Path, quick: bool = False) -> dict:
                                           "hook to apply."}
         record = from_run(ev, result.run_id)
     plain = jax.jit(program.fn).lower(*args).compile()
+    again = jax.jit(program.fn).lower(*args).compile()  # the control: plain against plain, timed the same way
     with autotune_jax.use([record], cache=db) as stats:
         hooked = jax.jit(program.fn).lower(*args).compile()
     measured = jax_ratio(plain, hooked, args)
+    control = jax_ratio(plain, again, args)
     m = record.metrics
-    return {"what": what, "record": {"options": record.compiler_options, "ratio": m["ratio"], "low": m["ratio_low"],
+    return {"what": what, "record": {"options": record.compiler_options, "sequence": list(record.sequence),
+                                     "ratio": m["ratio"], "low": m["ratio_low"],
                                      "high": m["ratio_high"], "validation": record.validation},
-            "applied": stats.options, "errors": stats.errors, "jax": measured,
+            "applied": stats.options, "applied_sequences": [list(seq) for _, seq in stats.applied],
+            "errors": stats.errors, "jax": measured, "jax_control": control,
             "within": m["ratio_low"] <= measured["ratio"] <= m["ratio_high"],
             "overlap": measured["low"] <= m["ratio_high"] and m["ratio_low"] <= measured["high"]}

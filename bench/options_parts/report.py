@@ -21,8 +21,10 @@ def search_lines(data: dict) -> list[str]:
              f"`autotune run --objective runtime --space both --strategy {data['strategy']} --budget {data['budget']} "
              f"--seed {data['seed']} MODULE` on each module, a fresh cache each (`{data['command']} --stage search`). "
              "A win is a confirmation (30 interleaved rounds against XLA's default, ratio of medians with its 95% "
-             "bootstrap interval) whose whole interval lies below 0.98, with outputs compared to the default's on two "
-             "draws of inputs.", "",
+             "bootstrap interval) whose whole interval lies below 0.98, replicated by a second confirmation on other "
+             "inputs (the figure: both pooled, 60 rounds), with outputs compared to the default's on two draws of "
+             "inputs. A search's answer is its luckiest candidate confirmed or not: a small real win (0.95-0.97) "
+             "is found in one run and missed in the next, so read the table as what one run of the command gives.", "",
              f"**Confirmed, executed speed-ups: {len(wins)} of {sum(1 for r in rows if 'skipped' not in r)} modules.**", "",
              "| module | default | answer (options; passes) | time / default [95% CI] | validation | faster but wrong "
              "| compile s (default) | search s | racing saved |", "|---|---:|---|---|---|---|---:|---:|---:|"]
@@ -98,11 +100,20 @@ def hook_lines(data: dict) -> list[str]:
     lines = ["## The JAX hook applies a record's options", "", hook.get("what", ""), ""]
     if hook.get("record"):
         rec, jx = hook["record"], hook.get("jax") or {}
-        lines += [f"Record: {_opts(rec['options'])}, ratio {rec['ratio']:.3f} [{rec['low']:.3f}, {rec['high']:.3f}].",
+        seq = rec.get("sequence") or []
+        what = (_opts(rec["options"]) if rec["options"] else "no compiler options") + (
+            f"; passes `{','.join(seq)}`" if seq else "")
+        ctl = hook.get("jax_control") or {}
+        applied = "compiler options" if hook.get("applied") else ""
+        applied += (" and " if applied else "") + "a sequence" if hook.get("applied_sequences") else ""
+        lines += [f"Record: {what}; ratio {rec['ratio']:.3f} [{rec['low']:.3f}, {rec['high']:.3f}]. The hook applied "
+                  f"{applied or 'nothing'} to jax's compile.",
                   f"jax's own timing, hooked against plain jit ({jx.get('rounds')} interleaved rounds): "
                   f"**{jx.get('ratio', float('nan')):.3f} [{jx.get('low', float('nan')):.3f}, {jx.get('high', float('nan')):.3f}]**"
                   f"; its ratio within the record's interval: **{'yes' if hook.get('within') else 'no'}**; the two intervals "
-                  f"overlap (consistent measurements): **{'yes' if hook.get('overlap') else 'no'}**.", ""]
+                  f"overlap (consistent measurements): **{'yes' if hook.get('overlap') else 'no'}**. The control, plain jit against "
+                  f"a second plain jit timed the same way: {ctl.get('ratio', float('nan')):.3f} [{ctl.get('low', float('nan')):.3f}, "
+                  f"{ctl.get('high', float('nan')):.3f}].", ""]
     elif hook.get("note"):
         lines += [hook["note"], ""]
     return lines
