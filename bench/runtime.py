@@ -137,7 +137,8 @@ def issue_command(db: Path) -> dict:
     return {"claim": data["claim"], "beats_default": data["beats_default"], "default_cost": data["default_cost"],
             "best_cost": (data.get("best") or {}).get("cost"), "best_sequence": (data.get("best") or {}).get("sequence"),
             "best_final_ops": ((data.get("best") or {}).get("final") or {}).get("instructions"),
-            "default_ops": data["default"]["instructions"], "seconds": seconds}
+            "default_ops": data["default"]["instructions"], "space": data.get("space"),
+            "best_options": (data.get("best") or {}).get("compiler_options") or {}, "seconds": seconds}
 
 
 def binomial_upper(k: int, n: int) -> float:
@@ -220,8 +221,11 @@ def markdown(data: dict) -> str:
         c = cmd["claim"] or {}
         lines += [
             f"* search-time samples: XLA default {cmd['default_cost']:.0f} us, best found {cmd['best_cost']:.0f} us "
-            f"(final module {cmd['best_final_ops']} instructions, the default's {cmd['default_ops']}): the noisy sample "
-            "the old objective printed as a win;",
+            f"(final module {cmd['best_final_ops']} instructions, the default's {cmd['default_ops']}"
+            + (f"; compiler options {', '.join(f'{k}={v}' for k, v in cmd['best_options'].items())}" if cmd.get("best_options") else "")
+            + ("): the noisy sample the old objective printed as a win;" if not cmd["beats_default"] else
+               f"): the search space is `{cmd.get('space') or 'passes'}` (with `--objective runtime` options and order "
+               "are searched); its best was confirmed;"),
             f"* claim: **{c.get('message')}**;",
             f"* beats_default: {cmd['beats_default']} ({cmd['seconds']:.0f} s, confirmation included).",
         ]
@@ -233,7 +237,16 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="fewer trials (a smoke run; not for results/)")
     parser.add_argument("--out", default=str(RESULTS))
     parser.add_argument("--from-json", action="store_true", help="rewrite runtime.md from runtime.json only")
+    parser.add_argument("--issue-only", action="store_true",
+                        help="re-run only the issue's command and rewrite the report with it (the rest from runtime.json)")
     args = parser.parse_args()
+    if args.issue_only:
+        data = json.loads((Path(args.out) / "runtime.json").read_text())
+        data.pop("provenance", None)
+        with tempfile.TemporaryDirectory(prefix="autotune-bench-runtime-") as tmp:
+            data["issue_command"] = issue_command(Path(tmp) / "issue.db")
+        write(Path(args.out), "runtime", data, markdown(data), Provenance.now())
+        return
     if args.from_json:
         data = json.loads((Path(args.out) / "runtime.json").read_text())
         write_markdown(Path(args.out) / "runtime.md", markdown(data), Provenance.of(data))
