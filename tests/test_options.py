@@ -212,6 +212,31 @@ def test_a_fast_but_wrong_option_set_is_never_the_answer(engine, monkeypatch):
     assert wrong[0]["ratio"] < 0.01 and json.loads(json.dumps(result.to_dict()))["faster_but_wrong"]
 
 
+def test_a_failed_confirmation_stays_the_answer_when_the_runner_up_is_wrong(engine, monkeypatch):
+    """The best candidate's claim does not hold (its search sample poisoned 1e5x fast), so the runner-up, also
+    measured faster, is tried: it computes NaN (ResNet-50 without YNNPACK fusions) and is rejected. The run's
+    answer is then the first candidate's failed confirmation, interval and all, never no claim at all."""
+    from autotune.core.spec import RunSpec
+
+    root = engine.prepare(load(RESNET))
+    default = engine.default(root)
+    width = CompilerOptions.of({"xla_cpu_prefer_vector_width": "256"})
+    monkeypatch.setattr(engine.pipeline, "option_space", lambda numerics=False, partitioned=False: (
+        OptionDim("xla_cpu_prefer_vector_width", ("256",)), OptionDim("xla_cpu_experimental_ynn_fusion_type", ("",))))
+    seed = 203
+    engine.cache.put_report("runtime", runtime_key(engine, default.state, seed, options=width),
+                            {"median_us": 1.0, "ratio": 1e-5, "poisoned": True})
+    for wrong in (YNN_NONE, width.merged(YNN_NONE)):  # whichever the descent draws second
+        engine.cache.put_report("runtime", runtime_key(engine, default.state, seed, options=wrong),
+                                {"median_us": 2.0, "ratio": 2e-5, "poisoned": True})
+    result = tune(engine, load(RESNET), spec=RunSpec(strategy="greedy", budget=2, objective="runtime", seed=seed,
+                                                     space="options"))
+    assert [r for r in result.invalid if "NaN or Inf" in r[1]], result.invalid  # the runner-up, rejected
+    assert result.claim is not None and result.claim.measured and not result.claim.win, result.claim
+    assert result.claim.rounds >= 30 and result.claim.low is not None  # the first candidate's own confirmation
+    assert not result.beats_default and result.best_options == CompilerOptions()
+
+
 # ---- records, check, the hook -------------------------------------------------------------------------
 def _record(root, engine, options: dict, objective: str = "runtime") -> TuningRecord:
     return TuningRecord(module="mlp", fingerprint=root.fingerprint, sequence=(), objective=objective,

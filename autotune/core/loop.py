@@ -328,6 +328,7 @@ def choose(search: Search, ranked: list[TrialRecord], validate: bool, validation
     its reason and the next one is tried. Returns ``(choice or None, rejected (sequence, reason)s)``."""
     clock, invalid, seen, tally = search.phases, [], set(), {"confirmations": 0}
     guards, guarded_keys = [], set()
+    unconfirmed: Choice | None = None  # the first measured candidate whose confirmation did not hold
     for i, rec in enumerate(ranked):
         key = search.key(rec)
         if key is None or key in seen or key in guarded_keys:
@@ -355,10 +356,13 @@ def choose(search: Search, ranked: list[TrialRecord], validate: bool, validation
                 continue
         verdict, try_next = search.confirm(rec, ranked[i + 1:], seen, tally)
         if try_next:
+            # The runner-up may fail too (invalid, or its own confirmation): this claim, with its interval,
+            # then stays the run's answer, as it would have been without a runner-up.
+            unconfirmed = unconfirmed or Choice(rec, found, report, verdict, found_cost)
             continue
         choice = Choice(rec, found, report, verdict, found_cost)
         return choice, tuple((set_aside(search, choice) + guards)[:MAX_GUARDED_SHOWN] + invalid)
-    return None, tuple((set_aside(search, None) + guards)[:MAX_GUARDED_SHOWN] + invalid)
+    return unconfirmed, tuple((set_aside(search, unconfirmed) + guards)[:MAX_GUARDED_SHOWN] + invalid)
 
 
 def set_aside(search: Search, choice: Choice | None) -> list[tuple[tuple[str, ...], str]]:
