@@ -145,7 +145,7 @@ class ModuleSearch(Search):
         options = self.fixed.merged(options)
         if not options or self.objective.deterministic or not self.spec.validate or not cost < self._bar:
             return None
-        report = validity_of(self.ev, self.root, state, self.validation_seed, self.validate_seconds, options=options)
+        report = self._first_draw(state, options)
         if report.ok or report.level != INVALID:
             self._bar = cost
             return None
@@ -153,11 +153,14 @@ class ModuleSearch(Search):
         self._wrong(seq, state, cost, options, report.reason)
         return f"validation failed: with {options.describe()}: {report.reason or 'outputs differ'}"
 
+    def _first_draw(self, state: str, options: CompilerOptions) -> Validation:
+        """``state`` compiled with ``options`` against XLA's default on the first draw of inputs of the
+        validation that would follow (cached for it)."""
+        return validity_of(self.ev, self.root, state, self.validation_seed, self.validate_seconds, options=options)
+
     def _computes_otherwise(self, state: str, options: CompilerOptions) -> bool:
-        """Whether ``state`` compiled with ``options`` computes other outputs than XLA's default (the first
-        draw of the validation that would follow; cached for it)."""
-        report = validity_of(self.ev, self.root, state, self.validation_seed, self.validate_seconds, options=options)
-        return report.level == INVALID
+        """Whether ``state`` compiled with ``options`` computes other outputs than XLA's default."""
+        return self._first_draw(state, options).level == INVALID
 
     def _wrong(self, seq: tuple[str, ...], state: str, cost: float, options: CompilerOptions, reason) -> None:
         """Remember a candidate measured faster than the default whose outputs differ (once per executable)."""

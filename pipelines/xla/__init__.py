@@ -102,6 +102,7 @@ class XlaPipeline(BackendBase):
         self._execution_request = device.requested(execution_platform)
         self._execution = None
         self._device_pool = None
+        self._timing_pool = None  # the host's timing worker (``_timing_remote``), started on first use
         if self._execution_request == "cuda":  # required: refused now, in one line, not in the middle of a run
             _ = self.execution
         self._cache = cache
@@ -408,13 +409,13 @@ class XlaPipeline(BackendBase):
         timed in the first would not hold in the user's program."""
         if self.execution is not None:
             return self._run_remote(timeout)
-        if getattr(self, "_timing_pool", None) is None:
+        if self._timing_pool is None:
             self._timing_pool = self.executor.pool(self.worker, self.worker_args(), size=1, env=TIMING_ENV)
         return remote(self._timing_pool, self.worker_api, timeout)
 
     def close(self) -> None:
         for name in ("_device_pool", "_timing_pool"):
-            pool = getattr(self, name, None)
+            pool = getattr(self, name)
             if pool is not None:
                 pool.close()
                 setattr(self, name, None)

@@ -8,8 +8,8 @@ Two measurements with two purposes (see ``docs/runtime.md``):
   ``REPEATS`` calibrated samples after a warm-up, their median in microseconds) times the median
   per-round ratio candidate/default. Racing: from ``MIN_ROUNDS`` on, a candidate whose ratio provably
   (a one-sided sign-test bound, ``stats.median_lower_bound``) lies above the best ratio found so far,
-  or above ``1 - min_effect`` (no win is possible), stops being timed: it cannot be the answer, and the rounds left are saved (``search_notes`` says how
-  many, and how much time). Good enough to rank candidates, never enough to claim anything: the search
+  or above ``1 - min_effect`` (no win is possible), stops being timed: it cannot be the answer, and the
+  rounds left are saved (``search_notes`` says how many, and how much time). Good enough to rank candidates, never enough to claim anything: the search
   keeps its luckiest sample.
 * **Claim** (``confirm``): the best candidate and XLA's default re-measured interleaved in one
   worker (``Backend.time_ab``: both compiled once, then ``rounds`` rounds A B / B A ...), and the
