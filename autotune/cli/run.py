@@ -267,7 +267,9 @@ def _report(result, as_json: bool, out_dir) -> None:
     elif result.claim is not None and not result.claim.win and (result.claim.measured or result.claim.rounds == 0):
         out.print(f"[yellow]{result.objective}: {result.claim.message}.[/]")
     else:
-        out.print(f"[yellow]No sequence beat {base} ordering on {result.objective} in {result.evaluations} "
+        searched = {"options": "option set", "both": "sequence or option set"}.get(result.space, "sequence")
+        out.print(f"[yellow]No {searched} beat {base}{' ordering' if searched == 'sequence' else ''} on "
+                  f"{result.objective} in {result.evaluations} "
                   f"evaluations: keep {base}.[/]")
     if result.claim is not None and result.claim.measured and result.claim.win:
         out.print(f"[green]{result.objective}: {result.claim.message}[/]")
