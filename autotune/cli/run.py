@@ -43,6 +43,10 @@ from autotune.cli.common import check_writable, console, db_option, json_option,
               help="Fix an XLA compiler option for the whole run (repeatable; not -O, the strategy's options).")
 @click.option("--allow-numerics-options", is_flag=True,
               help="Also search options that change numerics by design (fast math, fast min/max).")
+@click.option("--sites", type=click.IntRange(min=0), default=None,
+              help="Per-site decisions searched beside the options: the N hottest sites of the module (`autotune "
+                   "sites`), e.g. a convolution run by YNNPACK or by XLA's own code; 0: none [default: 8 where "
+                   "options are searched on the CPU].")
 @click.option("--no-race", is_flag=True,
               help="runtime: time every candidate fully instead of stopping one once it provably cannot win.")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), default=None,
@@ -73,7 +77,7 @@ from autotune.cli.common import check_writable, console, db_option, json_option,
 @executor_option
 @json_option
 def run(models, modules_dir, allow_regressions, strategy, budget, time_limit, seed, max_length, objective, min_effect,
-        confirm_rounds, space, compiler_options, allow_numerics_options, no_race, out_dir, resume, sampler, optimizer,
+        confirm_rounds, space, compiler_options, allow_numerics_options, sites, no_race, out_dir, resume, sampler, optimizer,
         policy, shaping, extra, no_validate, require, no_prune, no_surrogate, validate_seconds, db, workers,
         as_json) -> None:
     """Tune MODEL's pass ordering with a search strategy and report the best sequence found
@@ -94,7 +98,7 @@ def run(models, modules_dir, allow_regressions, strategy, budget, time_limit, se
                    objective_options=_objective_options(min_effect, confirm_rounds, no_race),
                    allow_regressions=allow_regressions, space=space,
                    compiler_options=parse_assignments(compiler_options).as_dict(),
-                   numerics_options=allow_numerics_options)
+                   numerics_options=allow_numerics_options, sites=sites)
     paths = module_paths(list(models) + ([modules_dir] if modules_dir else [])) if (models or modules_dir) else []
     if resume and paths:
         raise BadInput("--resume takes no MODEL (the run knows its module)")

@@ -268,13 +268,25 @@ class TakesOptions(Protocol):
         ``UnknownName`` naming the nearest known option otherwise (one line)."""
 
 
+class DecidesPerSite(Protocol):
+    """``sites``: decisions per instruction of the compiled module (who generates a convolution's, a dot's
+    or a reduce's code: a library or the compiler), carried as ``site:<kind>:<instruction>`` entries of a
+    candidate's ``CompilerOptions`` so every layer that carries options carries them."""
+
+    def sites(self, module) -> tuple:
+        """Where decisions can be made in ``module`` as the target's pipeline leaves it."""
+
+    def site_space(self, module, only=None, limit=None) -> tuple:
+        """Those sites as ``OptionDim``s (all, those named in ``only`` in its order, at most ``limit``)."""
+
+
 #: Optional capability -> the members it promises. A backend lists the ones it has in
 #: ``capabilities``; the engine asks ``supports(backend, name)`` and does without the rest (no
 #: execution: validation stops at ``compiled``; no regions: no ``executed-region``; and so on).
 CAPABILITIES: dict[str, type] = {
     "execute": Executes, "bounded-execution": BoundsExecution, "time": Times, "reference": ComputesReference,
     "regions": CutsRegions, "stand-ins": HasStandIns, "explain": Explains, "surrogate": LiftsConstants,
-    "memory": MeasuresMemory, "options": TakesOptions,
+    "memory": MeasuresMemory, "options": TakesOptions, "sites": DecidesPerSite,
 }
 
 

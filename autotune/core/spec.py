@@ -69,6 +69,10 @@ class RunSpec:
     compiler_options: dict = field(default_factory=dict)
     #: Also search options that change numerics by design (fast math and its relatives).
     numerics_options: bool = False
+    #: Per-site decisions searched beside the options (``pipelines/xla/sites.py``): at most this many sites,
+    #: the hottest first; 0: none. None: ``DEFAULT_SITES`` where the backend decides per site and options
+    #: are searched (they are options named ``site:...``, judged by measured time as options are).
+    sites: int | None = None
 
     def __post_init__(self):
         check_budget(self.budget)
@@ -80,6 +84,8 @@ class RunSpec:
         object.__setattr__(self, "objective_options", dict(self.objective_options or {}))
         if self.validate_seconds is not None:
             object.__setattr__(self, "validate_seconds", validate_seconds(self.validate_seconds))
+        if self.sites is not None and (isinstance(self.sites, bool) or not isinstance(self.sites, int) or self.sites < 0):
+            raise BadInput(f"--sites must be a whole number >= 0, not {self.sites!r}")
         if self.space is not None and self.space not in SPACES:
             raise BadInput(f"--space must be one of {', '.join(SPACES)}, not {self.space!r}")
         object.__setattr__(self, "compiler_options", CompilerOptions.of(self.compiler_options).as_dict())

@@ -39,7 +39,7 @@ from autotune.core.levels import EXECUTED, EXECUTED_WITH_STAND_INS, INVALID, Val
 from autotune.core.options import EMPTY, CompilerOptions
 from autotune.core.limits import validate_seconds as seconds_of_bound
 from autotune.core.spec import DEFAULT_MAX_LENGTH, RunSpec
-from autotune.errors import AutotuneError, BadInput
+from autotune.errors import AutotuneError, BadInput, PassFailed
 from autotune.strategy import SearchSpace
 from autotune.core.fleet import FLEET_KEYS, FleetSearch, fleet_fields, fleet_roots, prepare_fleet
 
@@ -474,12 +474,16 @@ def tune_fleet(evaluator: Evaluator, modules: Sequence[Module], strategy: str = 
 
 #: Run options that carry what was searched (``RunSpec.space``, fixed compiler options, numerics): stored with
 #: the run so that ``--resume`` searches the same space; ``_resumed`` takes them back out.
-SPACE_KEYS = ("space", "compiler_options", "numerics_options")
+SPACE_KEYS = ("space", "compiler_options", "numerics_options", "sites")
+#: Sites searched per module when a run does not say (``RunSpec.sites``): the hottest few, so that a small
+#: budget can still try each once beside the options.
+DEFAULT_SITES = 8
 
 
 def _space_fields(spec: RunSpec) -> dict:
     return {k: v for k, v in (("space", spec.space), ("compiler_options", spec.compiler_options),
-                              ("numerics_options", spec.numerics_options)) if v}
+                              ("numerics_options", spec.numerics_options), ("sites", spec.sites)) if v is not None
+            and v != {} and v is not False}
 
 
 def _space(evaluator: Evaluator, subject, spec: RunSpec) -> tuple[str, SearchSpace]:
@@ -514,7 +518,27 @@ def _option_dims(evaluator: Evaluator, subject, spec: RunSpec, space_name: str) 
         return ()
     roots = subject if isinstance(subject, list) else [subject]
     partitioned = any(evaluator.metrics(r.fingerprint).collectives for r in roots)
-    return tuple(d for d in backend.option_space(spec.numerics_options, partitioned) if d.name not in fixed.names)
+    dims = tuple(d for d in backend.option_space(spec.numerics_options, partitioned) if d.name not in fixed.names)
+    return dims + _site_dims(backend, subject, spec, fixed, partitioned)
+
+
+def _site_dims(backend, subject, spec: RunSpec, fixed: CompilerOptions, partitioned: bool) -> tuple:
+    """Per-site decisions as option dimensions (``DecidesPerSite``): the module's hottest sites (a
+    profile's order where the backend profiles, else the largest results first), at most ``spec.sites``.
+    None for a fleet (a site is one module's instruction) and for a partitioned step."""
+    limit = DEFAULT_SITES if spec.sites is None else spec.sites
+    if not limit or isinstance(subject, list) or partitioned or not supports(backend, "sites"):
+        return ()
+    try:
+        dims = backend.site_space(subject, only=_hot_sites(backend, subject), limit=limit)
+    except PassFailed:
+        return ()  # the module's optimised form cannot be read (it will fail to compile anyway)
+    return tuple(d for d in dims if d.name not in fixed.names)
+
+
+def _hot_sites(backend, module):
+    """The module's ops by measured share of its step, where the backend profiles (None: no order)."""
+    return None
 
 
 def _label(subject) -> str:
@@ -553,7 +577,7 @@ def _resumed(evaluator: Evaluator, run_id: str, spec: RunSpec):
                    max_length=run.max_length,
                    options={k: v for k, v in run.options.items() if k not in FLEET_KEYS + SPACE_KEYS},
                    space=run.options.get("space"), compiler_options=run.options.get("compiler_options") or {},
-                   numerics_options=bool(run.options.get("numerics_options", False)),
+                   numerics_options=bool(run.options.get("numerics_options", False)), sites=run.options.get("sites"),
                    validate=spec.validate and run.validate,
                    time_limit=spec.time_limit if spec.time_limit is not None else run.time_limit,
                    prune=spec.prune, validate_seconds=spec.validate_seconds, surrogate=spec.surrogate,

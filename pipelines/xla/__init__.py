@@ -27,10 +27,10 @@ from autotune.core.module import Module
 from autotune.core.target import CPU
 from autotune.core.workers import WorkerPool
 from autotune.errors import BadInput, PassFailed, UnknownName
-from autotune.core.options import CompilerOptions, check_against
+from autotune.core.options import CompilerOptions, OptionDim, check_against
 from autotune.version import DISTRIBUTION
-from autotune.pipelines.xla import (device, hlo, loader, machine_inventory, partitioned, region, standins, surrogate,
-                                    targets, versions)
+from autotune.pipelines.xla import (device, hlo, loader, machine_inventory, partitioned, region, sites, standins,
+                                    surrogate, targets, versions)
 from autotune.pipelines.xla import options as catalogue
 from autotune.pipelines.xla.inventory import PassInventory
 from autotune.pipelines.xla.runner import parameter_specs
@@ -80,7 +80,7 @@ class XlaPipeline(BackendBase):
     #: bounded-execution: cost-analysis estimates, and a run stopped at its bound; regions: region.py
     #: cuts the changed regions of two final modules; surrogate: surrogate.py; reference: reference.py.
     capabilities = frozenset({"execute", "bounded-execution", "time", "reference", "regions", "stand-ins",
-                              "explain", "surrogate", "memory", "options"})
+                              "explain", "surrogate", "memory", "options", "sites"})
 
     def __init__(self, workers: int = 1, cache=None, include_target_specific: bool = False,
                  step_timeout: float = 120.0, inventory: PassInventory | None = None, executor=None,
@@ -93,7 +93,9 @@ class XlaPipeline(BackendBase):
             # A GPU-compiled final module is fused and laid out for the device: the CPU cannot run
             # its regions (whole tuned modules still run on the CPU, see gpu_worker.py).
             # Its memory is the device's, which the host's compile does not give: not offered.
-            self.capabilities = self.capabilities - {"regions", "memory"}
+            # Per-site decisions rewrite the CPU pipeline's module at its pre-scheduler hook (sites.py);
+            # the GPU pipelines are compiled another way here: not offered.
+            self.capabilities = self.capabilities - {"regions", "memory", "sites"}
         self.target = self.gpu.target if self.gpu is not None else CPU
         self.target_option = target if self.gpu is not None else None
         self.include_target_specific = include_target_specific
@@ -226,10 +228,44 @@ class XlaPipeline(BackendBase):
                  "refused": [[v, why] for (k, v), why in accepted.refused.items() if k == e.name]}
                 for e in self.catalogue]
 
+    # ---- decisions per site (sites.py) ---------------------------------------------------------------
+    def sites(self, module: Module) -> tuple:
+        """The module's sites (``sites.Site``) as XLA's pipeline leaves it with the module's options."""
+        if "sites" not in self.capabilities:
+            raise BadInput(f"per-site decisions are made on the CPU pipeline, not for {self.target.name}")
+        rows = self.remote(self.run_timeout).sites(module.proto, _overrides(module))
+        return tuple(sites.Site(n, op, shape, default, tuple(choices)) for n, op, shape, default, choices in rows)
+
+    def site_space(self, module: Module, only: Iterable[str] | None = None, limit: int | None = None) -> tuple:
+        """Per-site decisions as option dimensions (``OptionDim`` named ``site:<kind>:<instruction>``, its
+        unset value XLA's own choice): all sites, or those whose instruction name or ``name:opcode:shape``
+        id is in ``only`` (a profile's hot sites, in that order), at most ``limit``."""
+        found = sorted(self.sites(module), key=lambda s: -s.elements)
+        if only is not None:
+            order = {key: i for i, key in enumerate(only)}
+            found = sorted((s for s in found if s.name in order or s.id in order),
+                           key=lambda s: order.get(s.id, order.get(s.name, 0)))
+        dims = tuple(OptionDim(s.option, tuple(c for c in s.choices if c != s.default), s.describe(), "site")
+                     for s in found)
+        return dims[:limit] if limit is not None else dims
+
     def check_options(self, options) -> CompilerOptions:
         """As the contract says; ``xla_disable_hlo_passes`` takes any pass this XLA runs (comma-separated),
-        also those the search leaves out (``NOT_SWITCHED_OFF``): fixing one is the user's call."""
+        also those the search leaves out (``NOT_SWITCHED_OFF``): fixing one is the user's call. Per-site
+        decisions (``site:...``) are checked for form here; one whose site the module lacks applies to
+        nothing, and the compile says so."""
         options = CompilerOptions.of(options)
+        decided = [name for name in options.names if sites.is_site_option(name)]
+        for name in decided:
+            if "sites" not in self.capabilities:
+                raise BadInput(f"per-site decisions ({name}) are made on the CPU pipeline, not for {self.target.name}")
+            try:
+                sites.check_decision(name, options.as_dict()[name])
+            except ValueError as exc:
+                raise BadInput(str(exc)) from None
+        if decided:
+            return CompilerOptions.of(self.check_options(options.without(decided)).items
+                                      + tuple((n, options.as_dict()[n]) for n in decided))
         accepted = self.accepted_options
         refused = {e.name: why for e in self.catalogue if (why := accepted.refusal(e.name))}
         dims = catalogue.dims(self.catalogue, accepted, numerics=True, partitioned=True)

@@ -87,20 +87,22 @@ def largest_array_bytes(text: str) -> int:
     return largest
 
 
-def _print_options(canonical: bool, large_constants: bool = True):
+def _print_options(canonical: bool, large_constants: bool = True, metadata: bool = False):
     opts = _hlo().HloPrintOptions.canonical() if canonical else _hlo().HloPrintOptions()
     opts.print_large_constants = large_constants
-    opts.print_metadata = False
+    opts.print_metadata = metadata
     return opts
 
 
-def to_text(module) -> str:
-    """Parseable HLO text with every constant printed (the default elides large ones as {...}).
+def to_text(module, metadata: bool = False) -> str:
+    """Parseable HLO text with every constant printed (the default elides large ones as {...});
+    ``metadata``: with each instruction's ``op_name`` and source (a rewrite that hands the module back
+    to XLA keeps them for profiles).
 
     Printing constant data is slow (~1 s for 3M bf16 elements): use it only to write a module out,
     never on a hot path (fingerprints and shape checks use ``elided_text``).
     """
-    return module.to_string(_print_options(canonical=False))
+    return module.to_string(_print_options(canonical=False, metadata=metadata))
 
 
 _HEADER = re.compile(r"^(?:ENTRY )?%?([\w.\-]+) ")

@@ -39,7 +39,7 @@ from autotune.errors import BadInput, PassFailed
 
 #: Execution memory limit (``AUTOTUNE_MAX_EXEC_BYTES`` or a share of MemAvailable): see core/limits.py.
 from autotune.core.limits import EXEC_LIMIT_ENV, execution_limit, gib  # noqa: E402
-from autotune.pipelines.xla import hlo, partitioned, standins
+from autotune.pipelines.xla import hlo, partitioned, sites, standins
 
 
 #: Integer (and unsigned) parameters are drawn from [0, INT_HIGH) by default. Integer entry
@@ -309,16 +309,24 @@ def compile_full(worker, proto: bytes, partitions: int = 1, overrides=None):
     options, devices = jax_.CompileOptions(), worker.devices
     if partitions > 1:
         proto, options, devices = _partitioned_compile(worker, proto, partitions)
+    overrides, decisions = sites.split(overrides)
     if overrides:
         options.env_option_overrides = [(str(k), str(v)) for k, v in overrides]
+    if decisions and not hasattr(worker, "site_decisions"):
+        raise PassFailed("per-site decisions need the CPU worker's pre-scheduler hook", "error")
     try:
         mlir = jax_.mlir.hlo_to_stablehlo(proto)
     except Exception as exc:
         raise PassFailed(f"XLA cannot convert the module for compilation: {compiler_message(exc)}", "error") from None
+    if decisions:
+        worker.site_decisions, worker.site_report = dict(decisions), None
     try:
         return worker.backend.compile_and_load(mlir, devices, options)
     except Exception as exc:
         raise PassFailed(compiler_message(exc), "error") from None
+    finally:
+        if decisions:
+            worker.site_decisions = {}
 
 
 def _partitioned_compile(worker, proto: bytes, n: int):

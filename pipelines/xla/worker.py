@@ -21,7 +21,7 @@ from collections import OrderedDict
 from autotune.core.backend import StepOut
 from autotune.core.workers import all_cores
 from autotune.errors import BadInput, PassFailed
-from autotune.pipelines.xla import hlo, reference, runner, timing
+from autotune.pipelines.xla import hlo, reference, runner, sites, timing
 from autotune.pipelines.xla import options as catalogue
 from autotune.pipelines.xla.inventory import PassInventory
 from autotune.pipelines.xla.structure import structure_counts
@@ -69,6 +69,9 @@ class XlaWorker:
         self.devices = _jax.DeviceList(tuple(self.backend.devices()[:1]))
         self._capturing = False
         self._captured: bytes | None = None
+        #: Per-site decisions of the full compile in progress (``runner.compile_full`` sets and clears them).
+        self.site_decisions: dict[str, str] = {}
+        self.site_report = None
         jex_xla.register_hlo_module_transformation(self._hook, name=CAPTURE_PASS_NAME, platforms="cpu")
         self.inventory = None
         if inventory_json:
@@ -85,10 +88,22 @@ class XlaWorker:
 
     # ---- the capture mechanism -----------------------------------------------------------------
     def _hook(self, module_bytes: bytes):
+        decided = self._decide_sites(module_bytes) if self.site_decisions else None
         if not self._capturing:
-            return None
-        self._captured = module_bytes
+            return decided
+        self._captured = decided or module_bytes
         raise _Captured()
+
+    def _decide_sites(self, module_bytes: bytes) -> bytes | None:
+        """A full compile with per-site decisions (``sites.py``): the optimised module, rewritten where
+        the decisions say, handed back to XLA for scheduling and codegen. What was applied (and what
+        found no site) is kept in ``site_report`` for the compile's caller."""
+        text = hlo.to_text(hlo.parse_proto(module_bytes), metadata=True)
+        result = sites.rewrite(text, self.site_decisions)
+        self.site_report = result
+        if not result.applied:
+            return None
+        return hlo.parse_text(result.text).as_serialized_hlo_module_proto()
 
     def capture(self, mlir: bytes, overrides: list[tuple[str, str]]) -> bytes:
         """Compile ``mlir`` with debug-option ``overrides`` and return the serialized HloModuleProto the
@@ -281,6 +296,18 @@ class XlaWorker:
     def compiles(self, proto: bytes, options=None) -> bool:
         """True if the full default pipeline (codegen included) accepts the module; else PassFailed."""
         return self.host_compiles(proto, options)
+
+    def sites(self, proto: bytes, options=None) -> list:
+        """The module's sites (``sites.find_sites`` of XLA's optimised module, compiled with compiler
+        ``options`` and after the per-site decisions among them), as ``[name, opcode, shape, default,
+        choices]`` lists."""
+        plain, decisions = sites.split(options)
+        self.site_decisions = decisions
+        try:
+            text = hlo.to_text(hlo.parse_proto(self.capture(self.to_mlir(proto, None), plain)))
+        finally:
+            self.site_decisions = {}
+        return [[s.name, s.opcode, s.shape, s.default, list(s.choices)] for s in sites.find_sites(text)]
 
     def probe_options(self, pairs: list) -> list:
         """Each ``(name, value)`` compiled alone on a tiny module: None where XLA accepts it, else its

@@ -55,6 +55,10 @@ class XlaRequests(StepRequests, Protocol):
     def compiles(self, proto: bytes, options=None) -> bool:
         """True when the full pipeline, codegen included, accepts the module; ``PassFailed`` if not."""
 
+    def sites(self, proto: bytes, options=None) -> list:
+        """Where per-site decisions can be made (``sites.find_sites``): ``[name, opcode, shape, default,
+        choices]`` per site of the module XLA optimises with ``options``."""
+
     def probe_options(self, pairs: list) -> list:
         """Each compiler option ``(name, value)`` compiled alone on a tiny module: None where XLA accepts
         it, else its refusal (``options.probe``)."""

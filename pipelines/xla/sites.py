@@ -1,0 +1,378 @@
+"""Decisions per site: which instructions of XLA's optimised CPU module run as a library call and which
+as XLA's own code, chosen one instruction at a time.
+
+Why here and how. XLA's CPU pipeline decides per module, by a flag, which ops become library fusions
+(YNNPACK's ``__ynn_fusion``: convolutions, some dots, some reduces) and which it emits itself (Eigen
+thunks, loop fusions). The best choice differs per op: on ResNet-50 the global "reduce only" flag wins
+because it takes the convolutions *out* of YNNPACK, and which of them pay differs by shape. XLA keeps
+the choice in the module (a ``kCustom`` fusion with a ``fusion_config`` backend config), so a decision
+can be made per instruction by rewriting the module where XLA has already made its own choices: the
+pre-scheduler stage, reached by the callback jaxlib registers with
+``jax.extend.xla.register_hlo_module_transformation`` (the worker's capture hook). XLA honours the
+rewritten module from there on (scheduling, buffer assignment, codegen). Forming such fusions in the
+*input* module does not work: the MLIR round trip of a compile drops their backend config.
+
+A site is named by the input module's instruction at its heart (the convolution, dot or reduce the
+library fusion computes, or the plain instruction XLA left to itself), so a decision survives another
+pass order and reads as an op of the user's module. Decisions travel as compiler options named
+``site:<kind>:<instruction>`` (``CompilerOptions``): cache keys, trials, records, ``check``, ``explain``
+and fleets carry them as they carry XLA's own options; ``runner.compile_full`` splits them off and the
+worker applies them through the hook. A decision whose site the compiled module does not hold applies
+to nothing and is reported as such (``RewriteResult.missing``).
+
+Everything here is text in, text out: testable without a compile, and a wrong rewrite is caught by the
+execution every answer goes through (a rule that changes what the module computes is a bug).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+#: The prefix of a decision's name among a candidate's compiler options.
+PREFIX = "site:"
+#: The one kind of decision so far: who generates the code for a site.
+LIBRARY = "library"
+#: Its values: the site as a library fusion (YNNPACK) or as XLA's own code (Eigen thunk / loop fusion).
+AS_LIBRARY, AS_XLA = "ynn", "xla"
+CHOICES = (AS_LIBRARY, AS_XLA)
+
+#: The library fusion kinds the CPU pipeline forms (jaxlib 0.10-0.12).
+LIBRARY_KINDS = ("__ynn_fusion",)
+#: Ops XLA may hand to a library as a fusion of one instruction.
+LIBRARY_OPS = ("convolution", "dot")
+#: Element types the library takes for a site offered in that direction.
+LIBRARY_TYPES = ("f32",)
+
+_INST = re.compile(r"^(?P<lead>\s*(?:ROOT )?)%(?P<name>[\w.\-]+) = (?P<shape>[a-z0-9]+\[[0-9,]*\](?:\{[^}]*\})?) "
+                   r"(?P<op>[a-z\-]+)\((?P<operands>[^)]*)\)(?P<rest>.*)$")
+_COMP = re.compile(r"^(?:ENTRY )?%(?P<name>[\w.\-]+) \((?P<params>.*)\) -> .* \{$")
+_CALLS = re.compile(r", calls=%(?P<comp>[\w.\-]+)")
+_KIND = re.compile(r"\"fusion_config\":\{\"kind\":\"(?P<kind>[\w]+)\"")
+_BACKEND = re.compile(r", backend_config=(\{.*\})(?=(, [a-z_]+=|$))")
+
+
+@dataclass(frozen=True)
+class Site:
+    """One place a decision can be made: ``name`` is the input module's instruction at its heart,
+    ``opcode`` and ``shape`` (its result, layout dropped) say what it computes, ``default`` what XLA chose
+    (``AS_LIBRARY`` or ``AS_XLA``) and ``choices`` what may be chosen instead."""
+
+    name: str
+    opcode: str
+    shape: str
+    default: str
+    choices: tuple[str, ...] = CHOICES
+    kind: str = LIBRARY
+
+    @property
+    def id(self) -> str:
+        """``name:opcode:shape``, the form ``autotune profile`` names an op by."""
+        return f"{self.name}:{self.opcode}:{self.shape}"
+
+    @property
+    def elements(self) -> int:
+        """The result's element count: the order sites are offered in where no profile ranks them."""
+        n = 1
+        for d in self.shape.split("[", 1)[1].rstrip("]").split(","):
+            n *= int(d) if d else 1
+        return n
+
+    @property
+    def option(self) -> str:
+        """The compiler-option name a decision on this site travels under."""
+        return option_name(self.kind, self.name)
+
+    def describe(self) -> str:
+        other = [c for c in self.choices if c != self.default]
+        return f"{self.opcode} {self.name} {self.shape}: XLA's default {self.default}, may be {', '.join(other)}"
+
+
+@dataclass(frozen=True)
+class RewriteResult:
+    """The rewritten module text and which decisions it applied, or found no site for."""
+
+    text: str
+    applied: tuple[str, ...] = ()
+    missing: tuple[str, ...] = ()
+    unchanged: tuple[str, ...] = field(default=())  # decisions equal to XLA's own choice
+
+
+def option_name(kind: str, name: str) -> str:
+    return f"{PREFIX}{kind}:{name}"
+
+
+def is_site_option(name: str) -> bool:
+    return str(name).startswith(PREFIX)
+
+
+def parse_option(name: str) -> tuple[str, str]:
+    """``site:<kind>:<instruction>`` -> ``(kind, instruction)``; ValueError for a malformed one."""
+    body = str(name)[len(PREFIX):]
+    kind, sep, inst = body.partition(":")
+    if not sep or not inst or kind != LIBRARY:
+        raise ValueError(f"a site decision is named site:{LIBRARY}:<instruction>, not {name!r}")
+    return kind, inst
+
+
+def split(overrides: Iterable[tuple[str, str]] | None) -> tuple[list[tuple[str, str]], dict[str, str]]:
+    """``(XLA's own options, {instruction: choice})`` of a candidate's option pairs."""
+    plain, decisions = [], {}
+    for name, value in overrides or ():
+        if is_site_option(name):
+            decisions[parse_option(name)[1]] = str(value)
+        else:
+            plain.append((name, value))
+    return plain, decisions
+
+
+def check_decision(name: str, value: str) -> None:
+    """ValueError (one line) for a decision this module cannot apply anywhere."""
+    parse_option(name)
+    if value not in CHOICES:
+        raise ValueError(f"{name} takes one of {', '.join(CHOICES)}, not {value!r}")
+
+
+# ---- reading the optimised module --------------------------------------------------------------------
+@dataclass
+class _Comp:
+    name: str
+    header: int  # line index of the computation's header
+    lines: list[int] = field(default_factory=list)  # line indexes of its instructions
+    params: dict[str, str] = field(default_factory=dict)  # parameter name -> shape (header form)
+
+
+def _computations(lines: list[str]) -> dict[str, _Comp]:
+    comps: dict[str, _Comp] = {}
+    current = None
+    for i, line in enumerate(lines):
+        m = _COMP.match(line)
+        if m:
+            current = comps[m.group("name")] = _Comp(m.group("name"), i)
+            continue
+        if line.startswith("}"):
+            current = None
+        elif current is not None and line.strip():
+            current.lines.append(i)
+    return comps
+
+
+def _shape_only(shape: str) -> str:
+    return shape.split("{", 1)[0]
+
+
+def _operands(text: str) -> list[str]:
+    return [o.strip().lstrip("%") for o in text.split(",") if o.strip()]
+
+
+def _single_op_body(lines: list[str], comp: _Comp):
+    """``(root match, parameter numbers by name)`` when the computation is parameters plus one op."""
+    params, others = {}, []
+    for i in comp.lines:
+        m = _INST.match(lines[i])
+        if m is None:
+            return None
+        if m.group("op") == "parameter":
+            params[m.group("name")] = int(m.group("operands"))
+        else:
+            others.append(m)
+    if len(others) != 1 or not others[0].group("lead").strip().startswith("ROOT"):
+        return None
+    return others[0], params
+
+
+def _hero(lines: list[str], comp: _Comp):
+    """The instruction a library fusion exists for: its root, or the one conv/dot/reduce in it."""
+    found = [m for i in comp.lines if (m := _INST.match(lines[i])) and m.group("op") in (*LIBRARY_OPS, "reduce")]
+    if len(found) == 1:
+        return found[0]
+    roots = [m for i in comp.lines if (m := _INST.match(lines[i])) and m.group("lead").strip().startswith("ROOT")]
+    return roots[0] if roots else None
+
+
+def _library_fusions(lines: list[str], comps: dict[str, _Comp]):
+    """``(line index, fusion match, called computation, hero match)`` per library fusion."""
+    for i, line in enumerate(lines):
+        if " fusion(" not in line or "kind=kCustom" not in line:
+            continue
+        m, kind, calls = _INST.match(line), _KIND.search(line), _CALLS.search(line)
+        if m is None or kind is None or calls is None or kind.group("kind") not in LIBRARY_KINDS:
+            continue
+        comp = comps.get(calls.group("comp"))
+        hero = _hero(lines, comp) if comp else None
+        if hero is not None:
+            yield i, m, comp, hero
+
+
+def _fused_names(comps: dict[str, _Comp], lines: list[str]) -> set[str]:
+    """Computations called by fusions (their instructions are not plain sites)."""
+    out = set()
+    for line in lines:
+        if " fusion(" in line and (c := _CALLS.search(line)):
+            out.add(c.group("comp"))
+    return out
+
+
+def _dims(shape: str) -> list[int]:
+    body = shape.split("[", 1)[1].split("]", 1)[0]
+    return [int(d) for d in body.split(",") if d]
+
+
+def _row_major(shape: str) -> bool:
+    """No layout printed, or the descending one YNNPACK takes (``{2,1,0}``)."""
+    if "{" not in shape:
+        return True
+    layout = [int(d) for d in shape.split("{", 1)[1].split("}", 1)[0].split(",") if d.strip().isdigit()]
+    return layout == sorted(layout, reverse=True)
+
+
+def _attr_dims(rest: str, name: str) -> list[int]:
+    m = re.search(rf"{name}=\{{([0-9,]*)\}}", rest)
+    return [int(d) for d in m.group(1).split(",") if d] if m else []
+
+
+def _library_takes_dot(m, lhs: str | None, rhs: str | None) -> bool:
+    """Whether YNNPACK takes this dot as a one-op fusion: f32, row-major, batch dimensions leading on both
+    sides, the lhs contracting its last dimension and the rhs its first after the batch (no transposes),
+    one free dimension each, and not tiny (XLA's own ``IsDotSupportedByYnn`` rules, conservatively)."""
+    if lhs is None or rhs is None or not all(s.startswith("f32[") for s in (lhs, rhs, m.group("shape"))):
+        return False
+    if not all(_row_major(s) for s in (lhs, rhs, m.group("shape"))):
+        return False
+    rest = m.group("rest")
+    lb, rb = _attr_dims(rest, "lhs_batch_dims"), _attr_dims(rest, "rhs_batch_dims")
+    lc, rc = _attr_dims(rest, "lhs_contracting_dims"), _attr_dims(rest, "rhs_contracting_dims")
+    ld, rd = _dims(lhs), _dims(rhs)
+    b = len(lb)
+    if lb != list(range(b)) or rb != list(range(b)) or len(ld) != b + 2 or len(rd) != b + 2:
+        return False
+    if lc != [b + 1] or rc != [b]:
+        return False
+    mm, k, n = ld[b], ld[b + 1], rd[b + 1]
+    batch = 1
+    for d in ld[:b]:
+        batch *= d
+    if batch > 1 and (mm == 1 or n == 1):
+        return False
+    return max(mm, k, n) >= 8
+
+
+def _plain_candidates(lines: list[str], comps: dict[str, _Comp]):
+    """``(line index, match, computation)`` per plain dot XLA left to its own code that the library takes
+    (convolutions are only ever taken *out* of the library: which ones it takes varies by version)."""
+    fused = _fused_names(comps, lines)
+    for comp in comps.values():
+        if comp.name in fused:
+            continue
+        for i in comp.lines:
+            m = _INST.match(lines[i])
+            if m and m.group("op") == "dot":
+                operands = _operands(m.group("operands"))
+                if len(operands) == 2 and _library_takes_dot(m, *(_shape_of(lines, comp, o) for o in operands)):
+                    yield i, m, comp
+
+
+def find_sites(text: str) -> list[Site]:
+    """The sites of an optimised module (XLA's pre-scheduler form): every library fusion (may become
+    XLA's code: a single convolution or dot inlined, another fusion emitted as a loop fusion when it
+    holds no convolution or dot) and every plain f32 dot or convolution (may become a library fusion)."""
+    lines = text.splitlines()
+    comps = _computations(lines)
+    out: dict[str, Site] = {}
+    for _, _fusion, comp, hero in _library_fusions(lines, comps):
+        single = _single_op_body(lines, comp)
+        if single is None and any((m := _INST.match(lines[i])) and m.group("op") in LIBRARY_OPS for i in comp.lines):
+            continue  # a multi-op fusion around a conv/dot: no plain XLA form to fall back to
+        out.setdefault(hero.group("name"), Site(hero.group("name"), hero.group("op"), _shape_only(hero.group("shape")),
+                                                AS_LIBRARY))
+    for _, m, _comp in _plain_candidates(lines, comps):
+        out.setdefault(m.group("name"), Site(m.group("name"), m.group("op"), _shape_only(m.group("shape")), AS_XLA))
+    return list(out.values())
+
+
+# ---- rewriting it ------------------------------------------------------------------------------------
+def _without_backend_config(rest: str) -> str:
+    return _BACKEND.sub("", rest)
+
+
+def _inline(lines: list[str], idx: int, fusion, single) -> str:
+    """The fusion line replaced by its one op applied to the fusion's operands (keeping the fusion's
+    name, so its users are untouched)."""
+    root, params = single
+    outer = _operands(fusion.group("operands"))
+    by_param = {name: outer[n] for name, n in params.items()}
+    args = ", ".join(f"%{by_param[o]}" for o in _operands(root.group("operands")))
+    rest = re.sub(r", metadata=\{.*?\}(?=(, [a-z_]+=|$))", "", root.group("rest"))
+    return f"{fusion.group('lead')}%{fusion.group('name')} = {fusion.group('shape')} {root.group('op')}({args}){rest}"
+
+
+def _as_loop(line: str) -> str:
+    return _without_backend_config(line.replace("kind=kCustom", "kind=kLoop"))
+
+
+def _shape_of(lines: list[str], comp: _Comp, operand: str) -> str | None:
+    for i in comp.lines:
+        m = _INST.match(lines[i])
+        if m and m.group("name") == operand:
+            return m.group("shape")
+    return None
+
+
+def _outline(lines: list[str], idx: int, m, comp: _Comp, n: int) -> tuple[str, list[str]] | None:
+    """A plain dot/convolution as a one-op library fusion: (the new call line, the new computation)."""
+    operands = _operands(m.group("operands"))
+    shapes = [_shape_of(lines, comp, o) for o in operands]
+    if any(s is None for s in shapes):
+        return None
+    cname = f"autotune_site_{n}"
+    params = ", ".join(f"p{k}: {_shape_only(s)}" for k, s in enumerate(shapes))
+    body = [f"%{cname} ({params}) -> {_shape_only(m.group('shape'))} {{"]
+    body += [f"  %{cname}.p{k} = {s} parameter({k})" for k, s in enumerate(shapes)]
+    args = ", ".join(f"%{cname}.p{k}" for k in range(len(shapes)))
+    rest = re.sub(r", metadata=\{.*?\}(?=(, [a-z_]+=|$))", "", m.group("rest"))
+    body += [f"  ROOT %{m.group('name')}.autotune = {m.group('shape')} {m.group('op')}({args}){rest}", "}", ""]
+    config = '{"outer_dimension_partitions":[],"fusion_config":{"kind":"__ynn_fusion"}}'
+    call = (f"{m.group('lead')}%{m.group('name')} = {m.group('shape')} fusion({m.group('operands')}), kind=kCustom, "
+            f"calls=%{cname}, backend_config={config}")
+    return call, body
+
+
+def rewrite(text: str, decisions: Mapping[str, str]) -> RewriteResult:
+    """``text`` with each ``{instruction: choice}`` applied where the module holds that site."""
+    lines = text.splitlines()
+    comps = _computations(lines)
+    applied, unchanged, new_comps = [], [], []
+    for idx, fusion, comp, hero in list(_library_fusions(lines, comps)):
+        choice = decisions.get(hero.group("name"))
+        if choice is None:
+            continue
+        if choice == AS_LIBRARY:
+            unchanged.append(hero.group("name"))
+            continue
+        single = _single_op_body(lines, comp)
+        if single is not None and single[0].group("op") in LIBRARY_OPS:
+            lines[idx] = _inline(lines, idx, fusion, single)
+        elif not any((m := _INST.match(lines[i])) and m.group("op") in LIBRARY_OPS for i in comp.lines):
+            lines[idx] = _as_loop(lines[idx])
+        else:
+            continue
+        applied.append(hero.group("name"))
+    for n, (idx, m, comp) in enumerate(list(_plain_candidates(lines, comps))):
+        choice = decisions.get(m.group("name"))
+        if choice is None or m.group("name") in applied:
+            continue
+        if choice == AS_XLA:
+            unchanged.append(m.group("name"))
+            continue
+        made = _outline(lines, idx, m, comp, n)
+        if made is None:
+            continue
+        lines[idx], body = made
+        new_comps += body
+        applied.append(m.group("name"))
+    if new_comps:
+        first = next(i for i, line in enumerate(lines) if _COMP.match(line))
+        lines[first:first] = new_comps
+    missing = tuple(sorted(set(decisions) - set(applied) - set(unchanged)))
+    return RewriteResult("\n".join(lines) + "\n", tuple(applied), missing, tuple(unchanged))
