@@ -125,3 +125,29 @@ def test_sites_cli_lists_and_refuses_bad_input(root, db_path):
     listed = json.loads(proc.stdout)
     assert listed["count"] >= 3 and {"site", "option", "default", "choices"} <= set(listed["sites"][0])
     assert_one_line_error(run_cli("sites", str(path), "--compiler-option", "site:library:c.0=perhaps", db=db_path))
+
+
+def test_the_jax_process_transformation_applies_decisions_to_its_own_compiles():
+    """``site_hook``: in a JAX program's own process, a decision is applied to the compile inside
+    ``deciding`` (and only there), with the same outputs."""
+    import jax
+    import jax.numpy as jnp
+
+    from autotune.pipelines.xla import site_hook
+
+    def f(x, k):
+        return jax.lax.conv_general_dilated(x, k, (1, 1), "SAME", dimension_numbers=("NHWC", "HWIO", "NHWC"))
+
+    x = jnp.ones((1, 32, 32, 16), jnp.float32) * 0.5
+    k = jnp.linspace(-1, 1, 3 * 3 * 16 * 32, dtype=jnp.float32).reshape(3, 3, 16, 32)
+    plain = jax.jit(f).lower(x, k).compile()
+    conv = next(s for s in sites.find_sites(plain.as_text()) if s.opcode == "convolution")
+    assert conv.default == sites.AS_LIBRARY
+    with site_hook.deciding({conv.name: sites.AS_XLA}) as report:
+        decided = jax.jit(lambda a, b: f(a, b)).lower(x, k).compile()
+    assert report and report[0].applied == (conv.name,)
+    assert not any(s.name == conv.name and s.default == sites.AS_LIBRARY for s in sites.find_sites(decided.as_text()))
+    np.testing.assert_allclose(np.asarray(plain(x, k)), np.asarray(decided(x, k)), rtol=1e-4, atol=1e-4)
+    # Outside the block the transformation passes compiles through.
+    again = jax.jit(lambda a, b: f(a, b) + 0.0).lower(x, k).compile()
+    assert any(s.opcode == "convolution" and s.default == sites.AS_LIBRARY for s in sites.find_sites(again.as_text()))
