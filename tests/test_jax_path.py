@@ -53,7 +53,7 @@ def _record(engine, fingerprint, sequence=(), options=None) -> TuningRecord:
 def test_tune_stores_a_record_and_the_next_call_hits_it(tmp_path, db_path):
     store = Store(tmp_path / "store")
     first = aj.tune(f, X, W, budget=2, strategy="greedy", space="options", store=store, cache=db_path,
-                    workers=1, progress=False)
+                    workers=1, progress=False, confirm_rounds=6)
     assert not first.from_store and first.run_id
     assert [e.path for e in store.entries()] == [first.entry.path]
     # a confirmed, executed win or "keep XLA's default": either way the answer is stored with its evidence
@@ -116,7 +116,7 @@ import jax, jax.numpy as jnp
 @jax.jit
 def step(x, w):
     return jnp.tanh(x @ w) * 0.5 + x
-x = jnp.ones((32, 32)); w = jnp.eye(32) * 0.1
+x = jnp.ones((384, 384)); w = jnp.eye(384) * 0.1
 for _ in range(20):
     x = step(x, w)
 print("out", float(x.sum()))
@@ -128,16 +128,16 @@ def test_capture_tune_exec_on_an_unmodified_script(tmp_path, db_path):
 
     script = tmp_path / "train.py"
     script.write_text(SCRIPT)
-    env = {"AUTOTUNE_STORE": str(tmp_path / "store"), "JAX_PLATFORMS": "cpu",
+    env = {"AUTOTUNE_STORE": str(tmp_path / "store"), "JAX_PLATFORMS": "cpu", "AUTOTUNE_WORKERS": "1",
            "PYTHONPATH": str(ROOT)}
     cap = run_cli("capture", "-o", str(tmp_path / "cap"), "--", sys.executable, str(script), env=env, db=db_path)
     assert cap.returncode == 0, cap.stderr
     assert "out " in cap.stdout and "autotune capture:" in cap.stderr
     index = json.loads((tmp_path / "cap" / "index.json").read_text())
     top = index["modules"][0]
-    assert top["name"] == "jit_step" and top["runs"] == 20 and top["arguments"] == ["tensor<32x32xf32>"] * 2
+    assert top["name"] == "jit_step" and top["runs"] == 20 and top["arguments"] == ["tensor<384x384xf32>"] * 2
     tuned = run_cli("tune", str(tmp_path / "cap"), "--top", "1", "--budget", "1", "--strategy", "greedy",
-                    "--space", "options", "--json", env=env, db=db_path)
+                    "--space", "options", "--confirm-rounds", "6", "--json", env=env, db=db_path)
     assert tuned.returncode == 0, tuned.stderr
     assert [m["module"] for m in json.loads(tuned.stdout)["modules"]] == ["jit_step"]
     report = tmp_path / "applied.json"

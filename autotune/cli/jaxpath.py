@@ -95,25 +95,31 @@ def exec_(store_dir, report, program) -> None:
 @click.option("--budget", "-b", type=int, default=30, show_default=True, help="Evaluations per module.")
 @click.option("--time-limit", type=float, default=None, help="Stop each module's search after this many seconds.")
 @click.option("--space", type=click.Choice(("options", "both")), default="both", show_default=True)
+@click.option("--min-effect", type=float, default=None,
+              help="Smallest speed-up (percent) a confirmed win must prove [default: 2].")
+@click.option("--confirm-rounds", type=int, default=None,
+              help="Interleaved A/B rounds that confirm the best candidate [default: 30].")
 @click.option("--top", type=click.IntRange(min=1), default=None, help="Only the N modules the program spent most time in.")
 @click.option("--retune", is_flag=True, help="Tune modules the store already holds an entry for.")
 @store_option
 @db_option
 @workers_option
 @json_option
-def tune_dir(folder, strategy, budget, time_limit, space, top, retune, store_dir, db, workers, as_json) -> None:
+def tune_dir(folder, strategy, budget, time_limit, space, min_effect, confirm_rounds, top, retune, store_dir, db, workers, as_json) -> None:
     """Tune the modules `autotune capture` wrote to FOLDER by measured time, most time first, into the store."""
     from autotune import strategy as strategy_mod
     from autotune.cli.common import load_model, open_engine
     from autotune.core.spec import RunSpec
     from autotune.core.tuner import tune
     from autotune.jax.process import read_index
-    from autotune.jax.tuning import decide
+    from autotune.jax.tuning import decide, objective_options
     from autotune.reporting.progress import RichObserver
 
     modules = read_index(Path(folder))
     store = _store(store_dir)
-    spec = RunSpec(strategy=strategy, budget=budget, objective="runtime", time_limit=time_limit, space=space)
+    spec = RunSpec(strategy=strategy, budget=budget, objective="runtime", time_limit=time_limit, space=space,
+                   objective_options=objective_options(None if min_effect is None else min_effect / 100.0,
+                                                       confirm_rounds))
     strategy_mod.load(strategy)
     spec.make_objective()
     spec.searched()

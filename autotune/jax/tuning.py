@@ -90,6 +90,11 @@ class Tuned:
         return "\n".join(lines)
 
 
+def objective_options(min_effect: float | None, rounds: int | None) -> dict:
+    """The runtime claim's settings that were given (``RunSpec.make_objective`` checks them)."""
+    return {k: v for k, v in (("min_effect", min_effect), ("rounds", rounds)) if v is not None}
+
+
 def lower(fn, args, kwargs, static_argnums=None, static_argnames=None):
     """``jax.jit(fn, ...).lower(*args, **kwargs)``; a function jax cannot lower is one ``BadInput`` line."""
     import jax
@@ -135,14 +140,16 @@ def tune(fn, *args, static_argnums=None, static_argnames=None, budget: int = DEF
          time_limit: float | None = None, strategy: str = RunSpec.strategy, space: str = "both",
          target: str | None = None, store: Store | str | Path | None = None, cache: str | Path | None = None,
          workers: int | None = None, progress: bool = True, retune: bool = False, seed: int = 0,
-         validate_seconds: float | None = None, **kwargs) -> Tuned:
+         validate_seconds: float | None = None, min_effect: float | None = None, confirm_rounds: int | None = None,
+         **kwargs) -> Tuned:
     """Tune ``fn`` for these arguments by measured time, store the answer and return it (``Tuned``).
 
     The search is ``autotune run --objective runtime --space SPACE --strategy STRATEGY --budget BUDGET``
     on the lowered module; ``target`` as ``--target``; ``store`` moves the tuning store (default
     ``$AUTOTUNE_STORE`` or the user's cache folder); ``cache`` is the evaluation cache db (default
     ``.autotune/cache.db`` or ``$AUTOTUNE_DB``). The store entry found for this module, host and XLA is
-    returned as it is unless ``retune``."""
+    returned as it is unless ``retune``. ``min_effect`` (a fraction, e.g. 0.02) and ``confirm_rounds`` are
+    ``--min-effect`` (there in percent) and ``--confirm-rounds``."""
     import os
 
     from autotune.api import Session
@@ -150,7 +157,8 @@ def tune(fn, *args, static_argnums=None, static_argnames=None, budget: int = DEF
     from autotune.reporting.progress import RichObserver
 
     spec = RunSpec(strategy=strategy, budget=budget, objective="runtime", seed=seed, time_limit=time_limit,
-                   space=space, validate=True, validate_seconds=validate_seconds)
+                   space=space, validate=True, validate_seconds=validate_seconds,
+                   objective_options=objective_options(min_effect, confirm_rounds))
     from autotune import strategy as strategy_mod
 
     strategy_mod.load(strategy)  # an unknown name fails before anything is lowered or compiled
