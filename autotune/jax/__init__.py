@@ -205,8 +205,8 @@ class _Hook:
         self._sessions.clear()
 
     def compile(self, original, backend, module, executable_devices, options, host_callbacks):
-        if not self.records and self.decider is None and not self._store_entries():
-            self.stats.passed_through += 1  # nothing could match: no session, no fingerprint, no cost
+        if self.store is not None and not self.records and self.decider is None and not self._store_entries():
+            self.stats.passed_through += 1  # an empty store, nothing else: no session, no fingerprint, no cost
             return original(backend, module, executable_devices, options, host_callbacks)
         target = target_of(backend, executable_devices, self.target) if len(executable_devices) == 1 else None
         if target is None:
@@ -318,7 +318,7 @@ _active: list[_Hook] = []
 
 
 @contextlib.contextmanager
-def use(records: Iterable[TuningRecord | str | Path] = (), cache: str | Path | None = None, workers: int = 1,
+def use(records: Iterable[TuningRecord | str | Path] | None = None, cache: str | Path | None = None, workers: int = 1,
         clear_caches: bool = True, strict: bool = False, policy: str | Path | None = None,
         objective: str = "final-ops", target: str | None = None,
         store: Store | str | Path | bool | None = None) -> Iterator[HookStats]:
@@ -331,15 +331,15 @@ def use(records: Iterable[TuningRecord | str | Path] = (), cache: str | Path | N
     module fails. ``target``: what a GPU compile is tuned for (default: the shipped target named
     after the compiling device); CPU compiles are always tuned for the CPU. ``store``: the tuning store
     to look compiles up in (a path or ``Store``; ``True``: the default store); by default the store is
-    used when neither ``records`` nor ``policy`` is given, ``store=False`` never.
+    used when neither ``records`` (not even ``[]``) nor ``policy`` is given, ``store=False`` never.
     """
     import jax
     from jax._src import compiler
 
     check_supported()  # BadInput naming the supported range before any compile is touched
-    records = list(records)
-    if store is None:
-        store = not records and policy is None
+    if store is None:  # ``use()``: the store; ``use([])`` or records or a policy: not unless asked
+        store = records is None and policy is None
+    records = list(records or ())
     if store is False:
         store = None
     elif not isinstance(store, Store):
