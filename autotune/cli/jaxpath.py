@@ -100,12 +100,14 @@ def exec_(store_dir, report, program) -> None:
 @click.option("--confirm-rounds", type=int, default=None,
               help="Interleaved A/B rounds that confirm the best candidate [default: 30].")
 @click.option("--top", type=click.IntRange(min=1), default=None, help="Only the N modules the program spent most time in.")
+@click.option("--min-share", type=click.FloatRange(0, 100), default=1.0, show_default=True,
+              help="Skip modules the program spent less than this percent of its run time in (0: tune every one).")
 @click.option("--retune", is_flag=True, help="Tune modules the store already holds an entry for.")
 @store_option
 @db_option
 @workers_option
 @json_option
-def tune_dir(folder, strategy, budget, time_limit, space, min_effect, confirm_rounds, top, retune, store_dir, db, workers, as_json) -> None:
+def tune_dir(folder, strategy, budget, time_limit, space, min_effect, confirm_rounds, top, min_share, retune, store_dir, db, workers, as_json) -> None:
     """Tune the modules `autotune capture` wrote to FOLDER by measured time, most time first, into the store."""
     from autotune import strategy as strategy_mod
     from autotune.cli.common import load_model, open_engine
@@ -123,7 +125,13 @@ def tune_dir(folder, strategy, budget, time_limit, space, min_effect, confirm_ro
     strategy_mod.load(strategy)
     spec.make_objective()
     spec.searched()
+    total = sum(float(m.get("run_seconds", 0.0)) for m in modules)
+    small = [m for m in modules if total > 0 and float(m.get("run_seconds", 0.0)) < total * min_share / 100.0]
+    modules = [m for m in modules if m not in small]
     modules = modules[:top] if top else modules
+    if small and not as_json:
+        click.echo(f"skipping {len(small)} module(s) under {min_share:g}% of the program's run time (--min-share)",
+                   err=True)
     rows = []
     with open_engine(db, workers=workers) as ev:
         entries = store.entries()
