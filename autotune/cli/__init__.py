@@ -76,11 +76,17 @@ _register_commands()
 _add_engine_options(cli)
 
 
+#: ``JAX_PLATFORMS`` as the user set it (None: unset), before ``main`` pins this process to the CPU.
+USER_JAX_PLATFORMS: str | None = None
+
+
 def main(argv=None) -> None:
     """Entry point: click in non-standalone mode so every error becomes one line and a code."""
     # The command line never runs a program on a device itself (compiles and runs happen in workers,
     # which choose their own platform): jax in this process stays on the CPU, so an installed CUDA
     # plugin (xla-autotune[gpu], for --target) does not probe for a GPU and print its failure here.
+    global USER_JAX_PLATFORMS
+    USER_JAX_PLATFORMS = os.environ.get("JAX_PLATFORMS")  # a program run by `autotune exec` gets the user's
     os.environ.setdefault("JAX_PLATFORMS", "cpu")
     try:
         rv = cli.main(args=argv, prog_name="autotune", standalone_mode=False)

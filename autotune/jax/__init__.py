@@ -29,6 +29,18 @@ target is ``use(target=...)`` or, by default, the shipped target whose device na
 (``NVIDIA H100 80GB HBM3`` -> ``h100``). A record or policy judged for another target is never applied
 (``HookStats.other_target``); a GPU no shipped target describes is passed through.
 
+The tuning store (``autotune.core.store``): ``use()`` with no records (and no policy) looks every
+compile up in the per-user store (``$AUTOTUNE_STORE``; ``store=`` moves it, ``store=False`` turns it
+off). An entry made on this host by this XLA is applied; one made elsewhere is not (``HookStats.foreign``
+says why: ``autotune check`` judges it); an entry that keeps XLA's default compiles the module untouched.
+``autotune.jax.tune`` fills the store; ``autotune capture``/``tune``/``exec`` do it for a whole script.
+
+Which path a record takes (``HookStats.applied_via``): a record of compiler options alone leaves the
+module as it is and adds its options to the compile's ``CompileOptions.env_option_overrides``, the field
+jax's public ``jax.jit(f).lower(...).compile(compiler_options=...)`` fills ("compiler_options"; and
+``autotune.jax.compile`` takes that public call itself); only a record with a pass sequence replaces the
+module handed to XLA ("compile-patch").
+
 Limits: compiles already in JAX's caches are not redone (``use`` clears JAX's in-memory caches on
 entry unless ``clear_caches=False``); multi-device (sharded) compiles are passed through.
 """
@@ -50,7 +62,8 @@ from autotune.pipelines.xla.versions import check_supported
 from autotune import policies
 from autotune.rl.ensemble import check_members
 from autotune.rl.train import check_vocabulary, read_sidecar
-from autotune.core.tuner import tune
+from autotune.core.tuner import tune as _core_tune
+from autotune.core.store import Host, Store
 from autotune.api import Session
 
 
@@ -70,6 +83,30 @@ class HookStats:
     targets: dict[str, str] = field(default_factory=dict)
     # Compiler options a record added to a compile: fingerprint -> {name: value}.
     options: dict[str, dict] = field(default_factory=dict)
+    # How each applied record reached XLA: fingerprint -> "compiler_options" (options alone, the module
+    # untouched: jax's compiler_options field) or "compile-patch" (a pass sequence: the module replaced).
+    applied_via: dict[str, str] = field(default_factory=dict)
+    # Store entries that say "keep XLA's default" for a compile: their fingerprints (compiled untouched).
+    kept_default: list[str] = field(default_factory=list)
+    # Store entries matching a compile but made on another host or by another XLA: (fingerprint, why).
+    foreign: list[tuple[str, str]] = field(default_factory=list)
+    # The store the hook looked compiles up in (None: records only).
+    store: str | None = None
+
+    def summary(self) -> str:
+        """One line for a person (``autotune exec`` prints it at exit): what was applied, and how."""
+        via = [v for v in self.applied_via.values()]
+        parts = [f"{len(self.seen)} compile(s) seen", f"{len(self.applied_via)} tuned"
+                 + (f" ({via.count('compiler_options')} via compiler_options, {via.count('compile-patch')} via "
+                    "the compile patch)" if via else "")]
+        if self.kept_default:
+            parts.append(f"{len(self.kept_default)} kept XLA's default (tuned before, no confirmed win)")
+        if self.foreign:
+            parts.append(f"{len(self.foreign)} store entr{'y' if len(self.foreign) == 1 else 'ies'} not applied "
+                         f"({self.foreign[0][1]}; `autotune check` judges it)")
+        if self.errors:
+            parts.append(f"{len(self.errors)} error(s): {self.errors[0]}")
+        return "autotune: " + ", ".join(parts) + (f"; store {self.store}" if self.store else "")
 
 
 #: ``Cache.put_report`` kind of the remembered policy decisions.
@@ -109,7 +146,7 @@ class _PolicyDecider:
             check_vocabulary(self.meta, evaluator.pipeline.passes(), self.path, evaluator.pipeline.target.key)
             self.checked = True
         max_length = int(self.meta.get("max_length", 16))
-        result = tune(evaluator, root, strategy="ppo", budget=max_length * len(self.members),
+        result = _core_tune(evaluator, root, strategy="ppo", budget=max_length * len(self.members),
                       objective=self.objective, max_length=max_length,
                       options={"policy": str(self.path), "finetune": False}, validate=True, prune=True)
         validation = result.validation
@@ -144,12 +181,15 @@ def target_of(backend, devices, explicit: str | None = None) -> str | None:
 
 class _Hook:
     def __init__(self, records: Iterable[TuningRecord | str | Path], cache, workers: int, strict: bool,
-                 policy=None, objective: str = "final-ops", target: str | None = None):
+                 policy=None, objective: str = "final-ops", target: str | None = None, store: Store | None = None):
         recs = [r if isinstance(r, TuningRecord) else TuningRecord.load(r) for r in records]
         self.records = {fp: r for r in recs for fp in r.applies_to}  # a fleet record: every member
         self.cache, self.workers, self.strict, self.target = cache, workers, strict, target
         self.decider = _PolicyDecider(policy, objective) if policy is not None else None
-        self.stats = HookStats()
+        self.store = store
+        self.stats = HookStats(store=str(store.root) if store is not None else None)
+        self._entries = None  # the store's entries, read once at the first compile
+        self._host = Host.here() if store is not None else None
         self._sessions: dict[str, object] = {}
         self._lock = threading.RLock()
 
@@ -165,6 +205,9 @@ class _Hook:
         self._sessions.clear()
 
     def compile(self, original, backend, module, executable_devices, options, host_callbacks):
+        if self.store is not None and not self.records and self.decider is None and not self._store_entries():
+            self.stats.passed_through += 1  # an empty store, nothing else: no session, no fingerprint, no cost
+            return original(backend, module, executable_devices, options, host_callbacks)
         target = target_of(backend, executable_devices, self.target) if len(executable_devices) == 1 else None
         if target is None:
             self.stats.passed_through += 1
@@ -199,6 +242,11 @@ class _Hook:
         self.stats.seen.append(root.fingerprint)
         self.stats.targets[root.fingerprint] = session.target.key
         record = self.records.get(root.fingerprint)
+        if record is None and self.store is not None:
+            record = self._from_store(root.fingerprint, session)
+            if record is not None and not record.sequence and not record.compiler_options:
+                self.stats.kept_default.append(root.fingerprint)
+                return None, {}  # tuned before, nothing confirmed won: XLA's default, untouched
         if record is not None and record.target != session.target.key:
             self.stats.other_target.append((root.fingerprint, record.target))
             record = None  # judged for another machine: never applied here
@@ -216,9 +264,29 @@ class _Hook:
         if extra:
             self.stats.options[root.fingerprint] = dict(extra)
         if not sequence:  # a record of compiler options alone: the original module, compiled with them
+            if extra:
+                self.stats.applied_via[root.fingerprint] = "compiler_options"
             return None, extra
+        self.stats.applied_via[root.fingerprint] = "compile-patch"
         tuned = session.apply(root, sequence)
         return _jax.mlir.hlo_to_stablehlo(tuned.proto), extra
+
+    def _store_entries(self) -> list:
+        """The store's entries, read once (at the first compile); an unreadable file is skipped and said."""
+        if self.store is None:
+            return []
+        if self._entries is None:
+            entries, bad = self.store.scan()
+            self._entries = entries
+            self.stats.errors.extend(f"store entry skipped: {why}" for _, why in bad)
+        return self._entries
+
+    def _from_store(self, fingerprint: str, session) -> TuningRecord | None:
+        """The store's entry for this compile made here by this XLA; entries made elsewhere are said."""
+        hit = self.store.lookup(fingerprint, session.target.key, session.evaluator.pipeline.compiler_version,
+                                self._host, self._store_entries())
+        self.stats.foreign.extend((fingerprint, why) for _, why in hit.foreign)
+        return hit.entry.record if hit.entry else None
 
     def _options_of(self, record: TuningRecord, session) -> dict:
         """The record's compiler options this XLA takes (one it lacks is left out and said in ``errors``)."""
@@ -250,9 +318,10 @@ _active: list[_Hook] = []
 
 
 @contextlib.contextmanager
-def use(records: Iterable[TuningRecord | str | Path] = (), cache: str | Path | None = None, workers: int = 1,
+def use(records: Iterable[TuningRecord | str | Path] | None = None, cache: str | Path | None = None, workers: int = 1,
         clear_caches: bool = True, strict: bool = False, policy: str | Path | None = None,
-        objective: str = "final-ops", target: str | None = None) -> Iterator[HookStats]:
+        objective: str = "final-ops", target: str | None = None,
+        store: Store | str | Path | bool | None = None) -> Iterator[HookStats]:
     """Apply ``records`` to matching ``jax.jit`` compiles inside the ``with`` block; with ``policy``
     (a shipped policy's name or a path), every other compile gets the policy's zero-shot decision
     (see the module docstring), remembered by fingerprint in the cache db.
@@ -260,13 +329,22 @@ def use(records: Iterable[TuningRecord | str | Path] = (), cache: str | Path | N
     Yields ``HookStats`` (which compiles were seen, which were tuned, what the policy decided).
     ``strict=True`` raises instead of falling back to the untuned compile when tuning a matching
     module fails. ``target``: what a GPU compile is tuned for (default: the shipped target named
-    after the compiling device); CPU compiles are always tuned for the CPU.
+    after the compiling device); CPU compiles are always tuned for the CPU. ``store``: the tuning store
+    to look compiles up in (a path or ``Store``; ``True``: the default store); by default the store is
+    used when neither ``records`` (not even ``[]``) nor ``policy`` is given, ``store=False`` never.
     """
     import jax
     from jax._src import compiler
 
     check_supported()  # BadInput naming the supported range before any compile is touched
-    hook = _Hook(records, cache, workers, strict, policy, objective, target)
+    if store is None:  # ``use()``: the store; ``use([])`` or records or a policy: not unless asked
+        store = records is None and policy is None
+    records = list(records or ())
+    if store is False:
+        store = None
+    elif not isinstance(store, Store):
+        store = Store(None if store is True else store)
+    hook = _Hook(records, cache, workers, strict, policy, objective, target, store)
     original = compiler.backend_compile_and_load
 
     def patched(backend, module, executable_devices, options, host_callbacks):
@@ -284,3 +362,8 @@ def use(records: Iterable[TuningRecord | str | Path] = (), cache: str | Path | N
         hook.close()
         if clear_caches:
             jax.clear_caches()
+
+
+from autotune.jax.tuning import Tuned, compile, tune  # noqa: E402  (the one call; it uses ``use`` above)
+
+__all__ = ["HookStats", "Tuned", "compile", "target_of", "tune", "use", "with_overrides"]
