@@ -151,3 +151,33 @@ def test_the_jax_process_transformation_applies_decisions_to_its_own_compiles():
     # Outside the block the transformation passes compiles through.
     again = jax.jit(lambda a, b: f(a, b) + 0.0).lower(x, k).compile()
     assert any(s.opcode == "convolution" and s.default == sites.AS_LIBRARY for s in sites.find_sites(again.as_text()))
+
+
+def test_the_jax_hook_applies_a_record_with_site_decisions(tmp_path):
+    """A record whose answer is a per-site decision, applied by ``autotune.jax.use`` to the matching jitted
+    function: compiled from the normalised module with the decision made (``applied_via`` says so), the
+    same outputs as plain jit."""
+    import jax
+    import jax.numpy as jnp
+
+    import autotune.jax
+    from autotune.api import Session
+    from autotune.core.record import TuningRecord
+
+    def f(x, w):
+        return jnp.tanh(x @ w)
+
+    x = jnp.linspace(-1, 1, 256 * 64, dtype=jnp.float32).reshape(256, 64)
+    w = jnp.linspace(1, -1, 64 * 128, dtype=jnp.float32).reshape(64, 128)
+    lowered = jax.jit(f).lower(x, w)
+    with Session(tmp_path / "c.db", 1) as s:
+        root = s.normalize(lowered)
+        dot = next(site for site in s.evaluator.pipeline.sites(root) if site.opcode == "dot")
+        record = TuningRecord(module="f", fingerprint=root.fingerprint, sequence=(), objective="runtime",
+                              pipeline_version=s.evaluator.version, xla_version="", autotune_version="",
+                              metrics={}, valid=True, compiler_options={dot.option: _flip(dot)})
+    with autotune.jax.use([record], cache=tmp_path / "c.db", strict=True) as stats:
+        out = jax.jit(f)(x, w)
+    assert stats.applied_via == {root.fingerprint: "site-decisions"}, stats
+    assert stats.sites_applied[root.fingerprint] == (dot.name,) and not stats.sites_missing[root.fingerprint]
+    np.testing.assert_allclose(np.asarray(out), np.asarray(jax.jit(f)(x, w)), rtol=1e-4, atol=1e-4)

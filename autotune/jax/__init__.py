@@ -57,7 +57,7 @@ from pathlib import Path
 from autotune.core.backend import supports
 from autotune.core.options import CompilerOptions
 from autotune.core.record import TuningRecord
-from autotune.pipelines.xla import hlo, loader, targets
+from autotune.pipelines.xla import hlo, loader, sites, targets
 from autotune.pipelines.xla.versions import check_supported
 from autotune import policies
 from autotune.rl.ensemble import check_members
@@ -84,8 +84,12 @@ class HookStats:
     # Compiler options a record added to a compile: fingerprint -> {name: value}.
     options: dict[str, dict] = field(default_factory=dict)
     # How each applied record reached XLA: fingerprint -> "compiler_options" (options alone, the module
-    # untouched: jax's compiler_options field) or "compile-patch" (a pass sequence: the module replaced).
+    # untouched: jax's compiler_options field), "compile-patch" (a pass sequence: the module replaced) or
+    # "site-decisions" (per-site decisions: the normalised module, rewritten at XLA's pre-scheduler stage).
     applied_via: dict[str, str] = field(default_factory=dict)
+    # Per-site decisions a compile applied, and those whose site it did not hold: fingerprint -> names.
+    sites_applied: dict[str, tuple] = field(default_factory=dict)
+    sites_missing: dict[str, tuple] = field(default_factory=dict)
     # Store entries that say "keep XLA's default" for a compile: their fingerprints (compiled untouched).
     kept_default: list[str] = field(default_factory=list)
     # Store entries matching a compile but made on another host or by another XLA: (fingerprint, why).
@@ -98,7 +102,8 @@ class HookStats:
         via = [v for v in self.applied_via.values()]
         parts = [f"{len(self.seen)} compile(s) seen", f"{len(self.applied_via)} tuned"
                  + (f" ({via.count('compiler_options')} via compiler_options, {via.count('compile-patch')} via "
-                    "the compile patch)" if via else "")]
+                    "the compile patch" + (f", {via.count('site-decisions')} with per-site decisions"
+                                           if 'site-decisions' in via else "") + ")" if via else "")]
         if self.kept_default:
             parts.append(f"{len(self.kept_default)} kept XLA's default (tuned before, no confirmed win)")
         if self.foreign:
@@ -223,13 +228,23 @@ class _Hook:
         if tuned_mlir is None and not extra:
             self.stats.passed_through += 1
             return original(backend, module, executable_devices, options, host_callbacks)
+        extra, decisions = _split_sites(extra)
         if extra:  # the record's compiler options on top of the compile's own (jax's compiler_options)
             options = with_overrides(options, extra)
         program = tuned_mlir if tuned_mlir is not None else module
-        if host_callbacks:
-            return backend.compile_and_load(program, executable_devices=executable_devices,
-                                            compile_options=options, host_callbacks=host_callbacks)
-        return backend.compile_and_load(program, executable_devices=executable_devices, compile_options=options)
+        kwargs = {"host_callbacks": host_callbacks} if host_callbacks else {}
+        if not decisions:
+            return backend.compile_and_load(program, executable_devices=executable_devices, compile_options=options,
+                                            **kwargs)
+        from autotune.pipelines.xla import site_hook
+
+        with site_hook.deciding(decisions) as report:
+            compiled = backend.compile_and_load(program, executable_devices=executable_devices,
+                                                compile_options=options, **kwargs)
+        fingerprint = self.stats.seen[-1] if self.stats.seen else "?"
+        self.stats.sites_applied[fingerprint] = report[0].applied if report else ()
+        self.stats.sites_missing[fingerprint] = report[0].missing if report else tuple(decisions)
+        return compiled
 
     def _tuned(self, module, target: str) -> tuple[bytes | None, dict]:
         """``(the tuned module as MLIR or None to compile the original, compiler options to add)``."""
@@ -263,6 +278,12 @@ class _Hook:
         self.stats.applied.append((root.fingerprint, sequence))
         if extra:
             self.stats.options[root.fingerprint] = dict(extra)
+        if any(sites.is_site_option(k) for k in extra):
+            # Per-site decisions name the normalised module's instructions: XLA compiles that module (after
+            # the sequence, if any), and the decisions are applied where it hands out its optimised form.
+            self.stats.applied_via[root.fingerprint] = "site-decisions"
+            program = session.apply(root, sequence) if sequence else root
+            return _jax.mlir.hlo_to_stablehlo(program.proto), extra
         if not sequence:  # a record of compiler options alone: the original module, compiled with them
             if extra:
                 self.stats.applied_via[root.fingerprint] = "compiler_options"
@@ -300,6 +321,12 @@ class _Hook:
             except Exception as exc:
                 self.stats.errors.append(f"compiler option {name}={value} left out: {exc}")
         return kept
+
+
+def _split_sites(extra: dict) -> tuple[dict, dict]:
+    """``(XLA's own options, {instruction: choice})`` of a record's compiler options."""
+    plain, decisions = sites.split(extra.items())
+    return dict(plain), decisions
 
 
 def with_overrides(options, extra: dict):

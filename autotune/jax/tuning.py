@@ -31,6 +31,7 @@ from autotune.core.record import TuningRecord, from_run
 from autotune.core.spec import RunSpec
 from autotune.core.store import Entry, Store
 from autotune.errors import BadInput
+from autotune.pipelines.xla import sites
 from autotune.version import __version__
 
 #: Validation levels at which the outputs were compared by execution: a win below them is not stored.
@@ -74,7 +75,9 @@ class Tuned:
             if r.compiler_options:
                 lines.append("compiler options: " + ", ".join(f"{k}={v}" for k, v in sorted(r.compiler_options.items())))
             lines.append(f"pass sequence: {','.join(r.sequence)}" if r.sequence else "pass order: XLA's own (no passes)")
-            lines.append("applied via: " + ("jax's compiler_options (options alone)" if not r.sequence
+            decided = [k for k in r.compiler_options if sites.is_site_option(k)]
+            lines.append("applied via: " + ("per-site decisions at XLA's pre-scheduler stage" if decided else
+                                            "jax's compiler_options (options alone)" if not r.sequence
                                             else "the compile patch (a pass sequence)"))
         m = r.metrics
         if isinstance(m.get("ratio"), (int, float)):
@@ -204,7 +207,7 @@ def compile(fn, *args, static_argnums=None, static_argnames=None, store: Store |
     record = hit.entry.record if hit.entry is not None else None
     if record is None or (not record.sequence and not record.compiler_options):
         return lowered.compile(), None
-    if not record.sequence:
+    if not record.sequence and not any(sites.is_site_option(k) for k in record.compiler_options):
         return lowered.compile(compiler_options=dict(record.compiler_options)), "compiler_options"
     with use([record], cache=cache, store=False, clear_caches=False, strict=True) as stats:
         compiled = lowered.compile()
