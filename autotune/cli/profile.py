@@ -41,8 +41,16 @@ def profile(model, compiler_options, record_path, run_id, top, rounds, seed, db,
     if model is None and run_id is None:
         raise BadInput("profile needs a MODEL (or --run RUN_ID)")
     options = parse_assignments(compiler_options)
+    from autotune.cli.common import load_model
+
+    loaded = load_model(model) if model is not None else None  # a bad file fails before any worker starts
+    record = None
+    if record_path is not None:
+        from autotune.core.record import TuningRecord
+
+        record = TuningRecord.load(record_path)
     with open_engine(db, workers=1) as ev:
-        root, answer = _modules(ev, model, record_path, run_id, options)
+        root, answer = _modules(ev, loaded, record, run_id, options)
         default = _profile(ev, root, rounds, seed, "XLA's default" if not options else options.describe())
         other = _profile(ev, answer[0], rounds, seed, answer[1]) if answer else None
     if as_json:
@@ -77,10 +85,8 @@ def _profile(ev, module, rounds: int, seed: int, label: str):
     return Profile.from_backend(module.name, data, options, label)
 
 
-def _modules(ev, model, record_path, run_id, options):
+def _modules(ev, model, record, run_id, options):
     """(the module to profile as the default, (the answer's module, its label) or None)."""
-    from autotune.cli.common import load_model
-
     if options:
         from autotune.core.backend import supports
 
@@ -89,18 +95,16 @@ def _modules(ev, model, record_path, run_id, options):
         ev.pipeline.check_options(options)
     if run_id is not None:
         return _from_run(ev, model, run_id)
-    root = ev.prepare(load_model(model))
+    root = ev.prepare(model)
     if options:
         root = root.with_options(options)
-    if record_path is None:
+    if record is None:
         return root, None
     from autotune.core.options import CompilerOptions
-    from autotune.core.record import TuningRecord
 
-    record = TuningRecord.load(record_path)
     if root.fingerprint not in record.applies_to:
-        raise BadInput(f"{record_path}: the record is for another module (fingerprint {record.fingerprint[:12]}), "
-                       f"not {model}")
+        raise BadInput(f"the record is for another module (fingerprint {record.fingerprint[:12]}, "
+                       f"made for {record.module}), not {model.name}")
     return root, (_answer(ev, root, record.sequence, CompilerOptions.of(record.compiler_options)), "the record's answer")
 
 
@@ -120,9 +124,7 @@ def _from_run(ev, model, run_id):
     except KeyError:
         if model is None:
             raise BadInput(f"run '{run_id}': its module is not in the cache; give the MODEL") from None
-        from autotune.cli.common import load_model
-
-        root = ev.prepare(load_model(model))
+        root = ev.prepare(model)
     if not result.best_sequence and not result.best_options:
         raise BadInput(f"run '{run_id}' found nothing better than XLA's default: nothing to profile beside it")
     return root, (_answer(ev, root, result.best_sequence, result.best_options), f"run {run_id}'s answer")

@@ -32,7 +32,7 @@ def rows(p: Profile, top: int) -> list[tuple[str, ...]]:
     for e in p.hot(top):
         calls = f" x{e.calls:g}" if e.calls > 1 else ""
         out.append((f"{e.share:.1%}", f"{e.seconds * 1e3:.3f}", e.op + calls, e.kind, _where(e), e.layout or e.shape,
-                    (e.source or "")[-60:]))
+                    (e.source or "")[-44:]))
     return out
 
 

@@ -101,27 +101,41 @@ def optimized_table(text: str) -> tuple[dict[str, dict], dict]:
             kind = re.search(r'"kind":"(\w+)"', attrs) or re.search(r"kind=(k\w+)", attrs)
             target = re.search(r'custom_call_target="([^"]+)"', attrs)
             table[name] = {"opcode": opcode, "shape": shape, "computation": comp, "op_name": meta.get(name),
-                           "calls": [c for role, c in called_computations(attrs) if role != "body"],
+                           "calls": called_computations(attrs),
                            "kind": target.group(1) if target else (kind.group(1) if kind else opcode)}
     return table, comps
 
 
+def input_name(op_name: str | None, inputs: dict) -> str | None:
+    """The input instruction an optimised instruction's ``op_name`` names. XLA prefixes the op_name
+    of what it moves into a loop or call with the caller's (``loop/sn``): the last part then names it."""
+    if not op_name:
+        return None
+    if op_name in inputs:
+        return op_name
+    last = op_name.rsplit("/", 1)[-1]
+    return last if last in inputs else None
+
+
 def covered_inputs(op: str, table: dict, comps: dict, inputs: dict) -> list[str]:
     """Input instruction names a thunk ``op`` of the optimised module computes: its own metadata's and
-    that of every instruction of the computations it calls (a fusion body, a loop's condition; a
-    loop's body is traced as thunks of its own)."""
+    that of every instruction of the computations it calls (a fusion body, a call, a loop's condition;
+    the body of a loop that is itself a thunk is traced as thunks of its own, so is not counted here)."""
     seen, names = set(), []
-    stack = [op]
+    stack = [(op, True)]
     while stack:
-        name = stack.pop()
+        name, top = stack.pop()
         entry = table.get(name)
         if entry is None:
             continue
-        if entry["op_name"] in inputs and entry["op_name"] not in seen:
-            seen.add(entry["op_name"])
-            names.append(entry["op_name"])
-        for comp in entry["calls"]:
-            stack.extend(inst[0] for inst in comps.get(comp, ()))
+        found = input_name(entry["op_name"], inputs)
+        if found and found not in seen:
+            seen.add(found)
+            names.append(found)
+        for role, comp in entry["calls"]:
+            if top and role == "body":
+                continue
+            stack.extend((inst[0], False) for inst in comps.get(comp, ()))
     return names
 
 
@@ -358,7 +372,7 @@ def profile(worker, proto: bytes, rounds: int = 5, seed: int = 0, floats: str = 
         if not covered and entry:
             covered = same_shape(entry, inputs)
             matched = "shape" if covered else None
-        site = principal(covered, inputs, entry.get("op_name"))
+        site = principal(covered, inputs, input_name(entry.get("op_name"), inputs))
         ops.append({
             "op": op, "share": total / sum(traced), "seconds": step * total / sum(traced),
             "traced_seconds": total / n_runs, "calls": counts[op] / n_runs,
