@@ -79,15 +79,25 @@ class Profile:
         return sum(e.share for e in self.entries if e.site)
 
     @property
+    def named_of_run(self) -> float:
+        """``named`` as a share of the executor's run alone (the step less launching it and handing its
+        arguments and results over, which no op of the module holds)."""
+        inside = 1.0 - self.outside
+        return self.named / inside if inside > 0 else 0.0
+
+    @property
     def unattributed(self) -> float:
         return max(0.0, 1.0 - self.attributed)
 
     @property
     def closure(self) -> float:
-        """The traced step over the untraced one. The shares, the gaps between ops and the time outside
+        """The traced step over the untraced one (the median of the per-round ratios). The shares, the gaps between ops and the time outside
         the executor add up to the traced step by construction; this says whether that step is the one
         a user runs (1.0: the tracer and the machine's noise changed nothing; 1.1: the shares
         overstate the ops by up to 10%)."""
+        plain, traced = self.samples.get("plain_seconds") or [], self.samples.get("traced_seconds") or []
+        if plain and len(plain) == len(traced) and min(plain) > 0:  # paired by round, as a claim's ratio is
+            return statistics.median(t / p for p, t in zip(plain, traced))
         return self.traced_step_seconds / self.step_seconds if self.step_seconds > 0 else float("nan")
 
     def hot(self, n: int = 10) -> tuple[Entry, ...]:
@@ -149,7 +159,7 @@ class Profile:
             "options": [list(p) for p in self.options],
             "step_seconds": self.step_seconds, "traced_step_seconds": self.traced_step_seconds,
             "busy_seconds": self.busy_seconds, "runs": self.runs,
-            "attributed": self.attributed, "named": self.named, "unattributed": self.unattributed,
+            "attributed": self.attributed, "named": self.named, "named_of_run": self.named_of_run, "unattributed": self.unattributed,
             "between_ops": self.between_ops, "outside": self.outside,
             "closure": self.closure, "ops_total": len(self.entries),
             "ops": [asdict(e) | {"inputs": list(e.inputs)} for e in entries],

@@ -13,7 +13,7 @@ def summary_line(p: Profile) -> str:
     """The step, how much of it the ops hold, where the rest goes, and whether the shares add up."""
     return (f"step {p.step_seconds * 1e3:.3f} ms (median of {p.runs} untraced samples; {p.traced_step_seconds * 1e3:.3f} ms "
             f"traced) on {p.device or 'this machine'}: {p.attributed:.1%} in {len(p.entries)} ops "
-            f"({p.named:.1%} traced to named input instructions); unattributed {p.unattributed:.1%} "
+            f"({p.named:.1%} traced to named input instructions, {p.named_of_run:.1%} of the executor's run); unattributed {p.unattributed:.1%} "
             f"(between ops {p.between_ops:.1%}, outside the executor's run {p.outside:.1%}: launch, arguments, "
             f"results). Traced/untraced step {p.closure:.2f} (1.00: the shares add up to the step)")
 
@@ -97,32 +97,36 @@ def markdown(p: Profile, top: int = 15) -> str:
     return "\n".join(lines + ["", f"By kind: {kinds}", ""])
 
 
+def draw(ax, profiles: list[Profile], top: int = 12, title: str | None = None) -> None:
+    """Horizontal bars of the hottest input instructions' shares of the step on ``ax``, one bar per
+    profile: the first profile's hottest sites, an answer's drawn beside them in the default's units."""
+    first = profiles[0]
+    sites = [s for s, _ in first.hot_sites(0.0)[:top]]
+    labels = [s.split(":", 2)[0] + " (" + s.split(":", 2)[1] + ")" for s in sites]
+    height = 0.8 / len(profiles)
+    for k, p in enumerate(profiles):
+        shares = dict(p.hot_sites(0.0))
+        scale = p.step_seconds / first.step_seconds if first.step_seconds else 1.0  # seconds compare
+        ys = [i + k * height for i in range(len(sites))]
+        ax.barh(ys, [100 * shares.get(s, 0.0) * scale for s in sites], height=height, label=p.label)
+    ax.set_yticks([i + height * (len(profiles) - 1) / 2 for i in range(len(sites))], labels, fontsize=7)
+    ax.invert_yaxis()
+    ax.set_xlabel(f"% of {first.label}'s step ({first.step_seconds * 1e3:.2f} ms)", fontsize=8)
+    ax.set_title(title or f"{first.module}: {first.named:.0%} named, {first.unattributed:.0%} unattributed",
+                 fontsize=9)
+    if len(profiles) > 1:
+        ax.legend(fontsize=7)
+
+
 def plot(profiles: list[Profile], path: Path, top: int = 12, title: str | None = None) -> None:
-    """Horizontal bars of the hottest input instructions' shares of the step, one bar per profile
-    (the first profile's hottest sites; a second, an answer, drawn beside it)."""
+    """``draw`` into a PNG at ``path``."""
     import matplotlib
 
     matplotlib.use("Agg", force=True)
     import matplotlib.pyplot as plt
 
-    first = profiles[0]
-    sites = [s for s, _ in first.hot_sites(0.0)[:top]]
-    labels = [s.split(":", 2)[0] + " (" + s.split(":", 2)[1] + ")" for s in sites]
-    fig, ax = plt.subplots(figsize=(8.5, 0.45 * len(sites) + 1.6))
-    height = 0.8 / len(profiles)
-    for k, p in enumerate(profiles):
-        shares = dict(p.hot_sites(0.0))
-        # Shares of the default's step, so that bars compare seconds.
-        scale = p.step_seconds / first.step_seconds if first.step_seconds else 1.0
-        ys = [i + k * height for i in range(len(sites))]
-        ax.barh(ys, [100 * shares.get(s, 0.0) * scale for s in sites], height=height, label=p.label)
-    ax.set_yticks([i + height * (len(profiles) - 1) / 2 for i in range(len(sites))], labels, fontsize=8)
-    ax.invert_yaxis()
-    ax.set_xlabel(f"% of {first.label}'s step ({first.step_seconds * 1e3:.2f} ms)")
-    ax.set_title(title or f"{first.module}: where the time goes ({first.named:.0%} named, "
-                          f"{first.unattributed:.0%} unattributed)", fontsize=10)
-    if len(profiles) > 1:
-        ax.legend(fontsize=8)
+    fig, ax = plt.subplots(figsize=(8.5, 0.45 * top + 1.6))
+    draw(ax, profiles, top, title)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)

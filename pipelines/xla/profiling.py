@@ -282,8 +282,8 @@ def run_spans(events) -> list[float]:
 
 
 def traced_runs(worker, proto: bytes, rounds: int, seed: int, floats: str, int_high: int, overrides):
-    """``rounds`` rounds, each an untraced sample then a sample under jax's profiler (its own session,
-    started and stopped outside the timed runs), so that machine noise hits both alike. A sample is
+    """``rounds`` rounds, each an untraced sample and a sample under jax's profiler (its own session,
+    started and stopped outside the timed runs), in alternating order, so that machine noise hits both alike. A sample is
     ``inner`` runs back to back, calibrated as ``timing.py``'s are (>= ``timing.MIN_SAMPLE_SECONDS``;
     one run when the module donates its inputs: each run then needs fresh ones). Returns (untraced
     and traced seconds per run, each traced sample's thunk events, ``inner``, the optimised text)."""
@@ -319,9 +319,13 @@ def traced_runs(worker, proto: bytes, rounds: int, seed: int, floats: str, int_h
         inner = min(MAX_INNER, max(2 * inner, int(1.2 * timing.MIN_SAMPLE_SECONDS / max(seconds, 1e-9))))
     module = exe.hlo_modules()[0]
     plain, traced, events = [], [], []
-    for r in range(1 + rounds):  # a warm-up round, not kept
-        seconds, _ = sample(inner, False)
-        traced_seconds, data = sample(inner, True)
+    for r in range(1 + rounds):  # a warm-up round, not kept; the order alternates (AB, BA), as time_ab's
+        if r % 2:
+            traced_seconds, data = sample(inner, True)
+            seconds, _ = sample(inner, False)
+        else:
+            seconds, _ = sample(inner, False)
+            traced_seconds, data = sample(inner, True)
         if r:
             plain.append(seconds)
             traced.append(traced_seconds)
