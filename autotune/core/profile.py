@@ -192,9 +192,9 @@ class SiteChange:
         return self.after / self.before if self.before > 0 else float("inf")
 
 
-def compare(default: Profile, answer: Profile, min_share: float = 0.01) -> tuple[SiteChange, ...]:
+def compare(default: Profile, answer: Profile, min_share: float = 0.0) -> tuple[SiteChange, ...]:
     """Per input instruction holding >= ``min_share`` of either step: its seconds before and after,
-    the largest saving first. Sites are matched by ``name:opcode:shape``."""
+    the largest saving first (the largest loss last). Sites are matched by ``name:opcode:shape``."""
     def seconds(p: Profile) -> dict[str, float]:
         out: dict[str, float] = {}
         for e in p.entries:
