@@ -40,9 +40,11 @@ HEAVY = ("convolution", "dot", "custom-call", "fft", "triangular-solve", "choles
          "select-and-scatter", "scatter", "gather", "sort", "reduce", "dynamic-update-slice", "dynamic-slice",
          "concatenate", "transpose", "pad", "reverse", "slice", "broadcast", "iota", "rng-bit-generator")
 
-#: At most this many runs in one sample (a module of a few microseconds): the trace of a sample holds
-#: every run's thunks, and a long trace costs more to read than the runs take.
+#: At most this many runs in one untraced sample (a module of a few microseconds).
 MAX_INNER = 200
+#: At most this many runs in one traced sample: a trace holds every thunk of every run, and reading a
+#: long one back (ViT: ~10^3 thunks a run) costs far more than the runs.
+MAX_TRACED_INNER = 8
 
 _OP_NAME = re.compile(r'op_name="((?:[^"\\]|\\.)*)"')
 _INST_LINE = re.compile(r"^(\s*(?:ROOT\s+)?%?([\w.\-]+)\s*=\s*)(.*)$")
@@ -285,8 +287,9 @@ def traced_runs(worker, proto: bytes, rounds: int, seed: int, floats: str, int_h
     """``rounds`` rounds, each an untraced sample and a sample under jax's profiler (its own session,
     started and stopped outside the timed runs), in alternating order, so that machine noise hits both alike. A sample is
     ``inner`` runs back to back, calibrated as ``timing.py``'s are (>= ``timing.MIN_SAMPLE_SECONDS``;
-    one run when the module donates its inputs: each run then needs fresh ones). Returns (untraced
-    and traced seconds per run, each traced sample's thunk events, ``inner``, the optimised text)."""
+    one run when the module donates its inputs: each run then needs fresh ones; a traced sample at
+    most ``MAX_TRACED_INNER`` runs). Returns (untraced and traced seconds per run, each traced sample's
+    thunk events, the runs in a traced sample, the optimised text)."""
     import time
 
     from jax._src.lib import _profiler
@@ -319,18 +322,19 @@ def traced_runs(worker, proto: bytes, rounds: int, seed: int, floats: str, int_h
         inner = min(MAX_INNER, max(2 * inner, int(1.2 * timing.MIN_SAMPLE_SECONDS / max(seconds, 1e-9))))
     module = exe.hlo_modules()[0]
     plain, traced, events = [], [], []
+    traced_inner = min(inner, MAX_TRACED_INNER)
     for r in range(1 + rounds):  # a warm-up round, not kept; the order alternates (AB, BA), as time_ab's
         if r % 2:
-            traced_seconds, data = sample(inner, True)
+            traced_seconds, data = sample(traced_inner, True)
             seconds, _ = sample(inner, False)
         else:
             seconds, _ = sample(inner, False)
-            traced_seconds, data = sample(inner, True)
+            traced_seconds, data = sample(traced_inner, True)
         if r:
             plain.append(seconds)
             traced.append(traced_seconds)
             events.append(thunk_events(data, module.name))
-    return plain, traced, events, inner, module.to_string()
+    return plain, traced, events, traced_inner, module.to_string()
 
 
 def _start(profiler):
