@@ -36,9 +36,10 @@ from autotune.pipelines.xla.structure import called_computations, parse_computat
 
 #: Opcodes that hold the work of a fusion, most telling first: the principal input instruction of a
 #: thunk (its ``site``) is the first of its instructions in this order, else its root.
+#: (A broadcast, an iota or a slice in a loop fusion is not its work: such a fusion is named by its root.)
 HEAVY = ("convolution", "dot", "custom-call", "fft", "triangular-solve", "cholesky", "reduce-window",
          "select-and-scatter", "scatter", "gather", "sort", "reduce", "dynamic-update-slice", "dynamic-slice",
-         "concatenate", "transpose", "pad", "reverse", "slice", "broadcast", "iota", "rng-bit-generator")
+         "concatenate", "transpose", "pad", "reverse", "rng-bit-generator")
 
 #: At most this many runs in one untraced sample (a module of a few microseconds).
 MAX_INNER = 200
