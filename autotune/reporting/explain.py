@@ -30,12 +30,14 @@ from autotune.core.graph import bottom_up, digest
 from autotune.core.metrics import Metrics
 from autotune.core import backend as backends
 from autotune.core.ddmin import ddmin_result
-from autotune.errors import AutotuneError, BadInput
+from autotune.errors import AutotuneError, BadInput, PassFailed
 from autotune.core.module import Module
 from autotune.core.runs import RunStore
 from autotune.core.fleet import FleetResult
 from autotune.core.options import EMPTY, CompilerOptions
 from autotune.reporting.explain_options import OptionsEffect, explain_options
+from autotune.core.profile import Profile
+from autotune.reporting.profile import faster_rows
 
 #: How many unmatched instructions a report lists per side (a big module can differ in thousands).
 LIST_CAP = 40
@@ -379,10 +381,6 @@ PROFILE_ROUNDS = 3
 def _faster(evaluator, root, state: str, options: CompilerOptions, top: int = 8) -> tuple:
     """Rows of "which ops got faster": the default's profile against the win's (its passes' module,
     compiled with its options); empty where the backend does not profile or a profile fails."""
-    from autotune.core.profile import Profile
-    from autotune.errors import PassFailed
-    from autotune.reporting.profile import faster_rows
-
     backend = evaluator.pipeline
     if not supports(backend, "profile"):
         return ()
