@@ -326,6 +326,8 @@ def test_explain_measures_each_option_alone(engine):
     text = e.to_markdown()
     assert "## Compiler options" in text and "`xla_disable_hlo_passes=fusion` alone" in text
     assert e.to_dict()["compiler_options"]["options"] == options.as_dict()
+    # Which ops got faster (here: slower, fusion off): from a profile of each, per input instruction.
+    assert e.faster and "## Which ops got faster" in text and all(":" in row[0] for row in e.faster)
 
 
 def test_a_fast_candidate_is_checked_before_it_is_timed_in_full(engine, monkeypatch):

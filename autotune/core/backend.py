@@ -194,6 +194,16 @@ class Times(Protocol):
         ``autotune.core.stats`` needs for a claim: ``a``/``b`` lists of per-run seconds, one per round."""
 
 
+class Profiles(Protocol):
+    """``profile``: where the fully compiled module's time goes (``autotune profile``,
+    ``core/profile.py``): the step timed, a few runs traced, the time of each thing that ran traced
+    back to the input's instructions."""
+
+    def profile(self, module, rounds: int = 5, seed: int = 0) -> dict:
+        """``step_seconds`` and, per op that ran, its share of the step and the input instructions it
+        computes (``core.profile.Profile.from_dict`` reads it)."""
+
+
 class ComputesReference(Protocol):
     """``reference``: outputs at a higher precision, what narrow-float results are judged against."""
 
@@ -286,7 +296,7 @@ class DecidesPerSite(Protocol):
 CAPABILITIES: dict[str, type] = {
     "execute": Executes, "bounded-execution": BoundsExecution, "time": Times, "reference": ComputesReference,
     "regions": CutsRegions, "stand-ins": HasStandIns, "explain": Explains, "surrogate": LiftsConstants,
-    "memory": MeasuresMemory, "options": TakesOptions, "sites": DecidesPerSite,
+    "memory": MeasuresMemory, "options": TakesOptions, "sites": DecidesPerSite, "profile": Profiles,
 }
 
 

@@ -536,9 +536,27 @@ def _site_dims(backend, subject, spec: RunSpec, fixed: CompilerOptions, partitio
     return tuple(d for d in dims if d.name not in fixed.names)
 
 
+#: A site enters the search when its op holds at least this share of the profiled step.
+SITE_MIN_SHARE = 0.01
+
+
 def _hot_sites(backend, module):
-    """The module's ops by measured share of its step, where the backend profiles (None: no order)."""
-    return None
+    """The module's input instructions by measured share of its step, hottest first, where the backend
+    profiles (``autotune profile``, 3 rounds); None (no order: the largest results first) where it does not
+    or the profile fails. Both ``name:opcode:shape`` and the bare name are given (a library fusion's op is
+    traced to its instruction by name)."""
+    if not supports(backend, "profile"):
+        return None
+    from autotune.core.profile import Profile
+
+    try:
+        profile = Profile.from_backend(module.name, backend.profile(module, rounds=3))
+    except (PassFailed, BadInput, KeyError, ValueError):
+        return None
+    order: list[str] = []
+    for site, _share in profile.hot_sites(SITE_MIN_SHARE):
+        order += [site, site.split(":", 1)[0]]
+    return order
 
 
 def _label(subject) -> str:

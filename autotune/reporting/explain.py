@@ -30,12 +30,14 @@ from autotune.core.graph import bottom_up, digest
 from autotune.core.metrics import Metrics
 from autotune.core import backend as backends
 from autotune.core.ddmin import ddmin_result
-from autotune.errors import AutotuneError, BadInput
+from autotune.errors import AutotuneError, BadInput, PassFailed
 from autotune.core.module import Module
 from autotune.core.runs import RunStore
 from autotune.core.fleet import FleetResult
 from autotune.core.options import EMPTY, CompilerOptions
 from autotune.reporting.explain_options import OptionsEffect, explain_options
+from autotune.core.profile import Profile
+from autotune.reporting.profile import faster_rows
 
 #: How many unmatched instructions a report lists per side (a big module can differ in thousands).
 LIST_CAP = 40
@@ -232,6 +234,9 @@ class Explanation:
     baseline: str = "XLA's default"
     #: The compiler options of the win, explained by measurement (``explain_options``); None without options.
     options: OptionsEffect | None = None
+    #: Which ops got faster (a runtime win, with a backend that profiles): per input instruction its
+    #: ``(site, ms before, ms after, after/before)`` from a profile of each (``core/profile.py``).
+    faster: tuple = ()
 
     @property
     def final_delta(self) -> int:
@@ -251,6 +256,7 @@ class Explanation:
             "steps": [asdict(s) for s in self.steps], "minimal_steps": [asdict(s) for s in self.minimal_steps],
             "steps_compiled": self.steps_compiled, "reproduce": self.reproduce, "notes": list(self.notes),
             "baseline": self.baseline, "compiler_options": self.options.to_dict() if self.options else None,
+            "faster": [list(r) for r in self.faster],
         }
 
     def to_json(self) -> str:
@@ -356,6 +362,7 @@ def explain(evaluator, root, sequence, run_id: str | None = None, model_path: st
         notes.append(f"the sequence reaches exactly {base} final module: "
                      + ("the win is the compiler options'" if options else "nothing to explain"))
     effect = explain_options(evaluator, root, result.state, options, ratio=ratio) if options else None
+    faster = _faster(evaluator, root, result.state, options) if options or ratio is not None else ()
     return Explanation(
         module=root.name, fingerprint=root.fingerprint, pipeline_version=evaluator.version, sequence=seq,
         minimal=minimal, minimal_same=same, input=evaluator.metrics(root.fingerprint), default=default.metrics,
@@ -363,8 +370,28 @@ def explain(evaluator, root, sequence, run_id: str | None = None, model_path: st
         tuned_final_state=final.state, diff=diff, steps=steps, minimal_steps=minimal_steps,
         steps_compiled=evaluator.stats.steps_compiled - compiled0,
         reproduce=_reproduce(evaluator, root.name, model_path, minimal), run_id=run_id, model_path=model_path,
-        notes=tuple(notes), baseline=base, options=effect,
+        notes=tuple(notes), baseline=base, options=effect, faster=faster,
     )
+
+
+#: Traced samples per profile in ``explain``'s "Which ops got faster" (a few: it is read, not claimed).
+PROFILE_ROUNDS = 3
+
+
+def _faster(evaluator, root, state: str, options: CompilerOptions, top: int = 8) -> tuple:
+    """Rows of "which ops got faster": the default's profile against the win's (its passes' module,
+    compiled with its options); empty where the backend does not profile or a profile fails."""
+    backend = evaluator.pipeline
+    if not supports(backend, "profile"):
+        return ()
+    tuned = evaluator.module(state, root.name)
+    tuned = tuned.with_options(options) if options else tuned
+    try:
+        a = Profile.from_backend(root.name, backend.profile(root, rounds=PROFILE_ROUNDS))
+        b = Profile.from_backend(root.name, backend.profile(tuned, rounds=PROFILE_ROUNDS))
+    except (PassFailed, AutotuneError):  # a section of the report, not its verdict: left out
+        return ()
+    return tuple(faster_rows(a, b, top))
 
 
 def explain_run(evaluator, run_id: str, model_path: str | None = None, minimize: bool = True,
@@ -450,6 +477,12 @@ def render_markdown(e: Explanation) -> str:
         lines.append(f"| {label} | " + " | ".join(_num(v).lstrip("+") for v in vals) + f" | {_num(delta[key])} |")
     if e.options is not None:
         lines += [""] + e.options.markdown(e.baseline)
+    if e.faster:
+        lines += ["", "## Which ops got faster", "",
+                  f"From a profile of {e.baseline} and one of the win (`autotune profile`: each op's time traced back "
+                  "to the input instruction it computes; two profiles timed one after the other).", "",
+                  "| input instruction | ms before | ms after | after/before |", "|---|---:|---:|---:|"]
+        lines += [f"| `{a}` | {b} | {c} | {d} |" for a, b, c, d in e.faster]
     lines += ["", f"## Opcodes ({e.baseline} -> tuned, after the default pipeline)", ""]
     if d.opcodes:
         lines += ["| opcode | default | tuned | delta |", "|---|---:|---:|---:|"]

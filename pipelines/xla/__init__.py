@@ -80,7 +80,7 @@ class XlaPipeline(BackendBase):
     #: bounded-execution: cost-analysis estimates, and a run stopped at its bound; regions: region.py
     #: cuts the changed regions of two final modules; surrogate: surrogate.py; reference: reference.py.
     capabilities = frozenset({"execute", "bounded-execution", "time", "reference", "regions", "stand-ins",
-                              "explain", "surrogate", "memory", "options", "sites"})
+                              "explain", "surrogate", "memory", "options", "sites", "profile"})
 
     def __init__(self, workers: int = 1, cache=None, include_target_specific: bool = False,
                  step_timeout: float = 120.0, inventory: PassInventory | None = None, executor=None,
@@ -93,9 +93,9 @@ class XlaPipeline(BackendBase):
             # A GPU-compiled final module is fused and laid out for the device: the CPU cannot run
             # its regions (whole tuned modules still run on the CPU, see gpu_worker.py).
             # Its memory is the device's, which the host's compile does not give: not offered.
-            # Per-site decisions rewrite the CPU pipeline's module at its pre-scheduler hook (sites.py);
-            # the GPU pipelines are compiled another way here: not offered.
-            self.capabilities = self.capabilities - {"regions", "memory", "sites"}
+            # Per-site decisions rewrite the CPU pipeline's module at its pre-scheduler hook (sites.py),
+            # and a profile traces the host's CPU thunks: the GPU pipelines offer neither.
+            self.capabilities = self.capabilities - {"regions", "memory", "sites", "profile"}
         self.target = self.gpu.target if self.gpu is not None else CPU
         self.target_option = target if self.gpu is not None else None
         self.include_target_specific = include_target_specific
@@ -566,6 +566,15 @@ class XlaPipeline(BackendBase):
         return self._timing_remote(self.run_timeout).time_ab(a.proto, b.proto, int(seed), int(rounds), int(warmup), floats,
                                                      int(int_high), float(min_seconds), oa or None, ob or None,
                                                      None if stop_above is None else float(stop_above), int(min_rounds))
+
+    def profile(self, module: Module, rounds: int = 5, seed: int = 0, floats: str = "normal",
+                int_high: int = 4) -> dict:
+        """Where the fully compiled module's time goes (``profiling.profile``), on the timing worker (one
+        CPU device, as a user's jax process): the untraced step, and each thunk's share of it traced
+        back to the module's instructions. The module's compiler options apply."""
+        self._single_device(module)
+        return self._timing_remote(self.run_timeout).profile(module.proto, int(rounds), int(seed), floats,
+                                                             int(int_high), _overrides(module))
 
     # ---- weights at the price of parameters ----------------------------------------------------------
     def lift_constants(self, module: Module, min_bytes: int | None = None) -> tuple[Module, int, int] | None:

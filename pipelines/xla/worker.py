@@ -21,7 +21,7 @@ from collections import OrderedDict
 from autotune.core.backend import StepOut
 from autotune.core.workers import all_cores
 from autotune.errors import BadInput, PassFailed
-from autotune.pipelines.xla import hlo, reference, runner, sites, timing
+from autotune.pipelines.xla import hlo, profiling, reference, runner, sites, timing
 from autotune.pipelines.xla import options as catalogue
 from autotune.pipelines.xla.inventory import PassInventory
 from autotune.pipelines.xla.structure import structure_counts
@@ -273,6 +273,12 @@ class XlaWorker:
         with all_cores():
             return timing.time_ab(self, proto_a, proto_b, seed, rounds, warmup, floats, int_high, min_seconds,
                                   options_a, options_b, stop_above, min_rounds)
+
+    def profile(self, proto: bytes, rounds: int = 5, seed: int = 0, floats: str = "normal", int_high: int = 4,
+                options=None) -> dict:
+        """Where the compiled module's time goes: ``rounds`` untraced and traced runs (see profiling.py)."""
+        with all_cores():
+            return profiling.profile(self, proto, rounds, seed, floats, int_high, options)
 
     def calibrate(self) -> dict:
         """This machine's execution rates for validation's time estimate (see timing.calibrate_rates)."""

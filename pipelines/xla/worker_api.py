@@ -43,6 +43,11 @@ class XlaRequests(StepRequests, Protocol):
         """Both modules compiled once, then timed interleaved round by round (raced: stopped once B's
         ratio to A provably lies above ``stop_above``)."""
 
+    def profile(self, proto: bytes, rounds: int = 5, seed: int = 0, floats: str = "normal", int_high: int = 4,
+                options=None) -> dict:
+        """Full default compile (with compiler ``options``), ``rounds`` untraced and traced runs: the step
+        and each thunk's share of it, traced back to the input's instructions (``profiling.profile``)."""
+
     def calibrate(self) -> dict:
         """This machine's execution rates (``flops_per_s``, ``bytes_per_s``)."""
 
