@@ -283,7 +283,7 @@ class _Hook:
             # the sequence, if any), and the decisions are applied where it hands out its optimised form.
             self.stats.applied_via[root.fingerprint] = "site-decisions"
             program = session.apply(root, sequence) if sequence else root
-            return _jax.mlir.hlo_to_stablehlo(program.proto), extra
+            return _jax.mlir.hlo_to_stablehlo(sites.tag(program.proto)), extra
         if not sequence:  # a record of compiler options alone: the original module, compiled with them
             if extra:
                 self.stats.applied_via[root.fingerprint] = "compiler_options"

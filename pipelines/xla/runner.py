@@ -310,6 +310,8 @@ def compile_full(worker, proto: bytes, partitions: int = 1, overrides=None):
     if partitions > 1:
         proto, options, devices = _partitioned_compile(worker, proto, partitions)
     overrides, decisions = sites.split(overrides)
+    if decisions:  # sites are named by the input's instructions: tag them, XLA carries the tags through
+        proto = sites.tag(proto)
     if overrides:
         options.env_option_overrides = [(str(k), str(v)) for k, v in overrides]
     if decisions and not hasattr(worker, "site_decisions"):

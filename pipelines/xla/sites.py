@@ -134,6 +134,17 @@ def check_decision(name: str, value: str) -> None:
         raise ValueError(f"{name} takes one of {', '.join(CHOICES)}, not {value!r}")
 
 
+def tag(proto: bytes) -> bytes:
+    """``proto`` with every instruction's metadata ``op_name`` set to its own name (``profiling.tagged_text``,
+    the profile's link back to the input): what a compile with decisions, and the listing of sites,
+    compile, so that a site is named by the input instruction whatever XLA renames it to. Metadata does
+    not reach the generated code."""
+    from autotune.pipelines.xla import hlo, profiling
+
+    text, _ = profiling.tagged_text(hlo.to_text(hlo.parse_proto(proto), metadata=True))
+    return hlo.parse_text(text).as_serialized_hlo_module_proto()
+
+
 # ---- reading the optimised module --------------------------------------------------------------------
 @dataclass
 class _Comp:
@@ -156,6 +167,17 @@ def _computations(lines: list[str]) -> dict[str, _Comp]:
         elif current is not None and line.strip():
             current.lines.append(i)
     return comps
+
+
+_OP_NAME = re.compile(r'op_name="(?:[^"]*/)?([\w.\-]+)"')  # XLA prefixes an inlined call's ("call.6/dot.5")
+
+
+def _name(m) -> str:
+    """The input instruction an optimised one stands for: its metadata's ``op_name`` when that is an
+    instruction name (the workers tag every input instruction so before compiling: ``profiling.tagged_text``;
+    XLA copies metadata onto fused clones, whose own names it renumbers), else its own name."""
+    meta = _OP_NAME.search(m.group("rest")) if "metadata=" in m.group("rest") else None
+    return meta.group(1) if meta else m.group("name")
 
 
 def _shape_only(shape: str) -> str:
@@ -281,10 +303,9 @@ def find_sites(text: str) -> list[Site]:
         single = _single_op_body(lines, comp)
         if single is None and any((m := _INST.match(lines[i])) and m.group("op") in LIBRARY_OPS for i in comp.lines):
             continue  # a multi-op fusion around a conv/dot: no plain XLA form to fall back to
-        out.setdefault(hero.group("name"), Site(hero.group("name"), hero.group("op"), _shape_only(hero.group("shape")),
-                                                AS_LIBRARY))
+        out.setdefault(_name(hero), Site(_name(hero), hero.group("op"), _shape_only(hero.group("shape")), AS_LIBRARY))
     for _, m, _comp in _plain_candidates(lines, comps):
-        out.setdefault(m.group("name"), Site(m.group("name"), m.group("op"), _shape_only(m.group("shape")), AS_XLA))
+        out.setdefault(_name(m), Site(_name(m), m.group("op"), _shape_only(m.group("shape")), AS_XLA))
     return list(out.values())
 
 
@@ -341,11 +362,11 @@ def rewrite(text: str, decisions: Mapping[str, str]) -> RewriteResult:
     comps = _computations(lines)
     applied, unchanged, new_comps = [], [], []
     for idx, fusion, comp, hero in list(_library_fusions(lines, comps)):
-        choice = decisions.get(hero.group("name"))
+        choice = decisions.get(_name(hero))
         if choice is None:
             continue
         if choice == AS_LIBRARY:
-            unchanged.append(hero.group("name"))
+            unchanged.append(_name(hero))
             continue
         single = _single_op_body(lines, comp)
         if single is not None and single[0].group("op") in LIBRARY_OPS:
@@ -354,22 +375,23 @@ def rewrite(text: str, decisions: Mapping[str, str]) -> RewriteResult:
             lines[idx] = _as_loop(lines[idx])
         else:
             continue
-        applied.append(hero.group("name"))
+        applied.append(_name(hero))
     for n, (idx, m, comp) in enumerate(list(_plain_candidates(lines, comps))):
-        choice = decisions.get(m.group("name"))
-        if choice is None or m.group("name") in applied:
+        choice = decisions.get(_name(m))
+        if choice is None or _name(m) in applied:
             continue
         if choice == AS_XLA:
-            unchanged.append(m.group("name"))
+            unchanged.append(_name(m))
             continue
         made = _outline(lines, idx, m, comp, n)
         if made is None:
             continue
         lines[idx], body = made
         new_comps += body
-        applied.append(m.group("name"))
+        applied.append(_name(m))
     if new_comps:
         first = next(i for i, line in enumerate(lines) if _COMP.match(line))
         lines[first:first] = new_comps
+    applied, unchanged = tuple(dict.fromkeys(applied)), tuple(dict.fromkeys(unchanged))
     missing = tuple(sorted(set(decisions) - set(applied) - set(unchanged)))
-    return RewriteResult("\n".join(lines) + "\n", tuple(applied), missing, tuple(unchanged))
+    return RewriteResult("\n".join(lines) + "\n", applied, missing, unchanged)

@@ -310,7 +310,7 @@ class XlaWorker:
         plain, decisions = sites.split(options)
         self.site_decisions = decisions
         try:
-            text = hlo.to_text(hlo.parse_proto(self.capture(self.to_mlir(proto, None), plain)))
+            text = hlo.to_text(hlo.parse_proto(self.capture(self.to_mlir(sites.tag(proto), None), plain)), metadata=True)
         finally:
             self.site_decisions = {}
         return [[s.name, s.opcode, s.shape, s.default, list(s.choices)] for s in sites.find_sites(text)]
