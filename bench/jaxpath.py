@@ -237,8 +237,13 @@ def markdown(data: dict) -> str:
               "", "## Reading it", ""]
     for part, d in (("tune", t), ("script", s)):
         tool, jx = d["tool"], d["jax"]
-        if tool.get("ratio") is None or tool.get("ratio_low") is None:
-            lines.append(f"- {part}: no confirmed claim to compare (the answer keeps XLA's default)")
+        kept = d.get("keeps_default") if part == "tune" else keeps
+        if kept:
+            lines.append(f"- {part}: the answer keeps XLA's default, so the program compiled the same executable "
+                         f"both ways: jax's {jx['ratio']:.3f} is this machine's noise between the two (an A/A), "
+                         "not an effect of the answer")
+        elif tool.get("ratio") is None or tool.get("ratio_low") is None:
+            lines.append(f"- {part}: no confirmed claim to compare")
         elif tool["ratio_low"] <= jx["ratio"] <= tool["ratio_high"]:
             lines.append(f"- {part}: jax's ratio lies inside the tool's interval")
         else:
@@ -246,6 +251,12 @@ def markdown(data: dict) -> str:
             lines.append(f"- {part}: jax's ratio lies {abs(off):.3f} {'below' if off < 0 else 'above'} the tool's "
                          "interval (the tool times the module in its worker; jax times dispatch and the whole "
                          "step in the program, on a machine shared with other work)")
+    if data.get("load"):
+        lines += ["", f"Load average (1 min) at the start and end: {data['load'][0]:.1f} -> {data['load'][1]:.1f} on "
+                  f"{os.cpu_count()} cores (the machine was shared with other work: the control rows show the noise "
+                  "that left)."]
+    if data.get("note"):
+        lines += ["", data["note"]]
     lines += ["", f"Seconds: tune {t['seconds']:.0f}, capture {s['capture_seconds']:.0f}, tune DIR {s['tune_seconds']:.0f}.",
               "The script's interval pools steps across runs and leaves out run-to-run variance; the per-run ratios show it."]
     return "\n".join(lines)
@@ -260,6 +271,7 @@ def main() -> None:
     prov = Provenance.now(target="cpu")
     budget = QUICK_BUDGET if opts.quick else BUDGET
     rounds = 20 if opts.quick else 40
+    load = [os.getloadavg()[0]]
     with tempfile.TemporaryDirectory(prefix="jaxpath-") as tmp:
         tmp = Path(tmp)
         log("part 1: autotune.jax.tune on the GPT-2 train step")
@@ -268,7 +280,8 @@ def main() -> None:
         script = part_script(tmp, budget, QUICK_STEPS if opts.quick else STEPS, QUICK_RUNS if opts.quick else RUNS)
         log("part 3: the hook's A/A with an empty store")
         aa = part_aa(tmp, rounds, 4 if opts.quick else 8)
-    data = {"quick": opts.quick, "rounds": rounds, "tune": tune, "script": script, "aa": aa}
+    load.append(os.getloadavg()[0])
+    data = {"quick": opts.quick, "rounds": rounds, "tune": tune, "script": script, "aa": aa, "load": load}
     path = write(opts.out, "jaxpath", data, markdown(data), prov)
     log(f"wrote {path}")
 
