@@ -208,6 +208,11 @@ def _r(d: dict) -> str:
     return f"{d['ratio']:.3f} [{lo:.3f}, {hi:.3f}]"
 
 
+def _tool(d: dict, kept: bool) -> str:
+    """The tool's ratio; for a kept default, its best candidate's (which did not win)."""
+    return f"best candidate {_r(d)}, not a win" if kept and d.get("ratio") is not None else _r(d)
+
+
 def markdown(data: dict) -> str:
     t, s, aa = data["tune"], data["script"], data["aa"]
     lines = ["# The jax path: tune a function or a script, timed by jax in the program's process", "",
@@ -222,11 +227,11 @@ def markdown(data: dict) -> str:
         return ", ".join(f"{k}={v}" for k, v in sorted(options.items())) + (f" + {len(sequence)} passes" if sequence else "")
 
     lines.append(f"| `autotune.jax.tune` (applied via {t['applied_via'] or 'nothing: plain compile'}) | GPT-2 train step "
-                 f"`{t['module']}` | {answer(t['keeps_default'], t['options'], t['sequence'])} | {_r(t['tool'])} | "
+                 f"`{t['module']}` | {answer(t['keeps_default'], t['options'], t['sequence'])} | {_tool(t['tool'], t['keeps_default'])} | "
                  f"{_r(t['jax'])} | {_r(t['jax_control'])} | max rel diff {t['max_rel_diff']:.1e} |")
     keeps = s.get("decision") == "keep-default" or not (s["options"] or s["sequence"])
     lines.append(f"| capture / tune / exec | CNN train step {s['config']} | "
-                 f"{answer(keeps, s['options'], s['sequence'])} | {_r(s['tool'])} | {_r(s['jax'])} (steps pooled "
+                 f"{answer(keeps, s['options'], s['sequence'])} | {_tool(s['tool'], keeps)} | {_r(s['jax'])} (steps pooled "
                  f"over runs; per run {', '.join(f'{x:.3f}' for x in s['jax']['per_run'])}) | - | "
                  f"max rel diff of output sums {s['max_rel_diff_sums']:.1e} |")
     lines += ["", "## A/A: the hook with an empty store", "",
