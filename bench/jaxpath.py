@@ -208,6 +208,11 @@ def _r(d: dict) -> str:
     return f"{d['ratio']:.3f} [{lo:.3f}, {hi:.3f}]"
 
 
+def _tool(d: dict, kept: bool) -> str:
+    """The tool's ratio; for a kept default, its best candidate's (which did not win)."""
+    return f"best candidate {_r(d)}, not a win" if kept and d.get("ratio") is not None else _r(d)
+
+
 def markdown(data: dict) -> str:
     t, s, aa = data["tune"], data["script"], data["aa"]
     lines = ["# The jax path: tune a function or a script, timed by jax in the program's process", "",
@@ -222,11 +227,11 @@ def markdown(data: dict) -> str:
         return ", ".join(f"{k}={v}" for k, v in sorted(options.items())) + (f" + {len(sequence)} passes" if sequence else "")
 
     lines.append(f"| `autotune.jax.tune` (applied via {t['applied_via'] or 'nothing: plain compile'}) | GPT-2 train step "
-                 f"`{t['module']}` | {answer(t['keeps_default'], t['options'], t['sequence'])} | {_r(t['tool'])} | "
+                 f"`{t['module']}` | {answer(t['keeps_default'], t['options'], t['sequence'])} | {_tool(t['tool'], t['keeps_default'])} | "
                  f"{_r(t['jax'])} | {_r(t['jax_control'])} | max rel diff {t['max_rel_diff']:.1e} |")
     keeps = s.get("decision") == "keep-default" or not (s["options"] or s["sequence"])
     lines.append(f"| capture / tune / exec | CNN train step {s['config']} | "
-                 f"{answer(keeps, s['options'], s['sequence'])} | {_r(s['tool'])} | {_r(s['jax'])} (steps pooled "
+                 f"{answer(keeps, s['options'], s['sequence'])} | {_tool(s['tool'], keeps)} | {_r(s['jax'])} (steps pooled "
                  f"over runs; per run {', '.join(f'{x:.3f}' for x in s['jax']['per_run'])}) | - | "
                  f"max rel diff of output sums {s['max_rel_diff_sums']:.1e} |")
     lines += ["", "## A/A: the hook with an empty store", "",
@@ -237,8 +242,13 @@ def markdown(data: dict) -> str:
               "", "## Reading it", ""]
     for part, d in (("tune", t), ("script", s)):
         tool, jx = d["tool"], d["jax"]
-        if tool.get("ratio") is None or tool.get("ratio_low") is None:
-            lines.append(f"- {part}: no confirmed claim to compare (the answer keeps XLA's default)")
+        kept = d.get("keeps_default") if part == "tune" else keeps
+        if kept:
+            lines.append(f"- {part}: the answer keeps XLA's default, so the program compiled the same executable "
+                         f"both ways: jax's {jx['ratio']:.3f} is this machine's noise between the two (an A/A), "
+                         "not an effect of the answer")
+        elif tool.get("ratio") is None or tool.get("ratio_low") is None:
+            lines.append(f"- {part}: no confirmed claim to compare")
         elif tool["ratio_low"] <= jx["ratio"] <= tool["ratio_high"]:
             lines.append(f"- {part}: jax's ratio lies inside the tool's interval")
         else:
@@ -246,6 +256,12 @@ def markdown(data: dict) -> str:
             lines.append(f"- {part}: jax's ratio lies {abs(off):.3f} {'below' if off < 0 else 'above'} the tool's "
                          "interval (the tool times the module in its worker; jax times dispatch and the whole "
                          "step in the program, on a machine shared with other work)")
+    if data.get("load"):
+        lines += ["", f"Load average (1 min) at the start and end: {data['load'][0]:.1f} -> {data['load'][1]:.1f} on "
+                  f"{os.cpu_count()} cores (the machine was shared with other work: the control rows show the noise "
+                  "that left)."]
+    if data.get("note"):
+        lines += ["", data["note"]]
     lines += ["", f"Seconds: tune {t['seconds']:.0f}, capture {s['capture_seconds']:.0f}, tune DIR {s['tune_seconds']:.0f}.",
               "The script's interval pools steps across runs and leaves out run-to-run variance; the per-run ratios show it."]
     return "\n".join(lines)
@@ -260,6 +276,7 @@ def main() -> None:
     prov = Provenance.now(target="cpu")
     budget = QUICK_BUDGET if opts.quick else BUDGET
     rounds = 20 if opts.quick else 40
+    load = [os.getloadavg()[0]]
     with tempfile.TemporaryDirectory(prefix="jaxpath-") as tmp:
         tmp = Path(tmp)
         log("part 1: autotune.jax.tune on the GPT-2 train step")
@@ -268,7 +285,8 @@ def main() -> None:
         script = part_script(tmp, budget, QUICK_STEPS if opts.quick else STEPS, QUICK_RUNS if opts.quick else RUNS)
         log("part 3: the hook's A/A with an empty store")
         aa = part_aa(tmp, rounds, 4 if opts.quick else 8)
-    data = {"quick": opts.quick, "rounds": rounds, "tune": tune, "script": script, "aa": aa}
+    load.append(os.getloadavg()[0])
+    data = {"quick": opts.quick, "rounds": rounds, "tune": tune, "script": script, "aa": aa, "load": load}
     path = write(opts.out, "jaxpath", data, markdown(data), prov)
     log(f"wrote {path}")
 

@@ -81,7 +81,8 @@ class Tuned:
                                             else "the compile patch (a pass sequence)"))
         m = r.metrics
         if isinstance(m.get("ratio"), (int, float)):
-            lines.append(f"runtime tuned/default: {m['ratio']:.3f} [{m.get('ratio_low', float('nan')):.3f}, "
+            lines.append(("the best candidate measured (not a confirmed win), " if self.keeps_default else "")
+                         + f"runtime tuned/default: {m['ratio']:.3f} [{m.get('ratio_low', float('nan')):.3f}, "
                          f"{m.get('ratio_high', float('nan')):.3f}] at {m.get('confidence', 0.95):.0%} confidence, "
                          f"{m.get('rounds')} interleaved rounds")
         if self.claim is not None and self.claim.message:
