@@ -39,9 +39,9 @@ def export(run_id, output, db, as_json) -> None:
 @click.option("--record", "record_path", type=click.Path(dir_okay=False), required=True, help="Tuning record (JSON).")
 @click.option("--max-regression", type=click.FloatRange(min=0), default=None,
               help="Allowed worsening of the recorded metric, in percent (default 0). Runtime: of the tuned/default "
-                   "ratio; without it a record that is still a confirmed win passes, and otherwise only a slowdown "
-                   "that a test on the two measurements (recorded and today's intervals) proves fails; with it, "
-                   "that test decides alone. A record made by another XLA is judged "
+                   "ratio; without it a record that is still a confirmed win passes, and otherwise it fails only when "
+                   "the win is gone or today's interval lies wholly above the recorded one; with it, that interval "
+                   "test (the recorded slow end raised this much) decides alone. A record made by another XLA is judged "
                    "by what it saves over each version's own default: at least the lesser of the same count and "
                    "the same share, this much more cost allowed.")
 @click.option("--no-validate", is_flag=True, help="Skip the output comparison.")

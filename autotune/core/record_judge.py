@@ -10,8 +10,8 @@ not; on a default that shrank the same share is the lesser). ``--max-regression`
 cost on top. A sequence that saves nothing over today's default fails whatever the tolerance. A
 measured record (``runtime``) is re-timed against today's default and judged as a comparison of two
 measurements (``interval``): it passes while it is still a confirmed win (unless a bound is given), and
-fails only when the win is gone or a test on the difference of the two intervals says it is slower
-beyond the allowance; a new interval is never held to the old point estimate (that went red on noise:
+fails only when the win is gone or today's interval lies wholly above the recorded one beyond the
+allowance; a new interval is never held to the old point estimate (that went red on noise:
 a record of 0.813 [0.790, 0.832] re-timed at 0.828 [0.823, 0.835], a 17% win still). Across XLA
 versions the allowed ratio comes from the same rule (the same seconds saved or the same share).
 
@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from statistics import NormalDist
 
 from autotune.core.stats import MIN_EFFECT
 
@@ -108,32 +107,19 @@ def _num(value, fallback: float) -> float:
     return float(value) if isinstance(value, (int, float)) and math.isfinite(value) else fallback
 
 
-def _log_se(low, high, confidence) -> float:
-    """The standard error of log(ratio) that a ``confidence`` interval [low, high] implies (0: no interval)."""
-    if not all(isinstance(v, (int, float)) and v > 0 for v in (low, high)) or high <= low:
-        return 0.0
-    return (math.log(high) - math.log(low)) / (2.0 * NormalDist().inv_cdf((1.0 + _num(confidence, 0.95)) / 2.0))
-
-
 def _fmt(ratio, low, high) -> str:
     if isinstance(low, (int, float)) and isinstance(high, (int, float)):
         return f"{ratio:.3f} [{low:.3f}, {high:.3f}]"
     return f"{ratio:.3f}"
 
 
-def slower_test(ratio: float, low: float, high: float, confidence: float, target: float, metrics: dict):
-    """A test on the difference of two measurements, on the log scale where a time ratio's interval is
-    about symmetric: today's ``ratio`` (its interval [low, high]) against ``target`` (the recorded ratio,
-    or what it is held to, times the allowance), whose spread is the recorded interval's. Each interval's
-    half-width gives its standard error; their sum in quadrature, the difference's. One-sided: only a
-    slowdown fails, at the claims' own level (a 95% interval: p < 2.5%). (p value, significant)."""
-    se = math.hypot(_log_se(low, high, confidence),
-                    _log_se(metrics.get("ratio_low"), metrics.get("ratio_high"), metrics.get("confidence")))
-    diff = math.log(ratio) - math.log(target)
-    if se <= 0:  # two exact figures (an executable identical to XLA's default, a record without an interval)
-        return (0.0 if diff > EPS else 1.0), diff > EPS
-    p = 1.0 - NormalDist().cdf(diff / se)
-    return p, p < (1.0 - _num(confidence, 0.95)) / 2.0
+def slow_end(metrics: dict, held_to: float, max_regression: float) -> float:
+    """The slow end of the recorded measurement, as held and allowed: the recorded interval's upper end
+    (its ratio for a record without one), scaled to ``held_to`` (a record of another XLA is held to
+    another ratio than its own), times ``1 + max_regression``%."""
+    ratio, high = metrics.get("ratio"), metrics.get("ratio_high")
+    spread = high / ratio if all(isinstance(v, (int, float)) and v > 0 for v in (ratio, high)) and high >= ratio else 1.0
+    return held_to * spread * (1.0 + max_regression / 100.0)
 
 
 def interval(objective: str, claim, metrics: dict, default: float | None, max_regression: float | None,
@@ -145,9 +131,13 @@ def interval(objective: str, claim, metrics: dict, default: float | None, max_re
       (``1 - min_effect``): the answer is still a confirmed win, whatever noise moved it by; pass.
     * **win gone** (no bound given, the record was a confirmed win): today's interval lies wholly at or
       above 1: the answer is no faster than XLA's default; fail.
-    * **difference test**: otherwise (or whenever the user set a bound) it fails only when today's
-      ratio is significantly slower than the recorded one (``slower_test``) times ``1 +
-      max_regression``%: a new interval is never held to the old point estimate.
+    * **interval test**: otherwise (or whenever the user set a bound) it fails only when today's
+      interval lies wholly above the recorded one (its slow end, ``slow_end``, times ``1 +
+      max_regression``%): the two measurements differ in the slower direction. A new interval is
+      never held to the old point estimate. (A normal test on the difference of the log ratios, each
+      interval's width giving its spread, failed 2 of 20 unchanged re-runs in ``bench/check_aa.py``
+      on a loaded machine, where a disturbed measurement's bootstrap interval is wide and lopsided;
+      disjoint intervals failed none.)
 
     ``made_by``/``now``: the record's XLA and this one, when they differ (the recorded ratio is then
     replaced by the one that saves the same time or share over today's default, ``allowed_ratio``)."""
@@ -176,11 +166,11 @@ def interval(objective: str, claim, metrics: dict, default: float | None, max_re
         rule = (f"win gone: today's tuned/default {today} is no faster than XLA's default ({level} CI; the record "
                 f"claimed {recorded}, held to {held_to:.3f})")
         return Judgement(judged, regression, f"{objective} regressed: {rule}", note, rule=rule)
-    target = held_to * (1.0 + allow / 100.0)
-    p, slower = slower_test(claim.ratio, claim.low, claim.high, _num(claim.confidence, 0.95), target, metrics)
-    held = f"held to {held_to:.3f}" + (f" +{allow:g}% = {target:.3f}" if allow else "")
-    verdict = "significantly slower" if slower else "not significantly slower"
-    rule = (f"difference test: today's tuned/default {today} vs recorded {recorded}, {held}: {verdict} "
-            f"(one-sided p = {p:.3g} on the log-ratio difference, both intervals; {claim.rounds} rounds today)")
+    top = slow_end(metrics, held_to, allow)
+    slower = claim.low > top + EPS
+    place = "lies wholly above" if slower else "reaches into or below"
+    rule = (f"interval test: today's tuned/default {today} {place} the recorded {recorded} (held to {held_to:.3f}; "
+            f"its slow end {top:.3f}{f' with +{allow:g}%' if allow else ''}): "
+            f"{'proven slower' if slower else 'not proven slower'} ({claim.rounds} rounds today, {level} CI)")
     reason = f"{objective} regressed: {rule}" if slower else None
     return Judgement(judged, regression, reason, note, rule=rule)
