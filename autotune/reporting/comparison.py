@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 from autotune.core.runs import RunStore
 from autotune.core.target import Target
@@ -244,9 +244,10 @@ def row_from_run(cache, run_id: str) -> RunRow:
         if t.status == "ok" and t.cost is not None and not math.isnan(t.cost):
             low = min(low, t.cost)
         history.append(None if low == math.inf else low)
-    return _row_from_summary(run.strategy, run.strategy, s, run.budget, tuple(history),
-                             float(s.get("seconds") or 0.0), int(s.get("steps_compiled") or 0),
-                             int(s.get("steps_cached") or 0))
+    row = _row_from_summary(run.strategy, run.strategy, s, run.budget, tuple(history),
+                            float(s.get("seconds") or 0.0), int(s.get("steps_compiled") or 0),
+                            int(s.get("steps_cached") or 0))
+    return replace(row, history_seconds=tuple(store.trial_seconds(run_id))[:len(history)])
 
 
 def comparison_of_runs(cache, run_ids: Sequence[str]) -> Comparison:

@@ -62,6 +62,9 @@ class RunRow:
     history: tuple[float | None, ...] = ()  # best-so-far objective after each evaluation (None: nothing ok yet)
     claim: dict | None = None  # the objective's verdict on the best (``Claim.to_dict``; measured: ratio + interval)
     best_options: dict = field(default_factory=dict)  # the best's compiler options (``core/options.py``)
+    #: Seconds from the run's start at the end of each evaluation (``history``'s wall-time axis; empty:
+    #: not known, e.g. a comparison written before it was kept).
+    history_seconds: tuple[float, ...] = ()
 
     # -- derived ----------------------------------------------------------------------------------------
     @property
@@ -99,7 +102,10 @@ class RunRow:
         """win / tie / loss against XLA's default on the objective (None for an errored run)."""
         if not self.ok or self.default_cost is None or self.best_cost is None:
             return None
-        if self.claim and self.claim.get("measured"):  # a measured objective: the confirmation decides
+        # A measured objective (its claims carry a minimum effect): the confirmation decides, and a run
+        # with nothing to confirm (its best not faster in the search's noisy samples, or XLA's own
+        # executable) ships XLA's default: a tie, not a loss read off one sample.
+        if self.claim and (self.claim.get("measured") or self.claim.get("min_effect") is not None):
             if self.claim.get("win"):
                 return "win"
             low, effect = self.claim.get("low"), self.claim.get("min_effect") or 0.0
@@ -127,6 +133,7 @@ class RunRow:
         d["best_sequence"] = list(self.best_sequence)
         d["rejected"] = [{"sequence": list(s), "reason": r} for s, r in self.rejected]
         d["history"] = [None if h is None else float(h) for h in self.history]
+        d["history_seconds"] = [float(x) for x in self.history_seconds]
         d.update(
             default_reduction=self.default_reduction,
             ratio_raw=_json_num(self.ratio(False)), ratio_final=_json_num(self.ratio(True)),
@@ -142,6 +149,7 @@ class RunRow:
         kw["best_sequence"] = tuple(kw.get("best_sequence") or ())
         kw["rejected"] = tuple((tuple(x["sequence"]), x["reason"]) for x in kw.get("rejected") or ())
         kw["history"] = tuple(kw.get("history") or ())
+        kw["history_seconds"] = tuple(kw.get("history_seconds") or ())
         return cls(**kw)
 
 
