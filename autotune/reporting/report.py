@@ -415,7 +415,8 @@ def standard_blocks(comp: Comparison, images: Sequence[str] | None = None, headi
              + (" **The comparison was interrupted; the numbers cover the runs that finished.**"
                 if comp.status == "interrupted" else "")),
     ]
-    pictures = [Image(name, ALTS.get(name.rsplit("/", 1)[-1], name)) for name in images]
+    alts = {**ALTS, "per_module.png": "confirmed time per module"} if timed else ALTS
+    pictures = [Image(name, alts.get(name.rsplit("/", 1)[-1], name)) for name in images]
     if timed:
         claims = claims_table(comp)
         blocks += [Heading("Measured time", h), time_table(comp)]
