@@ -128,9 +128,10 @@ def test_report_from_stored_runs_matches_the_comparison(engine, comparison, db_p
     assert again.strategies == comparison.strategies and again.objective == comparison.objective
     for mine, theirs in zip(again.runs, comparison.runs):
         assert (mine.run_id, mine.module, mine.best_sequence, mine.best_cost, mine.best_raw_ops, mine.best_final_ops,
-                mine.evaluations, mine.valid, mine.rejected, mine.status, mine.history) == (
+                mine.evaluations, mine.valid, mine.rejected, mine.status, mine.history, mine.history_seconds) == (
             theirs.run_id, theirs.module, theirs.best_sequence, theirs.best_cost, theirs.best_raw_ops,
-            theirs.best_final_ops, theirs.evaluations, theirs.valid, theirs.rejected, theirs.status, theirs.history)
+            theirs.best_final_ops, theirs.evaluations, theirs.valid, theirs.rejected, theirs.status, theirs.history,
+            theirs.history_seconds)
     for mine, theirs in zip(again.summaries, comparison.summaries):
         assert (mine.raw, mine.final, mine.wins, mine.ties, mine.losses, mine.evaluations) == (
             theirs.raw, theirs.final, theirs.wins, theirs.ties, theirs.losses, theirs.evaluations)
@@ -242,4 +243,5 @@ def test_rejected_candidates_survive_the_summary_round_trip(engine, comparison):
     row = _row_from_summary(run.strategy, run.base_strategy, summary, run.budget, run.history, 0.0, 0, 0)
     assert row.rejected == ((("cse", "dce"), "outputs differ"),)
     assert replace(row, rejected=(), seconds=run.seconds, steps_compiled=run.steps_compiled,
-                   steps_cached=run.steps_cached) == replace(run, rejected=())
+                   steps_cached=run.steps_cached, history_seconds=run.history_seconds) == replace(run, rejected=())
+    assert len(run.history_seconds) == len(run.history)  # the live row's wall-time axis, from the trials

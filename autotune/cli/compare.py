@@ -99,6 +99,7 @@ def compare_cmd(modules, strategy_list, budget, seeds, time_limit, objective, ma
 def publish(comp, out: Path, title: str | None, as_json: bool) -> None:
     """Write ``comp``'s report files into ``out``, then print its JSON or a summary table."""
     from autotune.reporting.report import write_report
+    from autotune.reporting.timing import measured, time_summaries
 
     try:
         files = write_report(comp, out, title=title or f"Strategy comparison: {', '.join(comp.strategies)}")
@@ -110,6 +111,8 @@ def publish(comp, out: Path, title: str | None, as_json: bool) -> None:
             r.pop("history", None)
         data["report"] = {"markdown": str(files.markdown), "html": str(files.html), "json": str(files.json),
                           "images": [str(p) for p in files.images.values()]}
+        if measured(comp):  # a measured objective's headline: time per strategy (``reporting/timing.py``)
+            data["time"] = [t.to_dict() for t in time_summaries(comp)]
         print_json(data)
     else:
         _summary(comp, files)
@@ -127,15 +130,31 @@ def _summary(comp, files) -> None:
 
     from autotune.reporting.metric import PAPER
     from autotune.reporting.report import metric_cell, pct
+    from autotune.reporting.timing import measured, ratio_cell, seconds_cell, time_summaries
 
-    table = Table(title=f"{len(comp.modules)} modules x {len(comp.seeds)} seed(s), budget {comp.budget}, "
-                        f"objective {comp.objective}: improvement over the reduction of {comp.baseline} (geomean)")
-    for col in ("strategy", "raw ops", "final-ops", "win/tie/loss", "invalid", "evals", "time", "cache hits"):
-        table.add_column(col, justify="left" if col == "strategy" else "right")
-    for s in comp.summaries:
-        table.add_row(s.strategy, metric_cell(s.raw), metric_cell(s.final), f"{s.wins}/{s.ties}/{s.losses}",
-                      str(s.validity_failures), str(s.evaluations), f"{s.seconds:.0f}s", f"{s.cache_hit_rate:.0%}")
     out = console()
+    timed = measured(comp)
+    if timed:  # a measured objective leads with what was measured; op counts are in the report, lower
+        confidence = next((t.confidence for t in time_summaries(comp)), 0.95)
+        table = Table(title=f"{len(comp.modules)} modules x {len(comp.seeds)} seed(s), budget {comp.budget}, "
+                            f"objective {comp.objective}: measured time against {comp.baseline} (tuned/default, "
+                            "geometric mean over runs; below 1 is faster)")
+        for col in ("strategy", f"time ratio [{confidence:.0%} CI]", "win/tie/loss", "s to first win", "invalid",
+                    "evals", "time"):
+            table.add_column(col, justify="left" if col == "strategy" else "right")
+        by_label = {s.strategy: s for s in comp.summaries}
+        for t in time_summaries(comp):
+            s = by_label[t.strategy]
+            table.add_row(t.strategy, ratio_cell(t), f"{t.wins}/{t.ties}/{t.losses}", seconds_cell(t),
+                          str(s.validity_failures), str(s.evaluations), f"{s.seconds:.0f}s")
+    else:
+        table = Table(title=f"{len(comp.modules)} modules x {len(comp.seeds)} seed(s), budget {comp.budget}, "
+                            f"objective {comp.objective}: improvement over the reduction of {comp.baseline} (geomean)")
+        for col in ("strategy", "raw ops", "final-ops", "win/tie/loss", "invalid", "evals", "time", "cache hits"):
+            table.add_column(col, justify="left" if col == "strategy" else "right")
+        for s in comp.summaries:
+            table.add_row(s.strategy, metric_cell(s.raw), metric_cell(s.final), f"{s.wins}/{s.ties}/{s.losses}",
+                          str(s.validity_failures), str(s.evaluations), f"{s.seconds:.0f}s", f"{s.cache_hit_rate:.0%}")
     out.print(table)
     claims = [r for r in comp.runs if r.claim and r.claim.get("measured")]
     if claims:  # a measured objective: each run's confirmation, with its interval
@@ -148,5 +167,6 @@ def _summary(comp, files) -> None:
                        ("win" if c["win"] else "no significant difference" if r.outcome == "tie" else "slower")
                        + f" ({c['confidence']:.0%}, {c['rounds']} rounds)")
         out.print(ct)
-    out.print(f"paper (2023, raw ops, PPO + shaping): GPT-2 {pct(PAPER['gpt2'])}, mixed {pct(PAPER['mixed'])}")
+    if not timed:
+        out.print(f"paper (2023, raw ops, PPO + shaping): GPT-2 {pct(PAPER['gpt2'])}, mixed {pct(PAPER['mixed'])}")
     out.print(f"report: {files.markdown} (also report.html, comparison.json and the plots in {files.html.parent})")

@@ -37,9 +37,11 @@ def export(run_id, output, db, as_json) -> None:
 @cli.command()
 @click.argument("model", type=click.Path())
 @click.option("--record", "record_path", type=click.Path(dir_okay=False), required=True, help="Tuning record (JSON).")
-@click.option("--max-regression", type=click.FloatRange(min=0), default=0.0, show_default=True,
-              help="Allowed worsening of the recorded metric, in percent (runtime: of the tuned/default ratio, and "
-                   "only a worsening its confidence interval proves fails). A record made by another XLA is judged "
+@click.option("--max-regression", type=click.FloatRange(min=0), default=None,
+              help="Allowed worsening of the recorded metric, in percent (default 0). Runtime: of the tuned/default "
+                   "ratio; without it a record that is still a confirmed win passes, and otherwise it fails only when "
+                   "the win is gone or today's interval lies wholly above the recorded one; with it, that interval "
+                   "test (the recorded slow end raised this much) decides alone. A record made by another XLA is judged "
                    "by what it saves over each version's own default: at least the lesser of the same count and "
                    "the same share, this much more cost allowed.")
 @click.option("--no-validate", is_flag=True, help="Skip the output comparison.")
@@ -85,6 +87,8 @@ def check(model, record_path, max_regression, no_validate, db, workers, as_json)
         if not result.judged_note and result.pipeline_version != result.record_pipeline_version:
             table.add_row("note", "recorded with another XLA/pipeline version")
         console().print(table)
+        if result.rule:  # which rule decided a measured record
+            click.echo(f"rule: {result.rule}")
         if result.judged_note:  # a line of its own: how a record of another XLA was judged, never cut by the table
             click.echo(f"judged: {result.judged_note}")
         click.echo("OK: the record holds" if result.ok else "FAILED: " + "; ".join(result.reasons))

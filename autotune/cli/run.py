@@ -213,6 +213,32 @@ def _write_outputs(ev, result, out: Path) -> None:
         raise BadInput(f"{out}: cannot write outputs ({exc.strerror or exc})") from None
 
 
+def answer_lines(sequence, options, base: str, improvement_final: float | None,
+                 improvement_raw: float | None, notes=()) -> list[str]:
+    """What an answer changes, in words: its pass order and compiler options, and for an answer with an
+    order the paper's op-count ratio (its reduction of the instruction count against ``base``'s).
+
+    An answer of compiler options alone keeps XLA's pass order, so that ratio says nothing of it: the
+    demo's ResNet-50 answer (options, no passes) read "final-ops +0.0%, raw ops -100.0%" (raw ops are
+    the untouched input's, final-ops XLA's default's). It is said as what it is instead. ``notes``:
+    lines that follow the answer's own (how it was pruned)."""
+    if options and not sequence:
+        return [f"options only: {options.describe()}; pass order: {base}", *notes]
+    n = len(sequence)
+    lines = [f"best sequence ({n} pass{'es' if n != 1 else ''}): {','.join(sequence)}"]
+    if options:
+        lines.append(f"compiler options: {options.describe()}")
+    lines += notes
+
+    def pct(x):
+        return "n/a" if x is None else f"{x:+.1%}"
+
+    if improvement_final is not None or improvement_raw is not None:  # undefined when the default adds
+        lines.append(f"reduction vs the reduction of {base}: final-ops {pct(improvement_final)}, "
+                     f"raw ops {pct(improvement_raw)}")
+    return lines
+
+
 def _report(result, as_json: bool, out_dir) -> None:
     if as_json:
         print_json(result.to_dict())
@@ -246,28 +272,18 @@ def _report(result, as_json: bool, out_dir) -> None:
                   "step, compiled for one partition (a proxy for the step's compile over all its devices, "
                   "docs/llm-family.md)")
     if result.best and result.beats_default:
-        n = len(result.best_sequence)
-        if n or not result.best_options:
-            out.print(f"best sequence ({n} pass{'es' if n != 1 else ''}): {','.join(result.best_sequence)}")
-        else:
-            out.print(f"pass order: {base}'s own (no passes)")
-        if result.best_options:
-            out.print(f"compiler options: {result.best_options.describe()}")
+        notes = []
         if result.best.found and result.best.found != result.best.sequence:
             found_cost = result.best.found_cost
             if found_cost is not None and found_cost > result.best.cost:
-                out.print(f"  (pruned from the {len(result.best.found)} passes found, {','.join(result.best.found)} "
-                          f"at {found_cost:g}: dropping {','.join(_dropped(result.best.found, result.best.sequence))} "
-                          f"lowered it to {result.best.cost:g})")
+                notes.append(f"  (pruned from the {len(result.best.found)} passes found, {','.join(result.best.found)} "
+                             f"at {found_cost:g}: dropping {','.join(_dropped(result.best.found, result.best.sequence))} "
+                             f"lowered it to {result.best.cost:g})")
             else:
-                out.print(f"  (pruned from the {len(result.best.found)} passes found: the others changed nothing)")
-        imp_final, imp_raw = result.improvement(True), result.improvement(False)
-
-        def pct(x):
-            return "n/a" if x is None else f"{x:+.1%}"
-
-        if imp_final is not None or imp_raw is not None:  # the paper's ratio; undefined when the default adds
-            out.print(f"reduction vs the reduction of {base}: final-ops {pct(imp_final)}, raw ops {pct(imp_raw)}")
+                notes.append(f"  (pruned from the {len(result.best.found)} passes found: the others changed nothing)")
+        for line in answer_lines(result.best_sequence, result.best_options, base, result.improvement(True),
+                                 result.improvement(False), notes):
+            out.print(line)
     elif result.claim is not None and not result.claim.win and (result.claim.measured or result.claim.rounds == 0):
         out.print(f"[yellow]{result.objective}: {result.claim.message}.[/]")
     else:

@@ -198,6 +198,17 @@ class RunStore:
                                    message, CompilerOptions.from_key(options)))
         return out
 
+    def trial_seconds(self, run_id: str) -> list[float]:
+        """Seconds from the run's start to the end of each trial, in order, up to the first gap (what a
+        report plots a search against wall time with)."""
+        rows = self.cache.db.execute("SELECT n, seconds FROM trials WHERE run=? ORDER BY n", [run_id]).fetchall()
+        out = []
+        for i, (n, seconds) in enumerate(rows):
+            if n != i:
+                break
+            out.append(float(seconds or 0.0))
+        return out
+
     def truncate(self, run_id: str, n: int) -> None:
         """Forget trials ``n`` and later (a resumed strategy diverged from the recorded run)."""
         with self.cache.write() as db:

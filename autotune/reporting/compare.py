@@ -69,6 +69,7 @@ from autotune import strategy as strategy_mod
 from autotune.core import objectives
 from autotune.core.tuner import Interrupted, tune
 from autotune.core.cache import Cache
+from autotune.core.runs import RunStore
 from autotune.core.evaluator import Evaluator
 
 #: Keys of ``options_per_strategy[label]`` that configure the comparison, not the strategy.
@@ -252,6 +253,8 @@ def _run_one(evaluator, job, settings: dict, progress, per_evaluation: bool) -> 
     cached = evaluator.stats.steps_cached - before[1]
     if result is not None:
         row = row_from_result(label, base, result, run_budget, seconds, compiled, cached)
+        if row.run_id:  # the wall-time axis of its search (report plots for a measured objective)
+            row = replace(row, history_seconds=tuple(RunStore(evaluator.cache).trial_seconds(row.run_id)))
     elif row is not None:
         row = replace(row, seconds=seconds, steps_compiled=compiled, steps_cached=cached)
     if row is not None:

@@ -16,13 +16,8 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from autotune.reporting.comparison import RunRow
-
-RATIO_FLOOR = 0.01
-TIE_RTOL = 1e-9
+from autotune.reporting.rows import RATIO_FLOOR, TIE_RTOL, RunRow  # noqa: F401  (RATIO_FLOOR, TIE_RTOL: their old home)
 
 #: The 2023 paper's headline numbers (raw-ops metric, geometric mean of the ratio, minus 1).
 PAPER = {"gpt2": 0.133, "mixed": 0.104}

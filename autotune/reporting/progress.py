@@ -88,8 +88,11 @@ class RichCompareProgress:
         self._rp.reset(self._evals, total=budget, info="")
 
     def run_finished(self, index: int, row) -> None:
-        imp = row.improvement(True)
-        last = "error" if row.error else ("n/a" if imp is None else f"{imp:+.1%}")
+        imp, claim = row.improvement(True), row.claim or {}
+        if claim.get("min_effect") is not None and not row.error:  # a measured objective: the time it measured
+            last = f"time {claim['ratio']:.3f}x ({row.outcome})" if claim.get("measured") else f"keep default ({row.outcome})"
+        else:
+            last = "error" if row.error else ("n/a" if imp is None else f"{imp:+.1%}")
         self._rp.update(self._runs, advance=1, info=f"last: {last}")
 
     def tune_progress(self):

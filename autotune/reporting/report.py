@@ -10,6 +10,11 @@
 * ``per_module.png``: final-ops improvement per module, bars grouped by strategy;
 * ``families.png``: final-ops improvement per model family, one box per strategy.
 
+A comparison on a measured objective (``runtime``) leads with what was measured instead
+(``reporting/timing.py``): the time table, the runs' confirmations, and as plots the best-so-far time
+ratio vs evaluations (``convergence.png``) and vs wall time (``convergence_wall.png``) and the
+confirmed time per module (``per_module.png``); its op counts follow under their own heading.
+
 Both documents are built from one list of blocks (``Heading``, ``Para``, ``Table``, ``Image``,
 ``Code``, ``Bullets``), so they always say the same thing. Inline text may use ``code`` and
 **bold**; callers (``bench/paper.py``) can add their own blocks before and after the standard ones.
@@ -28,6 +33,7 @@ from pathlib import Path
 
 from autotune.reporting.comparison import Comparison, StrategySummary
 from autotune.reporting.metric import PAPER
+from autotune.reporting.timing import measured, ratio_cell, run_ratio, seconds_cell, time_summaries
 from autotune.core.validation import rank
 from autotune.core import objectives
 
@@ -290,6 +296,39 @@ def claims_table(comp: Comparison) -> Table | None:
                  "the search).")
 
 
+def time_table(comp: Comparison) -> Table:
+    """The headline of a measured comparison: per strategy the geometric-mean time ratio with its
+    interval, wins/ties/losses and the seconds to the first confirmed win (``reporting/timing.py``)."""
+    by_label = {s.strategy: s for s in comp.summaries}
+    rows = []
+    for t in time_summaries(comp):
+        s = by_label[t.strategy]
+        rows.append((t.strategy, str(s.budget), ratio_cell(t), f"{t.runs} ({t.confirmed} confirmed)",
+                     f"{t.wins}/{t.ties}/{t.losses}", seconds_cell(t), str(s.evaluations), f"{s.seconds:.0f}s"))
+    confidence = next((t.confidence for t in time_summaries(comp)), 0.95)
+    return Table(("strategy", "budget", f"tuned/default time, geomean [{confidence:.0%} CI]", "runs",
+                  f"win/tie/loss vs {comp.baseline}", "s to first confirmed win", "evaluations", "wall time"),
+                 tuple(rows),
+                 caption=f"Measured time against {comp.baseline} (below 1 is faster), geometric mean over modules x "
+                         "seeds of each run's confirmed tuned/default ratio (a run with nothing to confirm ships "
+                         f"{comp.baseline}: 1.0); the interval spans the runs' spread and each confirmation's own. "
+                         "A win: the whole confirmation interval below 1 - minimum effect. Seconds: into the run, "
+                         "when its search first evaluated the answer then confirmed (fewest over winning runs).")
+
+
+def module_time_table(comp: Comparison) -> Table:
+    """Per module: each strategy's confirmed tuned/default time (geometric mean over seeds)."""
+    rows = []
+    for m in comp.modules:
+        cells = [f"`{m.name}`"]
+        for s in comp.summaries:
+            vals = [x for x in (run_ratio(r) for r in comp.rows(s.strategy) if r.module == m.name) if x is not None]
+            cells.append("-" if not vals else f"{math.exp(sum(math.log(v) for v, _ in vals) / len(vals)):.3f}")
+        rows.append(tuple(cells))
+    return Table(("module", *[s.strategy for s in comp.summaries]), tuple(rows),
+                 caption=f"Tuned/default time per module (geometric mean over seeds; 1.0 = {comp.baseline}).")
+
+
 def _duration(seconds: float) -> str:
     return f"{seconds:.0f}s" if seconds < 120 else f"{seconds / 60:.1f} min"
 
@@ -359,9 +398,12 @@ def _explain_bullets(comp: Comparison) -> tuple[str, ...]:
             f"that reproduce it): {cmds}.",)
 
 
-def standard_blocks(comp: Comparison, images: Sequence[str] = ("convergence.png", "per_module.png", "families.png"),
-                    heading_level: int = 2) -> list[Block]:
+def standard_blocks(comp: Comparison, images: Sequence[str] | None = None, heading_level: int = 2) -> list[Block]:
+    """The report's blocks. A measured comparison (``runtime``) leads with what was measured (the time
+    table, the runs' confirmations, time plots); its op counts follow under their own heading."""
     h = heading_level
+    timed = measured(comp)
+    images = tuple(plots_for(comp)) if images is None else tuple(images)
     families = sorted({m.family for m in comp.modules}, key=lambda f: FAMILY_ORDER.index(f) if f in FAMILY_ORDER else 9)
     blocks: list[Block] = [
         Para(f"{len(comp.modules)} modules ({', '.join(f'{sum(m.family == f for m in comp.modules)} {FAMILY_LABEL.get(f, f)}' for f in families)}), "
@@ -372,20 +414,31 @@ def standard_blocks(comp: Comparison, images: Sequence[str] = ("convergence.png"
              + (f" with {comp.pipeline_version}" if comp.pipeline_version else "") + "."
              + (" **The comparison was interrupted; the numbers cover the runs that finished.**"
                 if comp.status == "interrupted" else "")),
-        Heading("Against the paper", h),
-        paper_table(comp),
-        Heading("Summary", h),
-        overview_table(comp),
     ]
-    for name, alt in zip(images, ("best-so-far vs evaluations", "improvement per module", "improvement per family")):
-        blocks.append(Image(name, alt))
+    alts = {**ALTS, "per_module.png": "confirmed time per module"} if timed else ALTS
+    pictures = [Image(name, alts.get(name.rsplit("/", 1)[-1], name)) for name in images]
+    if timed:
+        claims = claims_table(comp)
+        blocks += [Heading("Measured time", h), time_table(comp)]
+        if claims is not None:
+            blocks += [Heading("Runtime claims (confirmed by interleaved A/B)", h), claims]
+        blocks += [*pictures, Heading("Per module (time)", h), module_time_table(comp),
+                   Heading("Op counts (the paper's metric; not what this comparison measured)", h),
+                   Para("The search minimised measured time: the instruction counts below are those of its answers "
+                        "(an answer of compiler options alone keeps the pass order, and its raw-ops figure reads "
+                        "as a loss), shown for completeness."),
+                   paper_table(comp), overview_table(comp)]
+    else:
+        blocks += [Heading("Against the paper", h), paper_table(comp), Heading("Summary", h), overview_table(comp),
+                   *pictures]
     blocks.append(Heading("Per strategy", h))
     for s in comp.summaries:
         blocks += [Heading(s.strategy, h + 1), strategy_table(comp, s)]
-    blocks += [Heading("Per module", h), module_table(comp)]
-    claims = claims_table(comp)
-    if claims is not None:
-        blocks += [Heading("Runtime claims (confirmed by interleaved A/B)", h), claims]
+    blocks += [Heading("Per module" + (" (op counts)" if timed else ""), h), module_table(comp)]
+    if not timed:
+        claims = claims_table(comp)
+        if claims is not None:
+            blocks += [Heading("Runtime claims (confirmed by interleaved A/B)", h), claims]
     blocks += [Heading("Method", h), Bullets(method_bullets(comp))]
     return blocks
 
@@ -433,8 +486,13 @@ def plot_convergence(comp: Comparison, path: Path) -> None:
         ax.fill_between(x[valid_cols], q1[valid_cols], q3[valid_cols], color=c, alpha=0.07, lw=0)
     ax.axhline(1.0, color="black", ls="--", lw=1, label=comp.baseline)
     ax.set_xlabel("evaluations (sequences scored, cache hits included)")
-    ax.set_ylabel(f"best-so-far {comp.objective} / that of {comp.baseline}")
-    ax.set_title(f"Best-so-far {comp.objective} vs evaluations\n(mean over modules x seeds, band: interquartile range; lower is better)")
+    if measured(comp):
+        ax.set_ylabel(f"best-so-far time ratio (tuned / {comp.baseline}, search samples)")
+        ax.set_title("Best-so-far time ratio vs evaluations\n(mean over modules x seeds, band: interquartile range; "
+                     "lower is faster; confirmed ratios are in the tables)")
+    else:
+        ax.set_ylabel(f"best-so-far {comp.objective} / that of {comp.baseline}")
+        ax.set_title(f"Best-so-far {comp.objective} vs evaluations\n(mean over modules x seeds, band: interquartile range; lower is better)")
     ax.grid(alpha=0.3)
     ax.legend(loc="best", fontsize=9)
     fig.tight_layout()
@@ -515,7 +573,80 @@ def plot_families(comp: Comparison, path: Path) -> None:
     plt.close(fig)
 
 
+def plot_convergence_wall(comp: Comparison, path: Path) -> None:
+    """Best-so-far time ratio (search samples) against seconds into each run, mean over runs."""
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    colors = _colors(comp.strategies)
+    fig, ax = plt.subplots(figsize=(9, 5.2))
+    runs = [r for r in comp.runs if r.ok and r.default_cost and r.history_seconds]
+    end = max([r.history_seconds[-1] for r in runs] + [1e-3])
+    grid = np.linspace(0.0, end, 200)
+    for k, s in enumerate(comp.summaries):
+        rows = [r for r in runs if r.strategy == s.strategy]
+        if not rows:
+            continue
+        mat = np.ones((len(rows), len(grid)))
+        for i, r in enumerate(rows):
+            vals = [1.0 if h is None else h / r.default_cost for h in r.history][:len(r.history_seconds)]
+            at = np.searchsorted(np.asarray(r.history_seconds[:len(vals)]), grid, side="right") - 1
+            mat[i] = np.where(at >= 0, np.asarray(vals)[np.clip(at, 0, None)], 1.0)
+        ax.step(grid, mat.mean(axis=0), where="post", color=colors[s.strategy], lw=2,
+                ls=("-", "--", "-.", ":")[k % 4], label=f"{s.strategy} (n={len(rows)})")
+    ax.axhline(1.0, color="black", ls="--", lw=1, label=comp.baseline)
+    ax.set_xlabel("seconds into the run (search; the confirmation follows it)")
+    ax.set_ylabel(f"best-so-far time ratio (tuned / {comp.baseline}, search samples)")
+    ax.set_title("Best-so-far time ratio vs wall time\n(mean over modules x seeds; lower is faster)")
+    ax.grid(alpha=0.3)
+    ax.legend(loc="best", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def plot_per_module_time(comp: Comparison, path: Path) -> None:
+    """Each strategy's confirmed tuned/default time per module (geometric mean over seeds)."""
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    colors = _colors(comp.strategies)
+    modules = [m.name for m in comp.modules]
+    k = max(1, len(comp.summaries))
+    fig, ax = plt.subplots(figsize=(10, min(60.0, max(4.0, 0.08 * len(modules) * k + 0.25 * len(modules) + 2.0))))
+    y = np.arange(len(modules))
+    bar = 0.8 / k
+    for j, s in enumerate(comp.summaries):
+        vals = []
+        for m in modules:
+            got = [x for x in (run_ratio(r) for r in comp.rows(s.strategy) if r.module == m) if x is not None]
+            vals.append(math.exp(sum(math.log(v) for v, _ in got) / len(got)) if got else np.nan)
+        ax.barh(y - 0.4 + bar * (j + 0.5), [v - 1.0 for v in vals], left=1.0, height=bar, color=colors[s.strategy],
+                label=s.strategy)
+    ax.axvline(1.0, color="black", lw=1)
+    ax.set_yticks(y)
+    ax.set_yticklabels(modules, fontsize=7 if len(modules) > 15 else 8)
+    ax.invert_yaxis()
+    ax.set_xlabel(f"confirmed tuned/default time (1.0 = {comp.baseline}; left is faster)")
+    ax.set_title("Measured time per module\n(seed geometric mean of each run's confirmation)")
+    ax.grid(axis="x", alpha=0.3)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, title="strategy")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110, bbox_inches="tight")
+    plt.close(fig)
+
+
+#: The plots of a comparison on a deterministic objective (op counts), and of a measured one (time).
 PLOTS = {"convergence.png": plot_convergence, "per_module.png": plot_per_module, "families.png": plot_families}
+TIME_PLOTS = {"convergence.png": plot_convergence, "convergence_wall.png": plot_convergence_wall,
+              "per_module.png": plot_per_module_time}
+ALTS = {"convergence.png": "best-so-far vs evaluations", "convergence_wall.png": "best-so-far time ratio vs wall time",
+        "per_module.png": "improvement per module", "families.png": "improvement per family"}
+
+
+def plots_for(comp: Comparison) -> dict:
+    """The plots ``comp``'s report draws: time for a measured objective, op counts otherwise."""
+    return TIME_PLOTS if measured(comp) else PLOTS
 
 
 def write_plots(comp: Comparison, out_dir: Path) -> dict[str, Path]:
@@ -524,7 +655,7 @@ def write_plots(comp: Comparison, out_dir: Path) -> dict[str, Path]:
     matplotlib.use("Agg", force=True)
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = {}
-    for name, fn in PLOTS.items():
+    for name, fn in plots_for(comp).items():
         fn(comp, out_dir / name)
         paths[name] = out_dir / name
     return paths
@@ -550,7 +681,8 @@ def write_report(comp: Comparison, out_dir, title: str = "Strategy comparison", 
     out.mkdir(parents=True, exist_ok=True)
     images = write_plots(comp, out)
     (out / "comparison.json").write_text(json.dumps(comp.to_dict(), indent=1, default=str) + "\n")
-    blocks = [Heading(title, 1), *before, *standard_blocks(comp, tuple(image_prefix + n for n in PLOTS)), *after]
+    blocks = [Heading(title, 1), *before, *standard_blocks(comp, tuple(image_prefix + n for n in plots_for(comp))),
+              *after]
     md_path = (out / markdown_name).resolve()
     md_path.parent.mkdir(parents=True, exist_ok=True)
     md_path.write_text(to_markdown(blocks))
