@@ -29,7 +29,15 @@ class RandomSearch(AskTellStrategy):
         self.rng = random.Random(seed)
 
     def ask(self, n: int) -> list[tuple]:
-        return [(self.space.random_sequence(self.rng), self.space.random_options(self.rng)) for _ in range(n)]
+        return [(self.space.random_sequence(self.rng), self._options()) for _ in range(n)]
+
+    def _options(self) -> CompilerOptions:
+        """A random option set; with a warm start (``Strategy.warm``: the screen's best), every other draw
+        is that set with a random draw on top (the order and one or two options tried around it)."""
+        drawn = self.space.random_options(self.rng)
+        if self.start is None or not self.start.options or self.rng.random() < 0.5:
+            return drawn
+        return self.start.options.merged(drawn)
 
     def sequence_of(self, candidate) -> tuple[str, ...]:
         return candidate[0]

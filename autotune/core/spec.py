@@ -69,6 +69,9 @@ class RunSpec:
     compiler_options: dict = field(default_factory=dict)
     #: Also search options that change numerics by design (fast math and its relatives).
     numerics_options: bool = False
+    #: A measured objective searching options screens every single option value first (``core/screen.py``;
+    #: ``--no-screen``: the strategy alone).
+    screen: bool = True
 
     def __post_init__(self):
         check_budget(self.budget)

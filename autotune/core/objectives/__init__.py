@@ -162,6 +162,16 @@ class Objective(abc.ABC):
         """The search set ``state`` (under ``ctx.options``) aside after measuring it (its outputs differ from
         the default's): a measured objective no longer treats it as the best so far (default: nothing)."""
 
+    def evidence(self, state: str, ctx: ObjectiveContext):
+        """A measured objective's evidence on ``state`` against the default (``stats.RatioEvidence``: ratio
+        and interval), for the screen (``core/screen.py``); None where the objective has none (default)."""
+        return None
+
+    def extend(self, state: str, ctx: ObjectiveContext, rounds: int):
+        """Measure ``state`` ``rounds`` more rounds and return the joined evidence (the screen's sequential
+        confirmation of a candidate whose interval straddles the bar); None where it cannot (default)."""
+        return None
+
     def search_notes(self, ctx: ObjectiveContext) -> dict | None:
         """What the objective did across a run's search that a report should say (runtime: racing's
         savings); None when nothing."""
