@@ -17,9 +17,10 @@ from autotune.core.objectives.runtime import Runtime
 from autotune.core.options import CompilerOptions, OptionDim
 from autotune.core.runs import RunStore
 from autotune.core.spec import RunSpec
+from autotune.core import stats
 from autotune.core.stats import RatioEvidence
 from autotune.core.tuner import tune
-from autotune.strategy import BudgetExhausted, Evaluate, SearchSpace
+
 from conftest import DATA, run_cli
 
 MLP = DATA / "mlp_train_step.hlo"
@@ -74,63 +75,45 @@ def test_no_screen_skips_it(engine, two_options):
 
 def test_sequential_confirmation_joins_real_rounds(engine):
     """``Runtime.extend`` times more interleaved rounds of a measured candidate and joins them to its
-    search-time measurement: the evidence's rounds grow by exactly what was asked, the cached report too."""
+    search-time measurement: the evidence's rounds grow by exactly what was asked; a screen's measurement
+    that straddles its bar is extended before it is cached, within the cap."""
     root = engine.prepare(load(MLP))
     obj = Runtime(race=False, search_rounds=4)
     ctx = ObjectiveContext(engine, root, engine.default(root), seed=34).with_options(SINGLES[3])
-    cost = obj.cost(root.fingerprint, ctx)
-    assert math.isfinite(cost)
+    assert math.isfinite(obj.cost(root.fingerprint, ctx))
     before = obj.evidence(root.fingerprint, ctx)
-    assert before.rounds == 4 and before.low is None  # four rounds: too few for a 95% interval
-    after = obj.extend(root.fingerprint, ctx, 4)
-    assert after.rounds == 8 and after.low is not None and after.low <= after.ratio <= after.high
-    assert obj.evidence(root.fingerprint, ctx) == after  # kept: a resumed run reads the joined figure
+    assert before.rounds == 4 and before.low is None and before.extended == 0  # too few for a 95% interval
+    report = obj._report(root.fingerprint, ctx)
+    joined = obj.extend(ctx, ctx.candidate(root.fingerprint), report, 4)
+    assert len(joined["ratios"]) == 8 and joined["extended"] == 4 and joined["ratios"][:4] == report["ratios"]
+    after = obj._evidence(joined)
+    assert after.low is not None and after.low <= after.ratio <= after.high
+
+    # during a screen: four rounds never decide at 95%, so the candidate straddles and is extended
+    screening = ObjectiveContext(engine, root, engine.default(root), seed=35)
+    screening.shared["screening"] = {"bar": 0.98, "rounds": 4, "extensions": 2}
+    view = screening.with_options(SINGLES[2])
+    obj.cost(root.fingerprint, view)
+    found = obj.evidence(root.fingerprint, view)
+    assert found.extended in (4, 8) and found.rounds == 4 + found.extended
+    assert found.extended == 8 or not found.straddles(0.98)  # it stops only at the cap or once decided
 
 
-class _Budget(Evaluate):
-    """A run's budget over a fixed cost per option set (the cap's rule only; no compiler here)."""
+@pytest.mark.parametrize("settles, calls, paid", [(None, 2, False), (1, 1, True), (0, 0, False)])
+def test_a_straddler_is_timed_further_up_to_the_cap(settles, calls, paid):
+    """``stats.sequential``: more rounds while the interval straddles the bar, never past the cap (the
+    rounds already added, e.g. by an earlier run, count)."""
+    asked = []
 
-    def __init__(self, budget: int, costs: dict):
-        self.left, self.costs, self.asked = budget, costs, []
+    def more(rounds):
+        asked.append(rounds)
+        extended = rounds * len(asked)
+        if settles is not None and len(asked) >= settles:
+            return RatioEvidence(0.95, 0.93, 0.97, 16 + extended, extended=extended)
+        return RatioEvidence(0.97, 0.9, 1.05, 16 + extended, extended=extended)
 
-    def __call__(self, sequence, options=None):
-        return self.many([sequence], [options])[0]
-
-    def many(self, sequences, options=None):
-        if self.left <= 0:
-            raise BudgetExhausted()
-        self.left -= len(sequences)
-        self.asked += list(options)
-        return [self.costs.get(o, 100.0) for o in options]
-
-    remaining = property(lambda self: self.left)
-    failure_cost = property(lambda self: 1e9)
-    history = property(lambda self: [])
-    empty_cost = property(lambda self: 100.0)
-
-
-class _Straddling:
-    """Evidence that straddles 0.98 until ``settles`` extensions, then pays (``None``: never settles)."""
-
-    def __init__(self, settles: int | None):
-        self.settles, self.extensions = settles, []
-
-    def evidence(self, options):
-        return RatioEvidence(0.97, 0.9, 1.05, 16)
-
-    def extend(self, options, rounds):
-        self.extensions.append(rounds)
-        if self.settles is not None and len(self.extensions) >= self.settles:
-            return RatioEvidence(0.95, 0.93, 0.97, 16 + rounds * len(self.extensions))
-        return RatioEvidence(0.97, 0.9, 1.05, 16 + rounds * len(self.extensions))
-
-
-@pytest.mark.parametrize("settles, extensions, paid", [(None, 2, False), (1, 1, True)])
-def test_a_straddler_is_timed_further_up_to_the_cap(settles, extensions, paid):
-    space = SearchSpace(("dce",), 1, options=DIMS[:1])
-    judge = _Straddling(settles)
-    done = screen_mod.screen(_Budget(10, {o: 97.0 for o in SINGLES[:2]}), space, judge, 0.98, 100.0,
-                             max_extensions=2, extra_rounds=16)
-    assert judge.extensions == [16] * extensions * 2  # both values, each at most the cap
-    assert all(p.extra_rounds == 16 * extensions for p in done.probes)
-    assert (done.best is not None) == paid and len(done.paid) == (2 if paid else 0)
+    start = (RatioEvidence(0.97, 0.9, 1.05, 16) if settles != 0
+             else RatioEvidence(0.97, 0.9, 1.05, 48, extended=32))  # already extended to the cap
+    found = stats.sequential(start, more, 0.98, 16, 2)
+    assert asked == [16] * calls and found.paid(0.98) == paid
+    assert found.extended <= 32

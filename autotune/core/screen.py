@@ -16,8 +16,10 @@ replayed on ``--resume``):
    at ``1 - min_effect``, not at the best so far). At most ``share`` of the budget is spent here,
    so that the strategy keeps ``1 - SHARE`` of it; what does not fit is said (``left_out``).
 2. **sequential confirmation**: a value whose interval (``stats.RatioEvidence``) straddles the bar is
-   timed ``EXTRA_ROUNDS`` more rounds, up to ``MAX_EXTENSIONS`` times, instead of being dropped or
-   taken on one draw; rounds are not evaluations (no budget), their seconds are in the notes.
+   timed ``EXTRA_ROUNDS`` more rounds, up to ``MAX_EXTENSIONS`` times (``stats.sequential``, done by the
+   objective before its measurement is cached, so the trial's cost is the joined figure and a resumed run
+   replays it), instead of being dropped or taken on one draw; rounds are not evaluations (no budget),
+   their seconds are in the timing notes.
 3. **combination**: the values that paid, best first, added one at a time to the best (one per
    dimension), each combination timed as a new candidate and kept only when it is cheaper; at most
    ``MAX_COMBINED`` such evaluations.
@@ -33,7 +35,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from typing import Protocol
 
-from autotune.core.options import EMPTY, CompilerOptions
+from autotune.core.options import CompilerOptions
 from autotune.core.stats import RatioEvidence
 from autotune.strategy import BudgetExhausted, Evaluate, SearchSpace, Trial
 
@@ -48,11 +50,15 @@ MAX_COMBINED = 3
 
 class Judge(Protocol):
     """What the screen asks of the run about a candidate on the empty sequence with ``options``, after
-    its evaluation: the objective's evidence against the default, and more of it (``extend``)."""
+    its evaluation: the objective's evidence against the default (its sequential confirmation included)."""
 
     def evidence(self, options: CompilerOptions) -> RatioEvidence | None: ...
 
-    def extend(self, options: CompilerOptions, rounds: int) -> RatioEvidence | None: ...
+
+def policy(bar: float) -> dict:
+    """What a measured objective reads while the screen runs (``ctx.shared["screening"]``): the bar, and the
+    cap on sequential confirmation (``stats.sequential``)."""
+    return {"bar": float(bar), "rounds": EXTRA_ROUNDS, "extensions": MAX_EXTENSIONS}
 
 
 @dataclass(frozen=True)
@@ -112,9 +118,8 @@ def affordable(budget: int, n: int, share: float = SHARE) -> int:
     return max(0, min(n, math.floor(budget * share), budget - 1))
 
 
-def screen(evaluate: Evaluate, space: SearchSpace, judge: Judge, bar: float, default_cost: float,
+def screen(evaluate: Evaluate, space: SearchSpace, judge: Judge, bar: float,
            progress: Callable[[str], None] = lambda line: None, share: float = SHARE,
-           extra_rounds: int = EXTRA_ROUNDS, max_extensions: int = MAX_EXTENSIONS,
            max_combined: int = MAX_COMBINED) -> ScreenResult:
     """Screen ``space``'s option values with ``evaluate`` (the run's: budget, records, replay), judged by
     ``judge`` against ``bar`` (``1 - min_effect``); see the module doc. ``progress`` hears one line per
@@ -128,9 +133,9 @@ def screen(evaluate: Evaluate, space: SearchSpace, judge: Judge, bar: float, def
     try:
         for i, options in enumerate(todo):
             progress(f"{i + 1}/{len(todo)} {options.describe()}")
-            probes.append(_probe(evaluate, judge, options, bar, extra_rounds, max_extensions, progress))
+            probes.append(_probe(evaluate, judge, options))
             progress(f"{i + 1}/{len(todo)} {options.describe()}: {_said(probes[-1], bar)}")
-        paid = sorted((p for p in probes if p.evidence is not None and p.evidence.paid(bar)), key=lambda p: p.cost)
+        paid = sorted((p for p in probes if p.evidence is not None and p.evidence.paid(bar)), key=_ratio)
         best = paid[0] if paid else None
         combined = 0
         for p in paid[1:]:
@@ -140,45 +145,37 @@ def screen(evaluate: Evaluate, space: SearchSpace, judge: Judge, bar: float, def
                 continue
             options = best.options.merged(p.options)
             progress(f"combining: {options.describe()}")
-            probe = _combined(_probe(evaluate, judge, options, bar, extra_rounds, max_extensions, progress))
+            probe = _combined(_probe(evaluate, judge, options))
             probes.append(probe)
             combined += 1
             progress(f"combining: {options.describe()}: {_said(probe, bar)}")
-            if probe.evidence is not None and probe.evidence.paid(bar) and probe.cost < best.cost:
+            if probe.evidence is not None and probe.evidence.paid(bar) and _ratio(probe) < _ratio(best):
                 best = probe
     except BudgetExhausted:
         stopped = "budget"
-        paid = sorted((p for p in probes if p.evidence is not None and p.evidence.paid(bar)), key=lambda p: p.cost)
+        paid = sorted((p for p in probes if p.evidence is not None and p.evidence.paid(bar)), key=_ratio)
         best = paid[0] if paid else None
-    chosen = None if best is None or not best.cost < default_cost else Trial((), best.cost, True, best.options)
+    chosen = None if best is None else Trial((), best.cost, True, best.options)
     return ScreenResult(tuple(probes), len(values), len(values) - n, bar, chosen, stopped,
                         tuple(p.options.describe() for p in paid))
+
+
+def _ratio(probe: Probe) -> float:
+    """What the screen ranks on: the probe's ratio to the default over all its rounds (its trial's cost is
+    the search's first figure, before any sequential confirmation)."""
+    return probe.evidence.ratio if probe.evidence is not None else math.inf
 
 
 def _combined(probe: Probe) -> Probe:
     return replace(probe, combined=True)
 
 
-def _probe(evaluate: Evaluate, judge: Judge, options: CompilerOptions, bar: float, extra_rounds: int,
-           max_extensions: int, progress: Callable[[str], None]) -> Probe:
-    """One candidate: evaluated (one unit of budget), then timed further while its interval straddles
-    ``bar``, at most ``max_extensions`` times."""
+def _probe(evaluate: Evaluate, judge: Judge, options: CompilerOptions) -> Probe:
+    """One candidate: evaluated (one unit of budget; the objective times it further while its interval
+    straddles the bar, ``stats.sequential``), then its evidence read back."""
     cost = evaluate((), options)
-    found = judge.evidence(options) if math.isfinite(cost) and options != EMPTY else None
-    if found is None or cost >= evaluate.failure_cost:
-        return Probe(options, cost, None)
-    first, extra = found, 0
-    for _ in range(max_extensions):
-        if not found.straddles(bar):  # racing may have stopped it early: its interval still decides
-            break
-        progress(f"{options.describe()}: {_evidence(found)} straddles {bar:.2f}: {extra_rounds} more rounds")
-        more = judge.extend(options, extra_rounds)
-        if more is None:
-            break
-        found, extra = more, extra + extra_rounds
-    if extra and first.ratio > 0:  # the cost the joined rounds say (the trial keeps its first figure)
-        cost = cost * found.ratio / first.ratio
-    return Probe(options, cost, found, extra)
+    found = judge.evidence(options) if math.isfinite(cost) and cost < evaluate.failure_cost else None
+    return Probe(options, cost, found, 0 if found is None else found.extended)
 
 
 def _evidence(ev: RatioEvidence) -> str:

@@ -21,7 +21,7 @@ benchmarking tools do it:
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 
 import numpy as np
@@ -151,6 +151,8 @@ class RatioEvidence:
     high: float | None
     rounds: int
     stopped: bool = False
+    #: Rounds of those added by sequential confirmation (``Runtime.extend``).
+    extended: int = 0
 
     def paid(self, bar: float) -> bool:
         """Faster than ``bar`` (``1 - min_effect``) beyond doubt: the whole interval below it."""
@@ -159,6 +161,20 @@ class RatioEvidence:
     def straddles(self, bar: float) -> bool:
         """Neither shown below ``bar`` nor shown above it: the interval holds it (or is too short to say)."""
         return not self.paid(bar) and (self.low is None or self.low < bar)
+
+
+def sequential(found: RatioEvidence, more: Callable[[int], RatioEvidence | None], bar: float, rounds: int,
+               extensions: int) -> RatioEvidence:
+    """Sequential confirmation, capped: while ``found`` straddles ``bar``, ``more(rounds)`` times that many
+    more rounds and returns the joined evidence; at most ``extensions`` times in all, counting the rounds
+    ``found`` already had added (``extended``: an earlier run's, read from a cache), so a measurement is
+    never extended past ``rounds * extensions``. A candidate is neither dropped nor taken on one draw."""
+    while found.straddles(bar) and found.extended + rounds <= rounds * extensions:
+        joined = more(rounds)
+        if joined is None:
+            break
+        found = joined
+    return found
 
 
 def _ratio_of_medians(b, a, axis=-1):

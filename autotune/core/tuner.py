@@ -106,9 +106,9 @@ class ModuleSearch(Search):
         """Run the screen on the run's ``evaluate``; its notes go to ``search_notes["screen"]``; returns the
         point that warm-starts the strategy (None: nothing paid)."""
         bar = 1.0 - float(getattr(self.objective, "min_effect", stats.MIN_EFFECT))
-        self.ctx.shared["screening"] = True
+        self.ctx.shared["screening"] = screen_mod.policy(bar)
         try:
-            done = screen_mod.screen(evaluate, space, _ScreenJudge(self), bar, self.default_cost,
+            done = screen_mod.screen(evaluate, space, _ScreenJudge(self), bar,
                                      progress=lambda line: self.phases.enter("screen", line))
         finally:
             self.ctx.shared.pop("screening", None)
@@ -391,7 +391,7 @@ class ModuleSearch(Search):
 
 class _ScreenJudge:
     """The screen's view of a run (``screen.Judge``): the objective's evidence on the empty sequence's
-    state compiled with an option set, and its sequential confirmation."""
+    state compiled with an option set."""
 
     def __init__(self, search: ModuleSearch):
         self.search = search
@@ -401,10 +401,6 @@ class _ScreenJudge:
         state = s._state_of.get(())
         return None if state is None else s.objective.evidence(state, s.judged(options))
 
-    def extend(self, options: CompilerOptions, rounds: int):
-        s = self.search
-        state = s._state_of.get(())
-        return None if state is None else s.objective.extend(state, s.judged(options), rounds)
 
 
 def _recheck_message(info: dict, checks: list[dict], agree: bool, same_best: bool, surrogate_default: float,

@@ -164,12 +164,10 @@ class Objective(abc.ABC):
 
     def evidence(self, state: str, ctx: ObjectiveContext):
         """A measured objective's evidence on ``state`` against the default (``stats.RatioEvidence``: ratio
-        and interval), for the screen (``core/screen.py``); None where the objective has none (default)."""
-        return None
-
-    def extend(self, state: str, ctx: ObjectiveContext, rounds: int):
-        """Measure ``state`` ``rounds`` more rounds and return the joined evidence (the screen's sequential
-        confirmation of a candidate whose interval straddles the bar); None where it cannot (default)."""
+        and interval), for the screen (``core/screen.py``); None where the objective has none (default). While
+        the screen runs, ``ctx.shared["screening"]`` holds its bar and its cap on sequential confirmation
+        (``bar``, ``rounds``, ``extensions``): a measured objective times a straddling candidate further.
+        """
         return None
 
     def search_notes(self, ctx: ObjectiveContext) -> dict | None:

@@ -168,6 +168,9 @@ class Runtime(Objective):
             best = 1.0 if ctx.shared.get("screening") else ctx.shared.get("best_ratio", 1.0)
             bar = min(best, 1.0 - self.min_effect) if self.race else None
             report = self._measure(ctx, module, bar, state)
+            policy = ctx.shared.get("screening")
+            if policy and report.get("ratios"):  # the screen: a straddling candidate is timed further first
+                report = self._sequential(ctx, module, report, policy)
             ev.cache.put_report("runtime", key, report)
         if "error" in report:
             ctx.shared.setdefault("failures", {})[(final_state, ctx.options.key)] = report["error"]
@@ -217,32 +220,36 @@ class Runtime(Objective):
         report = self._report(state, ctx)
         return None if report is None else self._evidence(report)
 
-    def extend(self, state: str, ctx: ObjectiveContext, rounds: int) -> stats.RatioEvidence | None:
-        """Sequential confirmation during the screen: ``rounds`` more interleaved rounds of ``state`` (under
-        ``ctx.options``) against XLA's default, not raced, joined to its search-time measurement (the cached
-        report grows; its cost is the joined median). None when it was not measured or fails now."""
-        final = ctx.final(state)
-        report = self._report(state, ctx)
-        if report is None or not final.ok or not report.get("ratios"):  # nothing to join more rounds to
-            return None
-        try:
-            more = self._time_ab(ctx, ctx.candidate(state), int(rounds), None)
-        except PassFailed:
-            return None
+    def _sequential(self, ctx: ObjectiveContext, module, report: dict, policy: dict) -> dict:
+        """Sequential confirmation during the screen (``stats.sequential``, ``core/screen.py``): while the
+        candidate's interval straddles the screen's bar, ``extend`` it, within the screen's cap. Done before
+        the measurement is cached, so its cost (and a resumed run's) is the joined figure."""
+        box = {"report": report}
+
+        def more(rounds: int) -> stats.RatioEvidence | None:
+            try:
+                box["report"] = self.extend(ctx, module, box["report"], rounds)
+            except PassFailed:
+                return None
+            return self._evidence(box["report"])
+
+        stats.sequential(self._evidence(report), more, float(policy["bar"]), int(policy["rounds"]),
+                         int(policy["extensions"]))
+        return box["report"]
+
+    def extend(self, ctx: ObjectiveContext, module, report: dict, rounds: int) -> dict:
+        """``report`` (a search-time measurement of ``module`` under ``ctx.options``) with ``rounds`` more
+        interleaved rounds against XLA's default, not raced, joined: the per-round ratios, their median as
+        the ratio and the cost, and the rounds added (``extended``)."""
+        more = self._time_ab(ctx, module, int(rounds), None)
         ratios = list(report.get("ratios") or []) + [float(b / a) for a, b in zip(more["a"], more["b"])]
         ratio = float(np.median(ratios))
-        report = {**report, "ratios": ratios, "ratio": ratio, "median_us": self.default_cost(ctx) * ratio,
-                  "rounds": int(report.get("rounds") or 0) + int(more["rounds"]),
-                  "extended": int(report.get("extended") or 0) + int(more["rounds"]),
-                  "timing_seconds": float(report.get("timing_seconds") or 0.0) + float(more.get("timing_seconds") or 0.0)}
-        ev = ctx.evaluator
-        ev.cache.put_report("runtime", self._key(ctx, final.state), report)
-        ctx.shared.setdefault("ratios", {})[(final.state, ctx.options.key)] = ratio
-        _best_so_far(ctx.shared)
         tally = ctx.shared.setdefault("race", {})
         tally["extended"] = tally.get("extended", 0) + int(more["rounds"])
         tally["seconds"] = tally.get("seconds", 0.0) + float(more.get("timing_seconds") or 0.0)
-        return self._evidence(report)
+        return {**report, "ratios": ratios, "ratio": ratio, "median_us": self.default_cost(ctx) * ratio,
+                "extended": int(report.get("extended") or 0) + int(more["rounds"]),
+                "timing_seconds": float(report.get("timing_seconds") or 0.0) + float(more.get("timing_seconds") or 0.0)}
 
     def _key(self, ctx: ObjectiveContext, final_state: str) -> str:
         return runtime_key(ctx.evaluator, final_state, ctx.seed, self.repeats, self.warmup, self.search_min_seconds,
@@ -258,8 +265,8 @@ class Runtime(Objective):
     def _evidence(self, report: dict) -> stats.RatioEvidence:
         ratios = report.get("ratios") or []
         low, high = stats.median_interval(ratios, self.confidence) if ratios else (None, None)
-        return stats.RatioEvidence(float(report["ratio"]), low, high, int(report.get("rounds") or len(ratios)),
-                                   bool(report.get("stopped")))
+        return stats.RatioEvidence(float(report["ratio"]), low, high, len(ratios) or int(report.get("rounds") or 0),
+                                   bool(report.get("stopped")), int(report.get("extended") or 0))
 
     def retract(self, state: str, ctx: ObjectiveContext) -> None:
         """A candidate the search set aside (its outputs differ): racing no longer measures others against it."""
