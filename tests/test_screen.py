@@ -20,6 +20,8 @@ from autotune.core.spec import RunSpec
 from autotune.core import stats
 from autotune.core.stats import RatioEvidence
 from autotune.core.tuner import tune
+from autotune import strategy as strategy_mod
+from autotune.strategy import BudgetExhausted, Evaluate, SearchSpace, Trial
 
 from conftest import DATA, run_cli
 
@@ -117,3 +119,49 @@ def test_a_straddler_is_timed_further_up_to_the_cap(settles, calls, paid):
     found = stats.sequential(start, more, 0.98, 16, 2)
     assert asked == [16] * calls and found.paid(0.98) == paid
     assert found.extended <= 32
+
+
+class _Synthetic(Evaluate):
+    """A budget over a synthetic cost (the warm start's options cost 50, anything else 100): strategies are
+    real, the compiler is not needed to see where they start."""
+
+    def __init__(self, budget: int, good: CompilerOptions, history: list[Trial]):
+        self.left, self.good, self.trials = budget, good, list(history)
+
+    def __call__(self, sequence, options=None):
+        return self.many([sequence], None if options is None else [options])[0]
+
+    def many(self, sequences, options=None):
+        if self.left <= 0:
+            raise BudgetExhausted()
+        options = list(options or [CompilerOptions()] * len(sequences))[: self.left]
+        costs = [50.0 if all(o.as_dict().get(k) == v for k, v in self.good.items) else 100.0 for o in options]
+        self.trials += [Trial(tuple(s), c, True, o) for s, c, o in zip(sequences, costs, options)]
+        self.left -= len(options)
+        if len(options) < len(sequences):
+            raise BudgetExhausted()
+        return costs
+
+    remaining = property(lambda self: self.left)
+    failure_cost = property(lambda self: 1e9)
+    history = property(lambda self: list(self.trials))
+    empty_cost = property(lambda self: 100.0)
+
+
+@pytest.mark.parametrize("name", ["random", "nevergrad", "optuna", "greedy"])
+def test_every_strategy_starts_from_the_screens_best(name):
+    """``Strategy.warm``: the screen's best option set is among the strategy's first candidates (with the
+    pass order searched beside it), and the screened point itself is never paid for again."""
+    space = SearchSpace(("dce", "cse", "algsimp"), 2, options=DIMS)
+    good = SINGLES[3]
+    screened = [Trial((), 100.0, True, o) for o in SINGLES[:3]] + [Trial((), 50.0, True, good)]
+    evaluate = _Synthetic(6, good, screened)
+    strat = strategy_mod.create(name)
+    strat.warm(screened[-1])
+    try:
+        strat.minimize(evaluate, space, seed=3)
+    except BudgetExhausted:
+        pass
+    fresh = evaluate.trials[len(screened):]
+    assert fresh and any(t.options.as_dict().get(DIMS[1].name) == "256" for t in fresh[:4]), fresh
+    assert ((), good) not in [(t.sequence, t.options) for t in fresh]
