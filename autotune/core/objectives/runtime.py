@@ -169,7 +169,8 @@ class Runtime(Objective):
             bar = min(best, 1.0 - self.min_effect) if self.race else None
             report = self._measure(ctx, module, bar, state)
             policy = ctx.shared.get("screening")
-            if policy and report.get("ratios"):  # the screen: a straddling candidate is timed further first
+            # the screen: a straddling candidate is timed further first (not one found to compute otherwise)
+            if policy and report.get("ratios") and not report.get("wrong"):
                 report = self._sequential(ctx, module, report, policy)
             ev.cache.put_report("runtime", key, report)
         if "error" in report:
@@ -190,11 +191,13 @@ class Runtime(Objective):
         executables and inputs (the worker keeps both)."""
         wrong = ctx.shared.get("wrong") if module.options and stop_above is not None and state is not None else None
         first_rounds = MIN_ROUNDS + 1 if wrong is not None else self.search_rounds
+        otherwise = False
         try:
             timing = self._time_ab(ctx, module, first_rounds, stop_above)
             ratios = np.asarray(timing["b"]) / np.asarray(timing["a"])
-            if wrong is not None and not timing["stopped"] and float(np.median(ratios)) < stop_above \
-                    and not wrong(state, module.options):
+            ahead = wrong is not None and not timing["stopped"] and float(np.median(ratios)) < stop_above
+            otherwise = ahead and wrong(state, module.options)  # computes other numbers: never the answer
+            if ahead and not otherwise:
                 timing = _joined(timing, self._time_ab(ctx, module, self.search_rounds - first_rounds, stop_above))
             elif wrong is not None:  # stopped by racing in its first rounds, or found wrong: the full plan was 16
                 timing = {**timing, "planned": self.search_rounds, "stopped": timing["rounds"] < self.search_rounds}
@@ -203,7 +206,7 @@ class Runtime(Objective):
         ratios = np.asarray(timing["b"]) / np.asarray(timing["a"])
         ratio = float(np.median(ratios))
         return {"ratio": ratio, "median_us": self.default_cost(ctx) * ratio, "rounds": timing["rounds"],
-                "ratios": [float(r) for r in ratios],
+                "ratios": [float(r) for r in ratios], **({"wrong": True} if otherwise else {}),
                 "planned": timing.get("planned", timing["rounds"]), "stopped": bool(timing.get("stopped")),
                 "timing_seconds": timing.get("timing_seconds"), "compile_seconds": timing.get("compile_seconds"),
                 "timed": module.fingerprint, "options": module.options.key}
