@@ -165,3 +165,15 @@ def test_every_strategy_starts_from_the_screens_best(name):
     fresh = evaluate.trials[len(screened):]
     assert fresh and any(t.options.as_dict().get(DIMS[1].name) == "256" for t in fresh[:4]), fresh
     assert ((), good) not in [(t.sequence, t.options) for t in fresh]
+
+
+def test_the_screens_best_is_confirmed_first():
+    """A strategy's candidate ranked above the screen's best on one raced median is often the luckier draw:
+    the screen's best (its interval below the bar) is the first candidate validated and confirmed."""
+    from autotune.core.runs import TrialRecord
+    from autotune.core.tuner import _screened_first
+
+    screened = TrialRecord(0, (), 90.0, "ok", "s", False, None, SINGLES[0])
+    lucky = TrialRecord(1, ("dce",), 80.0, "ok", "t", False, None, SINGLES[2])
+    assert _screened_first([lucky, screened], Trial((), 90.0, True, SINGLES[0])) == [screened, lucky]
+    assert _screened_first([lucky, screened], None) == [lucky, screened]

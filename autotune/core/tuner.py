@@ -113,6 +113,7 @@ class ModuleSearch(Search):
         finally:
             self.ctx.shared.pop("screening", None)
         self.screen_notes = done.to_dict()
+        self.screen_best = done.best
         return done.best
 
     def empty_cost(self) -> float:
@@ -247,7 +248,8 @@ class ModuleSearch(Search):
         if self.real is not None:
             self.phases.enter("recheck", "re-establishing the surrogate's best candidates on the real module")
             return self.recheck()
-        return sorted((r for r in self.records if r.status == "ok"), key=lambda r: (r.cost, r.n))
+        ranked = sorted((r for r in self.records if r.status == "ok"), key=lambda r: (r.cost, r.n))
+        return _screened_first(ranked, getattr(self, "screen_best", None))
 
     def key(self, rec: TrialRecord):
         if rec.state is None:
@@ -387,6 +389,17 @@ class ModuleSearch(Search):
         notes = self.objective.search_notes(self.ctx)
         screened = getattr(self, "screen_notes", None)
         return notes if screened is None else {**(notes or {}), "screen": screened}
+
+
+def _screened_first(ranked: list[TrialRecord], best) -> list[TrialRecord]:
+    """The screen's best (an option set whose interval lies wholly below the bar after sequential
+    confirmation) is confirmed first: a strategy's candidate ranked above it on one raced median is often
+    the luckier draw (on ResNet-50, seed 2: greedy confirmed oneDNN reduce fusions, 1.01 [0.98, 1.06], and
+    never the screen's YNNPACK reduce, 0.90 [0.83, 0.93]). It is still validated and confirmed like any."""
+    if best is None:
+        return ranked
+    pick = next((r for r in ranked if r.sequence == best.sequence and r.options == best.options), None)
+    return ranked if pick is None else [pick] + [r for r in ranked if r is not pick]
 
 
 class _ScreenJudge:
