@@ -217,20 +217,26 @@ class BudgetShare(Evaluate):
         return getattr(self._inner, name)
 
 
-def coordinate_descent(evaluate: Evaluate, space: SearchSpace, sequence: tuple[str, ...], cost: float) -> None:
+def coordinate_descent(evaluate: Evaluate, space: SearchSpace, sequence: tuple[str, ...], cost: float,
+                       start: CompilerOptions = EMPTY) -> None:
     """Compiler options by coordinate descent after ``sequence`` (found at ``cost``): each option in turn
     tried at every value not scored yet (one ``evaluate.many``, in parallel) with the others held, the
     best kept when it is cheaper; sweeps repeat until one changes nothing. Then, as greedy restarts, the
     descent starts again from the cheapest option set scored but not descended from, until the budget
     ends or no option set is left to try. ``greedy``'s way with options, and ``ppo``'s fallback (its
-    policy orders passes, not options)."""
-    scored: dict[tuple, float] = {(): cost}  # option set (sorted items) -> cost
+    policy orders passes, not options). ``start``: the option set ``cost`` was found with (a warm start,
+    ``Strategy.warm``); the descent begins there."""
+    # option set (sorted items) -> cost; what the run already scored after ``sequence`` (the screen's
+    # candidates) is not paid for twice
+    scored: dict[tuple, float] = {t.options.items: finite(t.cost, evaluate.failure_cost)
+                                  for t in evaluate.history if t.sequence == tuple(sequence)}
+    scored[start.items] = cost
     expanded: set[tuple] = set()
-    start: tuple | None = ()
-    while start is not None:
-        _descend_options(evaluate, space, sequence, start, scored, expanded)
+    point: tuple | None = start.items
+    while point is not None:
+        _descend_options(evaluate, space, sequence, point, scored, expanded)
         frontier = sorted((c, p) for p, c in scored.items() if p not in expanded)
-        start = frontier[0][1] if frontier else None
+        point = frontier[0][1] if frontier else None
 
 
 def _descend_options(evaluate: Evaluate, space: SearchSpace, sequence: tuple[str, ...], start: tuple,
@@ -268,9 +274,19 @@ class Strategy(abc.ABC):
     #: How it searches compiler options (``SearchSpace.options``), in words for the run's report.
     options_by: ClassVar[str] = "jointly with the sequence"
 
+    #: Where to start (``warm``): a point already evaluated, e.g. the screen's best (``core/screen.py``).
+    start: Trial | None = None
+
     def __init__(self, **options):
         if options:
             raise BadInput(f"strategy '{self.name}' takes no option(s) {', '.join(sorted(options))}")
+
+    def warm(self, start: Trial) -> None:
+        """Start from ``start`` (a point the run has evaluated, its cost known): called before
+        ``minimize``. Each strategy uses it in its library's way (optuna ``enqueue_trial``, nevergrad
+        ``suggest``, greedy descends from it, random draws half its candidates around it); the default
+        keeps it in ``start``. The point stays a trial of the run either way: the answer may be it."""
+        self.start = start
 
     @abc.abstractmethod
     def minimize(self, evaluate: Evaluate, space: SearchSpace, seed: int) -> None:
@@ -303,8 +319,13 @@ class AskTellStrategy(Strategy):
     def tell(self, candidate, cost: float) -> None:
         """Report a candidate's cost."""
 
+    def warm_up(self, start: Trial) -> None:
+        """Tell the optimiser where to start (``Strategy.warm``), after ``setup`` (default: nothing)."""
+
     def minimize(self, evaluate: Evaluate, space: SearchSpace, seed: int) -> None:
         self.setup(space, seed, evaluate.remaining)
+        if self.start is not None:
+            self.warm_up(self.start)
         while evaluate.remaining > 0:
             candidates = self.ask(min(self.batch_size, evaluate.remaining))
             if not candidates:
@@ -351,7 +372,9 @@ class ArchiveAskTell(AskTellStrategy):
 
     def minimize(self, evaluate: Evaluate, space: SearchSpace, seed: int) -> None:
         self._failure_cost = evaluate.failure_cost
-        self.known: dict[tuple, float] = {}
+        # What the run evaluated before (the screen's candidates): answered at once, never paid for twice.
+        self.known: dict[tuple, float] = {(t.sequence, t.options): finite(t.cost, self._failure_cost)
+                                          for t in evaluate.history}
         self._open: list = []  # the current batch's candidates not told yet
         super().minimize(evaluate, space, seed)
 

@@ -30,6 +30,7 @@ Options: ``patience`` (int >= 1, default 1), ``restarts`` (bool, default true).
 
 from __future__ import annotations
 
+from autotune.core.options import EMPTY, CompilerOptions
 from autotune.errors import BadInput
 from autotune.strategy import Evaluate, SearchSpace, Strategy, coordinate_descent, finite, positive_int
 
@@ -48,16 +49,22 @@ class GreedySearch(Strategy):
         self.restarts = restarts
 
     def minimize(self, evaluate: Evaluate, space: SearchSpace, seed: int) -> None:
-        sequence, cost = (), evaluate.empty_cost
+        # A warm start (the screen's best option set, ``Strategy.warm``): the order is built under its options,
+        # and the options' descent begins from them.
+        options = self.start.options if self.start is not None and space.options else EMPTY
+        sequence, cost = (), self.start.cost if options else evaluate.empty_cost
         if space.passes:
             # With options to search after it, no restarts: they would spend the whole budget on sequences.
-            sequence, cost = self._sequences(evaluate, space, self.restarts and not space.options)
+            sequence, cost = self._sequences(evaluate, space, self.restarts and not space.options, options, cost)
         if space.options:
-            coordinate_descent(evaluate, space, sequence, cost)
+            coordinate_descent(evaluate, space, sequence, cost, options)
 
-    def _sequences(self, evaluate: Evaluate, space: SearchSpace, restarts: bool) -> tuple[tuple[str, ...], float]:
-        """Greedy construction (with restarts); the best sequence found and its cost."""
-        best_cost = empty = evaluate.empty_cost
+    def _sequences(self, evaluate: Evaluate, space: SearchSpace, restarts: bool, options: CompilerOptions = EMPTY,
+                   empty: float | None = None) -> tuple[tuple[str, ...], float]:
+        """Greedy construction (with restarts) under ``options`` (``empty``: the cost of the empty sequence
+        with them); the best sequence found and its cost."""
+        self._options = options
+        best_cost = empty = evaluate.empty_cost if empty is None else empty
         scored: dict[tuple[str, ...], tuple[float, int]] = {}  # prefix -> (cost, order evaluated)
         expanded: set[tuple[str, ...]] = set()
         start: tuple[str, ...] | None = ()
@@ -75,7 +82,8 @@ class GreedySearch(Strategy):
         while len(current) < space.max_length:
             expanded.add(current)
             candidates = [current + (action,) for action in space.actions]
-            costs = evaluate.many(candidates)  # raises BudgetExhausted when spent
+            opts = [self._options] * len(candidates) if self._options else None
+            costs = evaluate.many(candidates, opts)  # raises BudgetExhausted when spent
             costs = [finite(c, evaluate.failure_cost) for c in costs]
             for cand, cost in zip(candidates, costs):
                 scored.setdefault(cand, (cost, len(scored)))

@@ -113,6 +113,16 @@ class NevergradSearch(ArchiveAskTell):
         param.value = dim.choices[0]
         return param
 
+    def warm_up(self, start) -> None:
+        """The warm start's option set, with the slots as they start, as the first candidate
+        (``optimizer.suggest``): a (1+1) optimiser then mutates from there."""
+        if not self.space.options or not start.options:
+            return
+        chosen = start.options.as_dict()
+        value = dict(self.optimizer.parametrization.value)
+        value.update({f"option{i}": chosen.get(d.name) for i, d in enumerate(self.space.options)})
+        self.optimizer.suggest(value)
+
     def minimize(self, evaluate: Evaluate, space: SearchSpace, seed: int) -> None:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")

@@ -129,6 +129,13 @@ class OptunaSearch(ArchiveAskTell):
             raise BadInput(f"optuna: cannot open study storage {self.storage!r}: "
                            f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}") from None
 
+    def warm_up(self, start) -> None:
+        """The warm start's option set as the first trial (``study.enqueue_trial``: its options fixed, the
+        slots sampled), so the sampler learns the order under it and models from there."""
+        if self.space.options and start.options:
+            chosen = start.options.as_dict()
+            self.study.enqueue_trial({f"option:{d.name}": chosen.get(d.name) for d in self.space.options})
+
     def _suggest(self, trial: optuna.Trial) -> tuple[str, ...]:
         space = self.space
         if not space.passes:  # --space options: the sequence is not searched

@@ -27,9 +27,20 @@ class RandomSearch(AskTellStrategy):
     def setup(self, space: SearchSpace, seed: int, budget: int) -> None:
         self.space = space
         self.rng = random.Random(seed)
+        self._drawn = 0
 
     def ask(self, n: int) -> list[tuple]:
-        return [(self.space.random_sequence(self.rng), self.space.random_options(self.rng)) for _ in range(n)]
+        return [(self.space.random_sequence(self.rng), self._options()) for _ in range(n)]
+
+    def _options(self) -> CompilerOptions:
+        """A random option set; with a warm start (``Strategy.warm``: the screen's best), the first draw is
+        that set itself (beside a random order) and every other draw after it that set with a random draw on
+        top (the order and one or two options tried around it)."""
+        drawn = self.space.random_options(self.rng)
+        self._drawn += 1
+        if self.start is None or not self.start.options or self._drawn % 2 == 0:
+            return drawn
+        return self.start.options if self._drawn == 1 else self.start.options.merged(drawn)
 
     def sequence_of(self, candidate) -> tuple[str, ...]:
         return candidate[0]

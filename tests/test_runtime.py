@@ -79,7 +79,7 @@ def test_candidates_with_the_same_compiled_module_share_one_measurement(engine, 
     seed = 101  # a seed no other test uses: nothing of this run is cached yet
     before = _runtime_reports(engine)
     result = tune(engine, load(MLP), strategy="greedy", budget=57, max_length=1, objective="runtime", seed=seed,
-                  validate=False)
+                  validate=False, screen=False)
     trials = RunStore(engine.cache).trials(result.run_id)
     assert len(trials) == 57 and sum(t.status == "ok" for t in trials) >= 50
     # 57 candidates, two compiled modules: XLA's default executable and algsimp's. Two timings.
@@ -90,7 +90,7 @@ def test_candidates_with_the_same_compiled_module_share_one_measurement(engine, 
         if t.status == "ok" and t.sequence != ("algsimp",):
             assert t.cost == result.default_cost  # the default's own executable: its time, no timing
     tune(engine, load(MLP), strategy="greedy", budget=57, max_length=1, objective="runtime", seed=seed,
-                 validate=False)
+                 validate=False, screen=False)
     assert _runtime_reports(engine) - before == 2  # cached per compiled module
 
 
@@ -117,7 +117,7 @@ def test_a_poisoned_search_sample_is_not_claimed(engine, mlp):
     # min_effect 25%: two equally fast executables are never 25% apart, whatever the machine's load.
     obj = objectives.get("runtime", min_effect=0.25)
     result = tune(engine, load(MLP), strategy="greedy", budget=57, max_length=1, objective=obj, seed=seed,
-                  validate=False)
+                  validate=False, screen=False)
     assert result.best is not None and result.best.found == ("algsimp",) and result.best.cost == 1e-3
     assert result.best.sequence == ()  # the claim is refused: nothing beats the default, apply nothing
     claim = result.claim

@@ -49,6 +49,9 @@ from autotune.cli.common import check_writable, console, db_option, json_option,
                    "options are searched on the CPU].")
 @click.option("--no-race", is_flag=True,
               help="runtime: time every candidate fully instead of stopping one once it provably cannot win.")
+@click.option("--no-screen", is_flag=True,
+              help="runtime: skip the screen (every single option value raced against XLA's default before the "
+                   "strategy, the ones that paid combined; in the budget: docs/runtime.md).")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), default=None,
               help="Directory for best_sequence.json, tuned.hlo and summary.json.")
 @click.option("--resume", default=None, help="Continue an interrupted run by its id.")
@@ -77,7 +80,8 @@ from autotune.cli.common import check_writable, console, db_option, json_option,
 @executor_option
 @json_option
 def run(models, modules_dir, allow_regressions, strategy, budget, time_limit, seed, max_length, objective, min_effect,
-        confirm_rounds, space, compiler_options, allow_numerics_options, sites, no_race, out_dir, resume, sampler, optimizer,
+        confirm_rounds, space, compiler_options, allow_numerics_options, sites, no_race, no_screen, out_dir, resume, sampler,
+        optimizer,
         policy, shaping, extra, no_validate, require, no_prune, no_surrogate, validate_seconds, db, workers,
         as_json) -> None:
     """Tune MODEL's pass ordering with a search strategy and report the best sequence found
@@ -98,7 +102,7 @@ def run(models, modules_dir, allow_regressions, strategy, budget, time_limit, se
                    objective_options=_objective_options(min_effect, confirm_rounds, no_race),
                    allow_regressions=allow_regressions, space=space,
                    compiler_options=parse_assignments(compiler_options).as_dict(),
-                   numerics_options=allow_numerics_options, sites=sites)
+                   numerics_options=allow_numerics_options, sites=sites, screen=not no_screen)
     paths = module_paths(list(models) + ([modules_dir] if modules_dir else [])) if (models or modules_dir) else []
     if resume and paths:
         raise BadInput("--resume takes no MODEL (the run knows its module)")
@@ -335,12 +339,29 @@ def search_lines(result) -> list[str]:
         lines.append(f"timing: {notes['timed']} executables timed against {result.target.baseline}, {how} "
                      f"{notes['stopped']} early; {notes['rounds']} of {notes['planned']} rounds, "
                      f"{notes['seconds']:.1f} s, ~{notes['saved_seconds']:.1f} s saved ({notes['saved_fraction']:.0%})")
+    screened = notes.get("screen")
+    if screened:
+        lines.append(screen_line(screened))
     for wrong in result.faster_but_wrong:
         what = CompilerOptions.of(wrong.get("compiler_options")).describe()
         passes = f" after {','.join(wrong['sequence'])}" if wrong.get("sequence") else ""
         ratio = f" (measured {wrong['ratio']:.2f}x of the default's time in the search)" if wrong.get("ratio") else ""
         lines.append(f"[red]faster but wrong:[/] {what}{passes}{ratio}: {wrong['reason']}")
     return lines
+
+
+def screen_line(screened: dict) -> str:
+    """``screen: 20 of 51 single option values raced ...``: what the screen did (``core/screen.py``)."""
+    left = f" ({screened['left_out']} not afforded by the budget)" if screened.get("left_out") else ""
+    paid = f"{len(screened['paid'])} paid" + (f" ({'; '.join(screened['paid'][:3])})" if screened["paid"] else "")
+    extended = (f", {screened['extended']} timed {screened['extra_rounds']} more rounds (straddling "
+                f"{screened['bar']:.2f})" if screened.get("extended") else "")
+    combined = f", {screened['combined']} combination(s) timed" if screened.get("combined") else ""
+    best = screened.get("best")
+    start = (f"; the strategy started from {CompilerOptions.of(best['options']).describe()}" if best
+             else "; nothing paid: the strategy started from the default")
+    return (f"screen: {screened['screened']} of {screened['singles']} single option values raced{left}, "
+            f"{paid}{extended}{combined}, {screened['evaluations']} evaluations of the budget{start}")
 
 
 def validation_line(validation, seconds: float | None) -> str:

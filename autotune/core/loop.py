@@ -383,16 +383,27 @@ def set_aside(search: Search, choice: Choice | None) -> list[tuple[tuple[str, ..
     return [(seq, reason) for *_, seq, reason in sorted(found.values())]
 
 
-def drive(search: Search, strategy, space: SearchSpace, seed: int, label: str) -> tuple[str, str | None]:
+def drive(search: Search, strategy, space: SearchSpace, seed: int, label: str,
+          screen: Callable[[Evaluate, SearchSpace], Trial | None] | None = None) -> tuple[str, str | None]:
     """THE search loop: the strategy minimises the run's ``Evaluate`` until it stops, the budget or
-    the time runs out, Ctrl-C or the executor is lost. Returns ``(status, reason)``."""
+    the time runs out, Ctrl-C or the executor is lost. ``screen`` (``core/screen.py``) runs first on the
+    same ``Evaluate`` (its candidates are trials of the run, in its budget); the point it returns warm-starts
+    the strategy (``Strategy.warm``). Returns ``(status, reason)``."""
     status, reason = "finished", None
     seed_everything(seed)
-    search.phases.enter("search")
+    search.phases.enter("search" if screen is None else "screen")
     search.observer.on_run_start(search.budget, label)
     try:
         try:
-            strategy.minimize(RunEvaluate(search), space, seed)
+            evaluate = RunEvaluate(search)
+            if screen is not None:
+                search.phases.enter("screen", "every single option value against the default")
+                start = screen(evaluate, space)
+                search.phases.enter("search")
+                if start is not None:
+                    strategy.warm(start)
+                seed_everything(seed)  # the strategy draws as it would have without the screen
+            strategy.minimize(evaluate, space, seed)
         except BudgetExhausted:
             pass
         if search.time_up():

@@ -11,7 +11,7 @@ default); the CLI and the benchmarks pass ``autotune.reporting.progress.RichObse
 from __future__ import annotations
 
 #: The phases of a tuning run, in order (``TuneResult.phases`` has the seconds of each).
-PHASES: tuple[str, ...] = ("load", "normalise", "default", "search", "prune", "validation", "confirmation")
+PHASES: tuple[str, ...] = ("load", "normalise", "default", "screen", "search", "prune", "validation", "confirmation")
 
 
 class Observer:

@@ -73,6 +73,9 @@ class RunSpec:
     #: the hottest first; 0: none. None: ``DEFAULT_SITES`` where the backend decides per site and options
     #: are searched (they are options named ``site:...``, judged by measured time as options are).
     sites: int | None = None
+    #: A measured objective searching options screens every single option value first (``core/screen.py``;
+    #: ``--no-screen``: the strategy alone).
+    screen: bool = True
 
     def __post_init__(self):
         check_budget(self.budget)

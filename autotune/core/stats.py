@@ -21,7 +21,7 @@ benchmarking tools do it:
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 
 import numpy as np
@@ -127,6 +127,54 @@ def median_lower_bound(values: Sequence[float], alpha: float = 0.125) -> float |
         return None
     k = int(np.searchsorted(binom.cdf(np.arange(n), n, 0.5), alpha, side="right"))  # #{j: cdf(j) <= alpha}
     return float(arr[k - 1]) if k >= 1 else None
+
+
+def median_interval(values: Sequence[float], confidence: float = CONFIDENCE) -> tuple[float | None, float | None]:
+    """A distribution-free two-sided confidence interval for the median of ``values`` (the sign test's order
+    statistics, ``median_lower_bound`` at ``(1 - confidence) / 2`` from each end); a side is None when
+    ``values`` are too few for that confidence (5 or fewer at 95%). What the screen decides a single option
+    value on (``core/screen.py``): per-round ratios B/A of one raced measurement, no bootstrap needed."""
+    alpha = (1.0 - float(confidence)) / 2.0
+    low = median_lower_bound(values, alpha)
+    high = median_lower_bound([-v for v in values], alpha)
+    return low, (None if high is None else -high)
+
+
+@dataclass(frozen=True)
+class RatioEvidence:
+    """What one search-time measurement says of a candidate against the baseline: the median per-round
+    ratio B/A, its distribution-free interval (``median_interval``; None where too few rounds), the rounds
+    timed and whether racing stopped it early."""
+
+    ratio: float
+    low: float | None
+    high: float | None
+    rounds: int
+    stopped: bool = False
+    #: Rounds of those added by sequential confirmation (``Runtime.extend``).
+    extended: int = 0
+
+    def paid(self, bar: float) -> bool:
+        """Faster than ``bar`` (``1 - min_effect``) beyond doubt: the whole interval below it."""
+        return self.high is not None and self.high < bar
+
+    def straddles(self, bar: float) -> bool:
+        """Neither shown below ``bar`` nor shown above it: the interval holds it (or is too short to say)."""
+        return not self.paid(bar) and (self.low is None or self.low < bar)
+
+
+def sequential(found: RatioEvidence, more: Callable[[int], RatioEvidence | None], bar: float, rounds: int,
+               extensions: int) -> RatioEvidence:
+    """Sequential confirmation, capped: while ``found`` straddles ``bar``, ``more(rounds)`` times that many
+    more rounds and returns the joined evidence; at most ``extensions`` times in all, counting the rounds
+    ``found`` already had added (``extended``: an earlier run's, read from a cache), so a measurement is
+    never extended past ``rounds * extensions``. A candidate is neither dropped nor taken on one draw."""
+    while found.straddles(bar) and found.extended + rounds <= rounds * extensions:
+        joined = more(rounds)
+        if joined is None:
+            break
+        found = joined
+    return found
 
 
 def _ratio_of_medians(b, a, axis=-1):

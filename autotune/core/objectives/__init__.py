@@ -162,6 +162,14 @@ class Objective(abc.ABC):
         """The search set ``state`` (under ``ctx.options``) aside after measuring it (its outputs differ from
         the default's): a measured objective no longer treats it as the best so far (default: nothing)."""
 
+    def evidence(self, state: str, ctx: ObjectiveContext):
+        """A measured objective's evidence on ``state`` against the default (``stats.RatioEvidence``: ratio
+        and interval), for the screen (``core/screen.py``); None where the objective has none (default). While
+        the screen runs, ``ctx.shared["screening"]`` holds its bar and its cap on sequential confirmation
+        (``bar``, ``rounds``, ``extensions``): a measured objective times a straddling candidate further.
+        """
+        return None
+
     def search_notes(self, ctx: ObjectiveContext) -> dict | None:
         """What the objective did across a run's search that a report should say (runtime: racing's
         savings); None when nothing."""
