@@ -6,7 +6,8 @@ as XLA's own code (``pipelines/xla/sites.py``) make a real step faster on this C
 flag does? Per module (the real modules of tests/data/real and the examples, those whose step runs in under
 ``--max-ms`` here):
 
-1. **sites**: the module's sites (``autotune sites``), the ``--sites`` largest taken.
+1. **sites**: the module's sites (``autotune sites``), the ``--sites`` hottest by ``autotune profile`` taken
+   (as ``autotune run`` takes them; the largest results where the profile names none).
 2. **singles**: each site's other choice alone, timed against XLA's default (interleaved A/B rounds, raced:
    stopped once it provably cannot beat the default) and run on two draws of inputs against the default's
    outputs. Also every site flipped at once (what a module-wide flag would do).
@@ -34,6 +35,7 @@ from harness import ROOT, RESULTS, Provenance, log, pyplot, rel, save_figure, wr
 from autotune.core.engine import open_engine
 from autotune.core.module import load
 from autotune.core.outputs import compare_outputs
+from autotune.core import tuner
 from autotune.core.stats import time_ratio
 from autotune.errors import PassFailed
 
@@ -70,7 +72,14 @@ def one_module(ev, path: Path, n_sites: int, rounds: int, min_effect: float, max
     found = sorted(pipeline.sites(root), key=lambda s: -s.elements)
     row["sites_total"] = len(found)
     row["by_default"] = {c: sum(s.default == c for s in found) for c in ("ynn", "xla")}
-    chosen = found[:n_sites]
+    # The sites a run searches: the profile's hottest (as `autotune run` orders them), else the largest.
+    hot = tuner._hot_sites(pipeline, root)
+    if hot:
+        rank = {key: i for i, key in enumerate(hot)}
+        chosen = sorted((s for s in found if s.name in rank), key=lambda s: rank[s.name])[:n_sites]
+        row["chosen_by"] = "profile"
+    if not hot or not chosen:
+        chosen, row["chosen_by"] = found[:n_sites], "size"
     singles = []
     for s in chosen:
         other = next(c for c in s.choices if c != s.default)
@@ -93,8 +102,16 @@ def one_module(ev, path: Path, n_sites: int, rounds: int, min_effect: float, max
             row["all_flipped"] = {"failed": str(exc)[:200]}
     paid = [e for e in singles if e.get("same") and e.get("ratio", 2.0) < 1.0 - min_effect]
     row["paid"] = [e["site"] for e in paid]
-    if paid:
-        decisions = {next(s.option for s in chosen if s.id == e["site"]): e["to"] for e in paid}
+    decisions = {next(s.option for s in chosen if s.id == e["site"]): e["to"] for e in paid}
+    allf = row.get("all_flipped", {})
+    if allf.get("same") and allf.get("ratio", 2.0) < 1.0 - min_effect and (
+            not paid or allf["ratio"] < min(e["ratio"] for e in paid)):
+        # every site flipped beat the best single: confirm that instead (a module-wide choice made per site)
+        decisions = {s.option: next(c for c in s.choices if c != s.default) for s in found}
+        row["confirmed_what"] = "all sites flipped"
+    elif paid:
+        row["confirmed_what"] = f"{len(paid)} single(s) that paid"
+    if decisions:
         cand = root.with_options(decisions)
         try:
             conf = _ratio(pipeline, root, cand, 30)
@@ -115,9 +132,10 @@ def markdown(rows: list[dict], args) -> str:
     med = float(np.median(ratios)) if ratios else float("nan")
     lines = ["# Decisions per site, measured on this CPU", "",
              f"**{len(wins)} confirmed, executed wins on {len(ran)} runnable modules**; median time ratio over them "
-             f"{med:.3f} (a module without a win counts 1.00). Per site: the {args.sites} largest sites' other "
+             f"{med:.3f} (a module without a win counts 1.00). Per site: the {args.sites} hottest sites' other "
              f"choice alone, raced against XLA's default; the ones below {1 - args.min_effect:.2f} combined and "
-             "confirmed with 30 interleaved rounds (95% bootstrap interval), outputs compared on two draws.", "",
+             "confirmed with 30 interleaved rounds (95% bootstrap interval), outputs compared on two draws; when "
+             "every site flipped at once beat the best single, that is what is confirmed.", "",
              "| module | default ms | sites (ynn/xla) | best single | all flipped | combined [95% CI] | same outputs | win |",
              "|---|---:|---|---|---|---|---|---|"]
     for r in rows:
@@ -130,7 +148,8 @@ def markdown(rows: list[dict], args) -> str:
         allf = r.get("all_flipped", {})
         all_s = f"{allf['ratio']:.3f}" if "ratio" in allf else allf.get("failed", "-")[:40]
         c = r.get("combined")
-        comb = f"{c['ratio']:.3f} [{c['low']:.3f}, {c['high']:.3f}]" if c and "ratio" in c else "-"
+        comb = (f"{c['ratio']:.3f} [{c['low']:.3f}, {c['high']:.3f}] ({r.get('confirmed_what', '')})"
+                if c and "ratio" in c else "-")
         same = "-" if not c or "same" not in c else ("yes" if c["same"] else "**no**")
         wrong = sum(1 for e in r["singles"] if e.get("same") is False)
         lines.append(f"| {r['module']} | {r['default_ms']:.1f} | {r['sites_total']} ({r['by_default']['ynn']}/"

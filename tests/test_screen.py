@@ -44,7 +44,7 @@ def two_options(engine, monkeypatch):
 def test_the_screen_races_every_single_value_first_within_the_budget(engine, two_options):
     """Budget 6: the four singles fit in two thirds of it, so they are the run's first four trials, each on the
     empty sequence; the strategy spends the rest (random spends all), and the notes say what was screened."""
-    result = tune(engine, load(MLP), objective=_quick(), spec=RunSpec(
+    result = tune(engine, load(MLP), objective=_quick(), spec=RunSpec(sites=0, 
         strategy="random", budget=6, objective="runtime", space="options", seed=31, validate=False))
     trials = RunStore(engine.cache).trials(result.run_id)
     assert len(trials) == 6 == result.evaluations  # the screen's candidates are counted in the budget
@@ -66,7 +66,7 @@ def test_a_small_budget_screens_what_fits_and_leaves_the_strategy_room():
 
 
 def test_no_screen_skips_it(engine, two_options):
-    result = tune(engine, load(MLP), objective=_quick(), spec=RunSpec(
+    result = tune(engine, load(MLP), objective=_quick(), spec=RunSpec(sites=0, 
         strategy="random", budget=2, objective="runtime", space="options", seed=33, validate=False, screen=False))
     assert "screen" not in (result.search_notes or {}) and "screen" not in dict(result.phases)
     trials = RunStore(engine.cache).trials(result.run_id)
