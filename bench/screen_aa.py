@@ -53,9 +53,7 @@ def main() -> None:
             ctx = ObjectiveContext(ev, root, default, seed=1000 + k)
             ctx.shared["screening"] = screen_mod.policy(bar)
             t0 = time.perf_counter()
-            report = obj._measure(ctx, root, bar, None)  # B = XLA's default's own executable
-            report = obj._sequential(ctx, root, report, ctx.shared["screening"])
-            found = obj._evidence(report)
+            found = obj.screened(ctx, root, bar)  # B = XLA's default's own executable
             row = {"trial": k, "ratio": found.ratio, "low": found.low, "high": found.high, "rounds": found.rounds,
                    "extended": found.extended, "stopped": found.stopped, "paid": found.paid(bar), "win": False}
             if found.paid(bar):  # what the run would do with it: confirm, replicated

@@ -73,7 +73,7 @@ def one_module(ev, path: Path, n_sites: int, rounds: int, min_effect: float, max
     row["sites_total"] = len(found)
     row["by_default"] = {c: sum(s.default == c for s in found) for c in ("ynn", "xla")}
     # The sites a run searches: the profile's hottest (as `autotune run` orders them), else the largest.
-    hot = tuner._hot_sites(pipeline, root)
+    hot = tuner.hot_sites(pipeline, root)
     if hot:
         rank = {key: i for i, key in enumerate(hot)}
         chosen = sorted((s for s in found if s.name in rank), key=lambda s: rank[s.name])[:n_sites]

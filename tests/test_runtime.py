@@ -224,8 +224,9 @@ def test_a_runtime_record_of_another_xla_is_re_timed_and_held_to_the_same_saving
 def test_run_prints_the_claim_and_its_interval(engine, db_path, mlp):
     # algsimp's search sample poisoned (as in the test above), so that the run has a claim to confirm.
     engine.cache.put_report("runtime", runtime_key(engine, mlp[3], 104), {"median_us": 1e-3, "poisoned": True})
+    # The claim's wording is the subject: no screen and no sites (test_screen.py and test_sites.py have them).
     args = ("run", str(MLP), "--strategy", "greedy", "--budget", "57", "--max-length", "1", "--objective",
-            "runtime", "--min-effect", "25", "--no-validate", "--seed", "104")
+            "runtime", "--min-effect", "25", "--no-validate", "--seed", "104", "--no-screen", "--sites", "0")
     text = run_cli(*args, db=db_path)
     assert text.returncode == 0, text.stderr
     out = " ".join(text.stdout.split())  # rich wraps long lines

@@ -21,6 +21,8 @@ Where: ``store=`` / ``--store``, else ``$AUTOTUNE_STORE``, else ``$XDG_CACHE_HOM
 
 from __future__ import annotations
 
+from importlib import metadata
+
 import hashlib
 import json
 import os
@@ -159,10 +161,8 @@ class Store:
             source: str = "tune") -> Entry:
         """Store ``record`` as made on ``host`` (default this one) and return its entry; an entry of the
         same key is replaced (atomically)."""
-        from autotune.pipelines.xla.versions import installed
-
         host = Host.here() if host is None and source != "import" else host
-        jaxlib = installed() if jaxlib is None else jaxlib
+        jaxlib = _installed_jaxlib() if jaxlib is None else jaxlib
         data = record.to_dict()
         data["store"] = {"host": host.to_dict() if host else None, "jaxlib": jaxlib, "source": source}
         name = self._name(record, host)
@@ -244,3 +244,12 @@ class Store:
             elif found is None:  # newest first
                 found = entry
         return Lookup(found, tuple(foreign))
+
+
+def _installed_jaxlib() -> str:
+    """The installed jaxlib's version (the XLA that made an entry), read from the package metadata: core
+    never imports the compiler's backend."""
+    try:
+        return metadata.version("jaxlib")
+    except metadata.PackageNotFoundError:
+        return "none"

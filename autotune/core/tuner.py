@@ -31,6 +31,7 @@ from autotune.core.loop import (GUARDED, PRUNE_SECONDS, Choice, Interrupted, Pha
                                 finish, seed_everything, prune, validity_of)
 from autotune.core.metrics import Metrics
 from autotune.core.module import Module
+from autotune.core.profile import Profile
 from autotune.core.objectives import Claim, Objective, ObjectiveContext
 from autotune.core.observer import Observer
 from autotune.core.results import Candidate, FleetResult, TuneResult
@@ -485,11 +486,9 @@ def tune(
     each execution of validation. ``surrogate``: a module whose entry constants hold at least
     ``SURROGATE_MIN_BYTES`` is searched on a surrogate with those constants lifted to parameters,
     then its best candidates are re-established on the real module (``ModuleSearch.recheck``;
-    ``TuneResult.surrogate`` says what was done). ``screen``: a measured objective searching options
-    first races every single option value against the default and combines those that paid
-    (``core/screen.py``, in the budget), then warm-starts the strategy from the best. Ctrl-C at any point, validation included, raises
-    ``Interrupted`` with the run saved and resumable. Returns a ``TuneResult`` (a ``FleetResult``
-    for a fleet).
+    ``TuneResult.surrogate`` says what was done). ``screen``: options searched by a measured objective are
+    screened first (``core/screen.py``). Ctrl-C at any point raises ``Interrupted`` with the run saved and
+    resumable. Returns a ``TuneResult`` (a ``FleetResult`` for a fleet).
     """
     if spec is None:
         name = objective.name if isinstance(objective, Objective) else objective
@@ -589,7 +588,7 @@ def _site_dims(backend, subject, spec: RunSpec, fixed: CompilerOptions, partitio
     if not limit or isinstance(subject, list) or partitioned or not supports(backend, "sites"):
         return ()
     try:
-        dims = backend.site_space(subject, only=_hot_sites(backend, subject), limit=limit)
+        dims = backend.site_space(subject, only=hot_sites(backend, subject), limit=limit)
     except PassFailed:
         return ()  # the module's optimised form cannot be read (it will fail to compile anyway)
     return tuple(d for d in dims if d.name not in fixed.names)
@@ -599,15 +598,13 @@ def _site_dims(backend, subject, spec: RunSpec, fixed: CompilerOptions, partitio
 SITE_MIN_SHARE = 0.01
 
 
-def _hot_sites(backend, module):
+def hot_sites(backend, module):
     """The module's input instructions by measured share of its step, hottest first, where the backend
     profiles (``autotune profile``, 3 rounds); None (no order: the largest results first) where it does not
     or the profile fails. Both ``name:opcode:shape`` and the bare name are given (a library fusion's op is
     traced to its instruction by name)."""
     if not supports(backend, "profile"):
         return None
-    from autotune.core.profile import Profile
-
     try:
         profile = Profile.from_backend(module.name, backend.profile(module, rounds=3))
     except (PassFailed, BadInput, KeyError, ValueError):

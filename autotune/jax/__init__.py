@@ -57,7 +57,7 @@ from pathlib import Path
 from autotune.core.backend import supports
 from autotune.core.options import CompilerOptions
 from autotune.core.record import TuningRecord
-from autotune.pipelines.xla import hlo, loader, sites, targets
+from autotune.pipelines.xla import hlo, loader, site_hook, sites, targets
 from autotune.pipelines.xla.versions import check_supported
 from autotune import policies
 from autotune.rl.ensemble import check_members
@@ -236,8 +236,6 @@ class _Hook:
         if not decisions:
             return backend.compile_and_load(program, executable_devices=executable_devices, compile_options=options,
                                             **kwargs)
-        from autotune.pipelines.xla import site_hook
-
         with site_hook.deciding(decisions) as report:
             compiled = backend.compile_and_load(program, executable_devices=executable_devices,
                                                 compile_options=options, **kwargs)
@@ -391,6 +389,27 @@ def use(records: Iterable[TuningRecord | str | Path] | None = None, cache: str |
             jax.clear_caches()
 
 
-from autotune.jax.tuning import Tuned, compile, tune  # noqa: E402  (the one call; it uses ``use`` above)
+from autotune.jax.tuning import Tuned, lower, tune  # noqa: E402  (the one call)
+
+
+def compile(fn, *args, static_argnums=None, static_argnames=None, store: Store | str | Path | None = None,
+            cache: str | Path | None = None, **kwargs):
+    """``(compiled, applied_via)``: ``fn`` lowered for these arguments and compiled with its store entry.
+    Options alone: jax's public ``Lowered.compile(compiler_options=...)`` (``"compiler_options"``); a pass
+    sequence: through the hook (``"compile-patch"``); no entry or "keep XLA's default": a plain compile
+    (``None``)."""
+    st = store if isinstance(store, Store) else Store(store)
+    lowered = lower(fn, args, kwargs, static_argnums, static_argnames)
+    with Session(cache, 1) as s:
+        root = s.normalize(lowered)
+        hit = st.lookup(root.fingerprint, s.target.key, s.evaluator.pipeline.compiler_version)
+    record = hit.entry.record if hit.entry is not None else None
+    if record is None or (not record.sequence and not record.compiler_options):
+        return lowered.compile(), None
+    if not record.sequence and not any(sites.is_site_option(k) for k in record.compiler_options):
+        return lowered.compile(compiler_options=dict(record.compiler_options)), "compiler_options"
+    with use([record], cache=cache, store=False, clear_caches=False, strict=True) as stats:
+        compiled = lowered.compile()
+    return compiled, stats.applied_via.get(root.fingerprint, "compile-patch")
 
 __all__ = ["HookStats", "Tuned", "compile", "target_of", "tune", "use", "with_overrides"]

@@ -22,8 +22,14 @@ the only way a different module reaches XLA).
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
+
+from autotune import strategy as strategy_mod
+from autotune.api import Session
+from autotune.core.tuner import tune as core_tune
+from autotune.reporting.progress import RichObserver
 
 from autotune.core import levels
 from autotune.core.objectives import Claim
@@ -154,17 +160,9 @@ def tune(fn, *args, static_argnums=None, static_argnames=None, budget: int = DEF
     ``.autotune/cache.db`` or ``$AUTOTUNE_DB``). The store entry found for this module, host and XLA is
     returned as it is unless ``retune``. ``min_effect`` (a fraction, e.g. 0.02) and ``confirm_rounds`` are
     ``--min-effect`` (there in percent) and ``--confirm-rounds``."""
-    import os
-
-    from autotune.api import Session
-    from autotune.core.tuner import tune as core_tune
-    from autotune.reporting.progress import RichObserver
-
     spec = RunSpec(strategy=strategy, budget=budget, objective="runtime", seed=seed, time_limit=time_limit,
                    space=space, validate=True, validate_seconds=validate_seconds,
                    objective_options=objective_options(min_effect, confirm_rounds))
-    from autotune import strategy as strategy_mod
-
     strategy_mod.load(strategy)  # an unknown name fails before anything is lowered or compiled
     spec.make_objective()
     spec.searched()
@@ -189,27 +187,3 @@ def tune(fn, *args, static_argnums=None, static_argnames=None, budget: int = DEF
         record, _ = decide(ev, result)
     entry = st.put(record)
     return Tuned(record, entry, False, result.claim, result.validation_level, result.run_id, foreign)
-
-
-def compile(fn, *args, static_argnums=None, static_argnames=None, store: Store | str | Path | None = None,
-            cache: str | Path | None = None, **kwargs):
-    """``(compiled, applied_via)``: ``fn`` lowered for these arguments and compiled with its store entry.
-    Options alone: jax's public ``Lowered.compile(compiler_options=...)`` (``"compiler_options"``); a pass
-    sequence: through the hook (``"compile-patch"``); no entry or "keep XLA's default": a plain compile
-    (``None``)."""
-    from autotune.api import Session
-    from autotune.jax import use
-
-    st = store if isinstance(store, Store) else Store(store)
-    lowered = lower(fn, args, kwargs, static_argnums, static_argnames)
-    with Session(cache, 1) as s:
-        root = s.normalize(lowered)
-        hit = st.lookup(root.fingerprint, s.target.key, s.evaluator.pipeline.compiler_version)
-    record = hit.entry.record if hit.entry is not None else None
-    if record is None or (not record.sequence and not record.compiler_options):
-        return lowered.compile(), None
-    if not record.sequence and not any(sites.is_site_option(k) for k in record.compiler_options):
-        return lowered.compile(compiler_options=dict(record.compiler_options)), "compiler_options"
-    with use([record], cache=cache, store=False, clear_caches=False, strict=True) as stats:
-        compiled = lowered.compile()
-    return compiled, stats.applied_via.get(root.fingerprint, "compile-patch")

@@ -484,3 +484,37 @@ def instructions(module) -> list:
                                    tuple(o.name for o in inst.operands()), called,
                                    roots.get(comp.name) == inst.name))
     return out
+
+
+_TAG_OP_NAME = re.compile(r'op_name="((?:[^"\\]|\\.)*)"')
+_TAG_LINE = re.compile(r"^(\s*(?:ROOT\s+)?%?([\w.\-]+)\s*=\s*)(.*)$")
+
+
+def tagged_text(text: str) -> tuple[str, dict[str, str]]:
+    """``text`` with every instruction's metadata replaced by ``op_name="<its name>"``, and the
+    ``{name: original op_name}`` of the instructions that had one (what a user's framework called them).
+
+    The link from XLA's optimised module back to the input: XLA copies an instruction's metadata onto what
+    it becomes (a fused clone, a library fusion), while it renumbers names (``profiling.py``, ``sites.py``)."""
+    out, source = [], {}
+    in_comp = False
+    for line in text.splitlines():
+        if not in_comp:
+            in_comp = line.rstrip().endswith("{") and not line.startswith("HloModule")
+            out.append(line)
+            continue
+        if line.startswith("}"):
+            in_comp = False
+            out.append(line)
+            continue
+        m = _TAG_LINE.match(line)
+        if not m or "(" not in m.group(3):
+            out.append(line)
+            continue
+        name = m.group(2)
+        meta = _TAG_OP_NAME.search(line[line.find(", metadata={"):]) if ", metadata={" in line else None
+        if meta:
+            source[name] = meta.group(1)
+        line = strip_attr(line.rstrip(), "metadata")
+        out.append(f'{line}, metadata={{op_name="{name}"}}')
+    return "\n".join(out) + "\n", source

@@ -51,31 +51,8 @@ _OP_NAME = re.compile(r'op_name="((?:[^"\\]|\\.)*)"')
 _INST_LINE = re.compile(r"^(\s*(?:ROOT\s+)?%?([\w.\-]+)\s*=\s*)(.*)$")
 
 
-def tagged_text(text: str) -> tuple[str, dict[str, str]]:
-    """``text`` with every instruction's metadata replaced by ``op_name="<its name>"``, and the
-    ``{name: original op_name}`` of the instructions that had one (what a user's framework called them)."""
-    out, source = [], {}
-    in_comp = False
-    for line in text.splitlines():
-        if not in_comp:
-            in_comp = line.rstrip().endswith("{") and not line.startswith("HloModule")
-            out.append(line)
-            continue
-        if line.startswith("}"):
-            in_comp = False
-            out.append(line)
-            continue
-        m = _INST_LINE.match(line)
-        if not m or "(" not in m.group(3):
-            out.append(line)
-            continue
-        name = m.group(2)
-        meta = _OP_NAME.search(line[line.find(", metadata={"):]) if ", metadata={" in line else None
-        if meta:
-            source[name] = meta.group(1)
-        line = hlo.strip_attr(line.rstrip(), "metadata")
-        out.append(f'{line}, metadata={{op_name="{name}"}}')
-    return "\n".join(out) + "\n", source
+#: Tagging each input instruction with its own name: ``hlo.tagged_text`` (per-site decisions use it too).
+tagged_text = hlo.tagged_text
 
 
 def input_table(text: str) -> dict[str, dict]:

@@ -30,6 +30,8 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
+from autotune.pipelines.xla import hlo
+
 #: The prefix of a decision's name among a candidate's compiler options.
 PREFIX = "site:"
 #: The one kind of decision so far: who generates the code for a site.
@@ -139,9 +141,7 @@ def tag(proto: bytes) -> bytes:
     the profile's link back to the input): what a compile with decisions, and the listing of sites,
     compile, so that a site is named by the input instruction whatever XLA renames it to. Metadata does
     not reach the generated code."""
-    from autotune.pipelines.xla import hlo, profiling
-
-    text, _ = profiling.tagged_text(hlo.to_text(hlo.parse_proto(proto), metadata=True))
+    text, _ = hlo.tagged_text(hlo.to_text(hlo.parse_proto(proto), metadata=True))
     return hlo.parse_text(text).as_serialized_hlo_module_proto()
 
 

@@ -183,6 +183,14 @@ class Runtime(Objective):
             _tally(ctx.shared.setdefault("race", {}), report)
         return report
 
+    def screened(self, ctx: ObjectiveContext, module, bar: float) -> stats.RatioEvidence:
+        """One candidate measured as the screen measures it (raced against ``bar``, a straddler timed further
+        under ``ctx.shared["screening"]``), uncached: the protocol ``bench/screen_aa.py`` puts to an A/A."""
+        report = self._measure(ctx, module, bar, None)
+        if ctx.shared.get("screening") and report.get("ratios") and not report.get("wrong"):
+            report = self._sequential(ctx, module, report, ctx.shared["screening"])
+        return self._evidence(report)
+
     def _measure(self, ctx: ObjectiveContext, module, stop_above: float | None, state: str | None = None) -> dict:
         """The raced A/B. With a ``wrong`` check from the search (``ctx.shared["wrong"]``: correct before fast),
         a candidate with options that is still ahead of ``stop_above`` after the first rounds is checked
