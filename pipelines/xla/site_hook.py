@@ -15,7 +15,7 @@ import contextlib
 import threading
 from collections.abc import Iterator, Mapping
 
-from autotune.pipelines.xla import hlo, sites
+from autotune.pipelines.xla import sites
 
 NAME = "autotune-site-decisions"
 
@@ -34,11 +34,8 @@ def _transform(module_bytes: bytes):
     decisions = getattr(_state, "decisions", None)
     if not decisions:
         return None
-    result = sites.rewrite(hlo.to_text(hlo.parse_proto(module_bytes), metadata=True), decisions)
-    _state.report = result
-    if not result.applied:
-        return None
-    return hlo.parse_text(result.text).as_serialized_hlo_module_proto()
+    decided, _state.report = sites.decide(module_bytes, decisions)
+    return decided
 
 
 def install() -> None:

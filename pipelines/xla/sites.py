@@ -145,6 +145,16 @@ def tag(proto: bytes) -> bytes:
     return hlo.parse_text(text).as_serialized_hlo_module_proto()
 
 
+def decide(module_bytes: bytes, decisions: Mapping[str, str]) -> tuple[bytes | None, RewriteResult]:
+    """What a pre-scheduler hook hands back to XLA for ``decisions``: the serialized optimised module
+    rewritten (None when no decision found its site: XLA keeps its own), and what was applied. The one
+    step both the workers (``worker.py``) and a user's JAX process (``site_hook.py``) take."""
+    result = rewrite(hlo.to_text(hlo.parse_proto(module_bytes), metadata=True), decisions)
+    if not result.applied:
+        return None, result
+    return hlo.parse_text(result.text).as_serialized_hlo_module_proto(), result
+
+
 # ---- reading the optimised module --------------------------------------------------------------------
 @dataclass
 class _Comp:

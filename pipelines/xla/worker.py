@@ -98,12 +98,8 @@ class XlaWorker:
         """A full compile with per-site decisions (``sites.py``): the optimised module, rewritten where
         the decisions say, handed back to XLA for scheduling and codegen. What was applied (and what
         found no site) is kept in ``site_report`` for the compile's caller."""
-        text = hlo.to_text(hlo.parse_proto(module_bytes), metadata=True)
-        result = sites.rewrite(text, self.site_decisions)
-        self.site_report = result
-        if not result.applied:
-            return None
-        return hlo.parse_text(result.text).as_serialized_hlo_module_proto()
+        decided, self.site_report = sites.decide(module_bytes, self.site_decisions)
+        return decided
 
     def capture(self, mlir: bytes, overrides: list[tuple[str, str]]) -> bytes:
         """Compile ``mlir`` with debug-option ``overrides`` and return the serialized HloModuleProto the
