@@ -3,7 +3,8 @@
 Three parts, each against plain ``jax.jit`` on the same machine, side by side:
 
 1. **``autotune.jax.tune``** on the zoo's GPT-2 training step (the configuration of
-   examples/gpt2_train_step.hlo): one call tunes it by measured time into a fresh store; then, in this
+   examples/gpt2_train_step.hlo) and on examples/jax_tune.py's MLP step (where an options-only win exists
+   on this CPU, so that jax times a stored win, not only a kept default): one call tunes it by measured time into a fresh store; then, in this
    process, the function compiled with its store entry (``autotune.jax.compile``: options alone through
    jax's public ``compiler_options``) and compiled plain are timed interleaved by ``time.perf_counter``
    around ``block_until_ready`` (``options_parts.hook.jax_ratio``: calibrated samples, ratio of medians
@@ -81,30 +82,51 @@ def _max_rel_diff(a, b) -> float:
     return worst
 
 
-def part_tune(tmp: Path, budget: int, rounds: int) -> dict:
+def _gpt2_step():
+    """(name, fn, arrays): the zoo's GPT-2 training step (examples/gpt2_train_step.hlo's configuration)."""
+    from autotune.zoo import GPT2Config, program
+
+    prog = program("gpt2", "train", GPT2Config(**GPT2_CONFIG))
+    return f"GPT-2 train step `{prog.name}`", prog.fn, _arrays(prog.args)
+
+
+def _example_step():
+    """(name, fn, arrays): examples/jax_tune.py's plain-jax MLP training step, as the example runs it."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("jax_tune_example", ROOT / "examples" / "jax_tune.py")
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    return "MLP train step of `examples/jax_tune.py`", example.train_step, list(example.arrays())
+
+
+#: The programs ``autotune.jax.tune`` is timed on: a zoo step, and the example's step (where an options-only
+#: win exists on this CPU: a timing of a stored *win* by jax, not only of a kept default).
+TUNE_PROGRAMS = {"gpt2": _gpt2_step, "example": _example_step}
+
+
+def part_tune(tmp: Path, budget: int, rounds: int, which: str = "gpt2") -> dict:
     import jax
 
     import autotune.jax as aj
     from autotune.core.store import Store
-    from autotune.zoo import GPT2Config, program
 
-    prog = program("gpt2", "train", GPT2Config(**GPT2_CONFIG))
-    args = _arrays(prog.args)
-    store = Store(tmp / "store-tune")
+    name, fn, args = TUNE_PROGRAMS[which]()
+    store = Store(tmp / f"store-tune-{which}")
     t0 = time.perf_counter()
-    tuned = aj.tune(prog.fn, *args, budget=budget, strategy=STRATEGY, space=SPACE, store=store,
+    tuned = aj.tune(fn, *args, budget=budget, strategy=STRATEGY, space=SPACE, store=store,
                     cache=tmp / "cache.db", workers=1, progress=False)
     seconds = time.perf_counter() - t0
     log("tune: " + tuned.describe().replace("\n", " | "))
-    again = aj.tune(prog.fn, *args, budget=budget, store=store, cache=tmp / "cache.db", workers=1, progress=False)
-    plain = jax.jit(prog.fn).lower(*args).compile()
-    control = jax.jit(prog.fn).lower(*args).compile()
-    compiled, via = aj.compile(prog.fn, *args, store=store, cache=tmp / "cache.db")
+    again = aj.tune(fn, *args, budget=budget, store=store, cache=tmp / "cache.db", workers=1, progress=False)
+    plain = jax.jit(fn).lower(*args).compile()
+    control = jax.jit(fn).lower(*args).compile()
+    compiled, via = aj.compile(fn, *args, store=store, cache=tmp / "cache.db")
     measured = jax_ratio(plain, compiled, args, rounds=rounds)
     aa = jax_ratio(plain, control, args, rounds=rounds)
     m = tuned.record.metrics
     tool = {k: m.get(k) for k in ("ratio", "ratio_low", "ratio_high")}
-    return {"module": prog.name, "budget": budget, "seconds": seconds, "describe": tuned.describe(),
+    return {"module": name, "budget": budget, "seconds": seconds, "describe": tuned.describe(),
             "keeps_default": tuned.keeps_default, "options": tuned.compiler_options, "sequence": list(tuned.sequence),
             "validation": tuned.validation, "tool": tool, "second_call_from_store": again.from_store,
             "applied_via": via, "jax": measured, "jax_control": aa,
@@ -214,7 +236,8 @@ def _tool(d: dict, kept: bool) -> str:
 
 
 def markdown(data: dict) -> str:
-    t, s, aa = data["tune"], data["script"], data["aa"]
+    tunes, s, aa = data["tunes"], data["script"], data["aa"]
+    t = tunes[0]
     lines = ["# The jax path: tune a function or a script, timed by jax in the program's process", "",
              f"Search: `--objective runtime --strategy {STRATEGY} --space {SPACE}`, budget {t['budget']} per tune{' (--quick)' if data['quick'] else ''}; "
              f"{data['rounds']} interleaved rounds per jax timing; the script {s['jax']['runs']} runs each way.", "",
@@ -226,9 +249,10 @@ def markdown(data: dict) -> str:
             return "keep XLA's default"
         return ", ".join(f"{k}={v}" for k, v in sorted(options.items())) + (f" + {len(sequence)} passes" if sequence else "")
 
-    lines.append(f"| `autotune.jax.tune` (applied via {t['applied_via'] or 'nothing: plain compile'}) | GPT-2 train step "
-                 f"`{t['module']}` | {answer(t['keeps_default'], t['options'], t['sequence'])} | {_tool(t['tool'], t['keeps_default'])} | "
-                 f"{_r(t['jax'])} | {_r(t['jax_control'])} | max rel diff {t['max_rel_diff']:.1e} |")
+    for t in tunes:
+        lines.append(f"| `autotune.jax.tune` (applied via {t['applied_via'] or 'nothing: plain compile'}) | {t['module']} | "
+                     f"{answer(t['keeps_default'], t['options'], t['sequence'])} | {_tool(t['tool'], t['keeps_default'])} | "
+                     f"{_r(t['jax'])} | {_r(t['jax_control'])} | max rel diff {t['max_rel_diff']:.1e} |")
     keeps = s.get("decision") == "keep-default" or not (s["options"] or s["sequence"])
     lines.append(f"| capture / tune / exec | CNN train step {s['config']} | "
                  f"{answer(keeps, s['options'], s['sequence'])} | {_tool(s['tool'], keeps)} | {_r(s['jax'])} (steps pooled "
@@ -240,9 +264,9 @@ def markdown(data: dict) -> str:
               f"- step time: ratio {_r(aa['step'])} ({aa['step']['hooked_ms']:.3f} ms vs {aa['step']['plain_ms']:.3f} ms)",
               f"- the hook passed {aa['passed_through']} compile(s) straight through (an empty store: no fingerprint taken)",
               "", "## Reading it", ""]
-    for part, d in (("tune", t), ("script", s)):
+    for part, d in [(f"tune, {x['module']}", x) for x in tunes] + [("script", s)]:
         tool, jx = d["tool"], d["jax"]
-        kept = d.get("keeps_default") if part == "tune" else keeps
+        kept = d.get("keeps_default") if part != "script" else keeps
         if kept:
             lines.append(f"- {part}: the answer keeps XLA's default, so the program compiled the same executable "
                          f"both ways: jax's {jx['ratio']:.3f} is this machine's noise between the two (an A/A), "
@@ -262,7 +286,7 @@ def markdown(data: dict) -> str:
                   "that left)."]
     if data.get("note"):
         lines += ["", data["note"]]
-    lines += ["", f"Seconds: tune {t['seconds']:.0f}, capture {s['capture_seconds']:.0f}, tune DIR {s['tune_seconds']:.0f}.",
+    lines += ["", f"Seconds: tune {', '.join(str(round(x['seconds'])) for x in tunes)}, capture {s['capture_seconds']:.0f}, tune DIR {s['tune_seconds']:.0f}.",
               "The script's interval pools steps across runs and leaves out run-to-run variance; the per-run ratios show it."]
     return "\n".join(lines)
 
@@ -279,14 +303,16 @@ def main() -> None:
     load = [os.getloadavg()[0]]
     with tempfile.TemporaryDirectory(prefix="jaxpath-") as tmp:
         tmp = Path(tmp)
-        log("part 1: autotune.jax.tune on the GPT-2 train step")
-        tune = part_tune(tmp, budget, rounds)
+        tunes = []
+        for which in TUNE_PROGRAMS:
+            log(f"part 1: autotune.jax.tune on {which}")
+            tunes.append(part_tune(tmp, budget, rounds, which))
         log("part 2: capture / tune / exec on the CNN script")
         script = part_script(tmp, budget, QUICK_STEPS if opts.quick else STEPS, QUICK_RUNS if opts.quick else RUNS)
         log("part 3: the hook's A/A with an empty store")
         aa = part_aa(tmp, rounds, 4 if opts.quick else 8)
     load.append(os.getloadavg()[0])
-    data = {"quick": opts.quick, "rounds": rounds, "tune": tune, "script": script, "aa": aa, "load": load}
+    data = {"quick": opts.quick, "rounds": rounds, "tunes": tunes, "script": script, "aa": aa, "load": load}
     path = write(opts.out, "jaxpath", data, markdown(data), prov)
     log(f"wrote {path}")
 

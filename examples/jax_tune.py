@@ -30,24 +30,34 @@ def train_step(w, x, y):
     return jax.tree_util.tree_map(lambda p, g: p - 0.01 * g, w, grads), value
 
 
-rng = np.random.default_rng(0)
-w = {"a": jnp.asarray(rng.normal(size=(256, 512)) * 0.05, jnp.float32),
-     "b": jnp.asarray(rng.normal(size=(512, 64)) * 0.05, jnp.float32)}
-x = jnp.asarray(rng.normal(size=(128, 256)), jnp.float32)
-y = jnp.asarray(rng.normal(size=(128, 64)), jnp.float32)
+def arrays(seed: int = 0):
+    """The step's arguments: weights, a batch of inputs and targets."""
+    rng = np.random.default_rng(seed)
+    w = {"a": jnp.asarray(rng.normal(size=(256, 512)) * 0.05, jnp.float32),
+         "b": jnp.asarray(rng.normal(size=(512, 64)) * 0.05, jnp.float32)}
+    x = jnp.asarray(rng.normal(size=(128, 256)), jnp.float32)
+    y = jnp.asarray(rng.normal(size=(128, 64)), jnp.float32)
+    return w, x, y
 
-# 1. One call: lowers the step for these arguments, searches XLA's options and pass order by measured time
-#    (autotune run --objective runtime --space both), validates, and stores the answer in the per-user store.
-tuned = autotune.jax.tune(train_step, w, x, y, budget=8)
-print(tuned.describe())
 
-# 2. From now on (this process or any later one): jax.jit compiles pick the store up.
-with autotune.jax.use() as stats:
-    step = jax.jit(train_step)
-    w2, value = step(w, x, y)
-    start = time.perf_counter()
-    for _ in range(50):
-        w2, value = step(w2, x, y)
-    jax.block_until_ready(value)
-print(f"50 steps in {time.perf_counter() - start:.3f} s, loss {float(value):.4f}")
-print(stats.summary())  # what was applied, and how (jax's compiler_options, or the compile patch)
+def main() -> None:
+    w, x, y = arrays()
+    # 1. One call: lowers the step for these arguments, searches XLA's options and pass order by measured time
+    #    (autotune run --objective runtime --space both), validates, and stores the answer in the per-user store.
+    tuned = autotune.jax.tune(train_step, w, x, y, budget=8)
+    print(tuned.describe())
+
+    # 2. From now on (this process or any later one): jax.jit compiles pick the store up.
+    with autotune.jax.use() as stats:
+        step = jax.jit(train_step)
+        w2, value = step(w, x, y)
+        start = time.perf_counter()
+        for _ in range(50):
+            w2, value = step(w2, x, y)
+        jax.block_until_ready(value)
+    print(f"50 steps in {time.perf_counter() - start:.3f} s, loss {float(value):.4f}")
+    print(stats.summary())  # what was applied, and how (jax's compiler_options, or the compile patch)
+
+
+if __name__ == "__main__":
+    main()
