@@ -379,7 +379,8 @@ class Runtime(Objective):
                          f"{base}", ratio=1.0, low=1.0, high=1.0, rounds=0, **common)
         if not cost < default:
             return Claim(False, cost, default, "no candidate (pass order, options or site decisions) measured "
-                         f"faster than {base} in the search: keep {base}", ratio=cost / default if default else None, rounds=0, **common)
+                         f"faster than {base} in the search: keep {base}", ratio=cost / default if default else None,
+                         rounds=0, **common)
         key = (ctx.version, final.state, ctx.options.key, ctx.seed)
         if key not in self._claims:
             claim = self.measured_claim(lambda seed: self.measure_ratio(ctx, state, seed), ctx.seed, base)
