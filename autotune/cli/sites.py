@@ -17,9 +17,11 @@ from autotune.cli.common import console, db_option, json_option, load_model, pri
 @executor_option
 @json_option
 def sites(model, compiler_options, db, workers, as_json) -> None:
-    """List MODEL's sites: each convolution, dot or reduce whose code XLA hands to a library (YNNPACK) or
-    generates itself, what XLA chose and what may be chosen instead. A runtime search decides the hottest
-    of them one by one (`autotune run --sites N`); `--compiler-option site:library:NAME=xla|ynn` fixes one."""
+    """List MODEL's sites: each counted while loop (may be unrolled: by a factor or fully) and each
+    convolution, dot or reduce whose code XLA hands to a library (YNNPACK) or generates itself, what XLA
+    chose and what may be chosen instead. A runtime search decides the loops and the hottest library sites
+    one by one (`autotune run --sites N`); `--compiler-option site:library:NAME=xla|ynn` or
+    `site:unroll:NAME=full|2|4` fixes one."""
     from autotune.cli.common import open_engine
     from autotune.core.backend import supports
     from autotune.core.options import parse_assignments
@@ -36,8 +38,8 @@ def sites(model, compiler_options, db, workers, as_json) -> None:
             backend.check_options(fixed)
             root = root.with_options(fixed)
         found = backend.sites(root)
-    rows = [{"site": s.id, "instruction": s.name, "opcode": s.opcode, "shape": s.shape, "default": s.default,
-             "choices": list(s.choices), "option": s.option} for s in found]
+    rows = [{"site": s.id, "kind": s.kind, "instruction": s.name, "opcode": s.opcode, "shape": s.shape,
+             "default": s.default, "choices": list(s.choices), "option": s.option} for s in found]
     if as_json:
         print_json({"module": module.name, "target": backend.target.key, "count": len(rows), "sites": rows})
         return
@@ -50,6 +52,7 @@ def sites(model, compiler_options, db, workers, as_json) -> None:
         table.add_row(r["instruction"], r["opcode"], r["shape"], r["default"],
                       ", ".join(c for c in r["choices"] if c != r["default"]), r["option"])
     console().print(table)
-    console().print("ynn: a YNNPACK library fusion; xla: XLA's own code (an Eigen call or a loop fusion). "
+    console().print("while: 1 runs the loop as written, 2/4 unroll it by that factor, full removes it; "
+                    "ynn: a YNNPACK library fusion; xla: XLA's own code (an Eigen call or a loop fusion). "
                     "Fix one with --compiler-option OPTION=CHOICE; `autotune run --objective runtime --sites N` "
                     "decides the N hottest by measured time.")

@@ -57,7 +57,7 @@ from pathlib import Path
 from autotune.core.backend import supports
 from autotune.core.options import CompilerOptions
 from autotune.core.record import TuningRecord
-from autotune.pipelines.xla import hlo, loader, site_hook, sites, targets
+from autotune.pipelines.xla import hlo, loader, loops, site_hook, sites, targets
 from autotune.pipelines.xla.versions import check_supported
 from autotune import policies
 from autotune.rl.ensemble import check_members
@@ -90,6 +90,8 @@ class HookStats:
     # Per-site decisions a compile applied, and those whose site it did not hold: fingerprint -> names.
     sites_applied: dict[str, tuple] = field(default_factory=dict)
     sites_missing: dict[str, tuple] = field(default_factory=dict)
+    # Loops unrolled in the module before it was compiled (``site:unroll:...``): fingerprint -> while names.
+    loops_applied: dict[str, tuple] = field(default_factory=dict)
     # Store entries that say "keep XLA's default" for a compile: their fingerprints (compiled untouched).
     kept_default: list[str] = field(default_factory=list)
     # Store entries matching a compile but made on another host or by another XLA: (fingerprint, why).
@@ -281,7 +283,12 @@ class _Hook:
             # the sequence, if any), and the decisions are applied where it hands out its optimised form.
             self.stats.applied_via[root.fingerprint] = "site-decisions"
             program = session.apply(root, sequence) if sequence else root
-            return _jax.mlir.hlo_to_stablehlo(sites.tag(program.proto)), extra
+            _, _, unrolls = sites.split(extra.items())
+            proto_ = program.proto
+            if unrolls:  # loop decisions rewrite the module itself, before XLA's pipeline (loops.py)
+                proto_, done = loops.apply(proto_, unrolls)
+                self.stats.loops_applied[root.fingerprint] = done.applied
+            return _jax.mlir.hlo_to_stablehlo(sites.tag(proto_)), extra
         if not sequence:  # a record of compiler options alone: the original module, compiled with them
             if extra:
                 self.stats.applied_via[root.fingerprint] = "compiler_options"
@@ -322,8 +329,9 @@ class _Hook:
 
 
 def _split_sites(extra: dict) -> tuple[dict, dict]:
-    """``(XLA's own options, {instruction: choice})`` of a record's compiler options."""
-    plain, decisions = sites.split(extra.items())
+    """``(XLA's own options, {instruction: library choice})`` of a record's compiler options (its loop
+    decisions were applied to the module by ``_tuned``)."""
+    plain, decisions, _unrolls = sites.split(extra.items())
     return dict(plain), decisions
 
 

@@ -29,7 +29,7 @@ from autotune.core.workers import WorkerPool
 from autotune.errors import BadInput, PassFailed, UnknownName
 from autotune.core.options import CompilerOptions, OptionDim, check_against
 from autotune.version import DISTRIBUTION
-from autotune.pipelines.xla import (device, hlo, loader, machine_inventory, partitioned, region, sites, standins,
+from autotune.pipelines.xla import (device, hlo, loader, loops, machine_inventory, partitioned, region, sites, standins,
                                     surrogate, targets, versions)
 from autotune.pipelines.xla import options as catalogue
 from autotune.pipelines.xla.inventory import PassInventory
@@ -234,20 +234,24 @@ class XlaPipeline(BackendBase):
         if "sites" not in self.capabilities:
             raise BadInput(f"per-site decisions are made on the CPU pipeline, not for {self.target.name}")
         rows = self.remote(self.run_timeout).sites(module.proto, _overrides(module))
-        return tuple(sites.Site(n, op, shape, default, tuple(choices)) for n, op, shape, default, choices in rows)
+        return tuple(sites.Site(n, op, shape, default, tuple(choices), *kind) for n, op, shape, default, choices, *kind in rows)
 
     def site_space(self, module: Module, only: Iterable[str] | None = None, limit: int | None = None) -> tuple:
         """Per-site decisions as option dimensions (``OptionDim`` named ``site:<kind>:<instruction>``, its
         unset value XLA's own choice): all sites, or those whose instruction name or ``name:opcode:shape``
-        id is in ``only`` (a profile's hot sites, in that order), at most ``limit``."""
-        found = sorted(self.sites(module), key=lambda s: -s.elements)
+        id is in ``only`` (a profile's hot sites, in that order), at most ``limit`` of them; the input's counted
+        while loops (``loops.py``) always, in front."""
+        every = self.sites(module)
+        loops_ = [s for s in every if s.kind == loops.UNROLL]  # few, and a loop holds its body's time: always
+        found = sorted((s for s in every if s.kind != loops.UNROLL), key=lambda s: -s.elements)
         if only is not None:
             order = {key: i for i, key in enumerate(only)}
             found = sorted((s for s in found if s.name in order or s.id in order),
                            key=lambda s: order.get(s.id, order.get(s.name, 0)))
-        dims = tuple(OptionDim(s.option, tuple(c for c in s.choices if c != s.default), s.describe(), "site")
-                     for s in found)
-        return dims[:limit] if limit is not None else dims
+        if limit is not None:
+            found = found[:limit]
+        return tuple(OptionDim(s.option, tuple(c for c in s.choices if c != s.default), s.describe(), "site")
+                     for s in loops_ + found)
 
     def check_options(self, options) -> CompilerOptions:
         """As the contract says; ``xla_disable_hlo_passes`` takes any pass this XLA runs (comma-separated),

@@ -39,7 +39,7 @@ from autotune.errors import BadInput, PassFailed
 
 #: Execution memory limit (``AUTOTUNE_MAX_EXEC_BYTES`` or a share of MemAvailable): see core/limits.py.
 from autotune.core.limits import EXEC_LIMIT_ENV, execution_limit, gib  # noqa: E402
-from autotune.pipelines.xla import hlo, partitioned, sites, standins
+from autotune.pipelines.xla import hlo, loops, partitioned, sites, standins
 
 
 #: Integer (and unsigned) parameters are drawn from [0, INT_HIGH) by default. Integer entry
@@ -309,7 +309,9 @@ def compile_full(worker, proto: bytes, partitions: int = 1, overrides=None):
     options, devices = jax_.CompileOptions(), worker.devices
     if partitions > 1:
         proto, options, devices = _partitioned_compile(worker, proto, partitions)
-    overrides, decisions = sites.split(overrides)
+    overrides, decisions, unrolls = sites.split(overrides)
+    if unrolls:  # loop decisions rewrite the input module itself (loops.py): XLA's pipeline then specialises it
+        proto, worker.loop_report = loops.apply(proto, unrolls)
     if decisions:  # sites are named by the input's instructions: tag them, XLA carries the tags through
         proto = sites.tag(proto)
     if overrides:

@@ -30,12 +30,15 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from autotune.pipelines.xla import hlo
+from autotune.pipelines.xla import hlo, loops
 
 #: The prefix of a decision's name among a candidate's compiler options.
 PREFIX = "site:"
-#: The one kind of decision so far: who generates the code for a site.
+#: Who generates the code for a site (this module's kind of decision).
 LIBRARY = "library"
+#: The kinds of decision: the library choice (here, on XLA's optimised module) and loop unrolling
+#: (``loops.py``, on the input module).
+KINDS = (LIBRARY, loops.UNROLL)
 #: Its values: the site as a library fusion (YNNPACK) or as XLA's own code (Eigen thunk / loop fusion).
 AS_LIBRARY, AS_XLA = "ynn", "xla"
 CHOICES = (AS_LIBRARY, AS_XLA)
@@ -75,7 +78,10 @@ class Site:
 
     @property
     def elements(self) -> int:
-        """The result's element count: the order sites are offered in where no profile ranks them."""
+        """The result's element count: the order sites are offered in where no profile ranks them (0 for a
+        loop, whose ``shape`` is its trip count)."""
+        if "[" not in self.shape:
+            return 0
         n = 1
         for d in self.shape.split("[", 1)[1].rstrip("]").split(","):
             n *= int(d) if d else 1
@@ -88,6 +94,8 @@ class Site:
 
     def describe(self) -> str:
         other = [c for c in self.choices if c != self.default]
+        if self.kind == loops.UNROLL:
+            return f"while {self.name} ({self.shape}): as written, may be unrolled {', '.join(other)}"
         return f"{self.opcode} {self.name} {self.shape}: XLA's default {self.default}, may be {', '.join(other)}"
 
 
@@ -113,27 +121,40 @@ def parse_option(name: str) -> tuple[str, str]:
     """``site:<kind>:<instruction>`` -> ``(kind, instruction)``; ValueError for a malformed one."""
     body = str(name)[len(PREFIX):]
     kind, sep, inst = body.partition(":")
-    if not sep or not inst or kind != LIBRARY:
-        raise ValueError(f"a site decision is named site:{LIBRARY}:<instruction>, not {name!r}")
+    if not sep or not inst or kind not in KINDS:
+        raise ValueError(f"a site decision is named site:<{'|'.join(KINDS)}>:<instruction>, not {name!r}")
     return kind, inst
 
 
-def split(overrides: Iterable[tuple[str, str]] | None) -> tuple[list[tuple[str, str]], dict[str, str]]:
-    """``(XLA's own options, {instruction: choice})`` of a candidate's option pairs."""
-    plain, decisions = [], {}
+def split(overrides: Iterable[tuple[str, str]] | None) -> tuple[list[tuple[str, str]], dict[str, str], dict[str, str]]:
+    """``(XLA's own options, {instruction: library choice}, {while instruction: unroll choice})`` of a
+    candidate's option pairs: the library decisions are made on XLA's optimised module, the loop decisions
+    on the input module before it is compiled."""
+    plain, decisions, unrolls = [], {}, {}
     for name, value in overrides or ():
         if is_site_option(name):
-            decisions[parse_option(name)[1]] = str(value)
+            kind, inst = parse_option(name)
+            (unrolls if kind == loops.UNROLL else decisions)[inst] = str(value)
         else:
             plain.append((name, value))
-    return plain, decisions
+    return plain, decisions, unrolls
 
 
 def check_decision(name: str, value: str) -> None:
     """ValueError (one line) for a decision this module cannot apply anywhere."""
-    parse_option(name)
-    if value not in CHOICES:
+    kind, _ = parse_option(name)
+    if kind == loops.UNROLL:
+        if value != loops.FULL and not (str(value).isdigit() and int(value) >= 1):
+            raise ValueError(f"{name} takes {loops.FULL} or an unroll factor (2, 4, ...), not {value!r}")
+    elif value not in CHOICES:
         raise ValueError(f"{name} takes one of {', '.join(CHOICES)}, not {value!r}")
+
+
+def loop_sites(text: str) -> list[Site]:
+    """The input module's counted while loops as sites (``loops.find_loops``): kind ``unroll``, XLA's
+    default the loop as written."""
+    return [Site(loop.name, "while", f"{loop.trips} trips", loops.AS_WRITTEN, (loops.AS_WRITTEN, *loop.choices),
+                 loops.UNROLL) for loop in loops.find_loops(text)]
 
 
 def tag(proto: bytes) -> bytes:

@@ -21,7 +21,7 @@ from collections import OrderedDict
 from autotune.core.backend import StepOut
 from autotune.core.workers import all_cores
 from autotune.errors import BadInput, PassFailed
-from autotune.pipelines.xla import hlo, profiling, reference, runner, sites, timing
+from autotune.pipelines.xla import hlo, loops, profiling, reference, runner, sites, timing
 from autotune.pipelines.xla import options as catalogue
 from autotune.pipelines.xla.inventory import PassInventory
 from autotune.pipelines.xla.structure import structure_counts
@@ -72,6 +72,7 @@ class XlaWorker:
         #: Per-site decisions of the full compile in progress (``runner.compile_full`` sets and clears them).
         self.site_decisions: dict[str, str] = {}
         self.site_report = None
+        self.loop_report = None  # what the last compile's loop decisions applied (loops.UnrollResult)
         jex_xla.register_hlo_module_transformation(self._hook, name=CAPTURE_PASS_NAME, platforms="cpu")
         self.inventory = None
         if inventory_json:
@@ -302,14 +303,18 @@ class XlaWorker:
     def sites(self, proto: bytes, options=None) -> list:
         """The module's sites (``sites.find_sites`` of XLA's optimised module, compiled with compiler
         ``options`` and after the per-site decisions among them), as ``[name, opcode, shape, default,
-        choices]`` lists."""
-        plain, decisions = sites.split(options)
+        choices, kind]`` lists (the input's counted while loops first)."""
+        plain, decisions, unrolls = sites.split(options)
+        found = sites.loop_sites(hlo.to_text(hlo.parse_proto(proto)))  # loops: the input's own while loops
+        if unrolls:
+            proto, _ = loops.apply(proto, unrolls)
         self.site_decisions = decisions
         try:
             text = hlo.to_text(hlo.parse_proto(self.capture(self.to_mlir(sites.tag(proto), None), plain)), metadata=True)
         finally:
             self.site_decisions = {}
-        return [[s.name, s.opcode, s.shape, s.default, list(s.choices)] for s in sites.find_sites(text)]
+        found += sites.find_sites(text)
+        return [[s.name, s.opcode, s.shape, s.default, list(s.choices), s.kind] for s in found]
 
     def probe_options(self, pairs: list) -> list:
         """Each ``(name, value)`` compiled alone on a tiny module: None where XLA accepts it, else its
