@@ -38,7 +38,7 @@ STAMP_NEWEST := $(VENV_NEWEST)/.installed-$(shell cat pyproject.toml $(CONSTRAIN
 # the gym environment, records, strategies and the CLI; the whole suite runs on the first leg.
 NEWEST_TESTS ?= tests/test_versions.py tests/test_policy_forward.py tests/test_gpu_target.py tests/test_jax_hook.py \
 	tests/test_env.py tests/test_records.py tests/test_strategies.py tests/test_bad_input.py tests/test_cli_misc.py \
-	tests/test_gpu_tools.py tests/test_options.py tests/test_jax_path.py tests/test_sites.py tests/test_profile.py
+	tests/test_gpu_tools.py tests/test_options.py tests/test_jax_path.py tests/test_sites.py tests/test_loops.py tests/test_profile.py
 
 .PHONY: demo test test-newest test-py3.13 test-jax0.11 lint release-check install install-newest lock clean bench paper tune-record check-record
 
