@@ -99,6 +99,9 @@ def test_counted_loops_are_found_with_their_trips_and_others_are_not():
     assert [(f.name, f.trips) for f in found] == [("loop", 4)]  # the data-dependent loop is no site
     assert found[0].choices == ("2", "full")  # 4 divides 4 but is the full unroll
     assert found[0].factor("full") == 4 and found[0].factor("2") == 2 and found[0].factor("3") is None
+    # A long loop (a generation loop of 1000 trips): partial factors only, never 1000 copies of its body.
+    long = loops.Loop("gen", 1000, "b", "c", body_size=100)
+    assert long.choices == ("2", "4") and long.factor("full") is None
 
 
 def test_jax_scans_and_fori_loops_are_counted_loops():

@@ -35,6 +35,9 @@ AS_WRITTEN = "1"
 FULL = "full"
 #: The partial factors offered, where they divide the trip count (and are smaller than it).
 FACTORS = (2, 4)
+#: No factor is offered that would copy the body's instructions more than this many in all: an unrolled
+#: generation loop of hundreds of trips would cost more compile time than any run could win back.
+MAX_UNROLLED_INSTRUCTIONS = 50_000
 
 _WHILE = re.compile(r"^(?P<lead>\s*(?:ROOT )?)%(?P<name>[\w.\-]+) = (?P<shape>\(.*\)) while\(%(?P<init>[\w.\-]+)\), "
                     r"condition=%(?P<cond>[\w.\-]+), body=%(?P<body>[\w.\-]+)(?P<rest>.*)$")
@@ -52,17 +55,20 @@ class Loop:
     trips: int
     body: str
     condition: str
+    body_size: int = 0  # the body computation's instructions
+
+    def _affordable(self, k: int) -> bool:
+        return k * self.body_size <= MAX_UNROLLED_INSTRUCTIONS
 
     @property
     def choices(self) -> tuple[str, ...]:
-        return tuple(str(k) for k in FACTORS if self.trips % k == 0 and k < self.trips) + (FULL,)
+        partial = tuple(str(k) for k in FACTORS if self.trips % k == 0 and k < self.trips and self._affordable(k))
+        return partial + ((FULL,) if self._affordable(self.trips) else ())
 
     def factor(self, choice: str) -> int | None:
         """The unroll factor of ``choice`` for this loop, None when it does not divide the trips."""
-        if choice == FULL:
-            return self.trips
-        k = int(choice) if str(choice).isdigit() else 0
-        return k if k > 1 and self.trips % k == 0 else None
+        k = self.trips if choice == FULL else int(choice) if str(choice).isdigit() else 0
+        return k if k > 1 and self.trips % k == 0 and self._affordable(k) else None
 
 
 @dataclass
@@ -160,7 +166,10 @@ def _while_loops(lines: list[str], comps: dict[str, _Comp]):
                 continue
             trips = _trip_count(comps, comp, w)
             if trips is not None:
-                yield i, w, Loop(w.group("name"), trips, w.group("body"), w.group("cond"))
+                body = comps[w.group("body")]
+                loop = Loop(w.group("name"), trips, w.group("body"), w.group("cond"), body.end - body.header - 1)
+                if loop.choices:
+                    yield i, w, loop
 
 
 def find_loops(text: str) -> list[Loop]:
