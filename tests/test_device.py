@@ -195,6 +195,7 @@ def test_validation_runs_on_the_device_path_and_says_where(on_device):
     assert verdict.level == "invalid" and "standing in for the h100" in verdict.reason
 
 
+@pytest.mark.slow
 @needs_plugin
 @no_gpu
 def test_runtime_for_a_gpu_target_is_refused_without_a_device_and_runs_on_request(tmp_path):

@@ -92,6 +92,7 @@ def test_vit_patch_embeddings_by_convolution_and_by_reshape_are_the_same_map():
     assert vit.logits_fn(params, images, conv).shape == (2, conv.classes)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("arch", ["dit", "unet"])
 def test_guidance_at_scale_one_is_the_conditional_sampling_step(arch):
     guided = DiffusionConfig(arch=arch, layers=1, width=16, heads=2, image=8, channels=4, groups=4, batch=2,
