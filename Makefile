@@ -75,7 +75,12 @@ demo: $(STAMP)
 ## test: set up with test extras, then run the whole test suite, two pytest processes on the two cores
 ## (pytest-xdist; 664 tests in 19 min 18 s from a fresh clone at 8e724c6 while the machine also ran other work, load
 ## about 6 on its 2 cores; 652 in 8 min 59 s at 5de52c6; PYTEST_WORKERS=0 for one process). The CLI runs
-## of the suite take one compiler worker each (tests/conftest.py: AUTOTUNE_WORKERS=1 under xdist).
+## of the suite take one compiler worker each (tests/conftest.py: AUTOTUNE_WORKERS=1 under xdist), and the
+## files holding the longest tests (marked slow) run first, so that none starts last. 727 tests, pytest only
+## (no setup), measured on the shared machine with other work running, so the load decides: a442d47 26 min 58 s
+## (load about 4.5) and 15 min 28 s (load 3.5 falling to 2.5); 388d6a9 15 min 45 s (load 1.7 rising to 4.5);
+## 3ffe5b8 11 min 38 s (load 1.2 to 3). The nine tests 388d6a9 changed most, back to back at load 1.4 to 3:
+## 106 s (175 s CPU) at a442d47, 62 s (103 s CPU) at 388d6a9.
 PYTEST_WORKERS ?= 2
 test: $(STAMP)
 	$(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --durations=30

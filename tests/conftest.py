@@ -17,6 +17,14 @@ SMALL = DATA / "small_redundant.hlo"
 REAL = sorted((DATA / "real").glob("*.hlo"))
 
 
+def pytest_collection_modifyitems(config, items):
+    """The files that hold a test marked ``slow`` run first, each file's tests in their own order (its
+    module-scoped fixtures are built once a worker): xdist hands the collection out front to back, so a
+    long test no longer starts last and keeps one worker busy while the other has finished."""
+    slow_files = {item.path for item in items if item.get_closest_marker("slow")}
+    items.sort(key=lambda item: item.path not in slow_files)  # stable: the order within each group is kept
+
+
 def _gpu_plugin_available() -> bool:
     from autotune.pipelines.xla.targets import plugin_available
 

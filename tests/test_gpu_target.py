@@ -243,6 +243,7 @@ def test_a_target_is_part_of_every_cache_key(gpu_engine, engine):
     assert engine.pipeline.target.key == "cpu"
 
 
+@pytest.mark.slow
 @needs_plugin
 def test_run_for_h100_says_which_pipeline_judged_and_checks_the_gpu_compile(tmp_path):
     db = tmp_path / "c.db"

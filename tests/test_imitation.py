@@ -71,6 +71,7 @@ def test_another_layout_or_a_bad_term_is_refused(demos, tmp_path):
         Demonstrations.load(tmp_path / "bad.npz")
 
 
+@pytest.mark.slow
 @needs_torch
 def test_the_term_keeps_ppo_near_the_demonstrations(engine, demos, tmp_path):
     """The same PPO fine-tuning from the same behaviour-cloned start, with and without the term: with

@@ -123,6 +123,7 @@ print("out", float(x.sum()))
 """
 
 
+@pytest.mark.slow
 def test_capture_tune_exec_on_an_unmodified_script(tmp_path, db_path):
     import sys
 

@@ -171,6 +171,7 @@ def test_tuned_module_that_fails_to_compile_is_invalid_when_not_executable(monke
 
 
 # ---- the CLI: a level for every run, --require, --no-validate --------------------------------------------
+@pytest.mark.slow
 def test_run_reports_a_level_and_require_gates_it(tmp_path):
     db = tmp_path / "c.db"
     ok = run_cli("run", "--strategy", "random", "--budget", "4", str(GPU_EIGH), "--json", "--require", "compiled", db=db)

@@ -7,6 +7,7 @@ not installed); the rest run on an installation without torch too.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -71,15 +72,12 @@ def test_numpy_forward_pass_matches_torch_on_every_shipped_policy(engine):
     torch = pytest.importorskip("torch")
     from stable_baselines3 import PPO
 
-    from autotune.core.engine import open_engine
-
     compared = 0
     # Each policy on one module, in turn (every policy and every module covered, a third of the compiles
     # of every pair: the committee members share one architecture, their weights are what differs).
     for i, path in enumerate(_shipped()):
         meta = json.loads(path.with_name(path.name + ".json").read_text())
-        target = str(meta.get("target") or "cpu").split("-")[0]
-        with open_engine(engine.cache.path, workers=1, target=None if target == "cpu" else target) as ev:
+        with _engine_for(engine, meta) as ev:
             for module in (MODULES[i % len(MODULES)],):
                 env, meta = _rollout_env(ev, path, module)
                 model = PPO.load(path, device="cpu")
@@ -108,6 +106,17 @@ def test_numpy_forward_pass_matches_torch_on_every_shipped_policy(engine):
                         sequence.append(action)
                         compared += 1
     assert compared >= len(_shipped()) * 2 and len(_shipped()) >= len(MODULES)
+
+
+def _engine_for(engine, meta: dict):
+    """An engine for the policy's target: the session's own for the CPU (same cache, same target; a fresh
+    one per policy only cost a worker's start each), one opened on the same cache for a GPU target."""
+    from autotune.core.engine import open_engine
+
+    target = str(meta.get("target") or "cpu").split("-")[0]
+    if target == "cpu":
+        return contextlib.nullcontext(engine)
+    return open_engine(engine.cache.path, workers=1, target=target)
 
 
 def _trained_here(meta: dict) -> bool:
@@ -289,13 +298,11 @@ def test_every_shipped_policy_drives_the_installed_pipeline_without_torch(engine
     """Whatever jaxlib is installed: every shipped policy and committee member is accepted for its
     target (vocabularies matched by name), and its numpy actor takes a real step; a pass it chooses
     is an installed one. On the jaxlib it was trained on, the re-layout is the identity."""
-    from autotune.core.engine import open_engine
     from autotune.rl.train import check_vocabulary, vocabulary_diff
 
     for path in _shipped():
         meta = json.loads(path.with_name(path.name + ".json").read_text())
-        target = str(meta.get("target") or "cpu").split("-")[0]
-        with open_engine(engine.cache.path, workers=1, target=None if target == "cpu" else target) as ev:
+        with _engine_for(engine, meta) as ev:
             check_vocabulary(meta, ev.pipeline.passes(), path, ev.pipeline.target.key)
             env, meta = _rollout_env(ev, path, SMALL)
             actor = _actor(path, meta, env)

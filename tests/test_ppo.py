@@ -450,6 +450,7 @@ def test_default_policy_is_rolled_out_first_then_fine_tuned(engine, tiny_policy_
     assert max(len(t.sequence) for t in trials) == 3
 
 
+@pytest.mark.slow
 @needs_torch
 def test_notes_for_another_pipeline_version_and_an_unusable_default(tiny_policy_dir, tmp_path, db_path):
     def older(meta):

@@ -170,6 +170,7 @@ def test_check_missing_record_and_bad_export(exported):
     assert run_cli("export", "no-such-run", "-o", str(tmp / "x.json"), db=db).returncode == 2
 
 
+@pytest.mark.slow
 def test_validate_command(exported, tmp_path):
     db, _, _ = exported
     tuned = tmp_path / "tuned.hlo"

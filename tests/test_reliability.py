@@ -11,6 +11,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from conftest import ROOT, one_worker_under_xdist, run_cli
 
 GPT2_SMALLER = ROOT / "tests" / "data" / "real" / "hloenv_maml_train_step.hlo"
@@ -65,11 +67,12 @@ def _trials(db: Path, run: str) -> list[tuple]:
     return _rows(db, "SELECT n, sequence, cost, status FROM trials WHERE run=? ORDER BY n", (run,))
 
 
-BUDGET = 150  # long enough that a kill lands mid-run even on a fast machine
+BUDGET = 80  # long enough that a kill lands mid-run even on a fast machine (GPT-2: about 30 ms a trial)
 RUN = ["run", "--strategy", "random", "--budget", str(BUDGET), "--seed", "5", "--max-length", "6", "--no-validate",
        "--json"]
 
 
+@pytest.mark.slow
 def test_kill9_then_resume_keeps_every_trial(tmp_path):
     db = tmp_path / "c.db"
     proc = _start(*RUN, str(INTERRUPTED), db=db)

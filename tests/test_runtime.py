@@ -199,6 +199,7 @@ def test_check_judges_a_runtime_record_on_the_interval(engine, mlp):
     assert held.claim["rounds"] == 30 and held.claim["low"] <= held.claim["ratio"] <= held.claim["high"]
 
 
+@pytest.mark.slow
 def test_a_runtime_record_of_another_xla_is_re_timed_and_held_to_the_same_saving(engine, mlp):
     """Made by another XLA, a measured record is held to the ratio that saves the lesser of the same time
     and the same share of today's default, and judged by today's interval. ``algsimp`` is as fast as XLA's

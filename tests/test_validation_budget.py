@@ -100,6 +100,7 @@ def test_a_region_estimated_past_the_cap_or_the_bound_is_not_run(monkeypatch, pi
     assert ran.level == EXECUTED_REGION and ran.skipped == (), ran.describe()
 
 
+@pytest.mark.slow
 def test_a_run_shares_one_budget_and_reports_the_phase_total_beside_it(tmp_path):
     """``autotune run`` (real CLI, real DLRM train step): with a budget too small for anything the
     executions and the memory comparison are skipped, said in the JSON and in the report, and the

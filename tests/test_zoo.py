@@ -232,6 +232,7 @@ def test_split_shares_no_model_configuration(entries):
     assert {fam[n] for n in test} == {fam[n] for n in train} == set(FAMILIES)
 
 
+@pytest.mark.slow
 def test_sample_of_the_suite_is_in_range(entries):
     """Every 37th entry (all families, many kinds and depths) lowers within the size limits."""
     sample = entries[::37]

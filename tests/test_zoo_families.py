@@ -101,10 +101,12 @@ def test_guidance_at_scale_one_is_the_conditional_sampling_step(arch):
     x = _random(jax.ShapeDtypeStruct((2, 8, 8, 4), jnp.float32), seed=5, std=1.0)
     labels = jnp.asarray([3, 7], jnp.int32)
     t, t_prev = jnp.int32(500), jnp.int32(400)
-    a = diffusion.sample_step_fn(guided)(params, x, t, t_prev, labels, jnp.float32(1.0))
-    b = diffusion.sample_step_fn(plain)(params, x, t, t_prev, labels)
+    # jitted: one compile each instead of op-by-op dispatch (UNet 9 s -> 2 s), the same values
+    guided_step, plain_step = jax.jit(diffusion.sample_step_fn(guided)), jax.jit(diffusion.sample_step_fn(plain))
+    a = guided_step(params, x, t, t_prev, labels, jnp.float32(1.0))
+    b = plain_step(params, x, t, t_prev, labels)
     np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-4)
-    c = diffusion.sample_step_fn(guided)(params, x, t, t_prev, labels, jnp.float32(4.0))
+    c = guided_step(params, x, t, t_prev, labels, jnp.float32(4.0))
     assert float(jnp.max(jnp.abs(c - b))) > 1e-3  # guidance does something at another scale
     abar = np.asarray(diffusion.alphas_cumprod(guided.steps))
     assert abar[0] > 0.99 and abar[-1] < 1e-3 and np.all(np.diff(abar) <= 0)  # non-increasing (clipped at the end)

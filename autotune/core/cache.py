@@ -35,11 +35,31 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-import sqlite_utils
-
 from autotune.errors import BadInput, CacheError
 from autotune.core.metrics import Metrics
 from autotune.core.runs import create_run_tables
+
+
+
+def _import_sqlite_utils():
+    """sqlite-utils imports pandas when it is installed, for one column type (``pd.Timestamp``) this cache
+    never writes: a quarter of a second of every CLI and worker process's start (nevergrad brings pandas
+    in). Imported with pandas hidden unless something already imported it, as on an installation without
+    pandas (the GPU wheelhouse's, ``bench/gpu_wheelhouse.py``); pandas stays importable afterwards."""
+    import sys
+
+    hide = "pandas" not in sys.modules
+    if hide:
+        sys.modules["pandas"] = None  # an import of it raises ImportError, which sqlite-utils expects
+    try:
+        import sqlite_utils
+    finally:
+        if hide and sys.modules.get("pandas", 0) is None:
+            del sys.modules["pandas"]
+    return sqlite_utils
+
+
+sqlite_utils = _import_sqlite_utils()
 
 SCHEMA_VERSION = 3
 DEFAULT_DB = ".autotune/cache.db"
