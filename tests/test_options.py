@@ -203,7 +203,7 @@ def test_a_fast_but_wrong_option_set_is_never_the_answer(engine, monkeypatch):
     from autotune.core.spec import RunSpec
 
     result = tune(engine, load(RESNET), spec=RunSpec(strategy="greedy", budget=2, objective="runtime", seed=seed,
-                                                     space="options"))
+                                                     space="options", sites=0))  # not about sites
     assert result.space == "options" and result.options_by.startswith("coordinate descent")
     assert not result.beats_default and result.best_options == CompilerOptions()
     trials = RunStore(engine.cache).trials(result.run_id)
@@ -233,7 +233,7 @@ def test_a_failed_confirmation_stays_the_answer_when_the_runner_up_is_wrong(engi
         engine.cache.put_report("runtime", runtime_key(engine, default.state, seed, options=wrong),
                                 {"median_us": 2.0, "ratio": 2e-5, "poisoned": True})
     result = tune(engine, load(RESNET), spec=RunSpec(strategy="greedy", budget=2, objective="runtime", seed=seed,
-                                                     space="options"))
+                                                     space="options", sites=0))  # not about sites
     assert [r for r in result.invalid if "NaN or Inf" in r[1]], result.invalid  # the runner-up, rejected
     assert result.claim is not None and result.claim.measured and not result.claim.win, result.claim
     assert result.claim.rounds >= 30 and result.claim.low is not None  # the first candidate's own confirmation
@@ -350,7 +350,7 @@ def test_a_fast_candidate_is_checked_before_it_is_timed_in_full(engine, monkeypa
     monkeypatch.setattr(engine.pipeline, "option_space", lambda numerics=False, partitioned=False: (
         OptionDim("xla_cpu_experimental_ynn_fusion_type", ("",)),))
     result = tune(engine, load(RESNET), spec=RunSpec(strategy="greedy", budget=1, objective="runtime", seed=202,
-                                                     space="options"))
+                                                     space="options", sites=0))  # not about sites
     trial = RunStore(engine.cache).trials(result.run_id)[0]
     notes = result.search_notes
     assert trial.options == YNN_NONE and notes["timed"] == 1
