@@ -45,10 +45,7 @@ NEWEST_TESTS ?= tests/test_versions.py tests/test_policy_forward.py tests/test_g
 $(STAMP): pyproject.toml $(CONSTRAINTS)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet --no-compile -c $(CONSTRAINTS) -e '.[$(EXTRAS)]'
-	@# pip byte-compiles what it installs on one core (about 40 s); compileall does it on every core (about 24 s
-	@# on two). A file that does not compile (a test fixture of some package) is skipped as pip skips it.
-	$(BIN)/python -m compileall -q -j 0 $(VENV)/lib > /dev/null 2>&1 || true
+	$(BIN)/python -m pip install --quiet -c $(CONSTRAINTS) -e '.[$(EXTRAS)]'
 	rm -f $(VENV)/.installed-* && touch $@
 
 $(STAMP_NEWEST): pyproject.toml $(CONSTRAINTS_NEWEST)
@@ -76,14 +73,11 @@ demo: $(STAMP)
 		$(DEMO_TIMED_MODEL) --db $(DEMO_DB) --out out/demo-timed
 
 ## test: set up with test extras, then run the whole test suite, two pytest processes on the two cores
-## (pytest-xdist; 664 tests in 19 min 18 s from a fresh clone at 8e724c6 while the machine also ran other work, load
-## about 6 on its 2 cores; 652 in 8 min 59 s at 5de52c6; PYTEST_WORKERS=0 for one process). The CLI runs
-## of the suite take one compiler worker each (tests/conftest.py: AUTOTUNE_WORKERS=1 under xdist), and the
-## files holding the longest tests (marked slow) run first, so that none starts last. 727 tests, pytest only
-## (no setup), measured on the shared machine with other work running, so the load decides: a442d47 26 min 58 s
-## (load about 4.5) and 15 min 28 s (load 3.5 falling to 2.5); 388d6a9 15 min 45 s (load 1.7 rising to 4.5);
-## 3ffe5b8 11 min 38 s (load 1.2 to 3). The nine tests 388d6a9 changed most, back to back at load 1.4 to 3:
-## 106 s (175 s CPU) at a442d47, 62 s (103 s CPU) at 388d6a9.
+## (pytest-xdist; PYTEST_WORKERS=0 for one process). The CLI runs of the suite take one compiler worker each
+## (tests/conftest.py: AUTOTUNE_WORKERS=1 under xdist), and the files holding the longest tests (marked slow)
+## run first, so that none starts last. From a fresh clone alone on the 2-core machine, setup included: 733
+## tests in 12.8 min at fe31e35 (pytest 11.7 min) and 14.3 min at 4a28687 (pytest 13.2 min; the same tests
+## took up to 1.7x longer: the machine's own noise); 726 in 14.3 min at e9a4b13.
 PYTEST_WORKERS ?= 2
 test: $(STAMP)
 	$(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --durations=30
