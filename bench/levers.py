@@ -75,16 +75,12 @@ def _pair(lever: str, program: str, variant: str, base: Callable, other: Callabl
 
 
 def _tool_ratio(pipeline, a, b, rounds: int) -> dict:
-    """``b`` against ``a`` timed by the tool's own worker (interleaved A/B, ``stats.time_ratio``), and whether
-    it computes the same on two draws of inputs (validation's comparison)."""
-    from autotune.core.outputs import compare_outputs
-    from autotune.core.stats import time_ratio
+    """``b`` against ``a`` timed by the tool's own worker and executed on two draws of inputs, as
+    bench/sites.py judges a per-site decision (its ``_ratio`` and ``_same``)."""
+    from sites import _ratio, _same
 
-    out = pipeline.time_ab(a, b, rounds=rounds, min_seconds=0.02)
-    r = time_ratio(out["a"], out["b"])
-    same = all(compare_outputs(pipeline.execute(a, seed=k), pipeline.execute(b, seed=k), seed=k).ok for k in (0, 1))
-    return {"ratio": r.ratio, "low": r.low, "high": r.high, "rounds": out["rounds"], "plain_ms": 1e3 * r.a.median,
-            "hooked_ms": 1e3 * r.b.median, "same": same}
+    r = _ratio(pipeline, a, b, rounds)
+    return {**r, "plain_ms": r["default_ms"], "hooked_ms": r["default_ms"] * r["ratio"], "same": _same(pipeline, a, b)}
 
 
 def _loop_modules(quick: bool):
