@@ -196,5 +196,5 @@ def test_the_jax_hook_applies_a_record_that_unrolls_a_loop(tmp_path):
     with autotune.jax.use([record], cache=tmp_path / "c.db", strict=True) as stats:
         out = jax.jit(f)(h, ws)
     assert stats.applied_via == {root.fingerprint: "site-decisions"}, stats
-    assert stats.loops_applied[root.fingerprint] == (loop.name,)
+    assert stats.loops_applied[root.fingerprint] == (loop.name,) and "1 loop(s) unrolled" in stats.summary()
     np.testing.assert_allclose(np.asarray(out), np.asarray(jax.jit(f)(h, ws)), rtol=1e-5, atol=1e-6)

@@ -106,6 +106,8 @@ class HookStats:
                  + (f" ({via.count('compiler_options')} via compiler_options, {via.count('compile-patch')} via "
                     "the compile patch" + (f", {via.count('site-decisions')} with per-site decisions"
                                            if 'site-decisions' in via else "") + ")" if via else "")]
+        if self.loops_applied:
+            parts.append(f"{sum(map(len, self.loops_applied.values()))} loop(s) unrolled")
         if self.kept_default:
             parts.append(f"{len(self.kept_default)} kept XLA's default (tuned before, no confirmed win)")
         if self.foreign:
