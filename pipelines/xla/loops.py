@@ -207,6 +207,7 @@ def unroll(text: str, decisions: Mapping[str, str]) -> UnrollResult:
     lines = text.splitlines()
     comps = _computations(lines)
     applied, unchanged, inserts = [], [], []
+    taken = set(comps)  # computation names, the new bodies' included
     for idx, w, loop in list(_while_loops(lines, comps)):
         choice = decisions.get(loop.name)
         if choice is None:
@@ -219,13 +220,13 @@ def unroll(text: str, decisions: Mapping[str, str]) -> UnrollResult:
             continue
         new = f"{loop.body}.autotune_unroll{k}"
         n = 0
-        while new in comps:
+        while new in taken:
             n += 1
             new = f"{loop.body}.autotune_unroll{k}_{n}"
         body = comps[loop.body]
         inserts.append((body.end + 1, _unrolled_body(lines, body, k, new)))
         lines[idx] = lines[idx].replace(f"body=%{loop.body}", f"body=%{new}", 1)
-        comps[new] = body  # reserve the name
+        taken.add(new)
         applied.append(loop.name)
     for at, block in sorted(inserts, key=lambda x: -x[0]):
         lines[at:at] = block
