@@ -116,12 +116,41 @@ def test_profile_attributes_the_step_to_the_input_instructions(engine, hot):
     assert loop and loop[0].site and loop[0].calls >= 1
 
 
+def test_signature_module_has_the_entry_signature_and_does_no_work():
+    """The hand-over probe: a module with the optimised module's parameters and result (layouts
+    included), each result a broadcast zero; one that XLA compiles and runs. A result that is not arrays
+    of a plain type has no probe (None), never a wrong one."""
+    from autotune.pipelines.xla import hlo
+    from autotune.pipelines.xla.profiling import signature_text
+
+    optimized = ("HloModule m, entry_computation_layout={(f32[384,384]{1,0}, /*index=1*/(s32[], pred[2]{0}), "
+                 "bf16[8]{0})->(f32[384]{0}, pred[2]{0}, s32[])}\n\nENTRY main {}\n")
+    text = signature_text(optimized)
+    module = hlo.parse_text(text)
+    names = [i.opcode for i in hlo.instructions(module)]
+    assert names.count("parameter") == 3 and "dot" not in names and "broadcast" in names
+    assert "(s32[], pred[2]{0}) parameter(1)" in text and "pred[] constant(false)" in text
+    assert signature_text(optimized.replace("->(f32[384]{0}", "->(token[]")) is None
+    single = signature_text("HloModule m, entry_computation_layout={(f32[4]{0})->f32[2,3]{0,1}}\n")
+    assert "ROOT r = f32[2,3]{0,1} copy(o0)" in single and hlo.parse_text(single)
+
+
+def test_profile_measures_the_hand_over(hot):
+    """The hand-over (arguments and results, measured by the signature module beside the module) is a
+    part of the time outside the executor's run, never more; named + hand-over is what a user can name."""
+    _root, p = hot
+    assert not p.handover_missing, p.handover_missing
+    assert len(p.samples["handover_seconds"]) == p.runs and all(s >= 0 for s in p.samples["handover_seconds"])
+    assert 0 < p.handover <= p.outside + 1e-12
+    assert p.accounted == pytest.approx(p.named + p.handover)
+
+
 def test_profile_round_trips_and_compares(hot):
     from autotune.core.profile import Profile, compare
 
     _root, p = hot
     back = Profile.from_dict(json.loads(json.dumps(p.to_dict())))
-    assert back.entries == p.entries and back.step_seconds == p.step_seconds
+    assert back.entries == p.entries and back.step_seconds == p.step_seconds and back.handover == p.handover
     assert p.hot(2) == p.entries[:2]
     changes = compare(p, back)
     assert changes and all(c.before == pytest.approx(c.after) for c in changes)

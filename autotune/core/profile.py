@@ -65,6 +65,12 @@ class Profile:
     #: threads and thunks), and time outside it (launching the run, handing arguments and results over).
     between_ops: float = 0.0
     outside: float = 0.0
+    #: Of ``outside``: what handing this module's arguments and results over (and launching a run)
+    #: costs, measured as the time outside the run of a module of the same entry signature that does
+    #: no work (the backend times it beside the module); capped at ``outside``. ``handover_missing``:
+    #: why it was not measured, where it was not.
+    handover: float = 0.0
+    handover_missing: str = ""
     samples: dict = field(default_factory=dict, compare=False)  #: raw per-run seconds (plain, traced, busy)
 
     # ---- the questions --------------------------------------------------------------------------------
@@ -84,6 +90,12 @@ class Profile:
         arguments and results over, which no op of the module holds)."""
         inside = 1.0 - self.outside
         return self.named / inside if inside > 0 else 0.0
+
+    @property
+    def accounted(self) -> float:
+        """``named`` plus ``handover``: the share of the step a user can put a name to (an instruction of
+        the module, or its arguments and results)."""
+        return self.named + self.handover
 
     @property
     def unattributed(self) -> float:
@@ -141,15 +153,19 @@ class Profile:
         traced = data.get("traced_seconds") or [0.0]
         spans = data.get("span_seconds") or traced
         total = sum(traced) or 1.0
+        outside = max(0.0, (sum(traced) - sum(spans)) / total)
+        handover = data.get("handover_seconds") or []
+        handover_share = min(outside, statistics.median(handover) * len(traced) / total) if handover else 0.0
         return cls(module=module, step_seconds=float(data["step_seconds"]),
                    traced_step_seconds=float(data.get("traced_step_seconds", 0.0)),
                    busy_seconds=float(statistics.median(busy)), runs=int(data.get("runs", len(busy))),
                    entries=tuple(entries), device=str(data.get("device", "")),
                    options=tuple(tuple(p) for p in options), label=label,
                    between_ops=max(0.0, (sum(spans) - sum(busy)) / total),
-                   outside=max(0.0, (sum(traced) - sum(spans)) / total),
+                   outside=outside, handover=handover_share,
+                   handover_missing="" if handover else str(data.get("handover_missing") or "not measured"),
                    samples={k: list(data.get(k, ())) for k in ("plain_seconds", "traced_seconds", "busy_seconds",
-                                                                "span_seconds")})
+                                                                "span_seconds", "handover_seconds")})
 
     def to_dict(self, top: int | None = None) -> dict:
         """The ``--json`` form: the summary, then the ops (all, or the ``top`` hottest)."""
@@ -160,7 +176,8 @@ class Profile:
             "step_seconds": self.step_seconds, "traced_step_seconds": self.traced_step_seconds,
             "busy_seconds": self.busy_seconds, "runs": self.runs,
             "attributed": self.attributed, "named": self.named, "named_of_run": self.named_of_run, "unattributed": self.unattributed,
-            "between_ops": self.between_ops, "outside": self.outside,
+            "between_ops": self.between_ops, "outside": self.outside, "handover": self.handover,
+            "handover_missing": self.handover_missing, "accounted": self.accounted,
             "closure": self.closure, "ops_total": len(self.entries),
             "ops": [asdict(e) | {"inputs": list(e.inputs)} for e in entries],
             "sites": [{"site": s, "share": v} for s, v in self.hot_sites(0.0)[: (top or len(self.entries))]],
@@ -176,6 +193,7 @@ class Profile:
                    runs=data["runs"], entries=entries, device=data.get("device", ""),
                    options=tuple(tuple(p) for p in data.get("options", ())), label=data.get("label", "XLA's default"),
                    between_ops=data.get("between_ops", 0.0), outside=data.get("outside", 0.0),
+                   handover=data.get("handover", 0.0), handover_missing=data.get("handover_missing", ""),
                    samples=data.get("samples", {}))
 
 

@@ -15,7 +15,15 @@ def summary_line(p: Profile) -> str:
             f"traced) on {p.device or 'this machine'}: {p.attributed:.1%} in {len(p.entries)} ops "
             f"({p.named:.1%} traced to named input instructions, {p.named_of_run:.1%} of the executor's run); unattributed {p.unattributed:.1%} "
             f"(between ops {p.between_ops:.1%}, outside the executor's run {p.outside:.1%}: launch, arguments, "
-            f"results). Traced/untraced step {p.closure:.2f} (1.00: the shares add up to the step)")
+            f"results). {_handover(p)} Traced/untraced step {p.closure:.2f} (1.00: the shares add up to the step)")
+
+
+def _handover(p: Profile) -> str:
+    """What handing the arguments and results over costs, as a module of the same signature measured it."""
+    if p.handover_missing:
+        return f"Arguments and results: not measured ({p.handover_missing})."
+    return (f"Handing the arguments and results over (a module of the same signature doing no work, timed beside "
+            f"it): {p.handover:.1%}; named ops and hand-over together {p.accounted:.1%}.")
 
 
 def _where(e: Entry) -> str:

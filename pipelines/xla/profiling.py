@@ -19,6 +19,9 @@ Runs inside a worker process (``worker.XlaWorker.profile``). How it works (check
   instant of the run is split evenly between the thunks running at that instant, so the seconds
   attributed add up to the time the step was busy (never more than its wall time); the rest of the
   step (dispatch, hand-offs between threads, the tracer's gaps) is unattributed.
+- **The hand-over**: a module of the same entry signature doing no work (``signature_text``) is
+  profiled beside the module; its time outside the executor's run is what handing these arguments
+  and results over (with launching the run) costs, so that part of the step gets a name too.
 - **The step** is timed untraced, one sample before each traced one (round by round, so that the
   machine's noise hits both alike): the tracer slows a step of many small thunks, and the report
   says by how much (``traced_step_seconds``). Shares are of the untraced step.
@@ -315,6 +318,72 @@ def traced_runs(worker, proto: bytes, rounds: int, seed: int, floats: str, int_h
     return plain, traced, events, traced_inner, module.to_string()
 
 
+def _split_top(text: str) -> list[str]:
+    """``text`` split at its top-level commas (not inside ``()``, ``[]`` or ``{}``)."""
+    parts, depth, start = [], 0, 0
+    for i, ch in enumerate(text):
+        if ch in "([{":
+            depth += 1
+        elif ch in ")]}":
+            depth -= 1
+        elif ch == "," and depth == 0:
+            parts.append(text[start:i].strip())
+            start = i + 1
+    tail = text[start:].strip()
+    return parts + [tail] if tail else parts
+
+
+_ARRAY = re.compile(r"^(\w+)\[([\d,]*)\](\{[\d,]*\})?$")
+_ZERO = {"pred": "false"}
+
+
+def signature_text(optimized: str) -> str | None:
+    """A module with ``optimized``'s entry signature (its parameters and its result, layouts included)
+    that does no work: each result a broadcast zero. Its run is what handing these arguments and results
+    over costs, with launching the run; ``profile`` times it beside the module. None where the result is
+    not arrays or a tuple of arrays of a plain type (a token, a nested tuple, a dynamic or complex shape)."""
+    head = next((line for line in optimized.splitlines() if line.startswith("HloModule")), "")
+    m = re.search(r"entry_computation_layout=\{", head)
+    if not m:
+        return None
+    depth, i = 1, m.end()
+    while i < len(head) and depth:
+        depth += {"{": 1, "}": -1}.get(head[i], 0)
+        i += 1
+    layout = re.sub(r"/\*.*?\*/", "", head[m.end():i - 1])  # the printer's /*index=5*/ comments
+    arrow = layout.rfind(")->")
+    if not layout.startswith("(") or arrow < 0:
+        return None
+    params, result = _split_top(layout[1:arrow]), layout[arrow + 3:].strip()
+    elements = _split_top(result[1:-1]) if result.startswith("(") else [result]
+    lines = [f"HloModule signature, entry_computation_layout={{{layout}}}", "", "ENTRY main {"]
+    lines += [f"  p{k} = {shape} parameter({k})" for k, shape in enumerate(params)]
+    for k, shape in enumerate(elements):
+        a = _ARRAY.match(shape)
+        if not a or a.group(1) in ("token", "c64", "c128"):
+            return None
+        lines.append(f"  z{k} = {a.group(1)}[] constant({_ZERO.get(a.group(1), '0')})")
+        lines.append(f"  o{k} = {shape} broadcast(z{k}), dimensions={{}}")
+    outs = ", ".join(f"o{k}" for k in range(len(elements)))
+    lines.append(f"  ROOT r = {result} tuple({outs})" if result.startswith("(") else f"  ROOT r = {result} copy(o0)")
+    return "\n".join(lines + ["}", ""])
+
+
+def handover_runs(worker, optimized: str, rounds: int, seed: int, floats: str, int_high: int) -> tuple[list, str]:
+    """Seconds per run outside the executor's run of ``signature_text(optimized)`` (launching a run,
+    handing its arguments and results over), one per traced round, as ``profile`` measures the module's
+    own; ``([], why)`` where that module cannot be made or run."""
+    text = signature_text(optimized)
+    if text is None:
+        return [], "the module's result is not arrays of a plain type"
+    try:
+        proto = hlo.parse_text(text).as_serialized_hlo_module_proto()
+        _plain, traced, events, inner, _ = traced_runs(worker, proto, rounds, seed, floats, int_high, None)
+    except Exception as exc:  # noqa: BLE001 - the profile stands without it; the reply says why
+        return [], runner.compiler_message(exc)
+    return [max(0.0, t - sum(run_spans(ev)) / inner) for t, ev in zip(traced, events)], ""
+
+
 def _start(profiler):
     try:
         return profiler.ProfilerSession(profiler.ProfileOptions())
@@ -365,9 +434,10 @@ def profile(worker, proto: bytes, rounds: int = 5, seed: int = 0, floats: str = 
             "opcode": entry.get("opcode", "?"), "kind": entry.get("kind", "?"), "shape": entry.get("shape", ""),
             "inputs": covered, "site": site, "matched": matched,
         })
+    handover, why = handover_runs(worker, optimized, max(1, int(rounds)), seed, floats, int_high)
     return {
         "step_seconds": step, "plain_seconds": plain, "traced_seconds": traced, "busy_seconds": busy,
-        "span_seconds": spans,
+        "span_seconds": spans, "handover_seconds": handover, "handover_missing": why,
         "traced_step_seconds": statistics.median(traced), "runs": n_runs, "inner": inner, "ops": ops,
         "inputs": {n: {**inputs[n], "source": source.get(n)} for n in sorted({i for o in ops for i in o["inputs"]})},
         "device": runner.device_name(worker),
