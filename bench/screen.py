@@ -69,14 +69,20 @@ def one_run(seed: int, strategy: str, budget: int, db: Path, extra: list[str]) -
             "phases": data.get("phases")}
 
 
+def _load_note(rows: list[dict]) -> str:
+    """The machine's 1-minute load average when the runs started (timings on a shared machine depend on it)."""
+    loads = [r["load"] for r in rows if r.get("load") is not None]
+    return f", load average at the runs' starts {min(loads):.1f}-{max(loads):.1f}" if loads else ""
+
+
 def markdown(rows: list[dict], seeds: list[int], budget: int, planned: int, prov_note: str) -> str:
     ran = sorted({r["seed"] for r in rows})
     complete = [s for s in ran if all(any(r["seed"] == s and r["strategy"] == st for r in rows) for st in STRATEGIES)]
     lines = ["# The screen on ResNet-50: the one-flag win at budget 30", "",
              f"`autotune run {MODEL.relative_to(ROOT)} --objective runtime --space both --budget {budget} --seed S "
              f"--strategy X`, one subprocess per (seed, strategy). **{len(complete)} of {planned} seeds run** with all "
-             f"four strategies ({len(rows)} runs in all; the rest did not fit before the deadline on this loaded "
-             "2-core machine). A win is *found* when the run offers a confirmed win (interleaved A/B, 30 rounds, "
+             f"four strategies ({len(rows)} runs in all; the rest did not fit before the deadline on this "
+             f"{os.cpu_count()}-CPU machine{_load_note(rows)}). A win is *found* when the run offers a confirmed win (interleaved A/B, 30 rounds, "
              "replicated on other inputs, executed and compared on two draws of inputs).", "",
              prov_note, "", "## Wins found, per strategy", "",
              "| strategy | runs | wins found | with YNNPACK reduce | ratio of the wins (median) |", "|---|---|---|---|---|"]
@@ -131,7 +137,8 @@ def main() -> None:
         for st in strategies:
             if args.stop_at and time.strftime("%H:%M", time.gmtime()) >= args.stop_at:
                 break
-            row = one_run(seed, st, args.budget, db, [])
+            load = os.getloadavg()[0]
+            row = {**one_run(seed, st, args.budget, db, []), "load": load}
             rows.append(row)
             print(json.dumps({k: row.get(k) for k in ("seed", "strategy", "win", "ratio", "options", "seconds",
                                                          "error")}), flush=True)
