@@ -77,7 +77,8 @@ demo: $(STAMP)
 ## (tests/conftest.py: AUTOTUNE_WORKERS=1 under xdist), and the files holding the longest tests (marked slow)
 ## run first, so that none starts last. From a fresh clone alone on the 2-core machine, setup included: 733
 ## tests in 12.8 min at fe31e35 (pytest 11.7 min), 14.3 min at 4a28687 (pytest 13.2 min) and 15.1 min at
-## 16d69e5 (pytest 13.8 min): the same tests took up to 1.7x longer from run to run; 726 in 14.3 min at e9a4b13.
+## 16d69e5 (pytest 13.8 min): the same tests took up to 1.7x longer from run to run; 726 in 14.3 min at e9a4b13;
+## 736 in 13.6 min at 16a59bf (pytest 12.2 min, the machine otherwise idle).
 PYTEST_WORKERS ?= 2
 test: $(STAMP)
 	$(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --durations=30
