@@ -117,21 +117,39 @@ def test_profile_attributes_the_step_to_the_input_instructions(engine, hot):
 
 
 def test_signature_module_has_the_entry_signature_and_does_no_work():
-    """The hand-over probe: a module with the optimised module's parameters and result (layouts
-    included), each result a broadcast zero; one that XLA compiles and runs. A result that is not arrays
-    of a plain type has no probe (None), never a wrong one."""
+    """The hand-over probe: a module with the compiled module's parameters and result (layouts included,
+    from XLA's own program shape), each result a broadcast zero; one that XLA compiles and runs. A result
+    that is not arrays of a plain type has no probe (None), never a wrong one."""
+    from jaxlib import _hlo
+
     from autotune.pipelines.xla import hlo
     from autotune.pipelines.xla.profiling import signature_text
 
-    optimized = ("HloModule m, entry_computation_layout={(f32[384,384]{1,0}, /*index=1*/(s32[], pred[2]{0}), "
-                 "bf16[8]{0})->(f32[384]{0}, pred[2]{0}, s32[])}\n\nENTRY main {}\n")
-    text = signature_text(optimized)
+    def shape_of(text):
+        return _hlo.XlaComputation(hlo.parse_text(text).as_serialized_hlo_module_proto()).program_shape()
+
+    several = shape_of("""HloModule m
+ENTRY main {
+  x = f32[384,384] parameter(0)
+  t = (s32[], pred[2]) parameter(1)
+  b = bf16[8] parameter(2)
+  r = f32[384] slice(x), slice={[0:1], [0:384]}
+  s = f32[384] reshape(r)
+  i = s32[] get-tuple-element(t), index=0
+  p = pred[2] get-tuple-element(t), index=1
+  ROOT out = (f32[384], pred[2], s32[]) tuple(s, p, i)
+}
+""")
+    text = signature_text(several)
     module = hlo.parse_text(text)
     names = [i.opcode for i in hlo.instructions(module)]
-    assert names.count("parameter") == 3 and "dot" not in names and "broadcast" in names
+    assert names.count("parameter") == 3 and "slice" not in names and "broadcast" in names
     assert "(s32[], pred[2]{0}) parameter(1)" in text and "pred[] constant(false)" in text
-    assert signature_text(optimized.replace("->(f32[384]{0}", "->(token[]")) is None
-    single = signature_text("HloModule m, entry_computation_layout={(f32[4]{0})->f32[2,3]{0,1}}\n")
+    token = shape_of("HloModule m\nENTRY main {\n  x = f32[4] parameter(0)\n  a = token[] after-all()\n"
+                     "  ROOT r = (f32[4], token[]) tuple(x, a)\n}\n")
+    assert signature_text(token) is None
+    single = signature_text(shape_of("HloModule m, entry_computation_layout={(f32[2,3]{1,0})->f32[2,3]{0,1}}\n"
+                                     "ENTRY main {\n  ROOT x = f32[2,3]{1,0} parameter(0)\n}\n"))
     assert "ROOT r = f32[2,3]{0,1} copy(o0)" in single and hlo.parse_text(single)
 
 

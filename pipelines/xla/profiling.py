@@ -270,7 +270,7 @@ def traced_runs(worker, proto: bytes, rounds: int, seed: int, floats: str, int_h
     ``inner`` runs back to back, calibrated as ``timing.py``'s are (>= ``timing.MIN_SAMPLE_SECONDS``;
     one run when the module donates its inputs: each run then needs fresh ones; a traced sample at
     most ``MAX_TRACED_INNER`` runs). Returns (untraced and traced seconds per run, each traced sample's
-    thunk events, the runs in a traced sample, the optimised text)."""
+    thunk events, the runs in a traced sample, the compiled ``HloModule``)."""
     import time
 
     from jax._src.lib import _profiler
@@ -315,65 +315,40 @@ def traced_runs(worker, proto: bytes, rounds: int, seed: int, floats: str, int_h
             plain.append(seconds)
             traced.append(traced_seconds)
             events.append(thunk_events(data, module.name))
-    return plain, traced, events, traced_inner, module.to_string()
+    return plain, traced, events, traced_inner, module
 
 
-def _split_top(text: str) -> list[str]:
-    """``text`` split at its top-level commas (not inside ``()``, ``[]`` or ``{}``)."""
-    parts, depth, start = [], 0, 0
-    for i, ch in enumerate(text):
-        if ch in "([{":
-            depth += 1
-        elif ch in ")]}":
-            depth -= 1
-        elif ch == "," and depth == 0:
-            parts.append(text[start:i].strip())
-            start = i + 1
-    tail = text[start:].strip()
-    return parts + [tail] if tail else parts
-
-
-_ARRAY = re.compile(r"^(\w+)\[([\d,]*)\](\{[\d,]*\})?$")
 _ZERO = {"pred": "false"}
 
 
-def signature_text(optimized: str) -> str | None:
-    """A module with ``optimized``'s entry signature (its parameters and its result, layouts included)
+def signature_text(program_shape) -> str | None:
+    """A module with ``program_shape``'s entry signature (its parameters and its result, layouts
+    included: XLA's own ``ProgramShape`` of the compiled module, as ``runner.parameter_specs`` reads it)
     that does no work: each result a broadcast zero. Its run is what handing these arguments and results
     over costs, with launching the run; ``profile`` times it beside the module. None where the result is
     not arrays or a tuple of arrays of a plain type (a token, a nested tuple, a dynamic or complex shape)."""
-    head = next((line for line in optimized.splitlines() if line.startswith("HloModule")), "")
-    m = re.search(r"entry_computation_layout=\{", head)
-    if not m:
-        return None
-    depth, i = 1, m.end()
-    while i < len(head) and depth:
-        depth += {"{": 1, "}": -1}.get(head[i], 0)
-        i += 1
-    layout = re.sub(r"/\*.*?\*/", "", head[m.end():i - 1])  # the printer's /*index=5*/ comments
-    arrow = layout.rfind(")->")
-    if not layout.startswith("(") or arrow < 0:
-        return None
-    params, result = _split_top(layout[1:arrow]), layout[arrow + 3:].strip()
-    elements = _split_top(result[1:-1]) if result.startswith("(") else [result]
-    lines = [f"HloModule signature, entry_computation_layout={{{layout}}}", "", "ENTRY main {"]
-    lines += [f"  p{k} = {shape} parameter({k})" for k, shape in enumerate(params)]
+    result = program_shape.result_shape()
+    elements = result.tuple_shapes() if result.is_tuple() else [result]
+    lines = ["HloModule signature", "", "ENTRY main {"]
+    lines += [f"  p{k} = {shape} parameter({k})" for k, shape in enumerate(program_shape.parameter_shapes())]
     for k, shape in enumerate(elements):
-        a = _ARRAY.match(shape)
-        if not a or a.group(1) in ("token", "c64", "c128"):
+        if not shape.is_array() or shape.is_dynamic() or str(shape.element_type()).startswith("complex"):
             return None
-        lines.append(f"  z{k} = {a.group(1)}[] constant({_ZERO.get(a.group(1), '0')})")
+        kind = str(shape).split("[", 1)[0]
+        lines.append(f"  z{k} = {kind}[] constant({_ZERO.get(kind, '0')})")
         lines.append(f"  o{k} = {shape} broadcast(z{k}), dimensions={{}}")
     outs = ", ".join(f"o{k}" for k in range(len(elements)))
-    lines.append(f"  ROOT r = {result} tuple({outs})" if result.startswith("(") else f"  ROOT r = {result} copy(o0)")
+    lines.append(f"  ROOT r = {result} tuple({outs})" if result.is_tuple() else f"  ROOT r = {result} copy(o0)")
     return "\n".join(lines + ["}", ""])
 
 
-def handover_runs(worker, optimized: str, rounds: int, seed: int, floats: str, int_high: int) -> tuple[list, str]:
-    """Seconds per run outside the executor's run of ``signature_text(optimized)`` (launching a run,
-    handing its arguments and results over), one per traced round, as ``profile`` measures the module's
-    own; ``([], why)`` where that module cannot be made or run."""
-    text = signature_text(optimized)
+def handover_runs(worker, module, rounds: int, seed: int, floats: str, int_high: int) -> tuple[list, str]:
+    """Seconds per run outside the executor's run of the compiled ``module``'s ``signature_text``
+    (launching a run, handing its arguments and results over), one per traced round, as ``profile``
+    measures the module's own; ``([], why)`` where that module cannot be made or run."""
+    from jaxlib import _hlo
+
+    text = signature_text(_hlo.XlaComputation(module.as_serialized_hlo_module_proto()).program_shape())
     if text is None:
         return [], "the module's result is not arrays of a plain type"
     try:
@@ -399,7 +374,7 @@ def profile(worker, proto: bytes, rounds: int = 5, seed: int = 0, floats: str = 
     text, source = tagged_text(_text_with_metadata(proto))
     inputs = input_table(text)
     tagged = hlo.parse_text(text).as_serialized_hlo_module_proto()
-    plain, traced, events, inner, optimized = traced_runs(worker, tagged, max(1, int(rounds)), seed, floats, int_high,
+    plain, traced, events, inner, compiled = traced_runs(worker, tagged, max(1, int(rounds)), seed, floats, int_high,
                                                    overrides)
     if not any(events):
         raise PassFailed("the profiler recorded no thunk of the module (this jaxlib's CPU tracer has no hlo_op)",
@@ -418,7 +393,7 @@ def profile(worker, proto: bytes, rounds: int = 5, seed: int = 0, floats: str = 
             counts[op] += 1
     counts = {op: n / inner for op, n in counts.items()}
     step = statistics.median(plain)
-    table, comps = optimized_table(optimized)
+    table, comps = optimized_table(compiled.to_string())
     ops = []
     for op, total in sorted(seconds.items(), key=lambda kv: -kv[1]):
         entry = table.get(op, {})
@@ -434,7 +409,7 @@ def profile(worker, proto: bytes, rounds: int = 5, seed: int = 0, floats: str = 
             "opcode": entry.get("opcode", "?"), "kind": entry.get("kind", "?"), "shape": entry.get("shape", ""),
             "inputs": covered, "site": site, "matched": matched,
         })
-    handover, why = handover_runs(worker, optimized, max(1, int(rounds)), seed, floats, int_high)
+    handover, why = handover_runs(worker, compiled, max(1, int(rounds)), seed, floats, int_high)
     return {
         "step_seconds": step, "plain_seconds": plain, "traced_seconds": traced, "busy_seconds": busy,
         "span_seconds": spans, "handover_seconds": handover, "handover_missing": why,
