@@ -19,8 +19,12 @@ This is what makes a seed affordable on a loaded 2-core machine (one ResNet-50 c
 of seconds here); the counts are of seeds whose screen was timed independently.
 
 ``--stop-at HH:MM`` (UTC) starts no run after that time; the report says how many seeds ran.
+``--resume`` keeps the runs already in the output's screen.json (a session's time on this machine
+holds about six seeds) and runs only the (seed, strategy) pairs it lacks; the report names the
+earlier session's revision and date beside this one's. A resumed seed's screen is timed afresh on
+its seed's inputs like any other, so seeds from different sessions are as independent as within one.
 
-    python bench/screen.py [--seeds 20] [--budget 30] [--stop-at 22:40]
+    python bench/screen.py [--seeds 20] [--budget 30] [--stop-at 22:40] [--resume]
 """
 
 from __future__ import annotations
@@ -75,14 +79,27 @@ def _load_note(rows: list[dict]) -> str:
     return f", load average at the runs' starts {min(loads):.1f}-{max(loads):.1f}" if loads else ""
 
 
+def _earlier(out: Path) -> tuple[list[dict], list[dict]]:
+    """The runs (errors left out: they run again) and provenances of an earlier screen.json under ``out``."""
+    path = out / "screen.json"
+    if not path.exists():
+        return [], []
+    data = json.loads(path.read_text())
+    provs = list(data.get("earlier_provenance") or [])
+    if data.get("provenance"):
+        provs.append(data["provenance"])
+    return [r for r in data.get("rows", []) if "error" not in r], provs
+
+
 def markdown(rows: list[dict], seeds: list[int], budget: int, planned: int, prov_note: str) -> str:
     ran = sorted({r["seed"] for r in rows})
     complete = [s for s in ran if all(any(r["seed"] == s and r["strategy"] == st for r in rows) for st in STRATEGIES)]
     lines = ["# The screen on ResNet-50: the one-flag win at budget 30", "",
              f"`autotune run {MODEL.relative_to(ROOT)} --objective runtime --space both --budget {budget} --seed S "
              f"--strategy X`, one subprocess per (seed, strategy). **{len(complete)} of {planned} seeds run** with all "
-             f"four strategies ({len(rows)} runs in all; the rest did not fit before the deadline on this "
-             f"{os.cpu_count()}-CPU machine{_load_note(rows)}). A win is *found* when the run offers a confirmed win (interleaved A/B, 30 rounds, "
+             f"four strategies ({len(rows)} runs in all"
+             + ("" if len(complete) >= planned else "; the rest did not fit before the deadline")
+             + f" on this {os.cpu_count()}-CPU machine{_load_note(rows)}). A win is *found* when the run offers a confirmed win (interleaved A/B, 30 rounds, "
              "replicated on other inputs, executed and compared on two draws of inputs).", "",
              prov_note, "", "## Wins found, per strategy", "",
              "| strategy | runs | wins found | with YNNPACK reduce | ratio of the wins (median) |", "|---|---|---|---|---|"]
@@ -124,26 +141,37 @@ def main() -> None:
     parser.add_argument("--stop-at", default=None, help="HH:MM UTC: start no run after this")
     parser.add_argument("--db", default=None, help="the shared cache (default: a fresh one under results/.cache)")
     parser.add_argument("--out", default=str(RESULTS))
+    parser.add_argument("--resume", action="store_true",
+                        help="keep the runs already in OUT/screen.json and run only the missing (seed, strategy) pairs")
     args = parser.parse_args()
     strategies = [s for s in args.strategies.split(",") if s]
     db = Path(args.db) if args.db else RESULTS / ".cache" / f"screen-{int(time.time())}.db"
     db.parent.mkdir(parents=True, exist_ok=True)
     prov = Provenance.now(script="bench/screen.py")
     seeds = list(range(args.first_seed, args.first_seed + args.seeds))
-    rows: list[dict] = []
+    rows, earlier = _earlier(Path(args.out)) if args.resume else ([], [])
+    done = {(r["seed"], r["strategy"]) for r in rows}
     note = (f"Cache: one for all runs ({db.name}); every runtime measurement is keyed by its seed, so each seed's "
             "screen was timed afresh and shared by that seed's four strategies; confirmations are timed in every run.")
+    if earlier:
+        note += (" Resumed: " + str(len(rows)) + " runs kept from earlier sessions ("
+                 + "; ".join(f"{p['revision']}, {p['when']}" for p in earlier)
+                 + "), each with its own cache; this session ran the rest.")
     for seed in seeds:
         for st in strategies:
+            if (seed, st) in done:
+                continue
             if args.stop_at and time.strftime("%H:%M", time.gmtime()) >= args.stop_at:
                 break
             load = os.getloadavg()[0]
             row = {**one_run(seed, st, args.budget, db, []), "load": load}
             rows.append(row)
+            rows.sort(key=lambda r: (r["seed"], strategies.index(r["strategy"]) if r["strategy"] in strategies else 9))
             print(json.dumps({k: row.get(k) for k in ("seed", "strategy", "win", "ratio", "options", "seconds",
                                                          "error")}), flush=True)
             write(Path(args.out), "screen", {"rows": rows, "budget": args.budget, "planned_seeds": len(seeds),
-                                             "strategies": strategies, "model": str(MODEL.relative_to(ROOT))},
+                                             "strategies": strategies, "model": str(MODEL.relative_to(ROOT)),
+                                             "earlier_provenance": earlier},
                   markdown(rows, seeds, args.budget, len(seeds), note), prov)
         else:
             continue
