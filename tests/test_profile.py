@@ -163,6 +163,18 @@ def test_profile_measures_the_hand_over(hot):
     assert p.accounted == pytest.approx(p.named + p.handover)
 
 
+def test_the_search_profiles_without_the_hand_over_probe(engine, hot):
+    """The search ranks sites by the ops' shares only: its profile skips the probe (a second compile) and
+    says the hand-over was not asked for, the ops named as with it."""
+    from autotune.core.profile import Profile
+
+    root, with_probe = hot
+    bare = Profile.from_backend(root.name, engine.pipeline.profile(root, rounds=1, handover=False))
+    assert bare.samples["handover_seconds"] == [] and bare.handover == 0.0
+    assert bare.handover_missing == "not asked for"
+    assert bare.entries[0].op == with_probe.entries[0].op and bare.entries[0].site == with_probe.entries[0].site
+
+
 def test_profile_round_trips_and_compares(hot):
     from autotune.core.profile import Profile, compare
 

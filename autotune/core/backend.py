@@ -199,9 +199,10 @@ class Profiles(Protocol):
     ``core/profile.py``): the step timed, a few runs traced, the time of each thing that ran traced
     back to the input's instructions."""
 
-    def profile(self, module, rounds: int = 5, seed: int = 0) -> dict:
+    def profile(self, module, rounds: int = 5, seed: int = 0, handover: bool = True) -> dict:
         """``step_seconds`` and, per op that ran, its share of the step and the input instructions it
-        computes (``core.profile.Profile.from_dict`` reads it)."""
+        computes (``core.profile.Profile.from_dict`` reads it); with ``handover``, also the time outside
+        the backend's run of it (``handover_seconds``), where the backend can measure that."""
 
 
 class ComputesReference(Protocol):

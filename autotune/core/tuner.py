@@ -606,7 +606,7 @@ def hot_sites(backend, module):
     if not supports(backend, "profile"):
         return None
     try:
-        profile = Profile.from_backend(module.name, backend.profile(module, rounds=3))
+        profile = Profile.from_backend(module.name, backend.profile(module, rounds=3, handover=False))
     except (PassFailed, BadInput, KeyError, ValueError):
         return None
     order: list[str] = []

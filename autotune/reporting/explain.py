@@ -387,8 +387,9 @@ def _faster(evaluator, root, state: str, options: CompilerOptions, top: int = 8)
     tuned = evaluator.module(state, root.name)
     tuned = tuned.with_options(options) if options else tuned
     try:
-        a = Profile.from_backend(root.name, backend.profile(root, rounds=PROFILE_ROUNDS))
-        b = Profile.from_backend(root.name, backend.profile(tuned, rounds=PROFILE_ROUNDS))
+        # the ops' shares are the section; the hand-over probe (a second compile each) is not read here
+        a = Profile.from_backend(root.name, backend.profile(root, rounds=PROFILE_ROUNDS, handover=False))
+        b = Profile.from_backend(root.name, backend.profile(tuned, rounds=PROFILE_ROUNDS, handover=False))
     except (PassFailed, AutotuneError):  # a section of the report, not its verdict: left out
         return ()
     return tuple(faster_rows(a, b, top))

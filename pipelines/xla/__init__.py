@@ -572,13 +572,14 @@ class XlaPipeline(BackendBase):
                                                      None if stop_above is None else float(stop_above), int(min_rounds))
 
     def profile(self, module: Module, rounds: int = 5, seed: int = 0, floats: str = "normal",
-                int_high: int = 4) -> dict:
+                int_high: int = 4, handover: bool = True) -> dict:
         """Where the fully compiled module's time goes (``profiling.profile``), on the timing worker (one
         CPU device, as a user's jax process): the untraced step, and each thunk's share of it traced
-        back to the module's instructions. The module's compiler options apply."""
+        back to the module's instructions. The module's compiler options apply. ``handover`` False: no
+        probe of the time outside XLA's run (``Profile.handover_missing`` says so)."""
         self._single_device(module)
         return self._timing_remote(self.run_timeout).profile(module.proto, int(rounds), int(seed), floats,
-                                                             int(int_high), _overrides(module))
+                                                             int(int_high), _overrides(module), bool(handover))
 
     # ---- weights at the price of parameters ----------------------------------------------------------
     def lift_constants(self, module: Module, min_bytes: int | None = None) -> tuple[Module, int, int] | None:

@@ -367,10 +367,12 @@ def _start(profiler):
 
 
 def profile(worker, proto: bytes, rounds: int = 5, seed: int = 0, floats: str = "normal",
-            int_high: int = runner.INT_HIGH, overrides=None) -> dict:
+            int_high: int = runner.INT_HIGH, overrides=None, handover: bool = True) -> dict:
     """The profile of ``proto`` compiled with XLA's default (and compiler ``overrides``): the untimed
     step, and per optimised thunk its seconds per step, kind, shape and the input instructions it
-    computes. Plain data (it crosses a process boundary); ``autotune.core.profile`` reads it."""
+    computes. Plain data (it crosses a process boundary); ``autotune.core.profile`` reads it.
+    ``handover`` False skips the probe of the time outside XLA's run (``handover_runs``: a second compile
+    and its traced runs, about a second): the search ranks its sites by the ops' shares and never reads it."""
     text, source = tagged_text(_text_with_metadata(proto))
     inputs = input_table(text)
     tagged = hlo.parse_text(text).as_serialized_hlo_module_proto()
@@ -409,7 +411,8 @@ def profile(worker, proto: bytes, rounds: int = 5, seed: int = 0, floats: str = 
             "opcode": entry.get("opcode", "?"), "kind": entry.get("kind", "?"), "shape": entry.get("shape", ""),
             "inputs": covered, "site": site, "matched": matched,
         })
-    handover, why = handover_runs(worker, compiled, max(1, int(rounds)), seed, floats, int_high)
+    handover, why = (handover_runs(worker, compiled, max(1, int(rounds)), seed, floats, int_high) if handover
+                     else ([], "not asked for"))
     return {
         "step_seconds": step, "plain_seconds": plain, "traced_seconds": traced, "busy_seconds": busy,
         "span_seconds": spans, "handover_seconds": handover, "handover_missing": why,

@@ -272,10 +272,10 @@ class XlaWorker:
                                   options_a, options_b, stop_above, min_rounds)
 
     def profile(self, proto: bytes, rounds: int = 5, seed: int = 0, floats: str = "normal", int_high: int = 4,
-                options=None) -> dict:
+                options=None, handover: bool = True) -> dict:
         """Where the compiled module's time goes: ``rounds`` untraced and traced runs (see profiling.py)."""
         with all_cores():
-            return profiling.profile(self, proto, rounds, seed, floats, int_high, options)
+            return profiling.profile(self, proto, rounds, seed, floats, int_high, options, handover)
 
     def calibrate(self) -> dict:
         """This machine's execution rates for validation's time estimate (see timing.calibrate_rates)."""

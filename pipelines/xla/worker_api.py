@@ -44,9 +44,10 @@ class XlaRequests(StepRequests, Protocol):
         ratio to A provably lies above ``stop_above``)."""
 
     def profile(self, proto: bytes, rounds: int = 5, seed: int = 0, floats: str = "normal", int_high: int = 4,
-                options=None) -> dict:
+                options=None, handover: bool = True) -> dict:
         """Full default compile (with compiler ``options``), ``rounds`` untraced and traced runs: the step
-        and each thunk's share of it, traced back to the input's instructions (``profiling.profile``)."""
+        and each thunk's share of it, traced back to the input's instructions (``profiling.profile``);
+        ``handover`` False: without the probe of the time outside XLA's run."""
 
     def calibrate(self) -> dict:
         """This machine's execution rates (``flops_per_s``, ``bytes_per_s``)."""
