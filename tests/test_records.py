@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from conftest import DATA, GPT2, SMALL, run_cli
+from conftest import DATA, GPT2, SMALL, assert_one_line_error, run_cli
 
 # A module where a better ordering than XLA's default exists (126 -> 125 final-ops with
 # tree_reduction_rewriter; results/exhaustive.md): only a run that beats the default can be exported.
@@ -168,6 +168,19 @@ def test_check_missing_record_and_bad_export(exported):
     db, _, tmp = exported
     assert run_cli("check", str(SMALL), "--record", str(tmp / "nope.json"), db=db).returncode == 2
     assert run_cli("export", "no-such-run", "-o", str(tmp / "x.json"), db=db).returncode == 2
+
+
+def test_check_confirm_rounds_is_for_measured_records(exported):
+    """``--confirm-rounds`` re-times a runtime record in that many rounds; a counted record has no timing
+    to shorten, and fewer than four rounds is no confirmation: one line each, exit 2."""
+    db, record, _ = exported
+    line = assert_one_line_error(run_cli("check", str(MAML), "--record", str(record), "--confirm-rounds", "8", db=db))
+    assert "applies to a measured record" in line
+    runtime = json.loads(record.read_text()) | {"objective": "runtime"}
+    timed = record.with_name("timed.json")
+    timed.write_text(json.dumps(runtime))
+    line = assert_one_line_error(run_cli("check", str(MAML), "--record", str(timed), "--confirm-rounds", "2", db=db))
+    assert "at least 4 rounds" in line
 
 
 @pytest.mark.slow

@@ -45,10 +45,12 @@ def export(run_id, output, db, as_json) -> None:
                    "by what it saves over each version's own default: at least the lesser of the same count and "
                    "the same share, this much more cost allowed.")
 @click.option("--no-validate", is_flag=True, help="Skip the output comparison.")
+@click.option("--confirm-rounds", type=int, default=None,
+              help="runtime records: interleaved A/B rounds of the re-timing [default: 30, as run's confirmation].")
 @db_option
 @workers_option
 @json_option
-def check(model, record_path, max_regression, no_validate, db, workers, as_json) -> None:
+def check(model, record_path, max_regression, no_validate, confirm_rounds, db, workers, as_json) -> None:
     """Re-apply a recorded sequence to MODEL with the installed XLA; exit 1 if it no longer holds."""
     from autotune.cli.common import open_engine
     from autotune.core.record import TuningRecord, check as run_check
@@ -56,7 +58,8 @@ def check(model, record_path, max_regression, no_validate, db, workers, as_json)
     record = TuningRecord.load(record_path)
     module = load_model(model)
     with open_engine(db, workers=workers or 1) as ev:
-        result = run_check(ev, module, record, max_regression=max_regression, validate=not no_validate)
+        result = run_check(ev, module, record, max_regression=max_regression, validate=not no_validate,
+                           confirm_rounds=confirm_rounds)
     if as_json:
         print_json(result.to_dict())
     else:

@@ -239,11 +239,14 @@ class CheckResult:
 
 
 def check(evaluator, module, record: TuningRecord, max_regression: float | None = None, validate: bool = True,
-          seed: int = 0) -> CheckResult:
+          seed: int = 0, confirm_rounds: int | None = None) -> CheckResult:
     """Re-apply ``record`` to ``module`` with the installed XLA and say whether it still holds.
     A record judged for another target than the evaluator's is refused (``BadInput``). ``max_regression``
-    (percent) None: not given (0 for a count; a measured record then passes while it is a confirmed win)."""
+    (percent) None: not given (0 for a count; a measured record then passes while it is a confirmed win).
+    ``confirm_rounds``: a measured record's re-timing in that many interleaved rounds, not the objective's
+    30 (a gate on a long step, where a large margin needs fewer); ``BadInput`` for a counted record."""
     check_same(record.target, evaluator.pipeline.target, "the record")
+    obj = _objective(record, confirm_rounds)
     root = evaluator.prepare(module)
     matched = root.fingerprint if root.fingerprint in record.applies_to else record.fingerprint
     base = dict(module=root.name, fingerprint=root.fingerprint, record_fingerprint=matched,
@@ -261,7 +264,7 @@ def check(evaluator, module, record: TuningRecord, max_regression: float | None 
                            dropped=dropped, **base)
     reasons: list[str] = []
     cost, default_cost, claim, verdict = _judge_cost(evaluator, root, record, matched, result.state, base,
-                                                     max_regression, seed, reasons, options)
+                                                     max_regression, seed, reasons, options, obj)
     note = verdict.note
     if dropped:
         gone = (f"passes gone in {evaluator.pipeline.compiler_version}: {', '.join(dropped)}; judged on the "
@@ -320,14 +323,24 @@ def _replay(evaluator, root, record: TuningRecord):
     return result, None, unknown
 
 
+def _objective(record: TuningRecord, confirm_rounds: int | None):
+    """The record's objective, re-timed in ``confirm_rounds`` rounds where given (a measured one only)."""
+    obj = objectives.get(record.objective)
+    if confirm_rounds is None:
+        return obj
+    if obj.deterministic:
+        raise BadInput(f"--confirm-rounds applies to a measured record (runtime), not a {record.objective} record")
+    return objectives.get(record.objective, rounds=int(confirm_rounds))
+
+
 def _judge_cost(evaluator, root, record: TuningRecord, matched: str, state: str, base: dict,
                 max_regression: float | None,
-                seed: int, reasons: list[str], options: CompilerOptions = EMPTY):
+                seed: int, reasons: list[str], options: CompilerOptions = EMPTY, obj=None):
     """The replayed state's (cost, default cost, confirmation claim, ``record_judge.Judgement``) under the
     record's objective and compiler ``options``; the reason the record no longer holds on cost, if any, is appended to ``reasons``.
     Which rule judges it (the record's own figure, or what it saves over each XLA's own default) and its
     tolerance: ``core/record_judge.py``."""
-    obj = objectives.get(record.objective)
+    obj = obj or objectives.get(record.objective)
     default = evaluator.default(root)
     cost = default_cost = claim = None
     verdict = record_judge.Judgement("absolute", None)
