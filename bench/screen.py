@@ -129,6 +129,14 @@ def markdown(rows: list[dict], seeds: list[int], budget: int, planned: int, prov
             + f" ({ev['rounds']} rounds)")
         lines.append(f"| {r['seed']} | {r['strategy']} | {'yes' if r.get('win') else 'no'} | {ci} | {opts} | {paid} | "
                      f"{red} | {r['seconds']:.0f} |")
+    misses = [r for r in rows if "error" not in r and not r.get("win")]
+    if misses:
+        lines += ["", "## The runs that found no win, in their own words", ""]
+        for r in misses:
+            found = ", ".join(f"{k}={v}" for k, v in (r.get("found_options") or {}).items()) or "(default)"
+            load = f", load {r['load']:.1f} at its start" if r.get("load") is not None else ""
+            lines.append(f"- seed {r['seed']}, {r['strategy']}{load}: its answer's candidate {found}; "
+                         f"\"{r.get('message')}\"")
     return "\n".join(lines) + "\n"
 
 
@@ -156,7 +164,7 @@ def main() -> None:
     if earlier:
         note += (" Resumed: " + str(len(rows)) + " runs kept from earlier sessions ("
                  + "; ".join(f"{p['revision']}, {p['when']}" for p in earlier)
-                 + "), each with its own cache; this session ran the rest.")
+                 + "); this session ran the rest.")
     for seed in seeds:
         for st in strategies:
             if (seed, st) in done:
