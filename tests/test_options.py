@@ -240,6 +240,34 @@ def test_a_failed_confirmation_stays_the_answer_when_the_runner_up_is_wrong(engi
     assert not result.beats_default and result.best_options == CompilerOptions()
 
 
+def test_when_both_confirmations_fail_the_answer_is_the_one_nearer_a_win(engine, monkeypatch):
+    """Two option sets that change nothing measurable on the MLP step, their search samples poisoned to look
+    100x faster: the best is confirmed and does not hold, the runner-up too. The answer is the candidate
+    measured nearer a win, and its message gives the other's figure (the last one tried was the answer, and
+    the screen's best's story was lost with it)."""
+    from autotune.core.spec import RunSpec
+
+    root = engine.prepare(load(MLP))
+    default = engine.default(root)
+    width = CompilerOptions.of({"xla_cpu_prefer_vector_width": "256"})
+    region = CompilerOptions.of({"xla_cpu_copy_insertion_use_region_analysis": "True"})
+    monkeypatch.setattr(engine.pipeline, "option_space", lambda numerics=False, partitioned=False: (
+        OptionDim("xla_cpu_prefer_vector_width", ("256",)),
+        OptionDim("xla_cpu_copy_insertion_use_region_analysis", ("True",))))
+    seed = 211
+    for i, opts in enumerate((width, region, width.merged(region))):  # whichever the descent draws
+        engine.cache.put_report("runtime", runtime_key(engine, default.state, seed, options=opts),
+                                {"median_us": 0.5 + i, "ratio": 1e-2 * (1 + i), "poisoned": True})
+    result = tune(engine, load(MLP), spec=RunSpec(strategy="greedy", budget=2, objective="runtime", seed=seed,
+                                                  space="options", sites=0, screen=False, validate=False,
+                                                  objective_options={"rounds": 8}))
+    claim = result.claim
+    assert claim is not None and claim.measured and not claim.win and not result.beats_default, claim
+    assert "was confirmed too" in claim.message and "not faster either" in claim.message, claim.message
+    other = float(claim.message.split("was confirmed too: ")[1].split()[0])
+    assert claim.ratio <= other  # the one nearer a win is the answer
+
+
 # ---- records, check, the hook -------------------------------------------------------------------------
 def _record(root, engine, options: dict, objective: str = "runtime") -> TuningRecord:
     return TuningRecord(module="mlp", fingerprint=root.fingerprint, sequence=(), objective=objective,

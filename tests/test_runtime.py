@@ -157,16 +157,18 @@ def test_a_claimed_win_carries_its_interval(engine, mlp):
 
 def test_a_faster_verdict_counts_only_when_a_second_confirmation_replicates_it():
     """The claim rule on given samples: a first confirmation that says faster is repeated on other inputs
-    (seed + 1); the win needs both, and the claim is both pooled. One that says no difference is final."""
+    (seed + 1); the win needs both, and the claim is both pooled. One that says no difference is final.
+    A second that straddles the bar (a noisy draw, not a contradiction) is decided by a third (seed + 2)."""
     rng = np.random.default_rng(3)
 
-    def samples(scale):
-        a = 1e-3 * (1 + 0.01 * rng.standard_normal(30))
-        return {"a": list(a), "b": list(scale * a * (1 + 0.01 * rng.standard_normal(30)))}
+    def samples(scale, noise=0.01):
+        a = 1e-3 * (1 + noise * rng.standard_normal(30))
+        return {"a": list(a), "b": list(scale * a * (1 + noise * rng.standard_normal(30)))}
 
     def run(*scales):
         asked = []
-        claim = Runtime().measured_claim(lambda seed: asked.append(seed) or samples(scales[len(asked) - 1]), seed=7)
+        draws = [s if isinstance(s, tuple) else (s,) for s in scales]
+        claim = Runtime().measured_claim(lambda seed: asked.append(seed) or samples(*draws[len(asked) - 1]), seed=7)
         return claim, asked
 
     claim, asked = run(0.9, 0.9)
@@ -176,6 +178,11 @@ def test_a_faster_verdict_counts_only_when_a_second_confirmation_replicates_it()
     assert claim.message.startswith("no significant difference: keep XLA's default")
     claim, asked = run(1.0, 0.9)
     assert not claim.win and asked == [7] and claim.rounds == 30
+    straddling = (0.97, 0.15)  # a loaded draw: its interval reaches below 0.98 and above 1
+    claim, asked = run(0.9, straddling, 0.9)
+    assert claim.win and asked == [7, 8, 9] and claim.rounds == 90 and "a third decided" in claim.message
+    claim, asked = run(0.9, straddling, 1.0)
+    assert not claim.win and asked == [7, 8, 9] and "not replicated" in claim.message
     one = Runtime(replicate=False).measured_claim(lambda seed: samples(0.9), seed=7)
     assert one.win and one.rounds == 30  # replicate=False: one confirmation decides
 
