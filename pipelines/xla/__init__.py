@@ -571,8 +571,8 @@ class XlaPipeline(BackendBase):
                                                      int(int_high), float(min_seconds), oa or None, ob or None,
                                                      None if stop_above is None else float(stop_above), int(min_rounds))
 
-    def profile(self, module: Module, rounds: int = 5, seed: int = 0, floats: str = "normal",
-                int_high: int = 4, handover: bool = True) -> dict:
+    def profile(self, module: Module, rounds: int = 5, seed: int = 0, handover: bool = True, floats: str = "normal",
+                int_high: int = 4) -> dict:
         """Where the fully compiled module's time goes (``profiling.profile``), on the timing worker (one
         CPU device, as a user's jax process): the untraced step, and each thunk's share of it traced
         back to the module's instructions. The module's compiler options apply. ``handover`` False: no
