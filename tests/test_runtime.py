@@ -235,11 +235,12 @@ def test_run_prints_the_claim_and_its_interval(engine, db_path, mlp):
     engine.cache.put_report("runtime", runtime_key(engine, mlp[3], 104), {"median_us": 1e-3, "poisoned": True})
     # The claim's wording is the subject: no screen and no sites (test_screen.py and test_sites.py have them).
     args = ("run", str(MLP), "--strategy", "greedy", "--budget", "57", "--max-length", "1", "--objective",
-            "runtime", "--min-effect", "25", "--no-validate", "--seed", "104", "--no-screen", "--sites", "0")
+            "runtime", "--min-effect", "25", "--no-validate", "--seed", "104", "--no-screen", "--sites", "0",
+            "--confirm-rounds", "10")  # the wording is the subject, not the power of 30 rounds
     text = run_cli(*args, db=db_path)
     assert text.returncode == 0, text.stderr
     out = " ".join(text.stdout.split())  # rich wraps long lines
-    assert "confirmation (30 interleaved rounds" in out and "at 95% confidence" in out
+    assert "confirmation (10 interleaved rounds" in out and "at 95% confidence" in out
     assert "no significant difference: keep XLA's default" in out
     data = json.loads(run_cli(*args, "--json", db=db_path).stdout)
     assert data["claim"]["measured"] and data["claim"]["min_effect"] == 0.25 and not data["beats_default"]
