@@ -78,7 +78,9 @@ demo: $(STAMP)
 ## run first, so that none starts last. From a fresh clone alone on the 2-core machine, setup included: 733
 ## tests in 12.8 min at fe31e35 (pytest 11.7 min), 14.3 min at 4a28687 (pytest 13.2 min) and 15.1 min at
 ## 16d69e5 (pytest 13.8 min): the same tests took up to 1.7x longer from run to run; 726 in 14.3 min at e9a4b13;
-## 736 in 13.6 min at 16a59bf (pytest 12.2 min, the machine otherwise idle).
+## 736 in 13.6 min at 16a59bf (pytest 12.2 min, the machine otherwise idle); 739 in 11.9 min at da9557d (pytest
+## 10.6 min) and 11.5 min at be3353c (pytest 10.4 min), after the byte-compile below and shorter confirmations in
+## the tests whose subject is a rule or a wording.
 PYTEST_WORKERS ?= 2
 ## The package's own modules byte-compiled first (a second or two; only what changed): an editable install
 ## leaves them as source, and where PYTHONDONTWRITEBYTECODE is set (this machine image sets it) every
