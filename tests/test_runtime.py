@@ -183,6 +183,7 @@ def test_a_faster_verdict_counts_only_when_a_second_confirmation_replicates_it()
     assert claim.win and asked == [7, 8, 9] and claim.rounds == 90 and "a third decided" in claim.message
     claim, asked = run(0.9, straddling, 1.0)
     assert not claim.win and asked == [7, 8, 9] and "not replicated" in claim.message
+    assert "on other inputs second 0.9" in claim.message and ", third 1.0" in claim.message, claim.message
     one = Runtime(replicate=False).measured_claim(lambda seed: samples(0.9), seed=7)
     assert one.win and one.rounds == 30  # replicate=False: one confirmation decides
 

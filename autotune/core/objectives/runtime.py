@@ -337,13 +337,13 @@ class Runtime(Objective):
         pooled = stats.time_ratio([x for d in draws for x in d["a"]], [x for d in draws for x in d["b"]],
                                   self.confidence, self.min_effect, seed=seed)
         claim = self.claim_from(pooled, base)
-        told = ", ".join(f"{word} {c.describe(False)}" for word, c in zip(("first", "second", "third"), said))
+        told = [f"{word} {c.describe(False)}" for word, c in zip(("first", "second", "third"), said)]
         if said[-1].faster and pooled.faster:
             tie = ("; the second straddled the bar and a third decided" if len(said) == 3 else "")
-            return replace(claim, message=f"{claim.message}; replicated on other inputs ({told}{tie})")
+            return replace(claim, message=f"{claim.message}; replicated on other inputs ({', '.join(told)}{tie})")
         return replace(claim, win=False, message=(
             f"no significant difference: keep {base} (the first {cmp.rounds} rounds measured "
-            f"{cmp.describe(False)}; on other inputs {told.split(', ', 1)[1]}: not replicated below "
+            f"{cmp.describe(False)}; on other inputs {', '.join(told[1:])}: not replicated below "
             f"{threshold:.2f}; pooled {pooled.describe()})"))
 
     def measure_ratio(self, ctx: ObjectiveContext, state: str, seed: int | None = None) -> dict:
