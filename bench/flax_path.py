@@ -31,7 +31,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from harness import RESULTS, ROOT, Provenance, log, write
+from harness import RESULTS, ROOT, Provenance, log, max_rel_diff, write
 
 BATCH, IMAGE, CLASSES = 32, 32, 10
 
@@ -90,7 +90,6 @@ def part_tune(store: Path, cache: Path, budget: int, time_limit: float) -> dict:
 
 def part_use(store: Path, cache: Path, rounds: int) -> dict:
     import jax
-    import numpy as np
 
     import autotune.jax as aj
     from options_parts.hook import jax_ratio
@@ -103,13 +102,10 @@ def part_use(store: Path, cache: Path, rounds: int) -> dict:
     summary = stats.summary()
     t0 = time.perf_counter()
     again = aj.tune(step, *args, store=store, cache=cache, workers=1, progress=False)
-    worst = 0.0
-    for x, y in zip(jax.tree_util.tree_leaves(plain(*args)), jax.tree_util.tree_leaves(hooked(*args))):
-        x, y = np.asarray(x, np.float64), np.asarray(y, np.float64)
-        worst = max(worst, float(np.max(np.abs(x - y)) / (np.max(np.abs(x)) + 1e-30)) if x.size else 0.0)
     return {"hook_summary": summary, "second_tune_from_store": again.from_store,
             "second_tune_seconds": time.perf_counter() - t0, "jax": jax_ratio(plain, hooked, args, rounds=rounds),
-            "jax_control": jax_ratio(plain, control, args, rounds=rounds), "max_rel_diff": worst}
+            "jax_control": jax_ratio(plain, control, args, rounds=rounds),
+            "max_rel_diff": max_rel_diff(plain(*args), hooked(*args))}
 
 
 def _child(part: str, tmp: Path, args) -> dict:

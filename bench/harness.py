@@ -85,6 +85,20 @@ def require(paths, what: str = "input") -> None:
                                                  if inside else ""))
 
 
+def max_rel_diff(a, b) -> float:
+    """The largest difference between two pytrees of arrays (two programs' outputs), relative to each
+    leaf's largest magnitude: what a bench reports beside a timing to say both computed the same."""
+    import jax
+    import numpy as np
+
+    worst = 0.0
+    for x, y in zip(jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b), strict=True):
+        x, y = np.asarray(x, np.float64), np.asarray(y, np.float64)
+        if x.size:
+            worst = max(worst, float(np.max(np.abs(x - y)) / (np.max(np.abs(x)) + 1e-30)))
+    return worst
+
+
 def hlo_files(given, pattern: str = "*.hlo") -> list[Path]:
     """The files named and every ``pattern`` file of the folders named, checked before any work:
     a missing file or folder, or a folder without modules, is one line and exit 2."""

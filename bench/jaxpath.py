@@ -31,7 +31,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from harness import RESULTS, ROOT, Provenance, log, write
+from harness import RESULTS, ROOT, Provenance, log, max_rel_diff, write
 
 from options_parts.hook import CONFIG as GPT2_CONFIG, _arrays, jax_ratio
 
@@ -69,17 +69,6 @@ for _ in range(int(sys.argv[2])):
 leaves = [np.asarray(x, np.float64) for x in jax.tree_util.tree_leaves(out)]
 print("RESULT " + json.dumps({"first": first, "samples": samples, "sums": [float(x.sum()) for x in leaves]}))
 """
-
-
-def _max_rel_diff(a, b) -> float:
-    import jax
-    import numpy as np
-
-    worst = 0.0
-    for x, y in zip(jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b)):
-        x, y = np.asarray(x, np.float64), np.asarray(y, np.float64)
-        worst = max(worst, float(np.max(np.abs(x - y)) / (np.max(np.abs(x)) + 1e-30)) if x.size else 0.0)
-    return worst
 
 
 def _gpt2_step():
@@ -130,7 +119,7 @@ def part_tune(tmp: Path, budget: int, rounds: int, which: str = "gpt2") -> dict:
             "keeps_default": tuned.keeps_default, "options": tuned.compiler_options, "sequence": list(tuned.sequence),
             "validation": tuned.validation, "tool": tool, "second_call_from_store": again.from_store,
             "applied_via": via, "jax": measured, "jax_control": aa,
-            "max_rel_diff": _max_rel_diff(plain(*args), compiled(*args))}
+            "max_rel_diff": max_rel_diff(plain(*args), compiled(*args))}
 
 
 def _script_run(script: Path, cfg: dict, steps: int, env: dict, wrap: list[str]) -> dict:

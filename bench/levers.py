@@ -34,7 +34,7 @@ from collections.abc import Callable
 
 from pathlib import Path
 
-from harness import RESULTS, ROOT, Provenance, log, write
+from harness import RESULTS, ROOT, Provenance, log, max_rel_diff, write
 
 from options_parts.hook import jax_ratio
 
@@ -48,18 +48,6 @@ LLM = (
 LLM_COMMON = dict(heads=4, kv_heads=2, vocab=512, seq=64, batch=2, dtype="f32")
 
 
-def _max_rel_diff(a, b) -> float:
-    import jax
-    import numpy as np
-
-    worst = 0.0
-    for x, y in zip(jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b), strict=True):
-        x, y = np.asarray(x, np.float64), np.asarray(y, np.float64)
-        if x.size:
-            worst = max(worst, float(np.max(np.abs(x - y)) / (np.max(np.abs(x)) + 1e-30)))
-    return worst
-
-
 def _pair(lever: str, program: str, variant: str, base: Callable, other: Callable, args, rounds: int) -> dict:
     import jax
 
@@ -68,7 +56,7 @@ def _pair(lever: str, program: str, variant: str, base: Callable, other: Callabl
                       for f in (base, other))
     r = jax_ratio(plain, changed, args, rounds=rounds)
     row = {"lever": lever, "program": program, "variant": variant, **r,
-           "max_rel_diff": _max_rel_diff(plain(*args), changed(*args)), "seconds": time.perf_counter() - t0}
+           "max_rel_diff": max_rel_diff(plain(*args), changed(*args)), "seconds": time.perf_counter() - t0}
     log(f"{lever} {program} {variant}: {r['ratio']:.3f} [{r['low']:.3f}, {r['high']:.3f}] "
         f"({r['plain_ms']:.3f} ms -> {r['hooked_ms']:.3f} ms), max rel diff {row['max_rel_diff']:.1e}")
     return row
