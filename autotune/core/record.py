@@ -335,12 +335,11 @@ def _objective(record: TuningRecord, confirm_rounds: int | None):
 
 def _judge_cost(evaluator, root, record: TuningRecord, matched: str, state: str, base: dict,
                 max_regression: float | None,
-                seed: int, reasons: list[str], options: CompilerOptions = EMPTY, obj=None):
+                seed: int, reasons: list[str], options: CompilerOptions, obj):
     """The replayed state's (cost, default cost, confirmation claim, ``record_judge.Judgement``) under the
-    record's objective and compiler ``options``; the reason the record no longer holds on cost, if any, is appended to ``reasons``.
+    record's objective ``obj`` (``_objective``) and compiler ``options``; the reason the record no longer holds on cost, if any, is appended to ``reasons``.
     Which rule judges it (the record's own figure, or what it saves over each XLA's own default) and its
     tolerance: ``core/record_judge.py``."""
-    obj = obj or objectives.get(record.objective)
     default = evaluator.default(root)
     cost = default_cost = claim = None
     verdict = record_judge.Judgement("absolute", None)
