@@ -126,6 +126,7 @@ def test_sites_cli_lists_and_refuses_bad_input(root, db_path):
 
     listed = json.loads(proc.stdout)
     assert listed["count"] >= 3 and {"site", "option", "default", "choices"} <= set(listed["sites"][0])
+    assert listed["decisions_drop_donation"] is False  # nothing donated here, on any jaxlib
     assert_one_line_error(run_cli("sites", str(path), "--compiler-option", "site:library:c.0=perhaps", db=db_path))
 
 
@@ -183,3 +184,101 @@ def test_the_jax_hook_applies_a_record_with_site_decisions(tmp_path):
     assert stats.applied_via == {root.fingerprint: "site-decisions"}, stats
     assert stats.sites_applied[root.fingerprint] == (dot.name,) and not stats.sites_missing[root.fingerprint]
     np.testing.assert_allclose(np.asarray(out), np.asarray(jax.jit(f)(x, w)), rtol=1e-4, atol=1e-4)
+
+
+#: A library fusion of a subgraph as XLA's pre-scheduler stage prints one: two dots and the elementwise
+#: work between them in one ``__ynn_fusion``, six operands (XLA marks the sixth ``/*index=5*/``).
+SUBGRAPH = """HloModule m
+
+%fsub (p0: f32[64,32], p1: f32[32,48], p2: f32[64,48], p3: f32[48,16], p4: f32[64,16], p5: f32[64,16]) -> f32[64,16] {
+  %p0 = f32[64,32]{1,0} parameter(0)
+  %p1 = f32[32,48]{1,0} parameter(1)
+  %dot.a = f32[64,48]{1,0} dot(%p0, %p1), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  %p2 = f32[64,48]{1,0} parameter(2)
+  %add.a = f32[64,48]{1,0} add(%dot.a, %p2)
+  %p3 = f32[48,16]{1,0} parameter(3)
+  %dot.b = f32[64,16]{1,0} dot(%add.a, %p3), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  %p4 = f32[64,16]{1,0} parameter(4)
+  %mul.b = f32[64,16]{1,0} multiply(%dot.b, %p4)
+  %p5 = f32[64,16]{1,0} parameter(5)
+  ROOT %add.b = f32[64,16]{1,0} add(%mul.b, %p5)
+}
+
+ENTRY %main (a: f32[64,32], b: f32[32,48], c: f32[64,48], d: f32[48,16], e: f32[64,16], f: f32[64,16]) -> f32[64,16] {
+  %a = f32[64,32]{1,0} parameter(0)
+  %b = f32[32,48]{1,0} parameter(1)
+  %c = f32[64,48]{1,0} parameter(2)
+  %d = f32[48,16]{1,0} parameter(3)
+  %e = f32[64,16]{1,0} parameter(4)
+  %f = f32[64,16]{1,0} parameter(5)
+  ROOT %ynn_fusion = f32[64,16]{1,0} fusion(%a, %b, %c, %d, %e, /*index=5*/%f), kind=kCustom, calls=%fsub, backend_config={"outer_dimension_partitions":[],"fusion_config":{"kind":"__ynn_fusion"}}
+}
+"""
+
+
+def test_a_subgraph_library_fusion_is_a_site_split_or_taken_apart_on_text():
+    """A library fusion of several dots is one site, named by its largest dot (as the profile names the
+    fusion's time), with three choices: as XLA fused it, each dot a library fusion of its own with the rest
+    XLA's (``split``), or all XLA's own code (``xla``). Either rewrite is a module XLA parses."""
+    from autotune.pipelines.xla import hlo
+
+    (site,) = sites.find_sites(SUBGRAPH)
+    assert (site.name, site.default, site.choices) == ("dot.a", sites.AS_LIBRARY, sites.SUBGRAPH_CHOICES)
+    split = sites.rewrite(SUBGRAPH, {"dot.a": sites.SPLIT})
+    assert split.applied == ("dot.a",)
+    body = split.text.split("ENTRY", 1)[1]
+    # Each dot a one-op library fusion, the elementwise work plain, the fusion's parameters its operands
+    # (the sixth one too: XLA's index comment is no operand), the root under the fusion's name.
+    assert body.count("kind=kCustom, calls=%autotune_split_") == 2
+    assert "%add.a = f32[64,48]{1,0} add(%dot.a, %c)" in body
+    assert "ROOT %ynn_fusion = f32[64,16]{1,0} add(%mul.b, %f)" in body
+    assert "fusion(%a, %b)" in body and "fusion(%add.a, %d)" in body
+    hlo.parse_text(split.text)
+    apart = sites.rewrite(SUBGRAPH, {"dot.a": sites.AS_XLA})
+    body = apart.text.split("ENTRY", 1)[1]
+    assert apart.applied == ("dot.a",) and "kCustom" not in body
+    assert "%dot.a = f32[64,48]{1,0} dot(%a, %b)" in body and "%dot.b = f32[64,16]{1,0} dot(%add.a, %d)" in body
+    hlo.parse_text(apart.text)
+    assert sites.rewrite(SUBGRAPH, {"dot.a": sites.AS_LIBRARY}).unchanged == ("dot.a",)
+
+
+def _resnet_tail(channels: int = 512, mid: int = 128):
+    """Two bottleneck blocks at 7x7 with batch-norm scales, as a ResNet ends: YNNPACK takes the whole
+    stack as one library fusion at these widths (jaxlib 0.10-0.12). The weights are scaled inside, so
+    that random normal inputs keep activations near 1."""
+    import jax
+    import jax.numpy as jnp
+
+    def conv(x, w):
+        return jax.lax.conv_general_dilated(x, w, (1, 1), "SAME", dimension_numbers=("NHWC", "HWIO", "NHWC"))
+
+    def f(x, w1, w2, w3, s):
+        for _ in range(2):
+            y = jnp.maximum(conv(x, w1 * channels ** -0.5) * s, 0.0)
+            y = jnp.maximum(conv(y, w2 * (9 * mid) ** -0.5), 0.0)
+            x = jnp.maximum(conv(y, w3 * mid ** -0.5) + x, 0.0)
+        return jnp.mean(x, axis=(1, 2))
+
+    S = jax.ShapeDtypeStruct
+    args = (S((1, 7, 7, channels), jnp.float32), S((1, 1, channels, mid), jnp.float32),
+            S((3, 3, mid, mid), jnp.float32), S((1, 1, mid, channels), jnp.float32), S((mid,), jnp.float32))
+    return jax.jit(f).lower(*args)
+
+
+def test_a_subgraph_decision_compiles_and_computes_what_the_default_computes(engine, pipeline):
+    import autotune
+    from autotune.core.outputs import compare_outputs
+
+    module = engine.prepare(autotune.load(_resnet_tail()))
+    (site,) = [s for s in pipeline.sites(module) if s.choices == sites.SUBGRAPH_CHOICES]
+    assert site.opcode == "convolution"
+    want = [pipeline.execute(module, seed=k) for k in (0, 1)]
+    for choice in (sites.SPLIT, sites.AS_XLA):
+        decided = module.with_options({site.option: choice})
+        after = pipeline.sites(decided)
+        assert not any(s.choices == sites.SUBGRAPH_CHOICES for s in after), choice
+        convs = [s for s in after if s.opcode == "convolution" and s.default == sites.AS_LIBRARY]
+        assert len(convs) == (6 if choice == sites.SPLIT else 0), (choice, after)
+        for k in (0, 1):
+            verdict = compare_outputs(want[k], pipeline.execute(decided, seed=k), seed=k)
+            assert verdict.ok, (choice, verdict)

@@ -182,3 +182,33 @@ def _match(name: str):
 def test_the_cuda_plugin_driven_is_the_one_jax_loaded(gpu_probe):
     assert gpu_probe["plugin"] in versions.at(versions.CUDA_PLUGINS)
     assert gpu_probe["mapped"], gpu_probe["library"]  # jax mapped that library: its table is initialised
+
+
+def test_whether_a_decided_compile_keeps_donation_is_as_versions_says():
+    """``HOOK_KEEPS_ALIASING``: a jitted function that donates its first argument, compiled once plainly
+    and once with a per-site decision through the pre-scheduler transformation (``site_hook``). The plain
+    executable donates (the argument is deleted by the call); the decided one does too exactly where the
+    table says the installed jaxlib keeps aliasing, and the rewrite's report says when it does not."""
+    import jax
+    import jax.numpy as jnp
+
+    from autotune.pipelines.xla import site_hook, sites
+
+    def f(x, w):
+        return x + 1.0, jnp.tanh(x @ w)
+
+    x0 = jnp.linspace(-1, 1, 64 * 64, dtype=jnp.float32).reshape(64, 64)
+    w = jnp.linspace(1, -1, 64 * 32, dtype=jnp.float32).reshape(64, 32)
+    plain = jax.jit(f, donate_argnums=0).lower(x0, w).compile()
+    dot = next(s for s in sites.find_sites(plain.as_text()) if s.opcode == "dot")
+    with site_hook.deciding({dot.name: sites.AS_XLA}) as report:
+        decided = jax.jit(lambda a, b: f(a, b), donate_argnums=0).lower(x0, w).compile()
+    assert report and report[0].applied == (dot.name,)
+    keeps = versions.hook_keeps_aliasing()
+    assert report[0].aliasing_dropped is (not keeps)
+    donated = {}
+    for name, exe in (("plain", plain), ("decided", decided)):
+        x = x0 + 0.0
+        exe(x, w)
+        donated[name] = x.is_deleted()
+    assert donated == {"plain": True, "decided": keeps}, (versions.installed(), donated)

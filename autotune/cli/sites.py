@@ -38,10 +38,14 @@ def sites(model, compiler_options, db, workers, as_json) -> None:
             backend.check_options(fixed)
             root = root.with_options(fixed)
         found = backend.sites(root)
+    from autotune.pipelines.xla import sites as xla_sites, versions
+
+    dropped = xla_sites.drops_donation(root.proto)
     rows = [{"site": s.id, "kind": s.kind, "instruction": s.name, "opcode": s.opcode, "shape": s.shape,
              "default": s.default, "choices": list(s.choices), "option": s.option} for s in found]
     if as_json:
-        print_json({"module": module.name, "target": backend.target.key, "count": len(rows), "sites": rows})
+        print_json({"module": module.name, "target": backend.target.key, "count": len(rows), "sites": rows,
+                    "decisions_drop_donation": dropped})
         return
     from rich.table import Table
 
@@ -53,6 +57,12 @@ def sites(model, compiler_options, db, workers, as_json) -> None:
                       ", ".join(c for c in r["choices"] if c != r["default"]), r["option"])
     console().print(table)
     console().print("while: 1 runs the loop as written, 2/4 unroll it by that factor, full removes it; "
-                    "ynn: a YNNPACK library fusion; xla: XLA's own code (an Eigen call or a loop fusion). "
+                    "ynn: a YNNPACK library fusion; xla: XLA's own code (an Eigen call or a loop fusion); "
+                    "split: a library fusion of several convolutions or dots taken apart, each its own library "
+                    "fusion and the work between them XLA's. "
                     "Fix one with --compiler-option OPTION=CHOICE; `autotune run --objective runtime --sites N` "
                     "decides the N hottest by measured time.")
+    if dropped:
+        console().print(f"Note: this module donates buffers (input/output aliasing) and jaxlib {versions.installed()} "
+                        "drops that when a library or split decision is applied: each step then copies them, "
+                        "a cost a measured decision pays (jax >= 0.11 keeps the aliasing).")

@@ -90,6 +90,9 @@ class HookStats:
     # Per-site decisions a compile applied, and those whose site it did not hold: fingerprint -> names.
     sites_applied: dict[str, tuple] = field(default_factory=dict)
     sites_missing: dict[str, tuple] = field(default_factory=dict)
+    # Decided compiles whose donation this jaxlib's transformation dropped (``versions.HOOK_KEEPS_ALIASING``:
+    # 0.10): their fingerprints. The program runs the same, with each aliased buffer copied every step.
+    donation_dropped: list[str] = field(default_factory=list)
     # Loops unrolled in the module before it was compiled (``site:unroll:...``): fingerprint -> while names.
     loops_applied: dict[str, tuple] = field(default_factory=dict)
     # Store entries that say "keep XLA's default" for a compile: their fingerprints (compiled untouched).
@@ -246,6 +249,8 @@ class _Hook:
         fingerprint = self.stats.seen[-1] if self.stats.seen else "?"
         self.stats.sites_applied[fingerprint] = report[0].applied if report else ()
         self.stats.sites_missing[fingerprint] = report[0].missing if report else tuple(decisions)
+        if report and report[0].aliasing_dropped:
+            self.stats.donation_dropped.append(fingerprint)
         return compiled
 
     def _tuned(self, module, target: str) -> tuple[bytes | None, dict]:

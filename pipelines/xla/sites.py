@@ -26,11 +26,12 @@ execution every answer goes through (a rule that changes what the module compute
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from autotune.pipelines.xla import hlo, loops
+from autotune.pipelines.xla import hlo, loops, versions
 
 #: The prefix of a decision's name among a candidate's compiler options.
 PREFIX = "site:"
@@ -39,9 +40,12 @@ LIBRARY = "library"
 #: The kinds of decision: the library choice (here, on XLA's optimised module) and loop unrolling
 #: (``loops.py``, on the input module).
 KINDS = (LIBRARY, loops.UNROLL)
-#: Its values: the site as a library fusion (YNNPACK) or as XLA's own code (Eigen thunk / loop fusion).
-AS_LIBRARY, AS_XLA = "ynn", "xla"
+#: Its values: the site as a library fusion (YNNPACK) or as XLA's own code (Eigen thunk / loop fusion);
+#: for a library fusion of a whole subgraph (several convolutions or dots with the elementwise work
+#: between them), also ``split``: each convolution or dot a library fusion of its own, the rest XLA's.
+AS_LIBRARY, AS_XLA, SPLIT = "ynn", "xla", "split"
 CHOICES = (AS_LIBRARY, AS_XLA)
+SUBGRAPH_CHOICES = (AS_LIBRARY, AS_XLA, SPLIT)
 
 #: The library fusion kinds the CPU pipeline forms (jaxlib 0.10-0.12).
 LIBRARY_KINDS = ("__ynn_fusion",)
@@ -107,6 +111,9 @@ class RewriteResult:
     applied: tuple[str, ...] = ()
     missing: tuple[str, ...] = ()
     unchanged: tuple[str, ...] = field(default=())  # decisions equal to XLA's own choice
+    #: The module aliased inputs to outputs and this jaxlib's hook drops that (``versions.HOOK_KEEPS_ALIASING``):
+    #: the decided executable copies every aliased buffer each step, a cost its measured time includes.
+    aliasing_dropped: bool = False
 
 
 def option_name(kind: str, name: str) -> str:
@@ -146,8 +153,8 @@ def check_decision(name: str, value: str) -> None:
     if kind == loops.UNROLL:
         if value != loops.FULL and not (str(value).isdigit() and int(value) >= 1):
             raise ValueError(f"{name} takes {loops.FULL} or an unroll factor (2, 4, ...), not {value!r}")
-    elif value not in CHOICES:
-        raise ValueError(f"{name} takes one of {', '.join(CHOICES)}, not {value!r}")
+    elif value not in SUBGRAPH_CHOICES:
+        raise ValueError(f"{name} takes one of {', '.join(SUBGRAPH_CHOICES)}, not {value!r}")
 
 
 def loop_sites(text: str) -> list[Site]:
@@ -155,6 +162,14 @@ def loop_sites(text: str) -> list[Site]:
     default the loop as written."""
     return [Site(loop.name, "while", f"{loop.trips} trips", loops.AS_WRITTEN, (loops.AS_WRITTEN, *loop.choices),
                  loops.UNROLL) for loop in loops.find_loops(text)]
+
+
+def drops_donation(proto: bytes) -> bool:
+    """Whether a per-site decision on this module costs its donated buffers here: the module aliases inputs
+    to outputs and the installed jaxlib's transformation drops that (``versions.HOOK_KEEPS_ALIASING``)."""
+    if versions.hook_keeps_aliasing():
+        return False
+    return "input_output_alias=" in hlo.elided_text(hlo.parse_proto(proto)).split("\n", 1)[0]
 
 
 def tag(proto: bytes) -> bytes:
@@ -173,6 +188,8 @@ def decide(module_bytes: bytes, decisions: Mapping[str, str]) -> tuple[bytes | N
     result = rewrite(hlo.to_text(hlo.parse_proto(module_bytes), metadata=True), decisions)
     if not result.applied:
         return None, result
+    if "input_output_alias=" in result.text.split("\n", 1)[0] and not versions.hook_keeps_aliasing():
+        result = dataclasses.replace(result, aliasing_dropped=True)
     return hlo.parse_text(result.text).as_serialized_hlo_module_proto(), result
 
 
@@ -215,8 +232,12 @@ def _shape_only(shape: str) -> str:
     return shape.split("{", 1)[0]
 
 
+_COMMENT = re.compile(r"/\*.*?\*/")
+
+
 def _operands(text: str) -> list[str]:
-    return [o.strip().lstrip("%") for o in text.split(",") if o.strip()]
+    """Operand names of an operand list (XLA prints ``/*index=5*/`` before every fifth one)."""
+    return [o.strip().lstrip("%") for o in _COMMENT.sub("", text).split(",") if o.strip()]
 
 
 def _single_op_body(lines: list[str], comp: _Comp):
@@ -235,11 +256,22 @@ def _single_op_body(lines: list[str], comp: _Comp):
     return others[0], params
 
 
-def _hero(lines: list[str], comp: _Comp):
-    """The instruction a library fusion exists for: its root, or the one conv/dot/reduce in it."""
+def _hero(lines: list[str], comp: _Comp, fusion=None):
+    """The instruction a library fusion exists for: the one conv/dot/reduce in it, else (a subgraph) the
+    convolution or dot with the largest result that ``autotune profile`` names the fusion's time by
+    (``profiling.principal``: the one the fusion's own metadata names, else the last in the body), else
+    its root."""
     found = [m for i in comp.lines if (m := _INST.match(lines[i])) and m.group("op") in (*LIBRARY_OPS, "reduce")]
     if len(found) == 1:
         return found[0]
+    heavy = [m for m in found if m.group("op") in LIBRARY_OPS]
+    if heavy:
+        def rank(m):
+            return LIBRARY_OPS.index(m.group("op")), -_elements(m.group("shape"))
+        best = min(rank(m) for m in heavy)
+        tied = [m for m in heavy if rank(m) == best]
+        own = _name(fusion) if fusion is not None else None
+        return next((m for m in tied if _name(m) == own), tied[-1])
     roots = [m for i in comp.lines if (m := _INST.match(lines[i])) and m.group("lead").strip().startswith("ROOT")]
     return roots[0] if roots else None
 
@@ -253,7 +285,7 @@ def _library_fusions(lines: list[str], comps: dict[str, _Comp]):
         if m is None or kind is None or calls is None or kind.group("kind") not in LIBRARY_KINDS:
             continue
         comp = comps.get(calls.group("comp"))
-        hero = _hero(lines, comp) if comp else None
+        hero = _hero(lines, comp, m) if comp else None
         if hero is not None:
             yield i, m, comp, hero
 
@@ -265,6 +297,13 @@ def _fused_names(comps: dict[str, _Comp], lines: list[str]) -> set[str]:
         if " fusion(" in line and (c := _CALLS.search(line)):
             out.add(c.group("comp"))
     return out
+
+
+def _elements(shape: str) -> int:
+    n = 1
+    for d in _dims(shape):
+        n *= d
+    return n
 
 
 def _dims(shape: str) -> list[int]:
@@ -332,9 +371,10 @@ def find_sites(text: str) -> list[Site]:
     out: dict[str, Site] = {}
     for _, _fusion, comp, hero in _library_fusions(lines, comps):
         single = _single_op_body(lines, comp)
-        if single is None and any((m := _INST.match(lines[i])) and m.group("op") in LIBRARY_OPS for i in comp.lines):
-            continue  # a multi-op fusion around a conv/dot: no plain XLA form to fall back to
-        out.setdefault(_name(hero), Site(_name(hero), hero.group("op"), _shape_only(hero.group("shape")), AS_LIBRARY))
+        subgraph = single is None and any((m := _INST.match(lines[i])) and m.group("op") in LIBRARY_OPS
+                                          for i in comp.lines)
+        out.setdefault(_name(hero), Site(_name(hero), hero.group("op"), _shape_only(hero.group("shape")), AS_LIBRARY,
+                                         SUBGRAPH_CHOICES if subgraph else CHOICES))
     for _, m, _comp in _plain_candidates(lines, comps):
         out.setdefault(_name(m), Site(_name(m), m.group("op"), _shape_only(m.group("shape")), AS_XLA))
     return list(out.values())
@@ -387,6 +427,50 @@ def _outline(lines: list[str], idx: int, m, comp: _Comp, n: int) -> tuple[str, l
     return call, body
 
 
+_REF = re.compile(r"%([\w.\-]+)")
+
+
+def _unfuse(lines: list[str], fusion, comp: _Comp, split_heavy: bool, n: int) -> tuple[str, list[str]] | None:
+    """A library fusion of a subgraph taken apart: its instructions in place of the fusion line (its
+    parameters replaced by the fusion's operands, its root renamed to the fusion, so that the fusion's
+    users are untouched), each XLA's own op, or with ``split_heavy`` each convolution or dot a one-op
+    library fusion of its own. Returns (the replacement lines joined, the new computations)."""
+    outer = _operands(fusion.group("operands"))
+    rename: dict[str, str] = {}
+    shapes: dict[str, str] = {}
+    body: list[str] = []
+    out: list[str] = []
+    matches = [_INST.match(lines[i]) for i in comp.lines]
+    if any(m is None for m in matches):
+        return None
+    for m in matches:
+        shapes[m.group("name")] = m.group("shape")
+        if m.group("op") == "parameter":
+            rename[m.group("name")] = outer[int(m.group("operands"))]
+    lead = fusion.group("lead")
+    for k, m in enumerate(matches):
+        if m.group("op") == "parameter":
+            continue
+        root = m.group("lead").strip().startswith("ROOT")
+        name = fusion.group("name") if root else m.group("name")
+        operands = _REF.sub(lambda r: "%" + rename.get(r.group(1), r.group(1)), m.group("operands"))
+        head = lead if root else "  "
+        if split_heavy and m.group("op") in LIBRARY_OPS:
+            cname = f"autotune_split_{n}_{k}"
+            srcs = _operands(m.group("operands"))
+            params = ", ".join(f"p{j}: {_shape_only(shapes[o])}" for j, o in enumerate(srcs))
+            body += [f"%{cname} ({params}) -> {_shape_only(m.group('shape'))} {{"]
+            body += [f"  %{cname}.p{j} = {shapes[o]} parameter({j})" for j, o in enumerate(srcs)]
+            args = ", ".join(f"%{cname}.p{j}" for j in range(len(srcs)))
+            body += [f"  ROOT %{cname}.root = {m.group('shape')} {m.group('op')}({args}){m.group('rest')}", "}", ""]
+            config = '{"outer_dimension_partitions":[],"fusion_config":{"kind":"__ynn_fusion"}}'
+            out.append(f"{head}%{name} = {m.group('shape')} fusion({operands}), kind=kCustom, calls=%{cname}, "
+                       f"backend_config={config}")
+        else:
+            out.append(f"{head}%{name} = {m.group('shape')} {m.group('op')}({operands}){m.group('rest')}")
+    return "\n".join(out), body
+
+
 def rewrite(text: str, decisions: Mapping[str, str]) -> RewriteResult:
     """``text`` with each ``{instruction: choice}`` applied where the module holds that site."""
     lines = text.splitlines()
@@ -401,11 +485,19 @@ def rewrite(text: str, decisions: Mapping[str, str]) -> RewriteResult:
             continue
         single = _single_op_body(lines, comp)
         if single is not None and single[0].group("op") in LIBRARY_OPS:
+            if choice != AS_XLA:
+                continue
             lines[idx] = _inline(lines, idx, fusion, single)
         elif not any((m := _INST.match(lines[i])) and m.group("op") in LIBRARY_OPS for i in comp.lines):
+            if choice != AS_XLA:
+                continue
             lines[idx] = _as_loop(lines[idx])
         else:
-            continue
+            made = _unfuse(lines, fusion, comp, choice == SPLIT, len(new_comps))
+            if made is None:
+                continue
+            lines[idx], body = made
+            new_comps += body
         applied.append(_name(hero))
     for n, (idx, m, comp) in enumerate(list(_plain_candidates(lines, comps))):
         choice = decisions.get(_name(m))

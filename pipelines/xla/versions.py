@@ -168,6 +168,21 @@ def runs_in_every_step(version: str | None = None) -> frozenset[str]:
     return frozenset(at(NUMBERED_FAMILIES, version))
 
 
+# ---- the pre-scheduler transformation (per-site decisions) ---------------------------------------------
+#: Whether a module handed back by a ``register_hlo_module_transformation`` callback keeps the input's
+#: input/output aliasing (jax's donated buffers). 0.10.2 rebuilds the module without it, even when the
+#: callback returns the bytes it was given: the executable then donates nothing and copies every aliased
+#: buffer into a fresh output each step (ResNet-50's 214 passed-through weights: 80 -> 113 ms a step on
+#: this CPU). 0.11.2 and 0.12.0.1 keep it. A per-site decision (``sites.py``) pays that copy on 0.10
+#: wherever a module aliases; ``tests/test_versions.py`` checks the installed jaxlib against this table.
+HOOK_KEEPS_ALIASING: dict[str, bool] = {"0.10.2": False, "0.11.0": True}
+
+
+def hook_keeps_aliasing(version: str | None = None) -> bool:
+    """See ``HOOK_KEEPS_ALIASING``."""
+    return bool(at(HOOK_KEEPS_ALIASING, version))
+
+
 # ---- jax's CUDA plugin --------------------------------------------------------------------------------
 #: jax's PJRT plugin modules for NVIDIA GPUs, one per CUDA major version (``jax-cuda12-pjrt``,
 #: ``jax-cuda13-pjrt``; each has ``xla_cuda_plugin.so`` beside its ``__init__``, and both register
