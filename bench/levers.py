@@ -230,8 +230,9 @@ def _subgraph_modules(quick: bool):
 
 
 def _local_worker():
-    """The one in-process worker of this bench: each ``XlaWorker`` registers a process-wide transformation
-    with jax, and a second one changes what a compile here costs (seen on jax 0.12: DLRM 1.04 -> 1.43)."""
+    """The one in-process worker of this bench. Each ``XlaWorker`` registers a process-wide transformation
+    with jax and keeps its own executables; with a second one alive, the hand-back rows read otherwise
+    (seen on jax 0.12: DLRM's unchanged hand-back 1.04 alone, 1.43 beside another worker; not pursued)."""
     global _LOCAL
     if _LOCAL is None:
         from autotune.pipelines.xla.worker import XlaWorker
