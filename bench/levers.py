@@ -24,7 +24,8 @@ Levers:
   YNNPACK fuses a ResNet's last stage (several convolutions, their batch norms and ReLUs, the pooling) into
   one library fusion, 26% of ResNet-50's step. Split (each convolution its own library fusion) or all XLA's
   own code, by the tool's rewrite against the module as XLA compiles it: real ResNet-50, the GPT-2 and
-  BERT examples (their one such fusion), and ResNet-style tails made here with jax.
+  BERT examples (their one such fusion), ResNet-style tails made here with jax, the zoo's ResNet at
+  ResNet-18 widths (inference).
 - **The hook itself** (``aliasing``): every per-site decision reaches XLA through jax's pre-scheduler
   transformation. On jaxlib 0.10 that rebuilds the module without its input/output aliasing
   (``versions.HOOK_KEEPS_ALIASING``), so a decided executable copies every donated buffer each step. Measured
@@ -227,6 +228,13 @@ def _subgraph_modules(quick: bool):
     if not quick:
         for name in ("gpt2_train_step.hlo", "bert_encoder_step.hlo"):
             yield name, load(ROOT / "examples" / name)
+        import jax
+
+        from autotune.zoo import resnet
+
+        # The zoo's ResNet at ResNet-18 widths (basic blocks, batch-norm statistics as inputs), inference.
+        prog = resnet.program(resnet.ResNetConfig(stages=4, blocks=2, width=64, image=56, batch=1), "infer")
+        yield f"zoo {prog.name}", autotune.load(jax.jit(prog.fn).lower(*prog.args))
 
 
 def _local_worker():
