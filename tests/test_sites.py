@@ -282,3 +282,63 @@ def test_a_subgraph_decision_compiles_and_computes_what_the_default_computes(eng
         for k in (0, 1):
             verdict = compare_outputs(want[k], pipeline.execute(decided, seed=k), seed=k)
             assert verdict.ok, (choice, verdict)
+
+
+def _bn_tail():
+    """Two bottleneck blocks whose batch norm divides by the square root of a variance input: drawn N(0, 1),
+    the variance is negative and the norm NaN, which XLA's YNNPACK fusion of the stage turns into 0 at its
+    ReLUs (HLO's ``maximum`` propagates NaN)."""
+    import jax
+    import jax.numpy as jnp
+
+    def conv(x, w):
+        return jax.lax.conv_general_dilated(x, w, (1, 1), "SAME", dimension_numbers=("NHWC", "HWIO", "NHWC"))
+
+    def f(x, w1, w2, w3, var):
+        for _ in range(2):
+            y = jnp.maximum(conv(x, w1) * jax.lax.rsqrt(var), 0.0)
+            y = jnp.maximum(conv(y, w2), 0.0)
+            x = jnp.maximum(conv(y, w3) + x, 0.0)
+        return jnp.mean(x, axis=(1, 2))
+
+    S = jax.ShapeDtypeStruct
+    args = (S((1, 7, 7, 512), jnp.float32), S((1, 1, 512, 128), jnp.float32), S((3, 3, 128, 128), jnp.float32),
+            S((1, 1, 128, 512), jnp.float32), S((128,), jnp.float32))
+    return jax.jit(f).lower(*args)
+
+
+def test_a_nan_only_a_library_swallowed_is_judged_on_inputs_in_the_working_range(engine, pipeline):
+    """XLA's default returns numbers where a decision (HLO's semantics) returns NaN, because YNNPACK's fused
+    ReLU swallowed the NaN of a negative variance: XLA compiled without libraries returns NaN there too, so the
+    draw decides nothing and the comparison is made on ``scaled`` inputs (finite for both), where they agree."""
+    import autotune
+    from autotune.core import execution
+    from autotune.core.outputs import compare_outputs
+
+    module = engine.prepare(autotune.load(_bn_tail()))
+    (site,) = [s for s in pipeline.sites(module) if s.choices == sites.SUBGRAPH_CHOICES]
+    decided = module.with_options({site.option: sites.AS_XLA})
+    default, tuned = pipeline.execute(module, seed=0), pipeline.execute(decided, seed=0)
+    assert not compare_outputs(default, tuned, seed=0).ok  # on N(0, 1) inputs they differ: NaN against numbers
+    assert execution.nonfinite(default) == 0 and execution.nonfinite(tuned) > 0
+    verdict = execution.validate(pipeline, module, decided, seed=0)
+    assert verdict.ok and verdict.inputs.startswith("floats=scaled"), verdict
+
+
+def test_a_nan_where_xla_itself_computes_numbers_stays_wrong(engine, tmp_path):
+    """The same rule never excuses a tuned module that returns NaN where XLA's own semantics (no libraries)
+    returns numbers: a module of the same signature computing log(-1 - |x|) against relu(x)."""
+    from autotune.core import execution
+
+    base = "HloModule m\n\nENTRY e {\n  x = f32[64,32] parameter(0)\n  w = f32[32,16] parameter(1)\n" \
+           "  d = f32[64,16] dot(x, w), lhs_contracting_dims={1}, rhs_contracting_dims={0}\n{body}}\n"
+    relu = base.replace("{body}", "  z = f32[] constant(0)\n  b = f32[64,16] broadcast(z), dimensions={}\n"
+                                  "  ROOT r = f32[64,16] maximum(d, b)\n")
+    nan = base.replace("{body}", "  a = f32[64,16] abs(d)\n  o = f32[] constant(-1)\n"
+                                 "  ob = f32[64,16] broadcast(o), dimensions={}\n  s = f32[64,16] subtract(ob, a)\n"
+                                 "  ROOT r = f32[64,16] log(s)\n")
+    (tmp_path / "relu.hlo").write_text(relu)
+    (tmp_path / "nan.hlo").write_text(nan)
+    original, wrong = (engine.prepare(load(tmp_path / f"{n}.hlo")) for n in ("relu", "nan"))
+    verdict = execution.validate(engine.pipeline, original, wrong, seed=0)
+    assert not verdict.ok and "NaN or Inf where the original's are finite" in verdict.reason

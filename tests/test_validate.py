@@ -254,3 +254,20 @@ def test_api_function_stays_callable_after_the_module_is_imported():
     import autotune.core.validation as module
 
     assert callable(autotune.validate) and module.OutputComparison is not None
+
+
+def test_scaled_inputs_are_in_a_networks_working_range():
+    """``floats="scaled"``: a weight (two or more dimensions) N(0, 1/fan-in), a vector (a bias, a norm's scale,
+    mean or variance) at least 0.5, so a deep network stays finite and a variance is never negative; the same
+    arrays for the same seed, and large arrays (drawn in chunks) scaled alike."""
+    from autotune.pipelines.xla import hlo, runner
+
+    text = ("HloModule m\n\nENTRY e {\n  w = f32[3,3,64,32] parameter(0)\n  v = f32[32] parameter(1)\n"
+            "  big = f32[2048,4096] parameter(2)\n  ROOT t = (f32[3,3,64,32], f32[32], f32[2048,4096]) tuple(w, v, big)\n}\n")
+    proto = hlo.parse_text(text).as_serialized_hlo_module_proto()
+    w, v, big = runner.random_inputs(proto, seed=3, floats="scaled")
+    assert abs(float(np.std(w)) * (3 * 3 * 64) ** 0.5 - 1.0) < 0.05
+    assert float(v.min()) >= 0.5 and float(np.median(v)) < 1.0
+    assert big.size >= runner.DRAW_CHUNK and abs(float(np.std(big)) * 2048 ** 0.5 - 1.0) < 0.01
+    again = runner.random_inputs(proto, seed=3, floats="scaled")
+    assert all(np.array_equal(a, b) for a, b in zip((w, v, big), again))

@@ -57,8 +57,8 @@ INT_HIGH = 4
 #: parameters must be non-negative to give finite results (Adam's second moment goes through
 #: sqrt/rsqrt: a train step fed negative moments returns NaN in every updated weight, and NaN ==
 #: NaN would make the comparison vacuous). ``autotune.core.validation`` picks ``positive`` only when the
-#: original's outputs under ``normal`` are not finite.
-FLOAT_DISTRIBUTIONS = ("normal", "positive")
+#: original's outputs under ``normal`` are not finite. ``scaled``: see ``_shaped``.
+FLOAT_DISTRIBUTIONS = ("normal", "positive", "scaled")
 
 
 @dataclass(frozen=True)
@@ -123,6 +123,25 @@ def parameter_specs(proto: bytes) -> list[ParamSpec]:
     return specs
 
 
+#: The float distributions: N(0, 1); its absolute value; and ``scaled``, what a trained network's
+#: values look like to it: an array of two or more dimensions N(0, 1/fan-in) (fan-in: all dimensions but
+#: the last, as a weight's), one of fewer dimensions (a bias, a norm's scale, mean or variance) in [0.5, 1.5)
+#: ish (0.5 + |N(0, 1)|/2). Random N(0, 1) weights overflow a deep network and a variance drawn negative
+#: makes a norm's rsqrt NaN; ``scaled`` keeps a batch-norm CNN finite (``core/execution.py`` uses it to
+#: tell a library's NaN handling from a wrong answer).
+
+
+def _shaped(x, floats: str, shape: tuple[int, ...], lib=np):
+    """A standard normal draw ``x`` (any dtype, numpy or jax) as ``floats`` wants it for an array of ``shape``."""
+    if floats == "positive":
+        return lib.abs(x)
+    if floats == "scaled":
+        if len(shape) >= 2:
+            return x * (1.0 / math.sqrt(max(1, math.prod(shape[:-1]))))
+        return 0.5 + 0.5 * lib.abs(x)
+    return x
+
+
 def _random_array(rng: np.random.Generator, shape: tuple[int, ...], dtype: np.dtype, floats: str,
                   int_high: int) -> np.ndarray:
     if dtype == np.bool_:
@@ -132,8 +151,7 @@ def _random_array(rng: np.random.Generator, shape: tuple[int, ...], dtype: np.dt
     wide = np.float64 if dtype.itemsize == 16 or dtype == np.float64 else np.float32
 
     def draw():
-        x = rng.standard_normal(shape, dtype=wide)
-        return np.abs(x) if floats == "positive" else x
+        return _shaped(rng.standard_normal(shape, dtype=wide), floats, shape)
 
     if dtype.kind == "c":
         return (draw() + 1j * draw()).astype(dtype)
@@ -174,7 +192,7 @@ def _draw_in_chunks(rng: np.random.Generator, shape: tuple[int, ...], dtype: np.
     starts = range(0, out.size, DRAW_CHUNK)
     streams = rng.bit_generator.seed_seq.spawn(len(starts))
 
-    table = _narrow_normal_table(dtype, floats) if dtype.itemsize <= 2 else None
+    table = _narrow_normal_table(dtype, floats) if dtype.itemsize <= 2 and floats != "scaled" else None
 
     def fill(k: int) -> None:
         lo = starts[k]
@@ -184,7 +202,7 @@ def _draw_in_chunks(rng: np.random.Generator, shape: tuple[int, ...], dtype: np.
             out[lo:lo + size] = table[rng_k.integers(0, NARROW_QUANTILES, size=size, dtype=np.uint16)]
             return
         x = rng_k.standard_normal(size, dtype=wide)
-        out[lo:lo + x.size] = np.abs(x) if floats == "positive" else x
+        out[lo:lo + x.size] = _shaped(x, floats, shape)
 
     with ThreadPoolExecutor(DRAW_THREADS) as pool:
         list(pool.map(fill, range(len(starts))))
@@ -284,8 +302,7 @@ def drawn_on_device(worker, proto: bytes, seed: int = 0, floats: str = "normal",
             elif dtype.kind in "iu":
                 x = jax.random.randint(k, s.shape, 0, int_high, dtype=jnp.int32).astype(dtype)
             else:
-                x = jax.random.normal(k, s.shape, dtype=jnp.float32)
-                x = (jnp.abs(x) if floats == "positive" else x).astype(dtype)
+                x = _shaped(jax.random.normal(k, s.shape, dtype=jnp.float32), floats, tuple(s.shape), jnp).astype(dtype)
             out.append(jax.device_put(x, device))
     for x in out:
         x.block_until_ready()
