@@ -173,6 +173,8 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--max-ms", type=float, default=2000.0, help="leave out modules slower than this per step")
     parser.add_argument("--out", default=str(RESULTS))
+    parser.add_argument("--modules", nargs="+", metavar="STEM",
+                        help="only these of the modules (file stems, e.g. xla_resnet50_keras_jax)")
     args = parser.parse_args()
     out = Path(args.out)
     stem = "options-quick" if args.quick else "options"
@@ -180,6 +182,11 @@ def main() -> None:
     data = json.loads(previous.read_text()) if previous.exists() and args.stage != "all" else {}
     data.pop("provenance", None)
     modules = MODULES[:3] if args.quick else MODULES
+    if args.modules:
+        unknown = set(args.modules) - {Path(m).stem for m in MODULES}
+        if unknown:
+            parser.error(f"not a module of this bench: {', '.join(sorted(unknown))}")
+        modules = [m for m in MODULES if Path(m).stem in args.modules]
     import jax
 
     data.update(command=COMMAND, jax=jax.__version__, strategy=args.strategy, budget=args.budget, seed=args.seed)
