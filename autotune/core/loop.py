@@ -467,7 +467,9 @@ def finish(search: Search, status: str, reason: str | None, validate: bool, vali
 #: Part of a cached verdict's key: raised when validation's judgement changes, so that a verdict
 #: an older judgement cached (an ``invalid`` from a region's bf16 rounding before the region check had
 #: its f32 second opinion) is established again. 2: regions judged against their f32 reference.
-VALIDATION_VERSION = "validation-2"
+#: Bumped when a verdict's meaning changes, so that verdicts stored by an earlier rule are established again
+#: (3: a NaN only a library fusion swallowed is judged on inputs in the working range, ``execution.library_nan``).
+VALIDATION_VERSION = "validation-3"
 
 
 def validity_of(evaluator: Evaluator, root: Module, state: str, seed: int = 0,
