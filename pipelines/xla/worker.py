@@ -13,6 +13,7 @@ here costs one process, never the run.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import tempfile
 import time
@@ -86,6 +87,7 @@ class XlaWorker:
                 ("xla_disable_hlo_passes", ",".join(self.inventory.disabled_for(self.inventory.default_keep)))
             ]
         self._mlir_cache: OrderedDict[str, bytes] = OrderedDict()
+        self._hand_back = None  # ``handing_back``'s transform while its block runs
 
     # ---- the capture mechanism -----------------------------------------------------------------
     def _hook(self, module_bytes: bytes):
@@ -99,8 +101,22 @@ class XlaWorker:
         """A full compile with per-site decisions (``sites.py``): the optimised module, rewritten where
         the decisions say, handed back to XLA for scheduling and codegen. What was applied (and what
         found no site) is kept in ``site_report`` for the compile's caller."""
+        if self._hand_back is not None:
+            self.site_report = None
+            return self._hand_back(module_bytes)
         decided, self.site_report = sites.decide(module_bytes, self.site_decisions)
         return decided
+
+    @contextlib.contextmanager
+    def handing_back(self, transform):
+        """Within the block, this worker's compiles hand XLA's pre-scheduler module to ``transform`` (bytes ->
+        bytes or None) instead of the per-site rewrite: how ``bench/levers.py`` measures what handing a module
+        back costs by itself (jaxlib 0.10 drops its input/output aliasing even for the unchanged bytes)."""
+        self._hand_back, self.site_decisions = transform, {"<hand-back>": "<hand-back>"}
+        try:
+            yield
+        finally:
+            self._hand_back, self.site_decisions = None, {}
 
     def capture(self, mlir: bytes, overrides: list[tuple[str, str]]) -> bytes:
         """Compile ``mlir`` with debug-option ``overrides`` and return the serialized HloModuleProto the
