@@ -43,11 +43,10 @@ import os
 import time
 from collections.abc import Callable
 
-from pathlib import Path
 
 from harness import RESULTS, ROOT, Provenance, log, max_rel_diff, write
 
-from levers_parts import NOTES, tool_ratio, aliasing, subgraphs
+from levers_parts import NOTES, aliasing, decided_rows, subgraphs
 from options_parts.hook import jax_ratio
 
 ROUNDS, QUICK_ROUNDS = 40, 16
@@ -96,29 +95,15 @@ def _loop_modules(quick: bool):
 def unrolling(rounds: int, quick: bool) -> list[dict]:
     """Each counted while loop unrolled by the tool's own rewrite (``site:unroll:<while>``, loops.py) against
     the module as written, timed and executed by the tool's worker."""
-    import tempfile
-
-    from autotune.core.engine import open_engine
     from autotune.pipelines.xla import loops
 
-    rows = []
-    with tempfile.TemporaryDirectory(prefix="levers-") as tmp, open_engine(Path(tmp) / "c.db", workers=1) as ev:
-        pipeline = ev.pipeline
-        for name, module in _loop_modules(quick):
-            root = ev.prepare(module)
-            for site in (s for s in pipeline.sites(root) if s.kind == loops.UNROLL):
-                for choice in site.choices:
-                    if choice == site.default:
-                        continue
-                    t0 = time.perf_counter()
-                    r = tool_ratio(pipeline, root, root.with_options({site.option: choice}), rounds)
-                    row = {"lever": "loop unrolling (site:unroll)", "program": f"{name}, {site.name} ({site.shape})",
-                           "variant": "full" if choice == loops.FULL else f"by {choice}", **r,
-                           "max_rel_diff": 0.0 if r["same"] else float("nan"), "seconds": time.perf_counter() - t0}
-                    log(f"unroll {row['program']} {row['variant']}: {r['ratio']:.3f} [{r['low']:.3f}, {r['high']:.3f}] "
-                        f"({r['plain_ms']:.3f} ms -> {r['hooked_ms']:.3f} ms), same {r['same']}")
-                    rows.append(row)
-    return rows
+    def decisions(pipeline, root):
+        for site in (s for s in pipeline.sites(root) if s.kind == loops.UNROLL):
+            for choice in site.choices:
+                if choice != site.default:
+                    yield site, choice, "full" if choice == loops.FULL else f"by {choice}"
+
+    return decided_rows(_loop_modules(quick), decisions, "loop unrolling (site:unroll)", rounds)
 
 
 def conv_layout(rounds: int, quick: bool) -> list[dict]:

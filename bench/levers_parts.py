@@ -108,9 +108,10 @@ def _nan_semantics(module, site_name: str) -> str:
     return ", ".join(f"{k} {v}" for k, v in counts.items())
 
 
-def subgraphs(rounds: int, quick: bool) -> list[dict]:
-    """Each library fusion of a subgraph split, and taken into XLA's own code, by the tool's rewrite against
-    the module as XLA compiles it, timed and executed by the tool's worker."""
+def decided_rows(modules, decisions, lever: str, rounds: int) -> list[dict]:
+    """For each ``(name, Module)`` of ``modules`` and each ``(site, choice, variant)`` that ``decisions(pipeline,
+    root)`` yields, the decision against the module as XLA compiles it, timed and executed by the tool's worker
+    (``tool_ratio``): one row each. Loop unrolling (levers.py) and library subgraphs share it."""
     import tempfile
 
     from autotune.core.engine import open_engine
@@ -119,18 +120,16 @@ def subgraphs(rounds: int, quick: bool) -> list[dict]:
     rows = []
     with tempfile.TemporaryDirectory(prefix="levers-") as tmp, open_engine(Path(tmp) / "c.db", workers=1) as ev:
         pipeline = ev.pipeline
-        for name, module in _subgraph_modules(quick):
+        for name, module in modules:
             root = ev.prepare(module)
-            for site in (s for s in pipeline.sites(root) if s.choices == sites.SUBGRAPH_CHOICES):
-                for choice in (sites.SPLIT, sites.AS_XLA):
-                    t0 = time.perf_counter()
-                    r = tool_ratio(pipeline, root, root.with_options({site.option: choice}), rounds)
-                    row = {"lever": "library subgraph (site:library)", "program": f"{name}, {site.name} ({site.shape})",
-                           "variant": choice, **r, "max_rel_diff": 0.0 if r["same"] else float("nan"),
-                           "seconds": time.perf_counter() - t0, "donation_dropped": sites.drops_donation(root.proto)}
-                    log(f"subgraph {row['program']} {choice}: {r['ratio']:.3f} [{r['low']:.3f}, {r['high']:.3f}] "
-                        f"({r['plain_ms']:.3f} ms -> {r['hooked_ms']:.3f} ms), same {r['same']}")
-                    rows.append(row)
+            for site, choice, variant in decisions(pipeline, root):
+                t0 = time.perf_counter()
+                r = tool_ratio(pipeline, root, root.with_options({site.option: choice}), rounds)
+                rows.append({"lever": lever, "program": f"{name}, {site.name} ({site.shape})", "variant": variant, **r,
+                             "max_rel_diff": 0.0 if r["same"] else float("nan"), "seconds": time.perf_counter() - t0,
+                             "donation_dropped": sites.drops_donation(root.proto)})
+                log(f"{lever} {rows[-1]['program']} {variant}: {r['ratio']:.3f} [{r['low']:.3f}, {r['high']:.3f}] "
+                    f"({r['plain_ms']:.3f} ms -> {r['hooked_ms']:.3f} ms), same {r['same']}")
                 if name.startswith("ResNet tail") and not any("NaN" in n for n in NOTES):
                     NOTES.append(f"A NaN in every 7th input element of {name}: NaN outputs under "
                                  f"{_nan_semantics(root, site.name)}. XLA's YNNPACK fusion of the stage turns "
@@ -140,6 +139,19 @@ def subgraphs(rounds: int, quick: bool) -> list[dict]:
                                  "too, and compares both on inputs in the working range (floats=scaled): the "
                                  "'same' column.")
     return rows
+
+
+def subgraphs(rounds: int, quick: bool) -> list[dict]:
+    """Each library fusion of a subgraph split, and taken into XLA's own code, by the tool's rewrite against
+    the module as XLA compiles it, timed and executed by the tool's worker."""
+    from autotune.pipelines.xla import sites
+
+    def decisions(pipeline, root):
+        for site in (s for s in pipeline.sites(root) if s.choices == sites.SUBGRAPH_CHOICES):
+            for choice in (sites.SPLIT, sites.AS_XLA):
+                yield site, choice, choice
+
+    return decided_rows(_subgraph_modules(quick), decisions, "library subgraph (site:library)", rounds)
 
 
 def _worker_ratio(worker, proto: bytes, a, b, rounds: int) -> dict:
