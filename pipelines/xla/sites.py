@@ -27,6 +27,7 @@ execution every answer goes through (a rule that changes what the module compute
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -59,6 +60,7 @@ _INST = re.compile(r"^(?P<lead>\s*(?:ROOT )?)%(?P<name>[\w.\-]+) = (?P<shape>[a-
 _COMP = re.compile(r"^(?:ENTRY )?%(?P<name>[\w.\-]+) \((?P<params>.*)\) -> .* \{$")
 _CALLS = re.compile(r", calls=%(?P<comp>[\w.\-]+)")
 _KIND = re.compile(r"\"fusion_config\":\{\"kind\":\"(?P<kind>[\w]+)\"")
+_METADATA = re.compile(r", metadata=\{.*?\}(?=(, [a-z_]+=|$))")
 _BACKEND = re.compile(r", backend_config=(\{.*\})(?=(, [a-z_]+=|$))")
 
 
@@ -300,10 +302,7 @@ def _fused_names(comps: dict[str, _Comp], lines: list[str]) -> set[str]:
 
 
 def _elements(shape: str) -> int:
-    n = 1
-    for d in _dims(shape):
-        n *= d
-    return n
+    return math.prod(_dims(shape))
 
 
 def _dims(shape: str) -> list[int]:
@@ -392,7 +391,7 @@ def _inline(lines: list[str], idx: int, fusion, single) -> str:
     outer = _operands(fusion.group("operands"))
     by_param = {name: outer[n] for name, n in params.items()}
     args = ", ".join(f"%{by_param[o]}" for o in _operands(root.group("operands")))
-    rest = re.sub(r", metadata=\{.*?\}(?=(, [a-z_]+=|$))", "", root.group("rest"))
+    rest = _METADATA.sub("", root.group("rest"))
     return f"{fusion.group('lead')}%{fusion.group('name')} = {fusion.group('shape')} {root.group('op')}({args}){rest}"
 
 
@@ -408,23 +407,29 @@ def _shape_of(lines: list[str], comp: _Comp, operand: str) -> str | None:
     return None
 
 
-def _outline(lines: list[str], idx: int, m, comp: _Comp, n: int) -> tuple[str, list[str]] | None:
-    """A plain dot/convolution as a one-op library fusion: (the new call line, the new computation)."""
-    operands = _operands(m.group("operands"))
-    shapes = [_shape_of(lines, comp, o) for o in operands]
-    if any(s is None for s in shapes):
-        return None
-    cname = f"autotune_site_{n}"
+def _library_call(m, cname: str, shapes: list[str], lead: str, name: str, operands: str) -> tuple[str, list[str]]:
+    """``m`` (a dot or convolution) as a one-op library fusion: (the call line ``lead%name = ... fusion(operands)``,
+    the new computation ``cname`` taking parameters of ``shapes``). The op's metadata goes with the call, which
+    is what a profile names the library call's time by."""
     params = ", ".join(f"p{k}: {_shape_only(s)}" for k, s in enumerate(shapes))
     body = [f"%{cname} ({params}) -> {_shape_only(m.group('shape'))} {{"]
     body += [f"  %{cname}.p{k} = {s} parameter({k})" for k, s in enumerate(shapes)]
     args = ", ".join(f"%{cname}.p{k}" for k in range(len(shapes)))
-    rest = re.sub(r", metadata=\{.*?\}(?=(, [a-z_]+=|$))", "", m.group("rest"))
-    body += [f"  ROOT %{m.group('name')}.autotune = {m.group('shape')} {m.group('op')}({args}){rest}", "}", ""]
+    meta = _METADATA.search(m.group("rest"))
+    rest = _METADATA.sub("", m.group("rest"))
+    body += [f"  ROOT %{cname}.root = {m.group('shape')} {m.group('op')}({args}){rest}", "}", ""]
     config = '{"outer_dimension_partitions":[],"fusion_config":{"kind":"__ynn_fusion"}}'
-    call = (f"{m.group('lead')}%{m.group('name')} = {m.group('shape')} fusion({m.group('operands')}), kind=kCustom, "
-            f"calls=%{cname}, backend_config={config}")
+    call = (f"{lead}%{name} = {m.group('shape')} fusion({operands}), kind=kCustom, calls=%{cname}"
+            f"{meta.group(0) if meta else ''}, backend_config={config}")
     return call, body
+
+
+def _outline(lines: list[str], idx: int, m, comp: _Comp, n: int) -> tuple[str, list[str]] | None:
+    """A plain dot/convolution as a one-op library fusion: (the new call line, the new computation)."""
+    shapes = [_shape_of(lines, comp, o) for o in _operands(m.group("operands"))]
+    if any(s is None for s in shapes):
+        return None
+    return _library_call(m, f"autotune_site_{n}", shapes, m.group("lead"), m.group("name"), m.group("operands"))
 
 
 _REF = re.compile(r"%([\w.\-]+)")
@@ -456,16 +461,10 @@ def _unfuse(lines: list[str], fusion, comp: _Comp, split_heavy: bool, n: int) ->
         operands = _REF.sub(lambda r: "%" + rename.get(r.group(1), r.group(1)), m.group("operands"))
         head = lead if root else "  "
         if split_heavy and m.group("op") in LIBRARY_OPS:
-            cname = f"autotune_split_{n}_{k}"
-            srcs = _operands(m.group("operands"))
-            params = ", ".join(f"p{j}: {_shape_only(shapes[o])}" for j, o in enumerate(srcs))
-            body += [f"%{cname} ({params}) -> {_shape_only(m.group('shape'))} {{"]
-            body += [f"  %{cname}.p{j} = {shapes[o]} parameter({j})" for j, o in enumerate(srcs)]
-            args = ", ".join(f"%{cname}.p{j}" for j in range(len(srcs)))
-            body += [f"  ROOT %{cname}.root = {m.group('shape')} {m.group('op')}({args}){m.group('rest')}", "}", ""]
-            config = '{"outer_dimension_partitions":[],"fusion_config":{"kind":"__ynn_fusion"}}'
-            out.append(f"{head}%{name} = {m.group('shape')} fusion({operands}), kind=kCustom, calls=%{cname}, "
-                       f"backend_config={config}")
+            call, made = _library_call(m, f"autotune_split_{n}_{k}", [shapes[o] for o in _operands(m.group("operands"))],
+                                       head, name, operands)
+            out.append(call)
+            body += made
         else:
             out.append(f"{head}%{name} = {m.group('shape')} {m.group('op')}({operands}){m.group('rest')}")
     return "\n".join(out), body
