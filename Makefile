@@ -80,8 +80,8 @@ demo: $(STAMP)
 ## 16d69e5 (pytest 13.8 min): the same tests took up to 1.7x longer from run to run; 726 in 14.3 min at e9a4b13;
 ## 736 in 13.6 min at 16a59bf (pytest 12.2 min, the machine otherwise idle); 739 in 11.9 min at da9557d (pytest
 ## 10.6 min) and 11.5 min at be3353c (pytest 10.4 min), after the byte-compile below and shorter confirmations in
-## the tests whose subject is a rule or a wording; 744 in 14.4 min at 0cb12a0 (pytest 13.0 min; 12.6 min at
-## f084f29), over the 12-minute goal again.
+## the tests whose subject is a rule or a wording; 744 in 14.4 min at 0cb12a0 (pytest 13.0 min) and 12.4 min at
+## bef6f1b (pytest 11.2 min): around the 12-minute goal, not under it on every run.
 PYTEST_WORKERS ?= 2
 ## The package's own modules byte-compiled first (a second or two; only what changed): an editable install
 ## leaves them as source, and where PYTHONDONTWRITEBYTECODE is set (this machine image sets it) every
