@@ -123,16 +123,13 @@ def parameter_specs(proto: bytes) -> list[ParamSpec]:
     return specs
 
 
-#: The float distributions: N(0, 1); its absolute value; and ``scaled``, what a trained network's
-#: values look like to it: an array of two or more dimensions N(0, 1/fan-in) (fan-in: all dimensions but
-#: the last, as a weight's), one of fewer dimensions (a bias, a norm's scale, mean or variance) in [0.5, 1.5)
-#: ish (0.5 + |N(0, 1)|/2). Random N(0, 1) weights overflow a deep network and a variance drawn negative
-#: makes a norm's rsqrt NaN; ``scaled`` keeps a batch-norm CNN finite (``core/execution.py`` uses it to
-#: tell a library's NaN handling from a wrong answer).
-
-
 def _shaped(x, floats: str, shape: tuple[int, ...], lib=np):
-    """A standard normal draw ``x`` (any dtype, numpy or jax) as ``floats`` wants it for an array of ``shape``."""
+    """A standard normal draw ``x`` (any dtype, numpy or jax) as ``floats`` wants it for an array of ``shape``:
+    N(0, 1); its absolute value; or ``scaled``, what a trained network's values look like to it: an array of two
+    or more dimensions N(0, 1/fan-in) (fan-in: all dimensions but the last, as a weight's), one of fewer (a bias,
+    a norm's scale, mean or variance) 0.5 + |N(0, 1)|/2. Random N(0, 1) weights overflow a deep network and a
+    variance drawn negative makes a norm's rsqrt NaN; ``scaled`` keeps a batch-norm CNN finite
+    (``core/execution.py`` uses it to tell a library's NaN handling from a wrong answer)."""
     if floats == "positive":
         return lib.abs(x)
     if floats == "scaled":

@@ -169,9 +169,12 @@ def loop_sites(text: str) -> list[Site]:
 def drops_donation(proto: bytes) -> bool:
     """Whether a per-site decision on this module costs its donated buffers here: the module aliases inputs
     to outputs and the installed jaxlib's transformation drops that (``versions.HOOK_KEEPS_ALIASING``)."""
-    if versions.hook_keeps_aliasing():
-        return False
-    return "input_output_alias=" in hlo.elided_text(hlo.parse_proto(proto)).split("\n", 1)[0]
+    return _drops_donation(hlo.elided_text(hlo.parse_proto(proto)))
+
+
+def _drops_donation(text: str) -> bool:
+    """``drops_donation`` of a module's text (its header line says whether it aliases)."""
+    return not versions.hook_keeps_aliasing() and "input_output_alias=" in text.split("\n", 1)[0]
 
 
 def tag(proto: bytes) -> bytes:
@@ -190,7 +193,7 @@ def decide(module_bytes: bytes, decisions: Mapping[str, str]) -> tuple[bytes | N
     result = rewrite(hlo.to_text(hlo.parse_proto(module_bytes), metadata=True), decisions)
     if not result.applied:
         return None, result
-    if "input_output_alias=" in result.text.split("\n", 1)[0] and not versions.hook_keeps_aliasing():
+    if _drops_donation(result.text):
         result = dataclasses.replace(result, aliasing_dropped=True)
     return hlo.parse_text(result.text).as_serialized_hlo_module_proto(), result
 
@@ -258,7 +261,7 @@ def _single_op_body(lines: list[str], comp: _Comp):
     return others[0], params
 
 
-def _hero(lines: list[str], comp: _Comp, fusion=None):
+def _hero(lines: list[str], comp: _Comp, fusion):
     """The instruction a library fusion exists for: the one conv/dot/reduce in it, else (a subgraph) the
     convolution or dot with the largest result that ``autotune profile`` names the fusion's time by
     (``profiling.principal``: the one the fusion's own metadata names, else the last in the body), else
@@ -272,8 +275,7 @@ def _hero(lines: list[str], comp: _Comp, fusion=None):
             return LIBRARY_OPS.index(m.group("op")), -_elements(m.group("shape"))
         best = min(rank(m) for m in heavy)
         tied = [m for m in heavy if rank(m) == best]
-        own = _name(fusion) if fusion is not None else None
-        return next((m for m in tied if _name(m) == own), tied[-1])
+        return next((m for m in tied if _name(m) == _name(fusion)), tied[-1])
     roots = [m for i in comp.lines if (m := _INST.match(lines[i])) and m.group("lead").strip().startswith("ROOT")]
     return roots[0] if roots else None
 

@@ -91,7 +91,7 @@ class XlaWorker:
 
     # ---- the capture mechanism -----------------------------------------------------------------
     def _hook(self, module_bytes: bytes):
-        decided = self._decide_sites(module_bytes) if self.site_decisions else None
+        decided = self._decide_sites(module_bytes) if self.site_decisions or self._hand_back else None
         if not self._capturing:
             return decided
         self._captured = decided or module_bytes
@@ -112,11 +112,11 @@ class XlaWorker:
         """Within the block, this worker's compiles hand XLA's pre-scheduler module to ``transform`` (bytes ->
         bytes or None) instead of the per-site rewrite: how ``bench/levers.py`` measures what handing a module
         back costs by itself (jaxlib 0.10 drops its input/output aliasing even for the unchanged bytes)."""
-        self._hand_back, self.site_decisions = transform, {"<hand-back>": "<hand-back>"}
+        self._hand_back = transform
         try:
             yield
         finally:
-            self._hand_back, self.site_decisions = None, {}
+            self._hand_back = None
 
     def capture(self, mlir: bytes, overrides: list[tuple[str, str]]) -> bytes:
         """Compile ``mlir`` with debug-option ``overrides`` and return the serialized HloModuleProto the
