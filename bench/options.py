@@ -48,10 +48,26 @@ MODULES = [
     "tests/data/real/rocm_vit_predict.hlo", "tests/data/real/hloenv_maml_train_step.hlo",
     "tests/data/real/hloenv_jaxrl_td_target.hlo", "examples/gpt2_train_step.hlo", "examples/bert_encoder_step.hlo",
     "examples/resnet_train_step.hlo", "examples/llm_decode_step.hlo",
+    # the zoo's other single-device families, each its default config's training step, lowered at run time
+    "zoo:t5:train", "zoo:vit:train", "zoo:diffusion:train",
 ]
 RACE_MODULE = "tests/data/real/xla_resnet50_keras_jax.hlo"
 #: A/A confirmations per module (at least 50 in all: the goal's count).
 AA_TRIALS = 8
+
+
+def module_file(path: str, tmp: Path) -> Path:
+    """Where ``path``'s HLO text is: a file of the checkout, or ``zoo:FAMILY:KIND`` lowered now (the family's
+    default config) into ``tmp``. Lowered, not committed: the zoo is reproducible for the pinned jax."""
+    if not path.startswith("zoo:"):
+        return ROOT / path
+    from autotune.zoo import CONFIGS, lower
+
+    _, family, kind = path.split(":")
+    out = tmp / f"{family}_{kind}.hlo"
+    if not out.exists():
+        out.write_text(lower(family, kind, CONFIGS[family]()))
+    return out
 
 
 def load_now() -> str:
@@ -69,7 +85,7 @@ def search_one(db: Path, path: str, strategy: str, budget: int, seed: int, race:
                    objective_options=objective)
     t0 = time.perf_counter()
     with open_engine(db, workers=1) as ev:
-        result = tune(ev, load(ROOT / path), spec=spec)
+        result = tune(ev, load(module_file(path, db.parent)), spec=spec)
         timed = [json.loads(r) for (r,) in ev.cache.db.execute("SELECT report FROM reports WHERE kind='runtime'")]
     claim = result.claim
     return {
@@ -96,7 +112,7 @@ def search_one(db: Path, path: str, strategy: str, budget: int, seed: int, race:
 def step_times(tmp: Path, modules: list[str]) -> dict[str, float]:
     """Each module's default step here (ms): the stages leave out those over ``--max-ms``."""
     with open_engine(tmp / "probe.db", workers=1) as ev:
-        return {path: default_ms(ev, ev.prepare(load(ROOT / path))) for path in modules}
+        return {path: default_ms(ev, ev.prepare(load(module_file(path, tmp)))) for path in modules}
 
 
 def search_stage(tmp: Path, modules: list[str], timed: dict[str, float], args) -> list[dict]:
@@ -118,7 +134,7 @@ def aa_stage(tmp: Path, modules: list[str], quick: bool) -> list[dict]:
     rows = []
     with open_engine(tmp / "aa.db", workers=1) as ev:
         for path in modules:
-            root = ev.prepare(load(ROOT / path))
+            root = ev.prepare(load(module_file(path, tmp)))
             for k in range(2 if quick else AA_TRIALS):
                 row = confirm(ev, root, root, seed=k, rounds=Runtime().rounds)
                 rows.append({"module": root.name, "trial": k, **row})
