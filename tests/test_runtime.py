@@ -21,6 +21,7 @@ from autotune.core.objectives.runtime import Runtime, runtime_key
 from autotune.core.record import TuningRecord, check
 from autotune.core.runs import RunStore
 from autotune.core.tuner import tune
+from autotune.errors import BadInput
 from conftest import DATA, run_cli
 
 MLP = DATA / "mlp_train_step.hlo"
@@ -186,6 +187,40 @@ def test_a_faster_verdict_counts_only_when_a_second_confirmation_replicates_it()
     assert "on other inputs second 0.9" in claim.message and ", third 1.0" in claim.message, claim.message
     one = Runtime(replicate=False).measured_claim(lambda seed: samples(0.9), seed=7)
     assert one.win and one.rounds == 30  # replicate=False: one confirmation decides
+
+
+def test_a_first_confirmation_that_straddles_the_bar_is_timed_further_before_it_is_dropped():
+    """A first confirmation whose interval holds 0.98 (a real 5% win on a noisy draw) is timed again on the
+    same inputs (``timed(seed)`` again) and decided on the rounds joined, at most ``extensions`` times; the
+    replication on other inputs still decides a win. A first wholly above the bar is final, as before."""
+    rng = np.random.default_rng(11)
+
+    def samples(scale, noise):
+        a = 1e-3 * (1 + noise * rng.standard_normal(30))
+        return {"a": list(a), "b": list(scale * a * (1 + noise * rng.standard_normal(30)))}
+
+    def run(*draws, **kw):
+        asked = []
+        claim = Runtime(**kw).measured_claim(lambda seed: asked.append(seed) or samples(*draws[len(asked) - 1]),
+                                             seed=7)
+        return claim, asked
+
+    noisy, steady = (0.95, 0.12), (0.95, 0.01)
+    first = stats.time_ratio(*samples(*noisy).values())
+    assert not first.faster and first.low < 0.98  # the draw below does straddle (the same rng, re-made)
+    rng = np.random.default_rng(11)
+    claim, asked = run(noisy, steady, steady)
+    assert claim.win and asked == [7, 7, 8] and claim.rounds == 90, claim.message
+    assert "timed 30 rounds further" in claim.message and "replicated on other inputs" in claim.message
+    wide = (1.0, 0.12)  # no difference on a noisy machine: straddles, and still does after its extension
+    claim, asked = run(wide, wide)
+    assert not claim.win and asked == [7, 7] and claim.rounds == 60 and "straddled 0.98" in claim.message
+    claim, asked = run(wide, extensions=0)
+    assert not claim.win and asked == [7] and claim.rounds == 30 and "further" not in claim.message
+    claim, asked = run((1.0, 0.01))  # wholly above the bar: nothing to extend
+    assert not claim.win and asked == [7] and claim.rounds == 30
+    with pytest.raises(BadInput, match="extensions"):
+        Runtime(extensions=-1)
 
 
 # ---- records ---------------------------------------------------------------------------------------------

@@ -324,13 +324,17 @@ def _replay(evaluator, root, record: TuningRecord):
 
 
 def _objective(record: TuningRecord, confirm_rounds: int | None):
-    """The record's objective, re-timed in ``confirm_rounds`` rounds where given (a measured one only)."""
+    """The record's objective, re-timed in ``confirm_rounds`` rounds where given (a measured one only). A
+    measured record is judged on its own interval (``record_judge``), not on the win's bar: its re-timing is
+    not extended where it straddles that bar (``Runtime.extensions``)."""
     obj = objectives.get(record.objective)
-    if confirm_rounds is None:
-        return obj
     if obj.deterministic:
-        raise BadInput(f"--confirm-rounds applies to a measured record (runtime), not a {record.objective} record")
-    return objectives.get(record.objective, rounds=int(confirm_rounds))
+        if confirm_rounds is not None:
+            raise BadInput(f"--confirm-rounds applies to a measured record (runtime), not a {record.objective} "
+                           "record")
+        return obj
+    rounds = {} if confirm_rounds is None else {"rounds": int(confirm_rounds)}
+    return objectives.get(record.objective, extensions=0, **rounds)
 
 
 def _judge_cost(evaluator, root, record: TuningRecord, matched: str, state: str, base: dict,
