@@ -78,17 +78,22 @@ def confirm(ev, a, b, seed: int, rounds: int, options_a=None) -> dict:
     verdict replicated on other inputs before it counts)."""
     obj = Runtime(rounds=rounds)
     t0 = time.perf_counter()
-    timings = []
+    timings, seeds = [], []
 
     def timed(s: int) -> dict:
+        seeds.append(s)
         timings.append(ev.pipeline.time_ab(a, b, seed=s, rounds=rounds, min_seconds=obj.confirm_min_seconds,
                                            options_a=options_a))
         return timings[-1]
 
     claim = obj.measured_claim(timed, seed)
     cmp = stats.time_ratio(timings[0]["a"], timings[0]["b"], obj.confidence, obj.min_effect, seed=seed)
+    first = [t for s, t in zip(seeds, timings) if s == seed]  # the first confirmation and its extensions
+    joined = stats.time_ratio([x for t in first for x in t["a"]], [x for t in first for x in t["b"]], obj.confidence,
+                              obj.min_effect, seed=seed)
     return {"ratio": claim.ratio, "low": claim.low, "high": claim.high, "win": claim.win, "verdict": cmp.verdict,
-            "first_win": cmp.faster, "replicated": len(timings) > 1, "p_value": cmp.p_value,
+            "first_win": cmp.faster, "extended": len(first) - 1, "extended_win": len(first) > 1 and joined.faster,
+            "replicated": any(s != seed for s in seeds), "p_value": cmp.p_value,
             "rounds": rounds, "rounds_timed": claim.rounds, "inner": timings[0]["inner"],
             "median_a_ms": 1e3 * cmp.a.median, "median_b_ms": 1e3 * cmp.b.median,
             "spread_a": cmp.a.relative_spread, "spread_b": cmp.b.relative_spread,
