@@ -142,10 +142,12 @@ def test_a_claimed_win_carries_its_interval(engine, mlp):
 
     claim = obj.measured_claim(timed, seed=0)
     assert claim.win, claim.message
-    assert len(timings) == 2 and all(len(t["a"]) == len(t["b"]) == obj.rounds for t in timings)  # replicated
+    # replicated on other inputs; a loaded machine may have made the first straddle and be timed further once
+    assert len(timings) in (2, 3) and all(len(t["a"]) == len(t["b"]) == obj.rounds for t in timings)
     assert claim.measured and claim.low <= claim.ratio <= claim.high < 1 - obj.min_effect
-    assert claim.confidence == 0.95 and claim.rounds == 60 and claim.min_effect == 0.02
-    assert "95% CI" in claim.message and "60 interleaved rounds" in claim.message and "replicated" in claim.message
+    assert claim.confidence == 0.95 and claim.rounds == 30 * len(timings) and claim.min_effect == 0.02
+    assert "95% CI" in claim.message and f"{claim.rounds} interleaved rounds" in claim.message
+    assert "replicated" in claim.message
     # Every verdict the objective can give: a win has its interval, and only a proven one is a win.
     rng = np.random.default_rng(5)
     for scale in (0.5, 0.9, 0.97, 1.0, 1.2):
