@@ -76,7 +76,7 @@ PROTOCOL = "search-v5"
 #: interval straddles the bar (reaches below ``1 - min_effect`` and is not wholly below it): a real small
 #: win is neither dropped nor claimed on one draw. At 30 rounds BERT's 0.929 [0.903, 0.997] and DLRM's
 #: 0.964 [0.951, 0.983] were dropped so (``bench/options.py``, 2026-12-07). A false win still needs the
-#: replication on other inputs to say faster too (A/A: ``bench/runtime.py``).
+#: replication on other inputs to say faster too (A/A: 0 false wins in 88, ``bench/options.py --stage aa``).
 CONFIRM_EXTENSIONS = 1
 
 
