@@ -14,12 +14,17 @@ CPU, computing what XLA's default computes? Four stages (``--stage``, default al
    side: the timing each spends and whether both give the same answer (``--no-race``).
 4. **hook**: a record with options applied by the JAX hook to a jitted zoo ResNet (``options_parts.hook``):
    jax's own timing of the jitted function, hooked against plain, interleaved, against the record's interval.
+5. **effect**: what each search's answer is worth, measured apart from the search that chose it
+   (``options_parts.effect``): independent A/B measurements of the answer against XLA's default, an A/A
+   beside each; the answers are the search stage's, or those of earlier runs' JSON (``--from``).
 
 Every stage runs on one worker in a fresh cache database (nothing measured before is reused), one process
 at a time on the machine's cores; the machine may be shared (load averages are recorded): the verdicts
 and ratios are the result, absolute times are this machine's.
 
-    python bench/options.py [--quick] [--stage search|aa|race|hook] [--budget 100] [--strategy random]
+    python bench/options.py [--quick] [--stage search|aa|race|hook|effect] [--budget 100] [--strategy random]
+    python bench/options.py --stage effect --from results/quiet/options.json results/quiet-extended/options.json \
+        --out results/effect
 """
 
 from __future__ import annotations
@@ -35,9 +40,10 @@ from harness import RESULTS, ROOT, Provenance, log, pyplot, rel, save_figure, wr
 
 from autotune.core.engine import open_engine
 from autotune.core.module import load
-from autotune.core.objectives.runtime import Runtime
+from autotune.core.objectives.runtime import CONFIRM_MIN_SECONDS, Runtime
 from autotune.core.spec import RunSpec
 from autotune.core.tuner import tune
+from options_parts.effect import INSTANCES, effect_plot, effect_stage, effect_summary, merged_rows
 from options_parts.hook import hook_experiment
 from options_parts.report import markdown
 from runtime import binomial_upper, confirm
@@ -156,9 +162,18 @@ def race_stage(tmp: Path, args) -> dict:
     return out
 
 
+def effect_of(tmp: Path, sources: list[dict], instances: int) -> list[dict]:
+    """The effect stage on the search rows of ``sources`` (later ones replace earlier ones' modules)."""
+    with open_engine(tmp / "effect.db", workers=1) as ev:
+        return effect_stage(ev, merged_rows(sources), module_file, tmp, CONFIRM_MIN_SECONDS, log, instances)
+
+
 def plot(data: dict):
     def draw(path: Path) -> None:
         rows = [r for r in data.get("search", []) if r.get("ratio") is not None]
+        if not rows and data.get("effect"):
+            save_figure(effect_plot(data, pyplot()), path)
+            return
         if not rows:
             return
         plt = pyplot()
@@ -182,7 +197,11 @@ def plot(data: dict):
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="three modules, fewer trials (a smoke run)")
-    parser.add_argument("--stage", choices=("all", "search", "aa", "race", "hook"), default="all")
+    parser.add_argument("--stage", choices=("all", "search", "aa", "race", "hook", "effect"), default="all")
+    parser.add_argument("--from", dest="sources", nargs="+", metavar="JSON", default=[],
+                        help="--stage effect: the answers of these earlier runs' options.json (later ones win)")
+    parser.add_argument("--instances", type=int, default=INSTANCES,
+                        help="--stage effect: independent A/B measurements per answer (and as many A/A)")
     parser.add_argument("--strategy", default="random")
     parser.add_argument("--budget", type=int, default=100)
     parser.add_argument("--race-budget", type=int, default=20)
@@ -203,23 +222,35 @@ def main() -> None:
         if unknown:
             parser.error(f"not a module of this bench: {', '.join(sorted(unknown))}")
         modules = [m for m in MODULES if Path(m).stem in args.modules]
+    if args.stage == "effect" and not args.sources and not data.get("search"):
+        parser.error("--stage effect needs answers: --from an earlier run's options.json, or a search in --out")
+    if args.instances < 3:
+        parser.error(f"--instances must be at least 3 (a t interval over them), not {args.instances}")
+    sources = [json.loads(Path(f).read_text()) for f in args.sources]
     import jax
 
     data.update(command=COMMAND, jax=jax.__version__, strategy=args.strategy, budget=args.budget, seed=args.seed)
     with tempfile.TemporaryDirectory(prefix="autotune-bench-options-") as tmp:
         tmp = Path(tmp)
-        timed = step_times(tmp, modules)
-        data["step_ms"] = {Path(p).stem: ms for p, ms in timed.items()}
-        runnable = [p for p in modules if timed[p] <= args.max_ms]
+        # the effect stage times the answers of modules already searched: no probe of every module's step
+        timed = step_times(tmp, modules) if args.stage != "effect" else {}
+        if timed:
+            data["step_ms"] = {Path(p).stem: ms for p, ms in timed.items()}
+        runnable = [p for p in modules if timed.get(p, 0.0) <= args.max_ms]
         for stage, run in (("search", lambda: search_stage(tmp, modules, timed, args)),
                            ("aa", lambda: aa_stage(tmp, runnable, args.quick)),
                            ("race", lambda: race_stage(tmp, args)),
-                           ("hook", lambda: hook_experiment(tmp, quick=args.quick))):
+                           ("hook", lambda: hook_experiment(tmp, quick=args.quick)),
+                           ("effect", lambda: effect_of(tmp, sources or [data], args.instances))):
             if args.stage in ("all", stage):
                 before, t0 = load_now(), time.perf_counter()
                 data[stage] = run()
                 data.setdefault("stages", {})[stage] = {"seconds": time.perf_counter() - t0, "load_before": before,
                                                         "load_after": load_now()}
+    if data.get("effect"):
+        data["effect_from"] = [rel(Path(f)) for f in args.sources] or ["this run's search"]
+        searched = merged_rows(sources or [data])
+        data["effect_summary"] = effect_summary(data["effect"], sum(not r.get("skipped") for r in searched))
     aa = data.get("aa") or []
     data["aa_false_wins"], data["aa_trials"] = sum(r["win"] for r in aa), len(aa)
     data["aa_upper"] = binomial_upper(data["aa_false_wins"], len(aa)) if aa else None

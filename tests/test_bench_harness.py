@@ -113,3 +113,37 @@ def test_every_results_markdown_names_a_command_and_a_jax_version(tmp_path):
     assert named(bare) and audit.audit(bare).missing == []
     bare.write_text("# Old\n\nMade by `python bench/scale.py --quick` (committed in 6004418; jax 0.10.2).\n")
     assert audit.audit(bare) == audit.Row(harness.rel(bare), "", "python bench/scale.py --quick", "6004418", "0.10.2")
+
+
+def test_the_effect_stage_estimates_over_instances_and_counts_a_module_without_an_answer_as_one():
+    """bench/options.py --stage effect: the geometric mean of per-instance ratios, its t interval over
+    instances (scipy), the answer a row stands for, later runs' rows replacing earlier ones, and a summary
+    where a module whose search found nothing counts 1.0."""
+    import math
+
+    from options_parts import effect
+
+    e = effect.estimate([math.log(x) for x in (0.94, 0.96, 0.95, 0.97, 0.93)])
+    assert e["ratio"] == pytest.approx(math.exp(sum(math.log(x) for x in (0.94, 0.96, 0.95, 0.97, 0.93)) / 5))
+    assert e["low"] < e["ratio"] < e["high"] < 0.98 and e["instances"] == 5
+    flat = effect.estimate([math.log(x) for x in (0.90, 1.10, 0.95, 1.05)])
+    assert flat["low"] < 1.0 < flat["high"]
+
+    won = {"module": "m", "win": True, "options": {"a": "1"}, "sequence": ["p"], "found_options": {"b": "2"},
+           "found_sequence": []}
+    lost = {**won, "module": "n", "win": False}
+    assert effect.answer_of(won) == ({"a": "1"}, ["p"]) and effect.answer_of(lost) == ({"b": "2"}, [])
+    again = {**lost, "found_options": {"c": "3"}}
+    rows = effect.merged_rows([{"search": [won, lost]}, {"search": [again]}])
+    assert [effect.answer_of(r)[0] for r in rows] == [{"a": "1"}, {"c": "3"}]
+    assert effect.search_best({"timed": [{"ratio": 0.9, "stopped": True}, {"ratio": 0.95, "stopped": False},
+                                         {"ratio": 1.1, "stopped": False}]}) == 0.95
+
+    measured = [{"effect": e, "aa": flat}, {"effect": {**flat, "ratio": 0.99}, "aa": e}]
+    s = effect.effect_summary(measured, modules=5)
+    assert s["median"] == 1.0 and s["below_098"] == 1 and s["estimate_095"] == 1 and s["aa_excluding_1"] == 1
+    lines = "\n".join(effect.effect_lines({"effect": [{**m, "module": "x", "win": False, "claim": [None] * 3,
+                                                      "search_best": None, "rounds": 10, "options": {"o": ""},
+                                                      "sequence": []} for m in measured],
+                                           "effect_summary": s, "effect_from": ["a.json"]}))
+    assert "Median estimated ratio over the 5 modules: 1.000" in lines and "o=(empty)" in lines

@@ -6,6 +6,7 @@ from __future__ import annotations
 import statistics
 
 from autotune.core.options import CompilerOptions
+from options_parts.effect import effect_lines
 
 
 def _opts(options: dict) -> str:
@@ -33,6 +34,8 @@ def speedups(rows: list[dict]) -> str:
 
 def search_lines(data: dict) -> list[str]:
     rows = data.get("search") or []
+    if not rows:
+        return []
     wins = [r for r in rows if r.get("win")]
     lines = ["## Search: options and pass order, judged by measured time", "",
              f"`autotune run --objective runtime --space both --strategy {data['strategy']} --budget {data['budget']} "
@@ -149,7 +152,7 @@ def markdown(data: dict, rel) -> str:
     lines = ["# Measured speed from XLA's compiler options (CPU)", "",
              f"Regenerate: `{data['command']}` (stages: {loads}). Judged by XLA's CPU pipeline and timed on this "
              f"CPU, jax {data.get('jax')}. See docs/options.md for what each option does and how a claim is made.", ""]
-    lines += search_lines(data) + aa_lines(data) + race_lines(data) + hook_lines(data)
+    lines += search_lines(data) + aa_lines(data) + race_lines(data) + hook_lines(data) + effect_lines(data)
     if data.get("search"):
         lines += ["![time / default per module](options.png)", ""]
     return "\n".join(lines)
