@@ -234,8 +234,12 @@ def test_split_shares_no_model_configuration(entries):
 
 @pytest.mark.slow
 def test_sample_of_the_suite_is_in_range(entries):
-    """Every 37th entry (all families, many kinds and depths) lowers within the size limits."""
-    sample = entries[::37]
+    """Every 37th entry (all families, many kinds and depths), at most three of a family (the grid is two
+    fifths `llm`: a dozen of its entries added seconds, not kinds), lowers within the size limits."""
+    sample = []
+    for e in entries[::37]:
+        if sum(s.family == e.family for s in sample) < 3:
+            sample.append(e)
     assert {e.family for e in sample} == set(FAMILIES)
     for e in sample:
         n = count_instructions(lower(e.family, e.kind, e.config))
