@@ -39,9 +39,10 @@ def test_the_time_summary_on_numbers():
 
 def test_compare_on_runtime_leads_with_the_time_table(tmp_path):
     out = tmp_path / "rep"
+    # the report's shape is the subject, not the screen (test_screen.py): each strategy alone, and it says so
     proc = run_cli("compare", str(MLP), "--strategies", "random", "--budget", "2", "--seeds", "0", "--objective",
-                   "runtime", "--no-validate", "--workers", "1", "--out", str(out), db=tmp_path / "c.db",
-                   env={"COLUMNS": "200"})  # one line per row: the headline reads as it is
+                   "runtime", "--no-validate", "--no-screen", "--workers", "1", "--out", str(out),
+                   db=tmp_path / "c.db", env={"COLUMNS": "200"})  # one line per row: the headline reads as it is
     assert proc.returncode == 0, proc.stdout + proc.stderr
     text = " ".join(proc.stdout.split())
     assert "measured time against XLA's default" in text and "s to first win" in text
@@ -49,6 +50,7 @@ def test_compare_on_runtime_leads_with_the_time_table(tmp_path):
     md = (out / "report.md").read_text()
     assert md.index("## Measured time") < md.index("## Op counts") < md.index("## Per strategy")
     assert "geomean [95% CI]" in md and "convergence_wall.png" in md and "families.png" not in md
+    assert "skipped the screen (--no-screen)" in md
     assert all((out / name).stat().st_size > 0 for name in ("convergence.png", "convergence_wall.png", "per_module.png"))
     comp = Comparison.from_dict(json.loads((out / "comparison.json").read_text()))
     (t,) = time_summaries(comp)

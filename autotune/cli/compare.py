@@ -53,12 +53,15 @@ def parse_strategy_options(pairs) -> dict:
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), default="results/compare", show_default=True,
               help="Directory for report.md, report.html, comparison.json and the plots.")
 @click.option("--no-validate", is_flag=True, help="Skip the validity check of each run's best sequence.")
+@click.option("--no-screen", is_flag=True,
+              help="runtime: skip the screen in every run (each strategy alone, as `autotune run --no-screen`); "
+                   "the report says so.")
 @db_option
 @workers_option
 @executor_option
 @json_option
 def compare_cmd(modules, strategy_list, budget, seeds, time_limit, objective, max_length, split, extra, out_dir,
-                no_validate, db, workers, as_json) -> None:
+                no_validate, no_screen, db, workers, as_json) -> None:
     """Compare search strategies on MODULES (.hlo files or directories) at equal budgets; write a report."""
     from autotune.core import objectives
     from autotune.reporting.compare import compare, resolve
@@ -90,7 +93,7 @@ def compare_cmd(modules, strategy_list, budget, seeds, time_limit, objective, ma
     with open_engine(db, workers=workers) as ev:
         comp = compare(ev, loaded, strategies, budget=budget, seeds=seed_list, objective=objective,
                        time_limit=time_limit, max_length=max_length, options_per_strategy=options,
-                       validate=not no_validate, progress=progress)
+                       validate=not no_validate, screen=not no_screen, progress=progress)
     publish(comp, out, None, as_json)
     if comp.status == "interrupted":
         raise Interrupted()

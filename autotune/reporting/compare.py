@@ -140,11 +140,13 @@ def compare(
     options_per_strategy: dict | None = None,
     validate: bool = True,
     progress: CompareProgress | None = None,
+    screen: bool = True,
 ) -> Comparison:
     """Run every (strategy, module, seed) through ``tune`` at equal budgets on one shared evaluator.
 
     ``modules`` are ``autotune.core.module.Module`` objects (named; the family comes from the name
-    prefix). ``options_per_strategy`` maps a label to strategy options (see ``resolve``).
+    prefix). ``options_per_strategy`` maps a label to strategy options (see ``resolve``). ``screen=False``:
+    a measured objective's runs skip the screen (``core/screen.py``), each strategy alone; a note says so.
     A Ctrl-C stops after the run in flight: its partial result is kept and the comparison is
     returned with ``status="interrupted"``.
     """
@@ -160,7 +162,11 @@ def compare(
             k = (mi * len(seeds) + si) % len(plan)
             for label, base, opts, own_budget in plan[k:] + plan[:k]:  # rotate who meets the cold cache
                 jobs.append((len(jobs), module, seed, label, base, opts, own_budget or budget))
-    settings = dict(objective=objective, max_length=max_length, time_limit=time_limit, validate=validate)
+    settings = dict(objective=objective, max_length=max_length, time_limit=time_limit, validate=validate,
+                    screen=screen)
+    notes = () if screen or not objectives.get(objective).judges_options else (
+        "every run skipped the screen (--no-screen): each strategy searched alone, no single option value was "
+        "raced against XLA's default first",)
     progress.start(len(jobs))
     parallel = _parallel_runs(evaluator)
     try:
@@ -186,7 +192,7 @@ def compare(
         validate=validate, strategies=tuple(label for label, *_ in plan), modules=module_infos,
         runs=tuple(runs), summaries=tuple(summaries), seconds=time.perf_counter() - t0,
         pipeline_version=evaluator.version, status=status, judged_by=evaluator.pipeline.target.judged_by(),
-        baseline=evaluator.pipeline.baseline,
+        baseline=evaluator.pipeline.baseline, notes=notes,
     )
 
 
