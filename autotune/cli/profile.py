@@ -105,7 +105,7 @@ def _modules(ev, model, record, run_id, options):
     if root.fingerprint not in record.applies_to:
         raise BadInput(f"the record is for another module (fingerprint {record.fingerprint[:12]}, "
                        f"made for {record.module}), not {model.name}")
-    return root, (_answer(ev, root, record.sequence, CompilerOptions.of(record.compiler_options)), "the record's answer")
+    return root, (ev.answer(root, record.sequence, CompilerOptions.of(record.compiler_options)), "the record's answer")
 
 
 def _from_run(ev, model, run_id):
@@ -127,15 +127,4 @@ def _from_run(ev, model, run_id):
         root = ev.prepare(model)
     if not result.best_sequence and not result.best_options:
         raise BadInput(f"run '{run_id}' found nothing better than XLA's default: nothing to profile beside it")
-    return root, (_answer(ev, root, result.best_sequence, result.best_options), f"run {run_id}'s answer")
-
-
-def _answer(ev, root, sequence, options):
-    """The answer's module: its passes applied to ``root``, compiled with its options."""
-    module = root
-    if sequence:
-        result = ev.evaluate(root, list(sequence))
-        if not result.ok:
-            raise BadInput(f"the answer's sequence fails at step {result.failed_at + 1}: {result.message}")
-        module = ev.module(result.state, root.name)
-    return module.with_options(options) if options else module
+    return root, (ev.answer(root, result.best_sequence, result.best_options), f"run {run_id}'s answer")

@@ -142,6 +142,17 @@ class Evaluator:
     def evaluate(self, root: Module, sequence: Sequence[str]) -> Result:
         return self.evaluate_many(root, [sequence])[0]
 
+    def answer(self, root: Module, sequence: Sequence[str], options=None) -> Module:
+        """An answer's module, as a full compile takes it: ``sequence`` applied to ``root`` (XLA's default
+        pipeline still runs after it) and compiled with ``options``; ``BadInput`` where a step fails."""
+        module = root
+        if sequence:
+            result = self.evaluate(root, list(sequence))
+            if not result.ok:
+                raise BadInput(f"the answer's sequence fails at step {result.failed_at + 1}: {result.message}")
+            module = self.module(result.state, root.name)
+        return module.with_options(options) if options else module
+
     def evaluate_many(self, root: Module, sequences: Sequence[Sequence[str]]) -> list[Result]:
         seqs = [self.pipeline.check_passes(s) for s in sequences]
         return self.evaluate_pairs([(root.fingerprint, s) for s in seqs])

@@ -56,17 +56,6 @@ def search_best(row: dict) -> float | None:
     return min(full) if full else None
 
 
-def candidate(ev, root, options: dict, sequence: list):
-    """``root`` after ``sequence`` (XLA's default pipeline still runs after it in the compile), with ``options``."""
-    module = root
-    if sequence:
-        result = ev.evaluate(root, list(sequence))
-        if not result.ok:
-            raise RuntimeError(f"{root.name}: the answer's sequence fails at step {result.failed_at + 1}")
-        module = ev.module(result.state, root.name)
-    return module.with_options(options) if options else module
-
-
 def effect_stage(ev, rows: list[dict], module_file, tmp, min_seconds: float, log, instances: int = INSTANCES,
                  rounds: int = ROUNDS) -> list[dict]:
     """Per search row with an answer other than XLA's default: the effect and the A/A beside it."""
@@ -78,7 +67,7 @@ def effect_stage(ev, rows: list[dict], module_file, tmp, min_seconds: float, log
         if row.get("skipped") or not (options or sequence):
             continue
         root = ev.prepare(load(module_file(row["path"], tmp)))
-        module = candidate(ev, root, options, sequence)
+        module = ev.answer(root, sequence, options)
         logs: dict[str, list[float]] = {"ab": [], "aa": []}
         for k in range(instances):
             for arm, b in (("ab", module), ("aa", root)):
