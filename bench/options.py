@@ -2,7 +2,7 @@
 """Measured speed from XLA's compiler options: writes results/options.md, .json and .png.
 
 Does searching XLA's compiler options together with the pass order make a real step faster on this
-CPU, computing what XLA's default computes? Four stages (``--stage``, default all):
+CPU, computing what XLA's default computes? Five stages (``--stage``, default all):
 
 1. **search**: ``autotune run --objective runtime --space both`` (``--strategy``, ``--budget``, ``--seed``)
    on every module at hand whose step runs in under ``--max-ms`` here: the real modules of tests/data/real

@@ -76,9 +76,10 @@ PROTOCOL = "search-v5"
 #: Times the claim's first confirmation is timed further (``rounds`` more each, same inputs) while it is
 #: promising: its ratio below the bar ``1 - min_effect`` but its interval not wholly below it
 #: (``Runtime._promising``): a real small win is neither dropped nor claimed on one draw. At 30 rounds
-#: BERT's 0.929 [0.903, 0.997] and DLRM's 0.964 [0.951, 0.983] were dropped so (``bench/options.py``, 2026-12-07). A false win still needs the
-#: replication on other inputs to say faster too (A/A: 0 false wins in 88 with every straddler extended, 0 in 88
-#: with only promising ones, 29 of them extended: ``bench/options.py --stage aa``, results/aa-promising).
+#: BERT's 0.929 [0.903, 0.997] and DLRM's 0.964 [0.951, 0.983] were dropped so (``bench/options.py``,
+#: 2026-12-07). A false win still needs the replication on other inputs to say faster too (A/A: 0 false wins
+#: in 88 with every straddler extended; 0 in 88 with only promising ones, 29 of them extended:
+#: ``bench/options.py --stage aa``, results/aa-promising).
 CONFIRM_EXTENSIONS = 1
 
 
