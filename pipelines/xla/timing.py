@@ -136,7 +136,7 @@ def time_execution(worker, proto: bytes, seed: int = 0, repeats: int = 5, warmup
 def time_ab(worker, proto_a: bytes, proto_b: bytes, seed: int = 0, rounds: int = 30, warmup: int = 2,
             floats: str = "normal", int_high: int = runner.INT_HIGH, min_seconds: float = MIN_SAMPLE_SECONDS,
             options_a=None, options_b=None, stop_above: float | None = None, min_rounds: int = 3,
-            alpha: float = 0.125) -> dict:
+            alpha: float = 0.125, b_first: bool = False) -> dict:
     """Interleaved A/B timing of two modules in this one process: the protocol behind a runtime claim,
     and (with ``stop_above``) the raced measurement a runtime search ranks candidates by.
 
@@ -152,10 +152,17 @@ def time_ab(worker, proto_a: bytes, proto_b: bytes, seed: int = 0, rounds: int =
     timing stops once the distribution-free lower bound of the median per-round ratio B/A
     (``stats.median_lower_bound`` at ``alpha``, one-sided) lies above ``stop_above``: B cannot be the
     best, and the rounds left are not spent on it (``stopped``, ``rounds`` done, ``planned``).
+
+    ``b_first``: B compiled and its inputs placed before A's (``bench/arm_order.py`` checks, by A/A, that
+    the arm built second reads no slower: 240 measurements, no effect; so claims keep the default first).
     """
     rounds = max(2, int(rounds))
-    a = _Timer(worker, proto_a, seed, floats, int_high, options_a)
-    b = _Timer(worker, proto_b, seed, floats, int_high, options_b)
+    if b_first:
+        b = _Timer(worker, proto_b, seed, floats, int_high, options_b)
+        a = _Timer(worker, proto_a, seed, floats, int_high, options_a)
+    else:
+        a = _Timer(worker, proto_a, seed, floats, int_high, options_a)
+        b = _Timer(worker, proto_b, seed, floats, int_high, options_b)
     inner = calibrate([a, b], min_seconds)
     for _ in range(max(0, int(warmup))):
         a.sample(inner)
