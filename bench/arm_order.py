@@ -12,7 +12,7 @@ claim's protocol at 50 ms samples and 10 rounds), half built A first (``ab``, as
 per-measurement median ratios B/A with a t interval; the construction effect is ``ab`` against ``ba`` (Welch t
 test): an arm-built-second penalty shows as ``ab`` above 1 and ``ba`` below.
 
-Runs in this process on one XLA worker object (``pipelines/xla/worker.py``), as a timing worker would.
+Measured as claims are, on the pipeline's timing worker (``XlaPipeline.time_ab``, ``b_first`` for ``ba``).
 
     python bench/arm_order.py [--instances 40] [MODULE ...]
 """
@@ -27,33 +27,31 @@ from pathlib import Path
 
 import numpy as np
 from harness import RESULTS, ROOT, Provenance, log, rel, write
+from options_parts.effect import ROUNDS, estimate
 from scipy import stats
+
+from autotune.core.objectives.runtime import CONFIRM_MIN_SECONDS as MIN_SECONDS
 
 MODULES = [ROOT / "tests/data/real/hloenv_jaxrl_td_target.hlo", ROOT / "tests/data/real/hloenv_maml_train_step.hlo",
            ROOT / "examples/gpt2_train_step.hlo"]
 VARIANTS = ("ab", "ba")
-ROUNDS = 10
-MIN_SECONDS = 0.05
 
 
-def estimate(logs) -> dict:
-    """Geometric mean ratio of per-measurement log ratios, its 95% t interval and the t test against 1."""
-    x = np.asarray(logs, dtype=float)
-    half = stats.t.ppf(0.975, len(x) - 1) * x.std(ddof=1) / np.sqrt(len(x))
-    return {"ratio": float(np.exp(x.mean())), "low": float(np.exp(x.mean() - half)),
-            "high": float(np.exp(x.mean() + half)), "p_value": float(stats.ttest_1samp(x, 0).pvalue), "n": len(x)}
-
-
-def measure(worker, proto: bytes, instances: int) -> dict[str, list[float]]:
-    from autotune.pipelines.xla import timing
-
+def measure(pipeline, root, instances: int) -> dict[str, list[float]]:
     logs: dict[str, list[float]] = {v: [] for v in VARIANTS}
     for k in range(instances):
         for variant in VARIANTS:
-            t = timing.time_ab(worker, proto, proto, seed=k, rounds=ROUNDS, min_seconds=MIN_SECONDS,
-                               b_first=variant == "ba")
+            t = pipeline.time_ab(root, root, seed=k, rounds=ROUNDS, min_seconds=MIN_SECONDS, b_first=variant == "ba")
             logs[variant].append(float(np.log(np.median(np.asarray(t["b"]) / np.asarray(t["a"])))))
     return logs
+
+
+def _row(path: Path, step: float, logs: dict[str, list[float]]) -> dict:
+    row = {"module": path.stem, "path": rel(path), "step_ms": 1e3 * step, "logs": logs,
+           **{v: estimate(logs[v]) for v in VARIANTS},
+           "construction_p": float(stats.ttest_ind(logs["ab"], logs["ba"], equal_var=False).pvalue)}
+    log(f"{path.stem}: ab {row['ab']['ratio']:.4f} ba {row['ba']['ratio']:.4f} p {row['construction_p']:.2f}")
+    return row
 
 
 def summary(rows: list[dict]) -> dict:
@@ -67,7 +65,7 @@ def markdown(data: dict) -> str:
     s = data["summary"]
 
     def fmt(e: dict) -> str:
-        return f"{e['ratio']:.4f} [{e['low']:.4f}, {e['high']:.4f}] (p {e['p_value']:.2f}, n {e['n']})"
+        return f"{e['ratio']:.4f} [{e['low']:.4f}, {e['high']:.4f}] (p {e['p_value']:.2f}, n {e['instances']})"
 
     lines = ["# Does the arm built second read slower? (A/A of `time_ab`'s construction order)", "",
              f"XLA's default against itself, {data['instances']} measurements per variant and module (each its own "
@@ -93,21 +91,14 @@ def main() -> None:
     args = parser.parse_args()
     from autotune.core.engine import open_engine
     from autotune.core.module import load
-    from autotune.pipelines.xla.worker import XlaWorker
 
     t0, load0 = time.perf_counter(), os.getloadavg()[0]
-    with tempfile.TemporaryDirectory() as tmp, open_engine(Path(tmp) / "cache.db", workers=1) as ev:
-        roots = [(path, ev.prepare(load(path))) for path in args.modules]
-        steps = {path: ev.pipeline.time(root, repeats=3, min_seconds=MIN_SECONDS)["median"] for path, root in roots}
-    worker = XlaWorker()  # in this process: time_ab's construction order is a keyword of the worker-side call
     rows = []
-    for path, root in roots:
-        logs = measure(worker, root.proto, args.instances)
-        row = {"module": path.stem, "path": rel(path), "step_ms": 1e3 * steps[path], "logs": logs,
-               **{v: estimate(logs[v]) for v in VARIANTS},
-               "construction_p": float(stats.ttest_ind(logs["ab"], logs["ba"], equal_var=False).pvalue)}
-        log(f"{path.stem}: ab {row['ab']['ratio']:.4f} ba {row['ba']['ratio']:.4f} p {row['construction_p']:.2f}")
-        rows.append(row)
+    with tempfile.TemporaryDirectory() as tmp, open_engine(Path(tmp) / "cache.db", workers=1) as ev:
+        for path in args.modules:
+            root = ev.prepare(load(path))
+            step = ev.pipeline.time(root, repeats=3, min_seconds=MIN_SECONDS)["median"]
+            rows.append(_row(path, step, measure(ev.pipeline, root, args.instances)))
     data = {"instances": args.instances, "rounds": ROUNDS, "min_seconds": MIN_SECONDS, "modules": rows,
             "summary": summary(rows), "load": [load0, os.getloadavg()[0]], "seconds": time.perf_counter() - t0}
     print(write(args.out, "arm_order", data, markdown(data), Provenance.now()))

@@ -112,6 +112,9 @@ def test_racing_stops_a_candidate_that_cannot_be_the_best(engine, pipeline):
     full = pipeline.time_ab(root, root.with_options(NO_FUSION), rounds=12, min_seconds=0.01)
     assert not full["stopped"] and full["rounds"] == 12
     assert np.median(np.asarray(full["b"]) / np.asarray(full["a"])) > 1.2
+    # B compiled and placed first (bench/arm_order.py's A/A of the order): each arm keeps its own samples.
+    swapped = pipeline.time_ab(root, root.with_options(NO_FUSION), rounds=4, min_seconds=0.01, b_first=True)
+    assert np.median(np.asarray(swapped["b"]) / np.asarray(swapped["a"])) > 1.2
 
 
 # ---- the joint search ------------------------------------------------------------------------------------

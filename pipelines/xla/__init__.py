@@ -558,18 +558,20 @@ class XlaPipeline(BackendBase):
                 min_seconds: float = 0.01, floats: str = "normal", int_high: int = 4,
                 options_a: Sequence[tuple[str, str]] | None = None,
                 options_b: Sequence[tuple[str, str]] | None = None, stop_above: float | None = None,
-                min_rounds: int = 3) -> dict:
+                min_rounds: int = 3, b_first: bool = False) -> dict:
         """``a`` and ``b`` timed interleaved in ONE worker (one request: both compiled once, then
         ``rounds`` alternating samples): per-run seconds per round in ``a`` and ``b``. Each arm compiles
         with its module's compiler options, or ``options_*`` when given (``[("xla_disable_hlo_passes",
         "fusion")]``). ``stop_above``: raced (``timing.time_ab``): stopped once B provably lies above that
-        ratio to A (``stopped``, ``rounds`` done of ``planned``)."""
+        ratio to A (``stopped``, ``rounds`` done of ``planned``). ``b_first``: ``b`` compiled and its inputs
+        placed before ``a``'s (``bench/arm_order.py`` checks that this order does not matter)."""
         self._single_device(a)
         oa = list(options_a) if options_a is not None else _overrides(a)
         ob = list(options_b) if options_b is not None else _overrides(b)
         return self._timing_remote(self.run_timeout).time_ab(a.proto, b.proto, int(seed), int(rounds), int(warmup), floats,
                                                      int(int_high), float(min_seconds), oa or None, ob or None,
-                                                     None if stop_above is None else float(stop_above), int(min_rounds))
+                                                     None if stop_above is None else float(stop_above), int(min_rounds),
+                                                     bool(b_first))
 
     def profile(self, module: Module, rounds: int = 5, seed: int = 0, handover: bool = True, floats: str = "normal",
                 int_high: int = 4) -> dict:

@@ -280,12 +280,12 @@ class XlaWorker:
 
     def time_ab(self, proto_a: bytes, proto_b: bytes, seed: int = 0, rounds: int = 30, warmup: int = 2,
                 floats: str = "normal", int_high: int = 4, min_seconds: float = 0.01, options_a=None,
-                options_b=None, stop_above=None, min_rounds: int = 3) -> dict:
+                options_b=None, stop_above=None, min_rounds: int = 3, b_first: bool = False) -> dict:
         """Both modules compiled once in this process, then timed interleaved (see timing.time_ab; raced
-        with ``stop_above``)."""
+        with ``stop_above``; B built first with ``b_first``)."""
         with all_cores():
             return timing.time_ab(self, proto_a, proto_b, seed, rounds, warmup, floats, int_high, min_seconds,
-                                  options_a, options_b, stop_above, min_rounds)
+                                  options_a, options_b, stop_above, min_rounds, b_first=bool(b_first))
 
     def profile(self, proto: bytes, rounds: int = 5, seed: int = 0, floats: str = "normal", int_high: int = 4,
                 options=None, handover: bool = True) -> dict:

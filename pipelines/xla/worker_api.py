@@ -39,9 +39,9 @@ class XlaRequests(StepRequests, Protocol):
 
     def time_ab(self, proto_a: bytes, proto_b: bytes, seed: int = 0, rounds: int = 30, warmup: int = 2,
                 floats: str = "normal", int_high: int = 4, min_seconds: float = 0.01, options_a=None,
-                options_b=None, stop_above=None, min_rounds: int = 3) -> dict:
-        """Both modules compiled once, then timed interleaved round by round (raced: stopped once B's
-        ratio to A provably lies above ``stop_above``)."""
+                options_b=None, stop_above=None, min_rounds: int = 3, b_first: bool = False) -> dict:
+        """Both modules compiled once (A first unless ``b_first``), then timed interleaved round by round
+        (raced: stopped once B's ratio to A provably lies above ``stop_above``)."""
 
     def profile(self, proto: bytes, rounds: int = 5, seed: int = 0, floats: str = "normal", int_high: int = 4,
                 options=None, handover: bool = True) -> dict:
