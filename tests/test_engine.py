@@ -119,11 +119,12 @@ def test_hung_worker_times_out_and_is_replaced(tmp_path, small_root):
 
     with open_engine(tmp_path / "t.db", workers=1, step_timeout=3) as ev:
         root = ev.prepare(small_root)
-        restore = _signal_on_start(ev.pipeline, signal.SIGSTOP)
-        try:
-            result = ev.evaluate(root, ["cse"])
-        finally:
-            restore()
+        # Stopped before the job is handed over, not on its start: a step of a few milliseconds could finish
+        # before a signal sent after the hand-over lands (it did once, on a loaded machine).
+        ev.pipeline.pool.warm(1)
+        for pid in ev.pipeline.pool.pids():
+            os.kill(pid, signal.SIGSTOP)
+        result = ev.evaluate(root, ["cse"])
         assert result.status == "timeout"
         assert ev.pipeline.pool.timeouts == 1
         assert ev.evaluate(root, ["dce"]).ok
