@@ -82,7 +82,8 @@ demo: $(STAMP)
 ## 10.6 min) and 11.5 min at be3353c (pytest 10.4 min), after the byte-compile below and shorter confirmations in
 ## the tests whose subject is a rule or a wording; 744 in 14.4 min at 0cb12a0 (pytest 13.0 min) and 12.4 min at
 ## bef6f1b (pytest 11.2 min): around the 12-minute goal, not under it on every run; 13.9 and 13.8 min at 1d668ad
-## (pytest 12.6); 12.5 min at 3c267ee (pytest 11.1) and 12.7 at 1ad02b9 (pytest 11.2, load up to 4.3), after
+## (pytest 12.6); 12.5 min at 3c267ee (pytest 11.1), 12.7 at 1ad02b9 (pytest 11.2, load up to 4.3) and 12.2 at
+## 482b8b4 (pytest 10.8), after
 ## pinning ml_dtypes 0.6.0 (0.7.0's extension costs every jax process 0.55-0.8 s to import on Python 3.11).
 PYTEST_WORKERS ?= 2
 ## The package's own modules byte-compiled first (a second or two; only what changed): an editable install
