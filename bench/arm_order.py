@@ -25,9 +25,8 @@ import tempfile
 import time
 from pathlib import Path
 
-import numpy as np
 from harness import RESULTS, ROOT, Provenance, log, rel, write
-from options_parts.effect import ROUNDS, estimate
+from options_parts.effect import ROUNDS, estimate, log_ratio
 from scipy import stats
 
 from autotune.core.objectives.runtime import CONFIRM_MIN_SECONDS as MIN_SECONDS
@@ -42,7 +41,7 @@ def measure(pipeline, root, instances: int) -> dict[str, list[float]]:
     for k in range(instances):
         for variant in VARIANTS:
             t = pipeline.time_ab(root, root, seed=k, rounds=ROUNDS, min_seconds=MIN_SECONDS, b_first=variant == "ba")
-            logs[variant].append(float(np.log(np.median(np.asarray(t["b"]) / np.asarray(t["a"])))))
+            logs[variant].append(log_ratio(t))
     return logs
 
 

@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 from harness import RESULTS, Provenance, log, write
 from options import module_file
-from options_parts.effect import ROUNDS, estimate
+from options_parts.effect import ROUNDS, estimate, log_ratio
 
 from autotune.core.objectives.runtime import CONFIRM_MIN_SECONDS
 from autotune.core.options import CompilerOptions
@@ -86,7 +86,7 @@ def main() -> None:
                 try:
                     for k in range(args.instances):
                         t = ev.pipeline.time_ab(root, option, seed=k, rounds=ROUNDS, min_seconds=CONFIRM_MIN_SECONDS)
-                        logs.append(float(np.log(np.median(np.asarray(t["b"]) / np.asarray(t["a"])))))
+                        logs.append(log_ratio(t))
                         step = step or float(np.median(t["a"]))
                 except PassFailed as exc:
                     if "No such compile option" not in str(exc):

@@ -43,6 +43,11 @@ def estimate(log_ratios, confidence: float = 0.95) -> dict:
             "per_instance": [round(math.exp(float(x)), 4) for x in arr]}
 
 
+def log_ratio(timing: dict) -> float:
+    """One measurement's figure: the log of the median per-round ratio B/A of a ``time_ab`` result."""
+    return float(np.log(np.median(np.asarray(timing["b"]) / np.asarray(timing["a"]))))
+
+
 def answer_of(row: dict) -> tuple[dict, list]:
     """The options and sequence a search row stands for: what it offered if it won, else its best found."""
     if row.get("win"):
@@ -72,7 +77,7 @@ def effect_stage(ev, rows: list[dict], module_file, tmp, min_seconds: float, log
         for k in range(instances):
             for arm, b in (("ab", module), ("aa", root)):
                 t = ev.pipeline.time_ab(root, b, seed=k, rounds=rounds, min_seconds=min_seconds)
-                logs[arm].append(float(np.log(np.median(np.asarray(t["b"]) / np.asarray(t["a"])))))
+                logs[arm].append(log_ratio(t))
         effect, aa = estimate(logs["ab"]), estimate(logs["aa"])
         log(f"effect {row['module']}: {effect['ratio']:.3f} [{effect['low']:.3f}, {effect['high']:.3f}] "
             f"(search {row.get('ratio') or 0:.3f}, A/A {aa['ratio']:.3f} [{aa['low']:.3f}, {aa['high']:.3f}])")
