@@ -42,17 +42,24 @@ NEWEST_TESTS ?= tests/test_versions.py tests/test_policy_forward.py tests/test_g
 
 .PHONY: demo test test-newest test-py3.13 test-jax0.11 lint release-check install install-newest lock clean bench paper tune-record check-record
 
+# Bytecode: pip byte-compiles every file it installs, one at a time (42 of the 67 s the install took here, torch's
+# thousands of files the most), though a test process imports a fraction of them. So the venvs are installed
+# with --no-compile, and Python writes the bytecode of what is imported, once, when first imported. That needs
+# PYTHONDONTWRITEBYTECODE unset for this Makefile's commands: where it is set (this machine image sets it), every
+# process would compile what it imports again (jax, torch, ray and the rest: 5.3 -> 12.2 s to import once).
+unexport PYTHONDONTWRITEBYTECODE
+
 $(STAMP): pyproject.toml $(CONSTRAINTS)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -c $(CONSTRAINTS) -e '.[$(EXTRAS)]'
+	$(BIN)/python -m pip install --quiet --no-compile -c $(CONSTRAINTS) -e '.[$(EXTRAS)]'
 	rm -f $(VENV)/.installed-* && touch $@
 
 $(STAMP_NEWEST): pyproject.toml $(CONSTRAINTS_NEWEST)
 	@test -n "$(PYTHON_NEWEST)" || { echo "make: no Python $(NEWEST_PY) found (set PYTHON_NEWEST=/path/to/python$(NEWEST_PY))"; exit 2; }
 	test -x $(VENV_NEWEST)/bin/python || $(PYTHON_NEWEST) -m venv $(VENV_NEWEST)
 	$(VENV_NEWEST)/bin/python -m pip install --quiet --upgrade pip
-	$(VENV_NEWEST)/bin/python -m pip install --quiet -c $(CONSTRAINTS_NEWEST) -e '.[test,gpu]'
+	$(VENV_NEWEST)/bin/python -m pip install --quiet --no-compile -c $(CONSTRAINTS_NEWEST) -e '.[test,gpu]'
 	rm -f $(VENV_NEWEST)/.installed-* && touch $@
 
 install-newest: $(STAMP_NEWEST)
@@ -79,26 +86,20 @@ demo: $(STAMP)
 ## tests in 12.8 min at fe31e35 (pytest 11.7 min), 14.3 min at 4a28687 (pytest 13.2 min) and 15.1 min at
 ## 16d69e5 (pytest 13.8 min): the same tests took up to 1.7x longer from run to run; 726 in 14.3 min at e9a4b13;
 ## 736 in 13.6 min at 16a59bf (pytest 12.2 min, the machine otherwise idle); 739 in 11.9 min at da9557d (pytest
-## 10.6 min) and 11.5 min at be3353c (pytest 10.4 min), after the byte-compile below and shorter confirmations in
+## 10.6 min) and 11.5 min at be3353c (pytest 10.4 min), after byte-compiling the package first and shorter confirmations in
 ## the tests whose subject is a rule or a wording; 744 in 14.4 min at 0cb12a0 (pytest 13.0 min) and 12.4 min at
 ## bef6f1b (pytest 11.2 min): around the 12-minute goal, not under it on every run; 13.9 and 13.8 min at 1d668ad
 ## (pytest 12.6); 12.5 min at 3c267ee (pytest 11.1), 12.7 at 1ad02b9 (pytest 11.2, load up to 4.3) and 12.2 at
 ## 482b8b4 (pytest 10.8), after
 ## pinning ml_dtypes 0.6.0 (0.7.0's extension costs every jax process 0.55-0.8 s to import on Python 3.11).
 PYTEST_WORKERS ?= 2
-## The package's own modules byte-compiled first (a second or two; only what changed): an editable install
-## leaves them as source, and where PYTHONDONTWRITEBYTECODE is set (this machine image sets it) every
-## subprocess and compiler worker of the suite compiled them again (0.82 -> 0.64 s for a cached `autotune run`).
-BYTECODE = -m compileall -q autotune pipelines strategies
 test: $(STAMP)
-	$(BIN)/python $(BYTECODE) >/dev/null
 	$(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --durations=30
 
 ## test-newest: the newest jax on Python 3.12 (NEWEST_PY) without torch: the quick start's commands, then NEWEST_TESTS.
 test-newest: $(STAMP_NEWEST)
 	$(VENV_NEWEST)/bin/python -c "import importlib.util as u, sys; sys.exit(u.find_spec('torch') is not None)" \
 		|| { echo "make: torch is installed in $(VENV_NEWEST); this leg proves the core runs without it"; exit 1; }
-	$(VENV_NEWEST)/bin/python $(BYTECODE) >/dev/null
 	$(VENV_NEWEST)/bin/autotune --version
 	$(VENV_NEWEST)/bin/autotune baseline $(EXAMPLE) --db .autotune/newest-$(LEG).db
 	$(VENV_NEWEST)/bin/autotune run --strategy ppo --budget 4 $(EXAMPLE) --db .autotune/newest-$(LEG).db \
