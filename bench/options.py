@@ -2,12 +2,12 @@
 """Measured speed from XLA's compiler options: writes results/options.md, .json and .png.
 
 Does searching XLA's compiler options together with the pass order make a real step faster on this
-CPU, computing what XLA's default computes? Five stages (``--stage``, default all):
+CPU, computing what XLA's default computes? Six stages (``--stage``, default all):
 
 1. **search**: ``autotune run --objective runtime --space both`` (``--strategy``, ``--budget``, ``--seed``)
    on every module at hand whose step runs in under ``--max-ms`` here: the real modules of tests/data/real
    and the examples. Per module: XLA's default time, the answer (options and passes), its confirmed ratio
-   and interval (30 interleaved rounds), its validation level, the faster-but-wrong option sets met, the
+   and interval (the objective's claim), its validation level, the faster-but-wrong option sets met, the
    search's wall time and what racing saved.
 2. **aa**: A/A confirmations, XLA's default against itself at the objective's defaults: how many false wins.
 3. **race**: the budget-20 options-and-order search on ResNet-50 raced and not raced, same seed, side by
@@ -17,12 +17,14 @@ CPU, computing what XLA's default computes? Five stages (``--stage``, default al
 5. **effect**: what each search's answer is worth, measured apart from the search that chose it
    (``options_parts.effect``): independent A/B measurements of the answer against XLA's default, an A/A
    beside each; the answers are the search stage's, or those of earlier runs' JSON (``--from``).
+6. **claim**: the same answers claimed again at the runtime objective's defaults (``options_parts.claims``):
+   what a run's end would now offer for each, beside the claim the run made.
 
 Every stage runs on one worker in a fresh cache database (nothing measured before is reused), one process
 at a time on the machine's cores; the machine may be shared (load averages are recorded): the verdicts
 and ratios are the result, absolute times are this machine's.
 
-    python bench/options.py [--quick] [--stage search|aa|race|hook|effect] [--budget 100] [--strategy random]
+    python bench/options.py [--quick] [--stage search|aa|race|hook|effect|claim] [--budget 100] [--strategy random]
     python bench/options.py --stage effect --from results/quiet/options.json results/quiet-extended/options.json \
         --out results/effect
 """
@@ -43,6 +45,7 @@ from autotune.core.module import load
 from autotune.core.objectives.runtime import CONFIRM_MIN_SECONDS, Runtime
 from autotune.core.spec import RunSpec
 from autotune.core.tuner import tune
+from options_parts.claims import claim_stage, claim_summary
 from options_parts.effect import INSTANCES, effect_plot, effect_stage, effect_summary, merged_rows
 from options_parts.hook import hook_experiment
 from options_parts.report import markdown
@@ -102,6 +105,7 @@ def search_one(db: Path, path: str, strategy: str, budget: int, seed: int, race:
         "found_sequence": list(result.best.found) if result.best else [],
         "ratio": claim.ratio if claim else None, "low": claim.low if claim else None,
         "high": claim.high if claim else None, "message": claim.message if claim else None,
+        "instances": claim.instances if claim else None,
         "compile_s": claim.compile_seconds if claim else None,
         "default_compile_s": claim.default_compile_seconds if claim else None,
         "validation": result.validation_level,
@@ -168,6 +172,12 @@ def effect_of(tmp: Path, sources: list[dict], instances: int) -> list[dict]:
         return effect_stage(ev, merged_rows(sources), module_file, tmp, CONFIRM_MIN_SECONDS, log, instances)
 
 
+def claims_of(tmp: Path, sources: list[dict]) -> list[dict]:
+    """The claim stage on the search rows of ``sources`` (later ones replace earlier ones' modules)."""
+    with open_engine(tmp / "claim.db", workers=1) as ev:
+        return claim_stage(ev, merged_rows(sources), module_file, tmp, confirm, log)
+
+
 def plot(data: dict):
     def draw(path: Path) -> None:
         rows = [r for r in data.get("search", []) if r.get("ratio") is not None]
@@ -197,9 +207,10 @@ def plot(data: dict):
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="three modules, fewer trials (a smoke run)")
-    parser.add_argument("--stage", choices=("all", "search", "aa", "race", "hook", "effect"), default="all")
+    parser.add_argument("--stage", choices=("all", "search", "aa", "race", "hook", "effect", "claim"), default="all")
     parser.add_argument("--from", dest="sources", nargs="+", metavar="JSON", default=[],
-                        help="--stage effect: the answers of these earlier runs' options.json (later ones win)")
+                        help="--stage effect or claim: the answers of these earlier runs' options.json (later ones "
+                             "win)")
     parser.add_argument("--instances", type=int, default=INSTANCES,
                         help="--stage effect: independent A/B measurements per answer (and as many A/A)")
     parser.add_argument("--strategy", default="random")
@@ -222,8 +233,8 @@ def main() -> None:
         if unknown:
             parser.error(f"not a module of this bench: {', '.join(sorted(unknown))}")
         modules = [m for m in MODULES if Path(m).stem in args.modules]
-    if args.stage == "effect" and not args.sources and not data.get("search"):
-        parser.error("--stage effect needs answers: --from an earlier run's options.json, or a search in --out")
+    if args.stage in ("effect", "claim") and not args.sources and not data.get("search"):
+        parser.error(f"--stage {args.stage} needs answers: --from an earlier run's options.json, or a search in --out")
     if args.instances < 3:
         parser.error(f"--instances must be at least 3 (a t interval over them), not {args.instances}")
     sources = [json.loads(Path(f).read_text()) for f in args.sources]
@@ -232,8 +243,8 @@ def main() -> None:
     data.update(command=COMMAND, jax=jax.__version__, strategy=args.strategy, budget=args.budget, seed=args.seed)
     with tempfile.TemporaryDirectory(prefix="autotune-bench-options-") as tmp:
         tmp = Path(tmp)
-        # the effect stage times the answers of modules already searched: no probe of every module's step
-        timed = step_times(tmp, modules) if args.stage != "effect" else {}
+        # the effect and claim stages time the answers of modules already searched: no probe of every step
+        timed = step_times(tmp, modules) if args.stage not in ("effect", "claim") else {}
         if timed:
             data["step_ms"] = {Path(p).stem: ms for p, ms in timed.items()}
         runnable = [p for p in modules if timed.get(p, 0.0) <= args.max_ms]
@@ -241,7 +252,8 @@ def main() -> None:
                            ("aa", lambda: aa_stage(tmp, runnable, args.quick)),
                            ("race", lambda: race_stage(tmp, args)),
                            ("hook", lambda: hook_experiment(tmp, quick=args.quick)),
-                           ("effect", lambda: effect_of(tmp, sources or [data], args.instances))):
+                           ("effect", lambda: effect_of(tmp, sources or [data], args.instances)),
+                           ("claim", lambda: claims_of(tmp, sources or [data]))):
             if args.stage in ("all", stage):
                 before, t0 = load_now(), time.perf_counter()
                 data[stage] = run()
@@ -251,6 +263,9 @@ def main() -> None:
         data["effect_from"] = [rel(Path(f)) for f in args.sources] or ["this run's search"]
         searched = merged_rows(sources or [data])
         data["effect_summary"] = effect_summary(data["effect"], sum(not r.get("skipped") for r in searched))
+    if data.get("claim"):
+        data["claim_from"] = [rel(Path(f)) for f in args.sources] or ["this run's search"]
+        data["claim_summary"] = claim_summary(data["claim"])
     aa = data.get("aa") or []
     data["aa_false_wins"], data["aa_trials"] = sum(r["win"] for r in aa), len(aa)
     data["aa_upper"] = binomial_upper(data["aa_false_wins"], len(aa)) if aa else None

@@ -74,26 +74,25 @@ def identical_final_states(ev, root, default, want: int = 2) -> list[tuple[str, 
 
 
 def confirm(ev, a, b, seed: int, rounds: int, options_a=None) -> dict:
-    """The runtime objective's confirmation of ``b`` against ``a`` (``Runtime.measured_claim``: a "faster"
-    verdict replicated on other inputs before it counts)."""
+    """The runtime objective's confirmation of ``b`` against ``a`` (``Runtime.measured_claim``: independent
+    measurements of ``rounds`` rounds, four first, more while the estimate straddles the bar, at most 12)."""
     obj = Runtime(rounds=rounds)
     t0 = time.perf_counter()
-    timings, seeds = [], []
+    timings = []
 
     def timed(s: int) -> dict:
-        seeds.append(s)
         timings.append(ev.pipeline.time_ab(a, b, seed=s, rounds=rounds, min_seconds=obj.confirm_min_seconds,
                                            options_a=options_a))
         return timings[-1]
 
     claim = obj.measured_claim(timed, seed)
     cmp = stats.time_ratio(timings[0]["a"], timings[0]["b"], obj.confidence, obj.min_effect, seed=seed)
-    first = [t for s, t in zip(seeds, timings) if s == seed]  # the first confirmation and its extensions
-    joined = stats.time_ratio([x for t in first for x in t["a"]], [x for t in first for x in t["b"]], obj.confidence,
-                              obj.min_effect, seed=seed)
+    first = stats.instance_ratio([(t["a"], t["b"]) for t in timings[:obj.min_instances]], obj.confidence,
+                                 obj.min_effect)
+    added = len(timings) - obj.min_instances
     return {"ratio": claim.ratio, "low": claim.low, "high": claim.high, "win": claim.win, "verdict": cmp.verdict,
-            "first_win": cmp.faster, "extended": len(first) - 1, "extended_win": len(first) > 1 and joined.faster,
-            "replicated": any(s != seed for s in seeds), "p_value": cmp.p_value,
+            "first_win": first.faster, "extended": added, "extended_win": added > 0 and claim.win,
+            "instances": len(timings), "p_value": cmp.p_value,
             "rounds": rounds, "rounds_timed": claim.rounds, "inner": timings[0]["inner"],
             "median_a_ms": 1e3 * cmp.a.median, "median_b_ms": 1e3 * cmp.b.median,
             "spread_a": cmp.a.relative_spread, "spread_b": cmp.b.relative_spread,
@@ -161,11 +160,12 @@ def markdown(data: dict) -> str:
         "",
         f"Regenerate: `{COMMAND}` ({data['seconds'] / 60:.1f} min on {data['machine']}; "
         f"{data['when']}). Every claim here is the `runtime` objective's confirmation at its defaults: the "
-        f"candidate and XLA's default re-measured interleaved in one worker for {Runtime().rounds} rounds (each sample "
-        f"a calibrated loop of >= {Runtime().confirm_min_seconds * 1e3:g} ms), the ratio of medians candidate/default "
-        f"with a paired bootstrap {stats.CONFIDENCE:.0%} interval, a win only when the whole interval lies below "
-        f"{1 - stats.MIN_EFFECT:.2f} (minimum effect {stats.MIN_EFFECT:.0%}), and a \"faster\" verdict replicated "
-        f"by a second {Runtime().rounds} rounds on other inputs (the claim: both pooled; a first verdict of faster "
+        f"candidate and XLA's default re-measured in {Runtime().min_instances} to {Runtime().max_instances} "
+        f"independent measurements (each its own compile and inputs, {Runtime().rounds} interleaved rounds, each "
+        f"sample a calibrated loop of >= {Runtime().confirm_min_seconds * 1e3:g} ms; more while the estimate "
+        f"straddles the bar), the geometric mean of their ratios candidate/default with a t {stats.CONFIDENCE:.0%} "
+        f"interval over measurements, a win only when the whole interval lies below {1 - stats.MIN_EFFECT:.2f} "
+        f"(minimum effect {stats.MIN_EFFECT:.0%}; the first {Runtime().min_instances} measurements said faster "
         f"{sum(bool(r.get('first_win')) for r in aa)} times of {n} in the A/A below). See docs/runtime.md.",
         "",
         "**The machine was shared**: 2 cores, other agents compiling and running tests at the same time (load "

@@ -147,3 +147,29 @@ def test_the_effect_stage_estimates_over_instances_and_counts_a_module_without_a
                                                       "sequence": []} for m in measured],
                                            "effect_summary": s, "effect_from": ["a.json"]}))
     assert "Median estimated ratio over the 5 modules: 1.000" in lines and "o=(empty)" in lines
+
+
+def test_the_claim_stage_counts_wins_now_and_before_and_a_module_without_an_answer_as_one():
+    """bench/options.py --stage claim: wins under the current claim beside the run's own, the median with
+    non-wins as 1.0 both ways, and a row per module (one whose search found nothing has no claim)."""
+    from options_parts import claims
+
+    def claimed(win, ratio, n):
+        return {"win": win, "ratio": ratio, "low": ratio - 0.02, "high": ratio + 0.02, "instances": n,
+                "seconds": 6.0}
+
+    old = {"win": True, "ratio": 0.95, "low": 0.94, "high": 0.96}
+    rows = [{"module": "a", "path": "a.hlo", "options": {"o": "1"}, "sequence": [], "old": old,
+             "claim": claimed(True, 0.90, 4)},
+            {"module": "b", "path": "b.hlo", "options": {}, "sequence": ["p"], "old": old,
+             "claim": claimed(False, 0.99, 6)},
+            {"module": "c", "path": "c.hlo", "options": {}, "sequence": [], "old": {**old, "win": False},
+             "claim": None}]
+    s = claims.claim_summary(rows)
+    assert (s["modules"], s["wins"], s["wins_before"], s["instances"]) == (3, 1, 2, 10)
+    assert s["median"] == 1.0 and s["median_before"] == 0.95 and s["seconds"] == 12.0
+    text = "\n".join(claims.claim_lines({"claim": rows, "claim_summary": s, "claim_from": ["q.json"],
+                                         "command": "python bench/options.py"}))
+    assert "Confirmed wins: 1 of 3 (the old claim: 2)" in text and "`q.json`" in text
+    assert "| `a` | o=1 | 0.950 [0.940, 0.960] win | 0.900 [0.880, 0.920] | 4 | **win** |" in text
+    assert "| `c` | XLA default (nothing found) |" in text

@@ -98,7 +98,8 @@ def exec_(store_dir, report, program) -> None:
 @click.option("--min-effect", type=float, default=None,
               help="Smallest speed-up (percent) a confirmed win must prove [default: 2].")
 @click.option("--confirm-rounds", type=int, default=None,
-              help="Interleaved A/B rounds that confirm the best candidate [default: 30].")
+              help="Interleaved A/B rounds of each independent measurement that confirms the best candidate "
+                   "[default: 10; 4-12 measurements].")
 @click.option("--top", type=click.IntRange(min=1), default=None, help="Only the N modules the program spent most time in.")
 @click.option("--min-share", type=click.FloatRange(0, 100), default=1.0, show_default=True,
               help="Skip modules the program spent less than this percent of its run time in (0: tune every one).")

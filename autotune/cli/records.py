@@ -46,7 +46,8 @@ def export(run_id, output, db, as_json) -> None:
                    "the same share, this much more cost allowed.")
 @click.option("--no-validate", is_flag=True, help="Skip the output comparison.")
 @click.option("--confirm-rounds", type=int, default=None,
-              help="runtime records: interleaved A/B rounds of the re-timing [default: 30, as run's confirmation].")
+              help="runtime records: interleaved A/B rounds of each of the re-timing's independent measurements "
+                   "[default: 10, as run's confirmation].")
 @db_option
 @workers_option
 @json_option
@@ -83,7 +84,9 @@ def check(model, record_path, max_regression, no_validate, confirm_rounds, db, w
             table.add_row("tuned/default (recorded)", "-" if record.metrics.get("ratio") is None
                           else f"{record.metrics['ratio']:.3f}")
             table.add_row("tuned/default (now)", f"{c['ratio']:.3f} [{c['low']:.3f}, {c['high']:.3f}] "
-                          f"({c['confidence']:.0%} CI, {c['rounds']} interleaved rounds)")
+                          f"({c['confidence']:.0%} CI, "
+                          + (f"{c['instances']} independent measurements, " if c.get("instances") else "")
+                          + f"{c['rounds']} interleaved rounds)")
         table.add_row("validation (recorded)", result.recorded_validation or "-")
         table.add_row("validation (now)", "-" if result.validation is None else
                       result.validation + (f" ({result.validation_reason})" if result.validation_reason else ""))

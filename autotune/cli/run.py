@@ -35,7 +35,8 @@ from autotune.cli.common import check_writable, console, db_option, json_option,
 @click.option("--min-effect", type=float, default=None,
               help="runtime: smallest speed-up (percent) a confirmed win must prove [default: 2].")
 @click.option("--confirm-rounds", type=int, default=None,
-              help="runtime: interleaved A/B rounds that confirm the best candidate [default: 30].")
+              help="runtime: interleaved A/B rounds of each independent measurement that confirms the best "
+                   "candidate [default: 10; 4-12 measurements].")
 @click.option("--space", type=click.Choice(SPACES), default=None,
               help="What to search: the pass order, XLA's compiler options (`autotune options`) or both "
                    "[default: both with --objective runtime, else passes]. Options are judged only by measured time.")
@@ -299,7 +300,8 @@ def _report(result, as_json: bool, out_dir) -> None:
         out.print(f"[green]{result.objective}: {result.claim.message}[/]")
     if result.claim is not None and result.claim.measured:
         c = result.claim
-        out.print(f"confirmation ({c.rounds} interleaved rounds of the best and {base}, extra to the "
+        over = f"{c.instances} independent measurements, " if c.instances else ""
+        out.print(f"confirmation ({over}{c.rounds} interleaved rounds of the best and {base}, extra to the "
                       f"budget): median {c.cost:g} vs {c.default_cost:g} us, ratio {c.ratio:.3f} "
                       f"[{c.low:.3f}, {c.high:.3f}] at {c.confidence:.0%} confidence")
         if c.compile_seconds is not None and c.default_compile_seconds is not None:

@@ -27,6 +27,7 @@ from autotune.core import objectives, record_judge
 from autotune.core.backend import supports
 from autotune.core.options import EMPTY, CompilerOptions
 from autotune.core.tuner import validity_of
+from autotune.core.objectives.runtime import MAX_INSTANCES, MIN_INSTANCES
 
 FORMAT = 1
 
@@ -153,7 +154,7 @@ def from_run(evaluator, run_id: str) -> TuningRecord:
     claim = result.claim
     if claim is not None and claim.measured:  # a measured objective: the confirmed ratio and its interval
         metrics.update(ratio=claim.ratio, ratio_low=claim.low, ratio_high=claim.high, confidence=claim.confidence,
-                       min_effect=claim.min_effect, rounds=claim.rounds)
+                       min_effect=claim.min_effect, rounds=claim.rounds, instances=claim.instances)
     validation = result.validation
     level = result.validation_level
     return TuningRecord(
@@ -326,7 +327,7 @@ def _replay(evaluator, root, record: TuningRecord):
 def _objective(record: TuningRecord, confirm_rounds: int | None):
     """The record's objective, re-timed in ``confirm_rounds`` rounds where given (a measured one only). A
     measured record is judged on its own interval (``record_judge``), not on the win's bar: its re-timing is
-    not extended where it straddles that bar (``Runtime.extensions``)."""
+    not measured further where it straddles that bar (``max_instances``: the first measurements decide)."""
     obj = objectives.get(record.objective)
     if obj.deterministic:
         if confirm_rounds is not None:
@@ -334,7 +335,7 @@ def _objective(record: TuningRecord, confirm_rounds: int | None):
                            "record")
         return obj
     rounds = {} if confirm_rounds is None else {"rounds": int(confirm_rounds)}
-    return objectives.get(record.objective, extensions=0, **rounds)
+    return objectives.get(record.objective, extensions=0, max_instances=MIN_INSTANCES, **rounds)
 
 
 def _judge_cost(evaluator, root, record: TuningRecord, matched: str, state: str, base: dict,
@@ -367,10 +368,10 @@ def _judge_cost(evaluator, root, record: TuningRecord, matched: str, state: str,
         verdict = record_judge.interval(record.objective, claim_obj, metrics, default_cost, max_regression,
                                         made_by, now)
         if verdict.reason and claim_obj.rounds:
-            # A timed failure must replicate on other inputs (seed + 1), as a win must before it is
-            # claimed: a load spike on a shared machine moved one re-timing of an unchanged record far
-            # out (bench/check_aa.py); a real regression shows twice.
-            again_ctx = objectives.ObjectiveContext(evaluator, root, default, seed + 1).with_options(options)
+            # A timed failure must replicate on other inputs (seeds none of the first measurements drew): a
+            # load spike on a shared machine moved one re-timing of an unchanged record far out
+            # (bench/check_aa.py); a real regression shows twice.
+            again_ctx = objectives.ObjectiveContext(evaluator, root, default, seed + MAX_INSTANCES).with_options(options)
             again = obj.confirm(state, -math.inf, again_ctx)
             verdict = record_judge.replicated(
                 verdict, record_judge.interval(record.objective, again, metrics, default_cost, max_regression,

@@ -68,9 +68,11 @@ class TimeRatio:
     confidence: float
     min_effect: float
     rounds: int
-    p_value: float  # two-sided Mann-Whitney U, for information
+    p_value: float  # two-sided: Mann-Whitney U over rounds, or the t test over independent measurements
     a: Summary
     b: Summary
+    #: Independent measurements the interval is over (``instance_ratio``); 0: one measurement's rounds.
+    instances: int = 0
 
     @property
     def faster(self) -> bool:
@@ -93,7 +95,12 @@ class TimeRatio:
         """``0.524x [0.51, 0.54] (95% CI, 30 rounds)``: the ratio and its interval, for a person
         (``context=False``: without the parenthesis)."""
         figure = f"{self.ratio:.3f}x [{self.low:.3f}, {self.high:.3f}]"
-        return f"{figure} ({self.confidence:.0%} CI, {self.rounds} interleaved rounds)" if context else figure
+        if not context:
+            return figure
+        if self.instances:
+            return (f"{figure} ({self.confidence:.0%} CI over {self.instances} independent measurements, "
+                    f"{self.rounds} interleaved rounds)")
+        return f"{figure} ({self.confidence:.0%} CI, {self.rounds} interleaved rounds)"
 
     def to_dict(self) -> dict:
         data = asdict(self)
@@ -209,3 +216,53 @@ def time_ratio(a: Sequence[float], b: Sequence[float], confidence: float = CONFI
     p_value = float(sps.mannwhitneyu(b_arr, a_arr, alternative="two-sided").pvalue)
     return TimeRatio(ratio, low, high, float(confidence), float(min_effect), int(a_arr.size), p_value,
                       Summary.of(a_arr), Summary.of(b_arr))
+
+
+def log_ratio(a: Sequence[float], b: Sequence[float]) -> float:
+    """One interleaved measurement's figure: the log of its median per-round ratio B/A."""
+    return float(np.log(np.median(np.asarray(b, dtype=float) / np.asarray(a, dtype=float))))
+
+
+def instance_interval(log_ratios: Sequence[float], confidence: float = CONFIDENCE) -> dict:
+    """The geometric mean of independent measurements' ratios (``log_ratios``, one per measurement) with its
+    t interval over them (``scipy.stats.ttest_1samp``), the two-sided p value against no difference and the
+    spread between measurements: ``ratio``, ``low``, ``high``, ``instances``, ``p_value``, ``sd``.
+
+    Why over measurements and not rounds: rounds within one measurement share one compiled executable, one
+    set of buffers and one stretch of the machine's state, so they are not independent; a bootstrap over
+    them gives an interval too narrow for the next compile of the same two modules (on this 2-core machine
+    two claims of 30 rounds each of the same answer disagreed beyond their intervals: DLRM claimed 0.945, 20
+    independent measurements read 0.975 [0.960, 0.991]; ViT's 0.93 straddled at 30 rounds twice and held at
+    0.932 [0.912, 0.953] over 20; ``bench/options.py --stage effect``)."""
+    from scipy import stats as sps
+
+    arr = np.asarray(log_ratios, dtype=float)
+    if arr.ndim != 1 or arr.size < 2:
+        raise ValueError("instance_interval needs at least 2 independent measurements")
+    mean, sd = float(arr.mean()), float(arr.std(ddof=1))
+    if sd == 0.0:  # identical measurements: nothing varies, the interval is the point
+        low = high = mean
+        p_value = 1.0 if mean == 0.0 else 0.0
+    else:
+        test = sps.ttest_1samp(arr, 0.0)
+        ci = test.confidence_interval(confidence)
+        low, high, p_value = float(ci.low), float(ci.high), float(test.pvalue)
+    return {"ratio": math.exp(mean), "low": math.exp(low), "high": math.exp(high), "instances": int(arr.size),
+            "p_value": p_value, "sd": sd}
+
+
+def instance_ratio(draws: Sequence[tuple[Sequence[float], Sequence[float]]], confidence: float = CONFIDENCE,
+                   min_effect: float = MIN_EFFECT) -> TimeRatio:
+    """B against A over independent interleaved measurements ``draws`` (``(a, b)`` per-round times of each,
+    every one its own compile, inputs and buffers): the geometric mean of their median per-round ratios with a
+    t interval over measurements (``instance_interval``), as a ``TimeRatio`` whose verdict follows the same
+    rule (faster only with the whole interval below ``1 - min_effect``). ``a`` and ``b`` summarise all rounds."""
+    if not 0.5 <= confidence < 1.0:
+        raise ValueError(f"confidence must be in [0.5, 1), not {confidence}")
+    if not 0.0 <= min_effect < 1.0:
+        raise ValueError(f"min_effect must be in [0, 1), not {min_effect}")
+    est = instance_interval([log_ratio(a, b) for a, b in draws], confidence)
+    all_a = [x for a, _ in draws for x in a]
+    all_b = [x for _, b in draws for x in b]
+    return TimeRatio(est["ratio"], est["low"], est["high"], float(confidence), float(min_effect), len(all_a),
+                     est["p_value"], Summary.of(all_a), Summary.of(all_b), est["instances"])

@@ -90,7 +90,8 @@ class Tuned:
             lines.append(("the best candidate measured (not a confirmed win), " if self.keeps_default else "")
                          + f"runtime tuned/default: {m['ratio']:.3f} [{m.get('ratio_low', float('nan')):.3f}, "
                          f"{m.get('ratio_high', float('nan')):.3f}] at {m.get('confidence', 0.95):.0%} confidence, "
-                         f"{m.get('rounds')} interleaved rounds")
+                         + (f"{m['instances']} independent measurements, " if m.get("instances") else "")
+                         + f"{m.get('rounds')} interleaved rounds")
         if self.claim is not None and self.claim.message:
             lines.append(f"claim: {self.claim.message}")
         lines.append(f"validation: {self.validation or r.validation or 'none'}")
@@ -123,7 +124,7 @@ def keep_default_record(evaluator, result, reason: str) -> TuningRecord:
                "reason": reason}
     if claim is not None and claim.measured and claim.ratio is not None:  # what the best candidate measured
         metrics.update(ratio=claim.ratio, ratio_low=claim.low, ratio_high=claim.high, confidence=claim.confidence,
-                       rounds=claim.rounds)
+                       rounds=claim.rounds, instances=claim.instances)
     return TuningRecord(
         module=result.module, fingerprint=result.fingerprint, sequence=(), objective=result.objective,
         pipeline_version=evaluator.version, xla_version=evaluator.pipeline.compiler_version,
@@ -181,7 +182,8 @@ def tune(fn, *args, static_argnums=None, static_argnames=None, budget: int = DEF
                               default_cost=float(r.metrics.get("default_cost", 0.0)), message="",
                               ratio=r.metrics.get("ratio"), low=r.metrics.get("ratio_low"),
                               high=r.metrics.get("ratio_high"), confidence=r.metrics.get("confidence"),
-                              rounds=r.metrics.get("rounds"), measured=True)
+                              rounds=r.metrics.get("rounds"), measured=True,
+                              instances=r.metrics.get("instances"))
             return Tuned(r, hit.entry, True, claim, r.validation, r.run_id, foreign)
         result = core_tune(ev, root, spec=spec, observer=RichObserver() if progress else None)
         record, _ = decide(ev, result)

@@ -23,7 +23,7 @@ from __future__ import annotations
 import math
 import statistics
 
-import numpy as np
+from autotune.core import stats
 
 #: Independent A/B measurements per answer (and as many A/A): a t interval on 9 degrees of freedom.
 INSTANCES = 10
@@ -32,20 +32,15 @@ ROUNDS = 10
 
 
 def estimate(log_ratios, confidence: float = 0.95) -> dict:
-    """Geometric mean ratio of per-instance log ratios, its t interval and the spread between instances."""
-    from scipy import stats as sps
-
-    arr = np.asarray(log_ratios, dtype=float)
-    test = sps.ttest_1samp(arr, 0.0)
-    ci = test.confidence_interval(confidence)
-    return {"ratio": math.exp(float(arr.mean())), "low": math.exp(float(ci.low)), "high": math.exp(float(ci.high)),
-            "instances": int(arr.size), "p_value": float(test.pvalue), "sd": float(arr.std(ddof=1)),
-            "per_instance": [round(math.exp(float(x)), 4) for x in arr]}
+    """Geometric mean ratio of per-instance log ratios, its t interval and the spread between instances (the
+    claim's own statistic, ``stats.instance_interval``), with each instance's ratio."""
+    est = stats.instance_interval(log_ratios, confidence)
+    return {**est, "per_instance": [round(math.exp(float(x)), 4) for x in log_ratios]}
 
 
 def log_ratio(timing: dict) -> float:
     """One measurement's figure: the log of the median per-round ratio B/A of a ``time_ab`` result."""
-    return float(np.log(np.median(np.asarray(timing["b"]) / np.asarray(timing["a"]))))
+    return stats.log_ratio(timing["a"], timing["b"])
 
 
 def answer_of(row: dict) -> tuple[dict, list]:
