@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from autotune.core.objectives import Objective
-from autotune.core.objectives.runtime import Runtime
+from autotune.core.objectives.runtime import Runtime, arm_order
 from autotune.core.module import Module, load
 from autotune.core.spec import DEFAULT_MAX_LENGTH, RunSpec
 from autotune.core.engine import open_engine
@@ -139,7 +139,7 @@ class Session:
     def compare_runtime(self, baseline, candidate, rounds: int | None = None, confidence: float | None = None,
                         min_effect: float | None = None, seed: int = 0):
         """Is ``candidate`` faster than ``baseline``? Both fully compiled and timed interleaved in one worker,
-        in independent measurements (each its own compile and inputs, ``rounds`` rounds), then the geometric
+        in independent measurements (each its own inputs in fresh buffers, ``rounds`` rounds), then the geometric
         mean of their ratios candidate/baseline with a t interval over measurements, sequential as a claim is:
         ``autotune.core.stats.TimeRatio`` (``.faster`` only when the whole interval lies below
         ``1 - min_effect``). The protocol of the ``runtime`` objective's claims (docs/runtime.md)."""
@@ -147,8 +147,10 @@ class Session:
                       min_effect=stats.MIN_EFFECT if min_effect is None else min_effect,
                       **({"rounds": rounds} if rounds else {}))
         a, b = self.load(baseline), self.load(candidate)
-        cmp, _ = obj.compare(lambda s: self.evaluator.pipeline.time_ab(
-            a, b, seed=s, rounds=obj.rounds, min_seconds=obj.confirm_min_seconds), seed)
+        pipeline = self.evaluator.pipeline
+        cmp, _ = obj.compare(lambda s: pipeline.time_ab(a, b, seed=s, rounds=obj.rounds,
+                                                        min_seconds=obj.confirm_min_seconds, **arm_order(pipeline, s)),
+                             seed)
         return cmp
 
     def validate(self, original, tuned, seed: int = 0):

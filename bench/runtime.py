@@ -41,7 +41,7 @@ from harness import RESULTS, ROOT, Provenance, write, write_markdown  # first: t
 from autotune.core import stats
 from autotune.core.engine import open_engine
 from autotune.core.module import load
-from autotune.core.objectives.runtime import Runtime
+from autotune.core.objectives.runtime import Runtime, arm_order
 
 COMMAND = "python bench/runtime.py"
 ISSUE_COMMAND = ["run", "--strategy", "random", "--objective", "runtime", "--budget", "30", "--seed", "2",
@@ -82,7 +82,7 @@ def confirm(ev, a, b, seed: int, rounds: int, options_a=None) -> dict:
 
     def timed(s: int) -> dict:
         timings.append(ev.pipeline.time_ab(a, b, seed=s, rounds=rounds, min_seconds=obj.confirm_min_seconds,
-                                           options_a=options_a))
+                                           options_a=options_a, **arm_order(ev.pipeline, s)))
         return timings[-1]
 
     claim = obj.measured_claim(timed, seed)
@@ -161,7 +161,7 @@ def markdown(data: dict) -> str:
         f"Regenerate: `{COMMAND}` ({data['seconds'] / 60:.1f} min on {data['machine']}; "
         f"{data['when']}). Every claim here is the `runtime` objective's confirmation at its defaults: the "
         f"candidate and XLA's default re-measured in {Runtime().min_instances} to {Runtime().max_instances} "
-        f"independent measurements (each its own compile and inputs, {Runtime().rounds} interleaved rounds, each "
+        f"independent measurements (each its own inputs and buffers, {Runtime().rounds} interleaved rounds, each "
         f"sample a calibrated loop of >= {Runtime().confirm_min_seconds * 1e3:g} ms; more while the estimate "
         f"straddles the bar), the geometric mean of their ratios candidate/default with a t {stats.CONFIDENCE:.0%} "
         f"interval over measurements, a win only when the whole interval lies below {1 - stats.MIN_EFFECT:.2f} "

@@ -26,7 +26,7 @@ from autotune.core import screen as screen_mod
 from autotune.core.engine import open_engine
 from autotune.core.module import load
 from autotune.core.objectives import ObjectiveContext
-from autotune.core.objectives.runtime import Runtime
+from autotune.core.objectives.runtime import Runtime, arm_order
 
 
 def upper_bound(k: int, n: int) -> float:
@@ -56,9 +56,10 @@ def main() -> None:
             found = obj.screened(ctx, root, bar)  # B = XLA's default's own executable
             row = {"trial": k, "ratio": found.ratio, "low": found.low, "high": found.high, "rounds": found.rounds,
                    "extended": found.extended, "stopped": found.stopped, "paid": found.paid(bar), "win": False}
-            if found.paid(bar):  # what the run would do with it: confirm, replicated
+            if found.paid(bar):  # what the run would do with it: its claim
                 claim = obj.measured_claim(lambda s: ev.pipeline.time_ab(root, root, seed=s, rounds=obj.rounds,
-                                                                          min_seconds=obj.confirm_min_seconds),
+                                                                          min_seconds=obj.confirm_min_seconds,
+                                                                          **arm_order(ev.pipeline, s)),
                                            ctx.seed)
                 row.update(win=claim.win, claim=claim.message)
             row["seconds"] = time.perf_counter() - t0

@@ -203,7 +203,7 @@ def test_runtime_for_a_gpu_target_is_refused_without_a_device_and_runs_on_reques
     # The refusals and the run on request are the subject: no screen (tests/test_screen.py has it; the device
     # path's own timing is test_timing_on_the_device_path_...), which cost 11 of this test's 18 s.
     args = ("run", str(SMALL), "--target", "h100", "--objective", "runtime", "--budget", "3", "--no-screen",
-            "--confirm-rounds", "8")  # nor the claim's power (test_runtime.py): 8 rounds confirm
+            "--confirm-rounds", "4")  # nor the claim's power (test_runtime.py): 4 rounds a measurement
     refused = run_cli(*args, db=db, env={device.PLATFORM_ENV: "auto"})
     assert refused.returncode == 2 and refused.stderr.count("\n") == 1, refused.stderr
     assert "cannot run a h100 program" in refused.stderr and f"{device.PLATFORM_ENV}=cpu" in refused.stderr

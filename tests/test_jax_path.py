@@ -53,7 +53,7 @@ def _record(engine, fingerprint, sequence=(), options=None) -> TuningRecord:
 def test_tune_stores_a_record_and_the_next_call_hits_it(tmp_path, db_path):
     store = Store(tmp_path / "store")
     first = aj.tune(f, X, W, budget=2, strategy="greedy", space="options", store=store, cache=db_path,
-                    workers=1, progress=False, confirm_rounds=6)
+                    workers=1, progress=False, confirm_rounds=4)
     assert not first.from_store and first.run_id
     assert [e.path for e in store.entries()] == [first.entry.path]
     # a confirmed, executed win or "keep XLA's default": either way the answer is stored with its evidence
@@ -138,7 +138,7 @@ def test_capture_tune_exec_on_an_unmodified_script(tmp_path, db_path):
     top = index["modules"][0]
     assert top["name"] == "jit_step" and top["runs"] == 20 and top["arguments"] == ["tensor<384x384xf32>"] * 2
     tuned = run_cli("tune", str(tmp_path / "cap"), "--top", "1", "--budget", "1", "--strategy", "greedy",
-                    "--space", "options", "--confirm-rounds", "6", "--json", env=env, db=db_path)
+                    "--space", "options", "--confirm-rounds", "4", "--json", env=env, db=db_path)
     assert tuned.returncode == 0, tuned.stderr
     assert [m["module"] for m in json.loads(tuned.stdout)["modules"]] == ["jit_step"]
     report = tmp_path / "applied.json"

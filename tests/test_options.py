@@ -124,7 +124,7 @@ def test_an_options_search_records_options_and_says_how_it_searched(db_path):
     # (test_runtime.py has the claim's 30 rounds, replicated): 8 rounds, not 30. Budget 4: two singles screened
     # (their extensions on this noisy 0.1 ms step were most of the test's time at 6), then two draws.
     proc = run_cli("run", str(MLP), "--objective", "runtime", "--space", "options", "--strategy", "random",
-                   "--budget", "4", "--confirm-rounds", "8", "--json", db=db_path)
+                   "--budget", "4", "--confirm-rounds", "4", "--json", db=db_path)
     assert proc.returncode == 0, proc.stderr
     data = json.loads(proc.stdout)
     assert data["space"] == "options" and "random draws" in data["options_by"]
@@ -260,7 +260,7 @@ def test_a_failed_confirmation_stays_the_answer_when_the_runner_up_is_wrong(engi
                                 {"median_us": 2.0, "ratio": 2e-5, "poisoned": True})
     # not about sites, nor the claim's power (test_runtime.py has its 30 rounds): 8 rounds confirm
     result = tune(engine, load(MLP), spec=RunSpec(strategy="greedy", budget=2, objective="runtime", seed=seed,
-                                                     space="options", sites=0, objective_options={"rounds": 8}))
+                                                     space="options", sites=0, objective_options={"rounds": 4, "max_instances": 4}))
     assert [r for r in result.invalid if "NaN or Inf" in r[1]], result.invalid  # the runner-up, rejected
     assert result.claim is not None and result.claim.measured and not result.claim.win, result.claim
     assert result.claim.rounds >= 8 and result.claim.low is not None  # the first candidate's own confirmation
@@ -287,7 +287,7 @@ def test_when_both_confirmations_fail_the_answer_is_the_one_nearer_a_win(engine,
                                 {"median_us": 0.5 + i, "ratio": 1e-2 * (1 + i), "poisoned": True})
     result = tune(engine, load(MLP), spec=RunSpec(strategy="greedy", budget=2, objective="runtime", seed=seed,
                                                   space="options", sites=0, screen=False, validate=False,
-                                                  objective_options={"rounds": 8}))
+                                                  objective_options={"rounds": 4, "max_instances": 4}))
     claim = result.claim
     assert claim is not None and claim.measured and not claim.win and not result.beats_default, claim
     assert "was confirmed too" in claim.message and "not faster either" in claim.message, claim.message
@@ -312,7 +312,7 @@ def test_check_retimes_a_records_options_and_says_what_this_xla_lacks(engine, tm
     path = tmp_path / "r.json"
     slower.save(path)
     assert TuningRecord.load(path).compiler_options == NO_FUSION.as_dict()
-    judged = check(engine, load(MLP), slower, confirm_rounds=12)  # a 4x margin: 12 rounds decide it
+    judged = check(engine, load(MLP), slower, confirm_rounds=4)  # a 4x margin: 4 x 4 rounds decide it
     assert judged.compiler_options == NO_FUSION.as_dict() and judged.validation == "executed"
     assert not judged.ok and "regressed" in judged.reasons[0]  # fusion off is proven slower than recorded 0.25
     gone = _record(root, engine, {"xla_cpu_no_such_option": "True"})
@@ -372,8 +372,8 @@ def test_ppo_searches_options_by_its_named_fallback(engine):
     from autotune.core.objectives.runtime import Runtime
 
     # What PPO's fallback searches is the subject: no screen (its singles would be two of the three trials;
-    # test_screen.py has it), and a confirmation of 8 rounds, not 30 (the claim's are test_runtime.py's).
-    result = tune(engine, load(MLP), objective=Runtime(rounds=8), spec=RunSpec(
+    # test_screen.py has it), and four measurements of 4 rounds (the claim's own are test_runtime.py's).
+    result = tune(engine, load(MLP), objective=Runtime(rounds=4, max_instances=4), spec=RunSpec(
         strategy="ppo", budget=3, objective="runtime", space="options", validate=False, screen=False))
     assert "coordinate descent" in result.options_by and "policy orders passes" in result.options_by
     trials = RunStore(engine.cache).trials(result.run_id)

@@ -74,13 +74,18 @@ def test_statistics_refuse_unpaired_or_tiny_samples():
         stats.time_ratio([1.0], [1.0])
 
 
+#: Where a claim is incidental to a test's subject: four measurements of 4 rounds, never more (the claim's
+#: own rule and power are the subject of the tests under "confirmation").
+QUICK_CLAIM = {"rounds": 4, "max_instances": 4}
+
+
 # ---- identity sharing --------------------------------------------------------------------------------------
 def test_candidates_with_the_same_compiled_module_share_one_measurement(engine, mlp):
     root, default, algsimp_state, algsimp_final = mlp
     seed = 101  # a seed no other test uses: nothing of this run is cached yet
     before = _runtime_reports(engine)
-    result = tune(engine, load(MLP), strategy="greedy", budget=57, max_length=1, objective="runtime", seed=seed,
-                  validate=False, screen=False)
+    result = tune(engine, load(MLP), strategy="greedy", budget=57, max_length=1, objective=Runtime(**QUICK_CLAIM),
+                  seed=seed, validate=False, screen=False)
     trials = RunStore(engine.cache).trials(result.run_id)
     assert len(trials) == 57 and sum(t.status == "ok" for t in trials) >= 50
     # 57 candidates, two compiled modules: XLA's default executable and algsimp's. Two timings.
@@ -90,8 +95,8 @@ def test_candidates_with_the_same_compiled_module_share_one_measurement(engine, 
     for t in trials:
         if t.status == "ok" and t.sequence != ("algsimp",):
             assert t.cost == result.default_cost  # the default's own executable: its time, no timing
-    tune(engine, load(MLP), strategy="greedy", budget=57, max_length=1, objective="runtime", seed=seed,
-                 validate=False, screen=False)
+    tune(engine, load(MLP), strategy="greedy", budget=57, max_length=1, objective=Runtime(**QUICK_CLAIM), seed=seed,
+         validate=False, screen=False)
     assert _runtime_reports(engine) - before == 2  # cached per compiled module
 
 
@@ -249,8 +254,8 @@ def test_check_judges_a_runtime_record_on_the_interval(engine, mlp):
     base = TuningRecord(module="mlp", fingerprint=root.fingerprint, sequence=("algsimp",), objective="runtime",
                         pipeline_version=engine.version, xla_version="", autotune_version="",
                         metrics={"cost": 1.0, "default_cost": 4.0, "ratio": 0.25}, valid=True)
-    # The rule is the subject, not the power of the claim: four measurements of 12 rounds re-time it.
-    claimed_quarter = check(engine, load(MLP), base, validate=False, confirm_rounds=12)
+    # The rule is the subject, not the power of the claim: four measurements of 4 rounds re-time it.
+    claimed_quarter = check(engine, load(MLP), base, validate=False, confirm_rounds=4)
     assert not claimed_quarter.ok and "regressed" in claimed_quarter.reasons[0]
     # a timed failure shows twice to stand (a 4x claim: even the widest interval of this as-fast-as-XLA
     # executable on the loaded 2-core machine, [0.548, 1.468], lies above it)
@@ -258,10 +263,10 @@ def test_check_judges_a_runtime_record_on_the_interval(engine, mlp):
     assert claimed_quarter.claim["measured"] and claimed_quarter.claim["low"] > 0.25
     assert claimed_quarter.regression > 0.25
     no_gain = TuningRecord(**{**base.__dict__, "metrics": {"cost": 1.0, "default_cost": 1.0, "ratio": 1.0}})
-    held = check(engine, load(MLP), no_gain, max_regression=25, validate=False, confirm_rounds=12)
+    held = check(engine, load(MLP), no_gain, max_regression=25, validate=False, confirm_rounds=4)
     assert held.ok, held.reasons
     # a record's re-timing is judged on its first four measurements, never measured further
-    assert held.claim["instances"] == 4 and held.claim["rounds"] == 48
+    assert held.claim["instances"] == 4 and held.claim["rounds"] == 16
     assert held.claim["low"] <= held.claim["ratio"] <= held.claim["high"]
 
 
@@ -276,15 +281,15 @@ def test_a_runtime_record_of_another_xla_is_re_timed_and_held_to_the_same_saving
     base = TuningRecord(module="mlp", fingerprint=root.fingerprint, sequence=("algsimp",), objective="runtime",
                         pipeline_version="old", xla_version="jaxlib-0.9.0-cpu-x86_64", autotune_version="",
                         metrics={"cost": 1000.0, "default_cost": 2000.0, "ratio": 0.5}, valid=True)
-    half = check(engine, load(MLP), base, validate=False, confirm_rounds=12)
+    half = check(engine, load(MLP), base, validate=False, confirm_rounds=4)
     assert not half.ok and "held to 0.500" in half.reasons[0], half.reasons
     assert half.judged == "saving" and "re-timed against this XLA's default" in half.judged_note
     microsecond = TuningRecord(**{**base.__dict__, "metrics": {"cost": 1.0, "default_cost": 2.0, "ratio": 0.5}})
-    held = check(engine, load(MLP), microsecond, max_regression=25, validate=False, confirm_rounds=12)
+    held = check(engine, load(MLP), microsecond, max_regression=25, validate=False, confirm_rounds=4)
     assert held.ok, held.reasons
     assert held.judged == "saving" and held.claim["measured"]
     here = TuningRecord(**{**microsecond.__dict__, "xla_version": engine.pipeline.compiler_version})
-    assert not check(engine, load(MLP), here, max_regression=25, validate=False, confirm_rounds=12).ok  # its own 0.5
+    assert not check(engine, load(MLP), here, max_regression=25, validate=False, confirm_rounds=4).ok  # its own 0.5
 
 
 # ---- the command line --------------------------------------------------------------------------------------
@@ -294,11 +299,11 @@ def test_run_prints_the_claim_and_its_interval(engine, db_path, mlp):
     # The claim's wording is the subject: no screen and no sites (test_screen.py and test_sites.py have them).
     args = ("run", str(MLP), "--strategy", "greedy", "--budget", "57", "--max-length", "1", "--objective",
             "runtime", "--min-effect", "25", "--no-validate", "--seed", "104", "--no-screen", "--sites", "0",
-            "--confirm-rounds", "10")  # the wording is the subject, not the claim's power
+            "--confirm-rounds", "4")  # the wording is the subject, not the claim's power
     text = run_cli(*args, db=db_path)
     assert text.returncode == 0, text.stderr
     out = " ".join(text.stdout.split())  # rich wraps long lines
-    assert "confirmation (4 independent measurements, 40 interleaved rounds" in out and "at 95% confidence" in out
+    assert "confirmation (4 independent measurements, 16 interleaved rounds" in out and "at 95% confidence" in out
     assert "no significant difference: keep XLA's default" in out
     data = json.loads(run_cli(*args, "--json", db=db_path).stdout)
     assert data["claim"]["measured"] and data["claim"]["min_effect"] == 0.25 and not data["beats_default"]
@@ -340,3 +345,19 @@ def test_an_interval_over_measurements_is_a_t_interval_of_their_log_ratios():
     assert same.low == same.ratio == same.high == pytest.approx(0.90)
     with pytest.raises(ValueError, match="at least 2"):
         stats.instance_ratio(draws[:1])
+
+
+def test_a_claims_measurements_alternate_which_arm_is_set_up_first(engine):
+    """Consecutive measurements of a claim (consecutive seeds) set up B first on odd seeds, where the
+    backend's ``time_ab`` takes ``b_first`` (XLA's and the toy's); a plugin's without it keeps its order."""
+    from autotune.core.objectives.runtime import arm_order
+    from autotune.testing.toy import ToyBackend
+
+    assert [arm_order(engine.pipeline, s) for s in (6, 7, 8)] == [{}, {"b_first": True}, {}]
+    assert arm_order(ToyBackend(), 3) == {"b_first": True}
+
+    class Plugin:
+        def time_ab(self, a, b, seed=0, rounds=30, warmup=2, min_seconds=0.01):
+            return {}
+
+    assert arm_order(Plugin(), 3) == {}

@@ -254,7 +254,7 @@ def instance_interval(log_ratios: Sequence[float], confidence: float = CONFIDENC
 def instance_ratio(draws: Sequence[tuple[Sequence[float], Sequence[float]]], confidence: float = CONFIDENCE,
                    min_effect: float = MIN_EFFECT) -> TimeRatio:
     """B against A over independent interleaved measurements ``draws`` (``(a, b)`` per-round times of each,
-    every one its own compile, inputs and buffers): the geometric mean of their median per-round ratios with a
+    every one its own inputs in fresh buffers): the geometric mean of their median per-round ratios with a
     t interval over measurements (``instance_interval``), as a ``TimeRatio`` whose verdict follows the same
     rule (faster only with the whole interval below ``1 - min_effect``). ``a`` and ``b`` summarise all rounds."""
     if not 0.5 <= confidence < 1.0:

@@ -134,10 +134,14 @@ class ToyBackend(BackendBase):
         return {"seconds": seconds, **summarize(seconds), "repeats": repeats, "warmup": warmup, "inner": 1}
 
     def time_ab(self, a: Module, b: Module, seed: int = 0, rounds: int = 30, warmup: int = 2,
-                min_seconds: float = 0.01) -> dict:
-        """Interleaved A/B timing (A B, B A, ...): per-run seconds per round of each."""
+                min_seconds: float = 0.01, b_first: bool = False) -> dict:
+        """Interleaved A/B timing (A B, B A, ...): per-run seconds per round of each (``b_first``: B warmed
+        up first, as XLA's sets B up first)."""
         for _ in range(warmup):
-            self._once(a, seed), self._once(b, seed)
+            if b_first:
+                self._once(b, seed), self._once(a, seed)
+            else:
+                self._once(a, seed), self._once(b, seed)
         sa, sb = [], []
         for r in range(max(2, int(rounds))):
             first, second = ((a, sa), (b, sb)) if r % 2 == 0 else ((b, sb), (a, sa))

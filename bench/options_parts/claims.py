@@ -68,7 +68,7 @@ def claim_lines(data: dict) -> list[str]:
     lines = ["## The answers claimed again, over independent measurements", "",
              f"The answers of {', '.join(f'`{f}`' for f in data.get('claim_from') or [])} (the one offered where "
              "the search won, its best found where it did not), each claimed again as a run's end claims its best: "
-             "independent measurements (each its own compile and inputs) of 10 interleaved rounds, four first and "
+             "independent measurements (each its own inputs and buffers) of 10 interleaved rounds, four first and "
              "two more while the estimate straddles 0.98, at most 12, a t interval over them "
              f"(`{data['command']} --stage claim --from ...`). **Confirmed wins: {s['wins']} of {s['modules']} "
              f"(the old claim: {s['wins_before']}); median with non-wins as 1.0: {s['median']:.3f} (old: "

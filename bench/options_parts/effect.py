@@ -9,7 +9,7 @@ whether more rounds (or a better statistic) can reach issue 64's median goal, or
 
 How. Each answer (the one offered where the search won; the search's best where it did not) is timed
 against XLA's default in ``INSTANCES`` independent A/B measurements: each is its own ``time_ab`` (both
-compiled again, inputs placed again, drawn with seed k), ``ROUNDS`` interleaved rounds at the claim's
+taken from the worker's executable cache, inputs drawn with seed k and placed in fresh buffers), ``ROUNDS`` interleaved rounds at the claim's
 sample length. Beside each, an A/A: XLA's default against itself, measured the same way. Per instance the
 median per-round ratio; the estimate is their geometric mean with a t interval over instances
 (``scipy.stats.ttest_1samp``): instances are independent, rounds within one are not (one executable, one
@@ -115,7 +115,7 @@ def effect_lines(data: dict) -> list[str]:
     lines = ["## What each answer is worth, measured apart from the search (`--stage effect`)", "",
              f"Answers of {', '.join(data.get('effect_from') or [])}; each timed against XLA's default in "
              f"{rows[0]['effect']['instances']} independent A/B measurements of {rows[0]['rounds']} interleaved rounds "
-             f"(each its own compile and inputs), the ratio the geometric mean of their medians with a 95% t interval "
+             f"(each its own inputs and buffers), the ratio the geometric mean of their medians with a 95% t interval "
              f"over measurements; an A/A (XLA's default against itself) beside each. Not a claim: see "
              f"`bench/options_parts/effect.py`.", "",
              f"**Median estimated ratio over the {s['modules']} modules: {s['median']:.3f}** (a module without an "

@@ -41,8 +41,8 @@ def search_lines(data: dict) -> list[str]:
     lines = ["## Search: options and pass order, judged by measured time", "",
              f"`autotune run --objective runtime --space both --strategy {data['strategy']} --budget {data['budget']} "
              f"--seed {data['seed']} MODULE` on each module, a fresh cache each (`{data['command']} --stage search`). "
-             + ("A win is a claim over 4-12 independent measurements against XLA's default (each its own compile "
-                "and inputs, 10 interleaved rounds; the geometric mean of their ratios with a 95% t interval) whose "
+             + ("A win is a claim over 4-12 independent measurements against XLA's default (each its own inputs "
+                "and buffers, 10 interleaved rounds; the geometric mean of their ratios with a 95% t interval) whose "
                 "whole interval lies below 0.98"
                 if any(r.get("instances") for r in rows) else
                 "A win is a confirmation (30 interleaved rounds against XLA's default, ratio of medians with its 95% "
@@ -92,7 +92,7 @@ def aa_lines(data: dict) -> list[str]:
     return ["## A/A: no option changed", "",
             f"XLA's default against itself, {n} confirmations at the runtime objective's defaults "
             f"(`{data['command']} --stage aa`): **{wins} false wins** (exact 95% upper bound {data['aa_upper']:.1%}). "
-            f"Each claim is over independent measurements (each its own compile and inputs): the first four said "
+            f"Each claim is over independent measurements (each its own inputs and buffers): the first four said "
             f"\"faster\" {first} times; {extended} straddled 0.98 and were measured further (at most 12 in all), "
             f"after which {sum(bool(r.get('extended_win')) for r in aa)} said \"faster\".", "",
             "| module | trials | ratio range | first four said faster | measured further | then said faster | false wins |",

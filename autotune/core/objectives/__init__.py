@@ -58,7 +58,7 @@ class Claim:
     min_effect: float | None = None
     rounds: int | None = None
     measured: bool = False
-    #: The independent measurements (each its own compile and inputs) the interval is over; None: one's rounds.
+    #: The independent measurements (each its own inputs and buffers) the interval is over; None: one's rounds.
     instances: int | None = None
     #: A measured objective's compile times of the candidate and of the default (seconds; None: not timed).
     compile_seconds: float | None = None

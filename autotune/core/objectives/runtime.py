@@ -12,8 +12,8 @@ Two measurements with two purposes (see ``docs/runtime.md``):
   rounds left are saved (``search_notes`` says how many, and how much time). Good enough to rank candidates, never enough to claim anything: the search
   keeps its luckiest sample.
 * **Claim** (``confirm``): the best candidate and XLA's default re-measured in **independent
-  measurements**: each its own ``Backend.time_ab`` (both compiled, inputs drawn with another seed and
-  placed, then ``rounds`` rounds A B / B A ... interleaved in one worker). Each measurement gives its median
+  measurements**: each its own ``Backend.time_ab`` (the worker's executables of both, inputs drawn with another seed
+  and placed in fresh buffers, then ``rounds`` rounds A B / B A ... interleaved in one worker). Each measurement gives its median
   per-round ratio; the claim is their geometric mean with a t interval over measurements
   (``stats.instance_ratio``). A win needs the whole interval below ``1 - min_effect``; otherwise: "no
   significant difference: keep XLA's default". ``MIN_INSTANCES`` measurements first; while the estimate
@@ -43,6 +43,7 @@ gets without autotune); its final module is ``ctx.default.state``.
 
 from __future__ import annotations
 
+import inspect
 import math
 from dataclasses import replace
 
@@ -117,6 +118,23 @@ def measure_runtime(evaluator, final_state: str, module, seed: int = 0, repeats:
         report = {**timing, "median_us": 1e6 * float(timing["median"]), "timed": module.fingerprint}
         evaluator.cache.put_report("runtime", key, report)
     return float(report["median_us"])
+
+
+def arm_order(backend, seed: int) -> dict:
+    """``time_ab``'s keyword for a claim's measurement drawn with ``seed``: B's executable and inputs set up
+    first on odd seeds (``b_first``), so the consecutive measurements of a claim alternate which arm is set up
+    first, where the backend can (a plugin's ``time_ab`` without the keyword keeps its own order).
+
+    Why: a claim's measurements follow one another in one worker, and each frees its buffers just before the
+    next allocates the same sizes again, so the arm set up first may get the same addresses (the same
+    alignment, the same pages) every time; an advantage that placement gives one arm would then repeat in
+    every measurement and read as an effect. XLA's default against itself on the ViT training step read
+    0.933 [0.898, 0.970] over four consecutive measurements (1 false win in 88 A/A claims, 2026-12-07,
+    ``bench/options.py --stage aa``); alternating cancels such an advantage in the geometric mean and shows
+    it as spread. The order itself costs neither arm anything (``bench/arm_order.py``: 240 A/A, p 0.36)."""
+    if seed % 2 and "b_first" in inspect.signature(backend.time_ab).parameters:
+        return {"b_first": True}
+    return {}
 
 
 def refusal(backend) -> str:
@@ -413,8 +431,9 @@ class Runtime(Objective):
     def measure_ratio(self, ctx: ObjectiveContext, state: str, seed: int | None = None) -> dict:
         """Interleaved A/B of XLA's default executable (A) against ``state``'s (B, with ``ctx.options``), in
         one worker: ``time_ab``'s dict."""
-        timing = ctx.backend.time_ab(ctx.root, ctx.candidate(state), seed=ctx.seed if seed is None else seed,
-                                     rounds=self.rounds, min_seconds=self.confirm_min_seconds)
+        seed = ctx.seed if seed is None else seed
+        timing = ctx.backend.time_ab(ctx.root, ctx.candidate(state), seed=seed, rounds=self.rounds,
+                                     min_seconds=self.confirm_min_seconds, **arm_order(ctx.backend, seed))
         self._timed_on = timing.get("device")
         self._compile_seconds = timing.get("compile_seconds")
         return timing
