@@ -15,7 +15,10 @@ benchmarking tools do it:
   significant *and* large enough to matter; slower only if it lies above ``1 + min_effect``;
   anything else is "no significant difference";
 * the Mann-Whitney U test (``scipy.stats.mannwhitneyu``, Google Benchmark's compare.py) is reported
-  beside the interval as a second opinion that assumes nothing about pairing; it does not decide.
+  beside the interval as a second opinion that assumes nothing about pairing; it does not decide;
+* **over independent measurements** (``instance_ratio``, what a runtime claim uses): each measurement's
+  median per-round ratio is one figure, the estimate their geometric mean with a t interval over
+  measurements, since rounds within one measurement are not independent of each other.
 """
 
 from __future__ import annotations
@@ -230,7 +233,7 @@ def instance_interval(log_ratios: Sequence[float], confidence: float = CONFIDENC
 
     Why over measurements and not rounds: rounds within one measurement share one compiled executable, one
     set of buffers and one stretch of the machine's state, so they are not independent; a bootstrap over
-    them gives an interval too narrow for the next compile of the same two modules (on this 2-core machine
+    them gives an interval too narrow for the next measurement of the same two modules (on this 2-core machine
     two claims of 30 rounds each of the same answer disagreed beyond their intervals: DLRM claimed 0.945, 20
     independent measurements read 0.975 [0.960, 0.991]; ViT's 0.93 straddled at 30 rounds twice and held at
     0.932 [0.912, 0.953] over 20; ``bench/options.py --stage effect``)."""

@@ -22,7 +22,7 @@ Two measurements with two purposes (see ``docs/runtime.md``):
 
   Why over measurements and not rounds: rounds of one measurement share one executable, one set of buffers
   and one stretch of the machine's state, and a bootstrap over them gives an interval too narrow for the
-  next compile of the same pair. The former claim (30 rounds, a "faster" verdict replicated once on other
+  next measurement of the same pair. The former claim (30 rounds, a "faster" verdict replicated once on other
   inputs, the rounds pooled) oversized DLRM's answer (claimed 0.945; 20 independent measurements read 0.975
   [0.960, 0.991]) and dropped ViT's and the diffusion step's (0.932 [0.912, 0.953] over 20), and its
   replication was what kept A/A false wins at 0 in 88 (``bench/options.py --stage effect`` and ``aa``,
@@ -85,7 +85,7 @@ PROTOCOL = "search-v5"
 #: true 7% effect (ViT, diffusion) is claimed in 99-100% of replays with 6.5-7 measurements on average, an
 #: answer at 0.98-1.0 in 0-3%, XLA's default against itself in 0.06% (4.0-5.7 measurements); starting from 3
 #: measurements made that 0.25%. 10 rounds at the claim's 50 ms samples: a measurement's median is the unit,
-#: and 10 rounds make it as steady as the next compile allows.
+#: and 10 rounds make it steady enough that the spread between measurements dominates.
 CLAIM_ROUNDS = 10
 MIN_INSTANCES = 4
 INSTANCE_STEP = 2
