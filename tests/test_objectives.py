@@ -43,8 +43,8 @@ def test_runtime_objective_measures_and_caches(engine):
     from autotune.core.objectives.runtime import Runtime
 
     module = load(SMALL)
-    # The confirmation's length is not the subject (8 rounds, not 30: test_runtime.py has the claim's).
-    quick = Runtime(rounds=8)
+    # The claim's power is not the subject (four short measurements: test_runtime.py has the claim's).
+    quick = Runtime(rounds=4, max_instances=4, confirm_min_seconds=0.01)
     first = tune(engine, module, strategy="random", budget=3, objective=quick, seed=2, max_length=2, validate=False)
     assert first.best is not None and 0 < first.best_cost < 1e6  # microseconds
     assert first.default_cost > 0

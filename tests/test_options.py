@@ -260,7 +260,7 @@ def test_a_failed_confirmation_stays_the_answer_when_the_runner_up_is_wrong(engi
                                 {"median_us": 2.0, "ratio": 2e-5, "poisoned": True})
     # not about sites, nor the claim's power (test_runtime.py has its 30 rounds): 8 rounds confirm
     result = tune(engine, load(MLP), spec=RunSpec(strategy="greedy", budget=2, objective="runtime", seed=seed,
-                                                     space="options", sites=0, objective_options={"rounds": 4, "max_instances": 4}))
+                                                     space="options", sites=0, objective_options={"rounds": 4, "max_instances": 4, "confirm_min_seconds": 0.01}))
     assert [r for r in result.invalid if "NaN or Inf" in r[1]], result.invalid  # the runner-up, rejected
     assert result.claim is not None and result.claim.measured and not result.claim.win, result.claim
     assert result.claim.rounds >= 8 and result.claim.low is not None  # the first candidate's own confirmation
@@ -287,7 +287,7 @@ def test_when_both_confirmations_fail_the_answer_is_the_one_nearer_a_win(engine,
                                 {"median_us": 0.5 + i, "ratio": 1e-2 * (1 + i), "poisoned": True})
     result = tune(engine, load(MLP), spec=RunSpec(strategy="greedy", budget=2, objective="runtime", seed=seed,
                                                   space="options", sites=0, screen=False, validate=False,
-                                                  objective_options={"rounds": 4, "max_instances": 4}))
+                                                  objective_options={"rounds": 4, "max_instances": 4, "confirm_min_seconds": 0.01}))
     claim = result.claim
     assert claim is not None and claim.measured and not claim.win and not result.beats_default, claim
     assert "was confirmed too" in claim.message and "not faster either" in claim.message, claim.message
@@ -373,7 +373,7 @@ def test_ppo_searches_options_by_its_named_fallback(engine):
 
     # What PPO's fallback searches is the subject: no screen (its singles would be two of the three trials;
     # test_screen.py has it), and four measurements of 4 rounds (the claim's own are test_runtime.py's).
-    result = tune(engine, load(MLP), objective=Runtime(rounds=4, max_instances=4), spec=RunSpec(
+    result = tune(engine, load(MLP), objective=Runtime(rounds=4, max_instances=4, confirm_min_seconds=0.01), spec=RunSpec(
         strategy="ppo", budget=3, objective="runtime", space="options", validate=False, screen=False))
     assert "coordinate descent" in result.options_by and "policy orders passes" in result.options_by
     trials = RunStore(engine.cache).trials(result.run_id)
