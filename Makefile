@@ -91,7 +91,9 @@ demo: $(STAMP)
 ## bef6f1b (pytest 11.2 min): around the 12-minute goal, not under it on every run; 13.9 and 13.8 min at 1d668ad
 ## (pytest 12.6); 12.5 min at 3c267ee (pytest 11.1), 12.7 at 1ad02b9 (pytest 11.2, load up to 4.3) and 12.2 at
 ## 482b8b4 (pytest 10.8), after
-## pinning ml_dtypes 0.6.0 (0.7.0's extension costs every jax process 0.55-0.8 s to import on Python 3.11).
+## pinning ml_dtypes 0.6.0 (0.7.0's extension costs every jax process 0.55-0.8 s to import on Python 3.11);
+## 747 in 11.2 min at 915d2b2 (pytest 10.4) after installing with --no-compile; 750 in 13.2 min at 8157ef5
+## (pytest 12.6, load 1.7-2.8) after runtime claims became 4-12 independent measurements each, MAKEFILE_FINAL.
 PYTEST_WORKERS ?= 2
 test: $(STAMP)
 	$(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --durations=30
