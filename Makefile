@@ -93,7 +93,7 @@ demo: $(STAMP)
 ## 482b8b4 (pytest 10.8), after
 ## pinning ml_dtypes 0.6.0 (0.7.0's extension costs every jax process 0.55-0.8 s to import on Python 3.11);
 ## 747 in 11.2 min at 915d2b2 (pytest 10.4) after installing with --no-compile; 750 in 13.2 min at 8157ef5
-## (pytest 12.6, load 1.7-2.8) after runtime claims became 4-12 independent measurements each, MAKEFILE_FINAL.
+## (pytest 12.6, load 1.7-2.8) after runtime claims became 4-12 independent measurements each; 12.0 min at d451bb6 and 13.9 at d771860 (load 2.2-2.7).
 PYTEST_WORKERS ?= 2
 test: $(STAMP)
 	$(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --durations=30

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import abc
 import ast
+import threading
 import importlib
 import importlib.metadata
 import math
@@ -426,10 +427,16 @@ def _strategies_dir() -> Path:
     return Path(next(iter(pkg.__path__)))
 
 
+#: ``ast.parse`` one thread at a time: CPython 3.11's AST constructor is not thread-safe ("AST constructor
+#: recursion depth mismatch" failed one of ``compare``'s concurrent runs on Ray once, in a fresh clone at d771860).
+_PARSE_LOCK = threading.Lock()
+
+
 def _scan_file(path: Path, package: str) -> list[StrategyInfo]:
     """Find Strategy subclasses in a plugin file by reading its syntax tree (no import)."""
     try:
-        tree = ast.parse(path.read_text())
+        with _PARSE_LOCK:
+            tree = ast.parse(path.read_text())
     except (OSError, SyntaxError):
         return []
     found = []
